@@ -1,0 +1,67 @@
+#pragma once
+// A fixed-capacity vector usable in constant expressions. Members are public so that a type built
+// from it stays structural (usable as a template argument by the static-shape path).
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <initializer_list>
+#include <stdexcept>
+
+namespace metagrad::detail {
+
+template <class T, std::size_t N>
+struct small_vector {
+  std::array<T, N> items{};
+  std::size_t count = 0;
+
+  constexpr small_vector() = default;
+  constexpr small_vector(std::initializer_list<T> init) {
+    for (const T& x : init) push_back(x);
+  }
+  template <class Range>
+  requires requires(const Range& r) {
+    r.begin();
+    r.end();
+  }
+  constexpr explicit small_vector(const Range& r) {
+    for (const auto& x : r) push_back(static_cast<T>(x));
+  }
+  static constexpr small_vector filled(std::size_t n, const T& value) {
+    small_vector v;
+    for (std::size_t i = 0; i < n; ++i) v.push_back(value);
+    return v;
+  }
+
+  constexpr void push_back(const T& x) {
+    if (count == N) throw std::length_error("metagrad: more than the supported number of dimensions");
+    items[count++] = x;
+  }
+  constexpr void pop_back() { --count; }
+  constexpr void insert(std::size_t pos, const T& x) {
+    push_back(x);
+    for (std::size_t i = count - 1; i > pos; --i) std::swap(items[i], items[i - 1]);
+  }
+  constexpr void erase(std::size_t pos) {
+    for (std::size_t i = pos; i + 1 < count; ++i) items[i] = items[i + 1];
+    --count;
+  }
+  constexpr void clear() { count = 0; }
+
+  constexpr std::size_t size() const { return count; }
+  constexpr bool empty() const { return count == 0; }
+  static constexpr std::size_t capacity() { return N; }
+  constexpr T& operator[](std::size_t i) { return items[i]; }
+  constexpr const T& operator[](std::size_t i) const { return items[i]; }
+  constexpr T& back() { return items[count - 1]; }
+  constexpr const T& back() const { return items[count - 1]; }
+  constexpr T* begin() { return items.data(); }
+  constexpr T* end() { return items.data() + count; }
+  constexpr const T* begin() const { return items.data(); }
+  constexpr const T* end() const { return items.data() + count; }
+
+  friend constexpr bool operator==(const small_vector& a, const small_vector& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+};
+
+}  // namespace metagrad::detail

@@ -1,0 +1,277 @@
+#pragma once
+// View: one strided, offset, optionally masked window onto a flat buffer (the seed's shape/view).
+// It is a literal, structural type and every movement op is constexpr, so the static-shape path
+// computes views in constant expressions with exactly the code the dynamic path runs.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "metagrad/detail/small_vector.hpp"
+
+namespace metagrad {
+
+inline constexpr std::size_t kMaxDims = 12;
+
+// An integer pair: a mask's valid range [first, second), a pad's (before, after), a shrink's
+// [begin, end). Plain public members keep View structural.
+struct Pair {
+  std::int64_t first = 0, second = 0;
+  friend constexpr bool operator==(const Pair&, const Pair&) = default;
+};
+
+using Dims = detail::small_vector<std::int64_t, kMaxDims>;
+using Pairs = detail::small_vector<Pair, kMaxDims>;
+
+namespace detail {
+// Appends every part to one string. Also sidesteps a g++ 12 -O3 false -Wrestrict on `"(" + str`.
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  std::string out;
+  ((out += parts), ...);
+  return out;
+}
+
+template <class Seq, class F>
+std::string tuple_string(const Seq& seq, F item) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < seq.size(); ++i) {
+    if (i) out += ", ";
+    out += item(seq[i]);
+  }
+  return out + (seq.size() == 1 ? ",)" : ")");
+}
+}  // namespace detail
+
+// Python tuple syntax, as the seed prints: (10, 10), (100,), ((0, 10), (2, 5)).
+inline std::string to_string(const Dims& dims) {
+  return detail::tuple_string(dims, [](std::int64_t d) { return std::to_string(d); });
+}
+inline std::string to_string(const Pairs& pairs) {
+  return detail::tuple_string(pairs, [](Pair p) {
+    return detail::cat("(", std::to_string(p.first), ", ", std::to_string(p.second), ")");
+  });
+}
+
+constexpr std::int64_t prod(const Dims& dims) {
+  std::int64_t p = 1;
+  for (std::int64_t d : dims) p *= d;
+  return p;
+}
+
+// Row-major strides; a size-1 dimension gets stride 0 (it is never stepped along).
+constexpr Dims strides_for_shape(const Dims& shape) {
+  Dims strides = Dims::filled(shape.size(), 0);
+  std::int64_t acc = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = shape[i] == 1 ? 0 : acc;
+    acc *= shape[i];
+  }
+  return strides;
+}
+
+namespace detail {
+// Not constexpr: only reached on bad input, where constant evaluation must fail.
+[[noreturn]] inline void movement_error(const char* op, const Dims& shape, const std::string& arg,
+                                        const std::string& why) {
+  throw std::invalid_argument(cat(op, " of shape ", to_string(shape), " with ", arg, ": ", why));
+}
+}  // namespace detail
+
+struct View {
+  Dims shape, strides;
+  std::int64_t offset = 0;
+  Pairs mask;  // empty: every position is valid; else one [first, second) range per dimension
+  bool contiguous = false;
+
+  // Empty strides mean row-major. Strides of size-1 dimensions are normalised to 0 and a mask
+  // that covers everything is dropped, so equal views compare equal.
+  constexpr View(const Dims& shape_, const Dims& strides_ = {}, std::int64_t offset_ = 0,
+                 const Pairs& mask_ = {})
+      : shape(shape_),
+        strides(strides_.empty() ? strides_for_shape(shape_) : strides_),
+        offset(offset_),
+        mask(mask_) {
+    if (strides.size() != shape.size())
+      detail::movement_error("View", shape, to_string(strides), "strides must match the shape's rank");
+    if (!mask.empty() && mask.size() != shape.size())
+      detail::movement_error("View", shape, to_string(mask), "mask must match the shape's rank");
+    bool full = true;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 1) strides[i] = 0;
+      if (!mask.empty()) full = full && mask[i] == Pair{0, shape[i]};
+    }
+    if (full) mask.clear();
+    contiguous = offset == 0 && mask.empty() && strides == strides_for_shape(shape);
+  }
+
+  constexpr std::size_t ndim() const { return shape.size(); }
+  constexpr std::int64_t size() const { return prod(shape); }
+
+  // Flat buffer index and validity of one position (for evaluators that run without symbolic).
+  constexpr std::int64_t index(const Dims& pos) const {
+    std::int64_t idx = offset;
+    for (std::size_t i = 0; i < pos.size(); ++i) idx += pos[i] * strides[i];
+    return idx;
+  }
+  constexpr bool valid(const Dims& pos) const {
+    for (std::size_t i = 0; i < mask.size(); ++i)
+      if (pos[i] < mask[i].first || pos[i] >= mask[i].second) return false;
+    return true;
+  }
+
+  constexpr View permute(const Dims& axes) const {
+    Dims seen = Dims::filled(ndim(), 0), s, st;
+    Pairs m;
+    if (axes.size() != ndim())
+      detail::movement_error("permute", shape, to_string(axes), "wrong number of axes");
+    for (std::int64_t a : axes) {
+      if (a < 0 || a >= static_cast<std::int64_t>(ndim()) || seen[a]++)
+        detail::movement_error("permute", shape, to_string(axes), "not a permutation of the axes");
+      s.push_back(shape[a]);
+      st.push_back(strides[a]);
+      if (!mask.empty()) m.push_back(mask[a]);
+    }
+    return View(s, st, offset, m);
+  }
+
+  constexpr View expand(const Dims& new_shape) const {
+    if (new_shape.size() != ndim())
+      detail::movement_error("expand", shape, to_string(new_shape), "rank must stay the same");
+    Dims st = strides;
+    Pairs m = mask;
+    for (std::size_t i = 0; i < ndim(); ++i) {
+      if (new_shape[i] == shape[i]) continue;
+      if (shape[i] != 1 || new_shape[i] < 0)
+        detail::movement_error("expand", shape, to_string(new_shape), "only size-1 dimensions can expand");
+      st[i] = 0;
+      if (!m.empty()) m[i] = m[i] == Pair{0, 1} ? Pair{0, new_shape[i]} : Pair{0, 0};
+    }
+    return View(new_shape, st, offset, m);
+  }
+
+  // arg[i] = (before, after): zeros on each side, marked invalid by the mask.
+  constexpr View pad(const Pairs& arg) const {
+    if (arg.size() != ndim())
+      detail::movement_error("pad", shape, to_string(arg), "one (before, after) per dimension");
+    Dims s;
+    Pairs m;
+    std::int64_t off = offset;
+    for (std::size_t i = 0; i < ndim(); ++i) {
+      auto [b, e] = arg[i];
+      if (b < 0 || e < 0)
+        detail::movement_error("pad", shape, to_string(arg), "padding must be non-negative");
+      s.push_back(shape[i] + b + e);
+      off -= b * strides[i];
+      Pair old = mask.empty() ? Pair{0, shape[i]} : mask[i];
+      m.push_back({old.first + b, old.second + b});
+    }
+    return View(s, strides, off, m);
+  }
+
+  // arg[i] = [begin, end) kept along dimension i.
+  constexpr View shrink(const Pairs& arg) const {
+    if (arg.size() != ndim())
+      detail::movement_error("shrink", shape, to_string(arg), "one (begin, end) per dimension");
+    Dims s;
+    Pairs m;
+    std::int64_t off = offset;
+    for (std::size_t i = 0; i < ndim(); ++i) {
+      auto [b, e] = arg[i];
+      if (b < 0 || e < b || e > shape[i])
+        detail::movement_error("shrink", shape, to_string(arg), "need 0 <= begin <= end <= size");
+      s.push_back(e - b);
+      off += b * strides[i];
+      if (!mask.empty()) {
+        auto clamp = [&](std::int64_t x) { return x < 0 ? 0 : (x > e - b ? e - b : x); };
+        std::int64_t lo = clamp(mask[i].first - b), hi = clamp(mask[i].second - b);
+        m.push_back({lo, hi < lo ? lo : hi});
+      }
+    }
+    return View(s, strides, off, m);
+  }
+
+  // Every mul[i]-th element; a negative step walks the dimension backwards (flip is stride -1).
+  constexpr View stride(const Dims& mul) const {
+    if (mul.size() != ndim())
+      detail::movement_error("stride", shape, to_string(mul), "one step per dimension");
+    Dims s, st;
+    Pairs m;
+    std::int64_t off = offset;
+    for (std::size_t i = 0; i < ndim(); ++i) {
+      std::int64_t k = mul[i], a = k < 0 ? -k : k, n = shape[i];
+      if (k == 0) detail::movement_error("stride", shape, to_string(mul), "a step cannot be 0");
+      s.push_back((n + a - 1) / a);
+      st.push_back(strides[i] * k);
+      if (k < 0 && n > 0) off += (n - 1) * strides[i];
+      if (!mask.empty()) {
+        auto [lo, hi] = mask[i];
+        m.push_back({((k > 0 ? lo : n - hi) + a - 1) / a, ((k > 0 ? hi : n - lo) + a - 1) / a});
+      }
+    }
+    return View(s, st, off, m);
+  }
+
+  // A reshape this view can express by itself (splitting and merging compatible axes, adding or
+  // removing size-1 axes, masks that stay boxes); nullopt when a second view is needed.
+  constexpr std::optional<View> reshape(const Dims& new_shape) const {
+    for (std::int64_t d : new_shape)
+      if (d < 0) detail::movement_error("reshape", shape, to_string(new_shape), "sizes must be non-negative");
+    if (prod(new_shape) != size())
+      detail::movement_error("reshape", shape, to_string(new_shape), "element counts differ");
+    if (new_shape == shape) return *this;
+    bool empty_mask = false;
+    for (const Pair& p : mask) empty_mask = empty_mask || p.first >= p.second;
+    if (size() == 0 || empty_mask) {  // nothing valid to address: any strides will do
+      Pairs m;
+      if (empty_mask) m = Pairs::filled(new_shape.size(), Pair{0, 0});
+      return View(new_shape, {}, 0, m);
+    }
+    // Old and new axes without the size-1 ones, grouped where their running products meet.
+    Dims old_axes, new_axes;
+    for (std::size_t i = 0; i < ndim(); ++i)
+      if (shape[i] != 1) old_axes.push_back(static_cast<std::int64_t>(i));
+    for (std::size_t i = 0; i < new_shape.size(); ++i)
+      if (new_shape[i] != 1) new_axes.push_back(static_cast<std::int64_t>(i));
+    Dims st = Dims::filled(new_shape.size(), 0);
+    Pairs m;
+    if (!mask.empty()) m = Pairs::filled(new_shape.size(), Pair{0, 1});
+    for (std::size_t oi = 0, ni = 0; oi < old_axes.size();) {
+      std::size_t oj = oi + 1, nj = ni + 1;
+      std::int64_t op = shape[old_axes[oi]], np = new_shape[new_axes[ni]];
+      while (op != np) (op < np) ? void(op *= shape[old_axes[oj++]]) : void(np *= new_shape[new_axes[nj++]]);
+      for (std::size_t k = oi; k + 1 < oj; ++k)
+        if (strides[old_axes[k]] != shape[old_axes[k + 1]] * strides[old_axes[k + 1]]) return std::nullopt;
+      std::int64_t acc = strides[old_axes[oj - 1]];
+      for (std::size_t k = nj; k-- > ni;) {
+        st[new_axes[k]] = acc;
+        acc *= new_shape[new_axes[k]];
+      }
+      if (!mask.empty()) {
+        // The group's valid range must be a box: inner old axes full, bounds aligned to new axes.
+        std::int64_t inner_old = 1, inner_new = 1;
+        for (std::size_t k = oi + 1; k < oj; ++k) {
+          if (mask[old_axes[k]] != Pair{0, shape[old_axes[k]]}) return std::nullopt;
+          inner_old *= shape[old_axes[k]];
+        }
+        for (std::size_t k = ni; k < nj; ++k) m[new_axes[k]] = {0, new_shape[new_axes[k]]};
+        for (std::size_t k = ni + 1; k < nj; ++k) inner_new *= new_shape[new_axes[k]];
+        std::int64_t lo = mask[old_axes[oi]].first * inner_old, hi = mask[old_axes[oi]].second * inner_old;
+        if (lo % inner_new || hi % inner_new) return std::nullopt;
+        m[new_axes[ni]] = {lo / inner_new, hi / inner_new};
+      }
+      oi = oj;
+      ni = nj;
+    }
+    return View(new_shape, st, offset, m);
+  }
+
+  friend constexpr bool operator==(const View&, const View&) = default;
+};
+
+inline std::string to_string(const View& v) {
+  return detail::cat("View(", to_string(v.shape), ", ", to_string(v.strides), ", ", std::to_string(v.offset),
+                     v.mask.empty() ? "" : ", ", v.mask.empty() ? "" : to_string(v.mask), ")");
+}
+
+}  // namespace metagrad

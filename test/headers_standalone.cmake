@@ -1,0 +1,10 @@
+# Compiles each public header alone (-fsyntax-only) so none relies on what another includes first.
+foreach(h IN LISTS HEADERS)
+  execute_process(
+    COMMAND ${COMPILER} -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror
+            -I${ROOT}/include -I${ROOT}/detail -x c++ -include ${h} /dev/null
+    RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${COMPILER}: ${h} does not compile on its own:\n${err}")
+  endif()
+endforeach()
