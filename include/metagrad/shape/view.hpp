@@ -177,7 +177,7 @@ struct View {
     Pairs m;
     std::int64_t off = offset;
     for (std::size_t i = 0; i < ndim(); ++i) {
-      auto [b, e] = arg[i];
+      std::int64_t b = arg[i].first, e = arg[i].second;  // not a structured binding: clang 14 cannot capture those
       if (b < 0 || e < b || e > shape[i])
         detail::movement_error("shrink", shape, to_string(arg), "need 0 <= begin <= end <= size");
       s.push_back(e - b);
