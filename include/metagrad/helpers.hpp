@@ -1,0 +1,136 @@
+#pragma once
+// The bottom layer (the seed's helpers.py): dtypes, environment flags, global counters.
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace metagrad {
+
+// A scalar type. `priority` orders promotion (bool < ints < floats); `kind` is 'b', 'i', 'u' or 'f'.
+struct DType {
+  int priority;
+  int itemsize;
+  const char* name;
+  char kind;
+  friend constexpr bool operator==(const DType& a, const DType& b) { return a.priority == b.priority; }
+};
+
+namespace dtypes {
+inline constexpr DType bool_{0, 1, "bool", 'b'};
+inline constexpr DType int8{1, 1, "int8", 'i'};
+inline constexpr DType uint8{2, 1, "uint8", 'u'};
+inline constexpr DType int32{4, 4, "int32", 'i'};
+inline constexpr DType int64{5, 8, "int64", 'i'};
+inline constexpr DType float16{9, 2, "float16", 'f'};
+inline constexpr DType float32{10, 4, "float32", 'f'};
+inline constexpr DType float64{11, 8, "float64", 'f'};
+inline constexpr DType all[] = {bool_, int8, uint8, int32, int64, float16, float32, float64};
+
+constexpr bool is_float(DType d) { return d.kind == 'f'; }
+constexpr bool is_int(DType d) { return d.kind == 'i' || d.kind == 'u'; }
+constexpr bool is_unsigned(DType d) { return d.kind == 'u'; }
+}  // namespace dtypes
+
+// The result type of a binary op on a and b, as PyTorch and tinygrad promote:
+// int + float -> float, bool + int -> int, and the wider of two of a kind. int8 + uint8 -> int32.
+constexpr DType promote_types(DType a, DType b) {
+  if ((a == dtypes::int8 && b == dtypes::uint8) || (a == dtypes::uint8 && b == dtypes::int8))
+    return dtypes::int32;
+  return a.priority >= b.priority ? a : b;
+}
+
+// IEEE half precision storage. Arithmetic happens in float; conversions round to nearest even.
+struct half {
+  std::uint16_t bits = 0;
+  half() = default;
+  half(float f) : bits(from_float(f)) {}             // NOLINT: implicit, like float16 in numpy
+  operator float() const { return to_float(bits); }  // NOLINT
+
+  static std::uint16_t from_float(float f) {
+    std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+    std::uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xff) return static_cast<std::uint16_t>(sign | 0x7c00u | (m ? 0x200u : 0u));  // inf, nan
+    int exp = static_cast<int>(e) - 127 + 15;
+    if (exp >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow to inf
+    if (exp <= 0) {                                                    // subnormal or zero
+      if (exp < -10) return static_cast<std::uint16_t>(sign);
+      m |= 0x800000u;
+      int shift = 14 - exp;
+      std::uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+      if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
+      return static_cast<std::uint16_t>(sign | r);
+    }
+    std::uint32_t r = (static_cast<std::uint32_t>(exp) << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;  // may carry into the exponent: still right
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  static float to_float(std::uint16_t h) {
+    std::uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+      float v = static_cast<float>(m) * (1.0f / 16777216.0f);  // m * 2^-24
+      return sign ? -v : v;
+    }
+    return std::bit_cast<float>(sign | ((e - 15 + 127) << 23) | (m << 13));
+  }
+};
+
+template <class T>
+struct dtype_of_t;
+template <>
+struct dtype_of_t<bool> {
+  static constexpr DType value = dtypes::bool_;
+};
+template <>
+struct dtype_of_t<std::int8_t> {
+  static constexpr DType value = dtypes::int8;
+};
+template <>
+struct dtype_of_t<std::uint8_t> {
+  static constexpr DType value = dtypes::uint8;
+};
+template <>
+struct dtype_of_t<std::int32_t> {
+  static constexpr DType value = dtypes::int32;
+};
+template <>
+struct dtype_of_t<std::int64_t> {
+  static constexpr DType value = dtypes::int64;
+};
+template <>
+struct dtype_of_t<half> {
+  static constexpr DType value = dtypes::float16;
+};
+template <>
+struct dtype_of_t<float> {
+  static constexpr DType value = dtypes::float32;
+};
+template <>
+struct dtype_of_t<double> {
+  static constexpr DType value = dtypes::float64;
+};
+template <class T>
+inline constexpr DType dtype_of = dtype_of_t<T>::value;
+
+// Environment flags, read each time (tests set them): DEBUG=2, DEVICE=CLANG, THREADS=1.
+inline std::string getenv(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+inline long getenv_int(const char* name, long fallback = 0) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtol(v, nullptr, 10) : fallback;
+}
+
+// What has run since the last reset(), the seed's GlobalCounters. `cache` lives in ops.hpp.
+struct GlobalCounters {
+  static inline std::int64_t kernel_count = 0;
+  static inline std::int64_t global_ops = 0;
+  static inline std::int64_t global_mem = 0;
+  static inline double time_sum = 0;  // seconds
+  static void reset() { kernel_count = global_ops = global_mem = 0, time_sum = 0; }
+};
+
+}  // namespace metagrad

@@ -1,0 +1,96 @@
+#pragma once
+// LazyBuffer: a Tensor without derivatives (the seed's lazy.py). Unrealized, it holds the LazyOp
+// that computes it; realized, a RawBuffer. Movement ops make views: a LazyBuffer whose op is the
+// MovementOp on its parent and whose ShapeTracker maps its shape into the base's buffer, so no
+// movement op copies. realize() schedules the graph into kernels (fusing elementwise work into
+// its consumer) and runs them on the buffer's device.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metagrad/ops.hpp"
+#include "metagrad/shape/shapetracker.hpp"
+
+namespace metagrad {
+
+struct LazyBuffer;
+using LazyBufferPtr = std::shared_ptr<LazyBuffer>;
+
+struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
+  std::string device;
+  DType dtype;
+  ShapeTracker st;
+  std::shared_ptr<RawBuffer> realized;  // set once computed (bases only; a view reads its base's)
+  std::shared_ptr<LazyOp> op;           // how to compute it; dropped once realized
+
+  LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<LazyOp> op_,
+             std::shared_ptr<RawBuffer> realized_ = nullptr);
+  LazyBuffer(const LazyBuffer&) = delete;
+  LazyBuffer& operator=(const LazyBuffer&) = delete;
+  ~LazyBuffer();
+
+  const Dims& shape() const { return st.shape(); }
+  bool is_view() const { return op && op->op.type == OpType::Movement; }
+  // The buffer a view reads: the first ancestor that is not a movement op (itself for a base).
+  LazyBufferPtr base();
+  // Computes this buffer (its base, for a view) and everything it needs.
+  LazyBuffer& realize();
+
+  // A realized buffer on `device` holding `raw` with `shape`.
+  static LazyBufferPtr from_raw(std::shared_ptr<RawBuffer> raw, const Dims& shape, const std::string& device);
+  static LazyBufferPtr loadop(LoadOps op, const Dims& shape, DType dtype, const std::string& device,
+                              OpArg arg = {}, std::vector<LazyBufferPtr> src = {});
+  // Elementwise op on same-shaped sources (Unary, Binary or Fused); CAST takes its dtype as arg.
+  static LazyBufferPtr elementwise(Op op, const std::vector<LazyBufferPtr>& src, OpArg arg = {});
+  LazyBufferPtr e(UnaryOps op, OpArg arg = {}) {
+    return elementwise(op, {shared_from_this()}, std::move(arg));
+  }
+  LazyBufferPtr e(BinaryOps op, const LazyBufferPtr& y) { return elementwise(op, {shared_from_this(), y}); }
+  // Reduce to new_shape (same rank; reduced axes become 1).
+  LazyBufferPtr r(ReduceOps op, const Dims& new_shape);
+  LazyBufferPtr movement_op(MovementOps op, OpArg arg);
+  LazyBufferPtr cast(DType to) { return to == dtype ? shared_from_this() : e(UnaryOps::CAST, to); }
+  // A buffer of the same shape whose memory is this buffer's values in row-major order.
+  LazyBufferPtr contiguous();
+  LazyBufferPtr to(const std::string& device);
+  // A constant of this buffer's shape, dtype and device, made of one CONST element expanded.
+  LazyBufferPtr const_like(double value);
+  static LazyBufferPtr full(const Dims& shape, double value, DType dtype, const std::string& device);
+
+  // The values in row-major order, converted from the buffer's dtype to T.
+  template <class T>
+  std::vector<T> to_vector();
+
+  // Consumers that are still alive: an unrealized elementwise buffer with at most one is fused
+  // into it; one with more is computed once (a kernel of its own).
+  std::size_t live_children() const;
+  static inline std::atomic<std::int64_t> live_count = 0;
+
+ private:
+  std::vector<std::weak_ptr<LazyBuffer>> children_;
+  friend void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child);
+};
+
+// Reads a realized, contiguous buffer's bytes as doubles (host copy), for to_vector and tests.
+std::vector<double> read_as_double(const RawBuffer& buf);
+
+template <class T>
+std::vector<T> LazyBuffer::to_vector() {
+  LazyBufferPtr c = contiguous();
+  c->realize();
+  std::shared_ptr<RawBuffer> raw = c->base()->realized;
+  if (dtype_of<T> == raw->dtype && static_cast<std::int64_t>(raw->size) == st.size()) return raw->toCPU<T>();
+  std::vector<double> v = read_as_double(*raw);
+  std::vector<T> out(static_cast<std::size_t>(st.size()));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(v[i]);
+  return out;
+}
+
+// Writes doubles (one per element) into a buffer of any dtype, converting as C does.
+void write_from_double(RawBuffer& buf, const std::vector<double>& values);
+
+// The dtype and shape an AST node produces.
+DType ast_dtype(const LazySrc& src);
+Dims ast_shape(const LazySrc& src);
+
+}  // namespace metagrad

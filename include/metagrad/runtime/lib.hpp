@@ -1,0 +1,75 @@
+#pragma once
+// RawBuffer: where data actually lives (the seed's runtime/lib.py). `size` elements of `dtype`.
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "metagrad/helpers.hpp"
+
+namespace metagrad {
+
+class RawBuffer {
+ public:
+  std::size_t size;
+  DType dtype;
+
+  RawBuffer(std::size_t size_, DType dtype_) : size(size_), dtype(dtype_) { ++live_count; }
+  RawBuffer(const RawBuffer&) = delete;
+  RawBuffer& operator=(const RawBuffer&) = delete;
+  virtual ~RawBuffer() { --live_count; }
+
+  std::size_t nbytes() const { return size * static_cast<std::size_t>(dtype.itemsize); }
+  // Byte copies between this buffer and host memory of nbytes().
+  virtual void copyin(const void* host) = 0;
+  virtual void copyout(void* host) const = 0;
+
+  // The contents as host values; T must be the buffer's own element type.
+  template <class T>
+  std::vector<T> toCPU() const {
+    if (dtype_of<T> != dtype)
+      throw std::invalid_argument(std::string("RawBuffer.toCPU: the buffer holds ") + dtype.name + ", not " +
+                                  dtype_of<T>.name);
+    std::vector<T> out(size);
+    copyout(out.data());
+    return out;
+  }
+
+  // Buffers alive right now, of every device: tests check it stays flat across training steps.
+  static inline std::atomic<std::int64_t> live_count = 0;
+};
+
+// malloc-backed (64-byte aligned) host memory: the buffer of CPU, CLANG and LLVM.
+class RawMallocBuffer : public RawBuffer {
+ public:
+  RawMallocBuffer(std::size_t size_, DType dtype_)
+      : RawBuffer(size_, dtype_),
+        ptr_(static_cast<std::byte*>(
+            ::operator new (std::max<std::size_t>(nbytes(), 1), std::align_val_t{64}))) {}
+  RawMallocBuffer(RawMallocBuffer&& o) noexcept : RawBuffer(o.size, o.dtype), ptr_(o.ptr_) {
+    o.ptr_ = nullptr;
+  }
+  ~RawMallocBuffer() override {
+    if (ptr_) ::operator delete (ptr_, std::align_val_t{64});
+  }
+
+  template <class T>
+  static RawMallocBuffer fromCPU(const std::vector<T>& host) {
+    RawMallocBuffer buf(host.size(), dtype_of<T>);
+    buf.copyin(host.data());
+    return buf;
+  }
+
+  void copyin(const void* host) override { std::memcpy(ptr_, host, nbytes()); }
+  void copyout(void* host) const override { std::memcpy(host, ptr_, nbytes()); }
+  void* data() { return ptr_; }
+  const void* data() const { return ptr_; }
+
+ private:
+  std::byte* ptr_;
+};
+
+}  // namespace metagrad

@@ -1,0 +1,401 @@
+#pragma once
+// Tensor (the seed's tensor.py): the familiar class, lazy through LazyBuffer, differentiable
+// through mlops. A Tensor is a handle: copies share one state (data, grad, autograd context), the
+// way Python references do, so an optimizer and a model see the same parameters.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <typeinfo>
+#include <variant>
+#include <vector>
+
+#include "metagrad/mlops.hpp"
+
+namespace metagrad {
+
+namespace detail {
+struct TensorState {
+  std::shared_ptr<LazyBuffer> lazydata;
+  std::shared_ptr<TensorState> grad;
+  std::optional<bool> requires_grad;
+  std::shared_ptr<Function> ctx;
+};
+
+// A member of Tensor that reads and writes the shared state: `t.lazydata = x` changes every copy.
+template <class T, T TensorState::*M>
+class Field {
+ public:
+  explicit Field(TensorState* s) : s_(s) {}
+  Field(const Field&) = delete;
+  Field& operator=(const Field& o) { return *this = o.get(); }
+  Field& operator=(T v) {
+    s_->*M = std::move(v);
+    return *this;
+  }
+  T& get() const { return s_->*M; }
+  operator T&() const { return get(); }  // NOLINT
+  decltype(auto) operator->() const {
+    if constexpr (std::is_pointer_v<T>)
+      return get();
+    else
+      return get().operator->();
+  }
+  decltype(auto) operator*() const { return *get(); }
+  explicit operator bool() const { return static_cast<bool>(get()); }
+  template <class U>
+  friend bool operator==(const Field& f, const U& v) {
+    return f.get() == v;
+  }
+  void rebind(TensorState* s) { s_ = s; }
+
+ private:
+  TensorState* s_;
+};
+}  // namespace detail
+
+// Creation options, for designated initializers: Tensor::ones({2, 3}, {.requires_grad = true}).
+struct TensorOptions {
+  std::string device = "";          // "" is Device::DEFAULT
+  std::optional<DType> dtype = {};  // default: float32 (or the data's type)
+  std::optional<bool> requires_grad = {};
+};
+
+// Axes of a reduction: one axis, a list, or none (= all). Negative axes count from the end.
+struct Axes {
+  std::vector<std::int64_t> axes;
+  bool all = true;
+  Axes() = default;
+  Axes(std::int64_t a) : axes{a}, all(false) {}        // NOLINT
+  Axes(int a) : Axes(static_cast<std::int64_t>(a)) {}  // NOLINT
+  Axes(std::initializer_list<std::int64_t> a) : axes(a), all(a.size() == 0) {}
+  Axes(std::vector<std::int64_t> a) : axes(std::move(a)), all(axes.empty()) {}  // NOLINT
+};
+
+// One entry of a subscript, numpy style: an integer (removes the axis), a Slice, NewAxis, Ellipsis.
+struct Slice {
+  std::optional<std::int64_t> start, stop, step;
+};
+struct NewAxisT {};
+struct EllipsisT {};
+inline constexpr NewAxisT NewAxis{};
+inline constexpr EllipsisT Ellipsis{};
+using Index = std::variant<std::int64_t, Slice, NewAxisT, EllipsisT>;
+
+class Tensor {
+ public:
+  // ---- state (shared by copies) ----
+  detail::Field<std::shared_ptr<LazyBuffer>, &detail::TensorState::lazydata> lazydata;
+  // The gradient, once backward() has reached this tensor: `if (w.grad) w.grad->to_vector<float>()`.
+  class GradField {
+   public:
+    explicit GradField(detail::TensorState* s) : s_(s) {}
+    GradField(const GradField&) = delete;
+    GradField& operator=(const GradField& o);
+    GradField& operator=(const Tensor& t);
+    GradField& operator=(std::nullopt_t);
+    explicit operator bool() const { return s_->grad != nullptr; }
+    Tensor operator*() const;
+    struct Arrow {
+      std::shared_ptr<Tensor> t;
+      Tensor* operator->() const { return t.get(); }
+    };
+    Arrow operator->() const;
+    void rebind(detail::TensorState* s) { s_ = s; }
+
+   private:
+    detail::TensorState* s_;
+  } grad;
+  detail::Field<std::optional<bool>, &detail::TensorState::requires_grad> requires_grad;
+  detail::Field<std::shared_ptr<Function>, &detail::TensorState::ctx> _ctx;
+
+  // ---- global modes ----
+  static inline thread_local bool no_grad = false;   // forward builds no graph
+  static inline thread_local bool training = false;  // dropout and batchnorm statistics
+  struct NoGradGuard {
+    bool prev = no_grad;
+    NoGradGuard() { no_grad = true; }
+    ~NoGradGuard() { no_grad = prev; }
+  };
+  struct TrainingGuard {
+    bool prev = training;
+    explicit TrainingGuard(bool on = true) { training = on; }
+    ~TrainingGuard() { training = prev; }
+  };
+
+  // ---- construction ----
+  Tensor(std::initializer_list<float> data, TensorOptions opts = {});
+  Tensor(std::initializer_list<std::initializer_list<float>> data, TensorOptions opts = {});
+  Tensor(std::initializer_list<std::initializer_list<std::initializer_list<float>>> data,
+         TensorOptions opts = {});
+  template <class T>
+  Tensor(const std::vector<T>& data, const Dims& shape, TensorOptions opts = {});
+  explicit Tensor(std::shared_ptr<LazyBuffer> data, std::optional<bool> requires_grad = {});
+  Tensor(const Tensor& o);
+  Tensor(Tensor&& o) noexcept : Tensor(static_cast<const Tensor&>(o)) {}
+  Tensor& operator=(const Tensor& o);
+  Tensor& operator=(Tensor&& o) noexcept { return *this = static_cast<const Tensor&>(o); }
+  ~Tensor();
+
+  static Tensor empty(const Dims& shape, TensorOptions opts = {});
+  static Tensor zeros(const Dims& shape, TensorOptions opts = {});
+  static Tensor ones(const Dims& shape, TensorOptions opts = {});
+  static Tensor full(const Dims& shape, double value, TensorOptions opts = {});
+  static Tensor zeros_like(const Tensor& t, TensorOptions opts = {});
+  static Tensor ones_like(const Tensor& t, TensorOptions opts = {});
+  static Tensor full_like(const Tensor& t, double value, TensorOptions opts = {});
+  static Tensor arange(double stop, TensorOptions opts = {});
+  static Tensor arange(double start, double stop, double step = 1, TensorOptions opts = {});
+  static Tensor eye(std::int64_t n, TensorOptions opts = {});
+  // Random tensors come from one global generator: manual_seed makes runs repeatable.
+  static void manual_seed(std::uint64_t seed);
+  static Tensor rand(const Dims& shape, TensorOptions opts = {});   // uniform [0, 1)
+  static Tensor randn(const Dims& shape, TensorOptions opts = {});  // standard normal
+  static Tensor uniform(const Dims& shape, double low = -1, double high = 1, TensorOptions opts = {});
+  static Tensor scaled_uniform(const Dims& shape, TensorOptions opts = {});  // uniform(-1, 1) / sqrt(numel)
+  static Tensor glorot_uniform(const Dims& shape, TensorOptions opts = {});
+  static Tensor kaiming_uniform(const Dims& shape, double a = 0.01, TensorOptions opts = {});
+
+  // ---- properties and data ----
+  const Dims& shape() const;
+  DType dtype() const;
+  const std::string& device() const;
+  std::int64_t numel() const;
+  std::int64_t ndim() const;
+  Tensor& realize();
+  template <class T>
+  std::vector<T> to_vector() const;  // realizes; the seed's .numpy(), row-major
+  template <class T = float>
+  T item() const;  // the single element of a one-element tensor
+  Tensor to(const std::string& device) const;
+  Tensor detach() const;  // same data, no graph
+  Tensor& requires_grad_(bool on = true);
+  Tensor& assign(const Tensor& x);  // replaces the data in place (shape and dtype must match)
+  // Gradients of this scalar with respect to every tensor it depends on that requires grad.
+  void backward();
+
+  // ---- movement (views: nothing is copied) ----
+  Tensor reshape(const std::vector<std::int64_t>& shape) const;  // one entry may be -1
+  Tensor expand(const std::vector<std::int64_t>& shape) const;   // -1 keeps a size
+  Tensor permute(const std::vector<std::int64_t>& order) const;
+  Tensor flip(const Axes& axes) const;
+  Tensor pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg, double value = 0) const;
+  Tensor pad2d(const std::vector<std::int64_t>& padding,
+               double value = 0) const;  // (left, right, top, bottom)
+  Tensor shrink(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg) const;
+  Tensor operator[](const std::vector<Index>& index) const;
+  Tensor operator[](std::int64_t i) const { return (*this)[std::vector<Index>{i}]; }
+  Tensor cat(const std::vector<Tensor>& others, std::int64_t dim = 0) const;
+  static Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
+  Tensor repeat(const std::vector<std::int64_t>& repeats) const;
+  std::vector<Tensor> chunk(std::int64_t n, std::int64_t dim = 0) const;
+  Tensor squeeze(std::optional<std::int64_t> dim = {}) const;
+  Tensor unsqueeze(std::int64_t dim) const;
+  Tensor transpose(std::int64_t dim0 = 1, std::int64_t dim1 = 0) const;
+  Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
+  Tensor triu(std::int64_t k = 0) const;
+  Tensor tril(std::int64_t k = 0) const;
+
+  // ---- reductions ----
+  Tensor sum(const Axes& axis = {}, bool keepdim = false) const;
+  Tensor max(const Axes& axis = {}, bool keepdim = false) const;
+  Tensor min(const Axes& axis = {}, bool keepdim = false) const;
+  Tensor mean(const Axes& axis = {}, bool keepdim = false) const;
+  Tensor std(const Axes& axis = {}, bool keepdim = false, std::int64_t correction = 1) const;
+  Tensor softmax(std::int64_t axis = -1) const;
+  Tensor log_softmax(std::int64_t axis = -1) const;
+  Tensor argmax(std::optional<std::int64_t> axis = {}, bool keepdim = false) const;  // int64
+  Tensor cumsum(std::int64_t axis = 0) const;
+
+  // ---- elementwise math (broadcasting; scalars on either side via the free operators) ----
+  Tensor add(const Tensor& y) const;
+  Tensor sub(const Tensor& y) const;
+  Tensor mul(const Tensor& y) const;
+  Tensor div(const Tensor& y) const;  // true division: integer inputs give float32
+  Tensor pow(const Tensor& y) const;
+  Tensor pow(double y) const;
+  Tensor maximum(const Tensor& y) const;
+  Tensor minimum(const Tensor& y) const;
+  Tensor maximum(double y) const;
+  Tensor minimum(double y) const;
+  Tensor eq(const Tensor& y) const;  // comparisons give bool
+  Tensor ne(const Tensor& y) const;
+  Tensor lt(const Tensor& y) const;
+  Tensor le(const Tensor& y) const;
+  Tensor gt(const Tensor& y) const;
+  Tensor ge(const Tensor& y) const;
+  Tensor where(const Tensor& x, const Tensor& y) const;  // this is the condition
+  Tensor where(double x, double y) const;
+
+  Tensor neg() const;
+  Tensor log() const;
+  Tensor log2() const;
+  Tensor exp() const;
+  Tensor exp2() const;
+  Tensor relu() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tan() const;
+  Tensor ceil() const;
+  Tensor floor() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor square() const;
+  Tensor clip(double min, double max) const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor reciprocal() const;
+  Tensor sigmoid() const;
+  Tensor elu(double alpha = 1.0) const;
+  Tensor celu(double alpha = 1.0) const;
+  Tensor swish() const;
+  Tensor silu() const;
+  Tensor relu6() const;
+  Tensor hardswish() const;
+  Tensor tanh() const;
+  Tensor hardtanh(double min_val = -1, double max_val = 1) const;
+  Tensor gelu() const;
+  Tensor quick_gelu() const;
+  Tensor leakyrelu(double neg_slope = 0.01) const;
+  Tensor mish() const;
+  Tensor softplus(double beta = 1) const;
+  Tensor softsign() const;
+  Tensor cast(DType dtype) const;
+  Tensor contiguous() const;
+
+  // ---- processing ----
+  Tensor matmul(const Tensor& w) const;
+  Tensor dot(const Tensor& w) const { return matmul(w); }
+  Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = {}) const;  // x @ weight + bias
+  Tensor conv2d(const Tensor& weight, const std::optional<Tensor>& bias = {}, std::int64_t groups = 1,
+                std::vector<std::int64_t> stride = {1}, std::vector<std::int64_t> dilation = {1},
+                std::vector<std::int64_t> padding = {0}) const;
+  Tensor conv_transpose2d(const Tensor& weight, const std::optional<Tensor>& bias = {},
+                          std::int64_t groups = 1, std::vector<std::int64_t> stride = {1},
+                          std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                          std::vector<std::int64_t> output_padding = {0}) const;
+  Tensor avg_pool2d(std::vector<std::int64_t> kernel_size = {2, 2},
+                    std::vector<std::int64_t> stride = {}) const;
+  Tensor max_pool2d(std::vector<std::int64_t> kernel_size = {2, 2},
+                    std::vector<std::int64_t> stride = {}) const;
+  Tensor layernorm(const Axes& axis = -1, double eps = 1e-5) const;
+  Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
+                   const Tensor& invstd) const;
+  Tensor dropout(double p = 0.5) const;  // only while Tensor::training
+  Tensor sequential(const std::vector<std::function<Tensor(const Tensor&)>>& layers) const;
+
+  // ---- losses ----
+  // Mean negative log-likelihood of integer class labels Y (shape: this shape without the last axis).
+  Tensor sparse_categorical_crossentropy(const Tensor& Y, std::int64_t ignore_index = -1) const;
+  Tensor nll_loss(const Tensor& Y) const;                    // this holds log-probabilities
+  Tensor binary_crossentropy(const Tensor& Y) const;         // this holds probabilities
+  Tensor binary_crossentropy_logits(const Tensor& Y) const;  // this holds logits
+
+  // Broadcast this and y to one shape and dtype (numpy rules, PyTorch promotion).
+  std::pair<Tensor, Tensor> broadcasted(const Tensor& y) const;
+  // A constant of this tensor's device and dtype, broadcastable to it.
+  Tensor scalar_like(double value) const;
+
+ private:
+  std::shared_ptr<detail::TensorState> state_;
+  explicit Tensor(std::shared_ptr<detail::TensorState> s);
+  void rebind();
+  std::int64_t resolve_axis(std::int64_t axis) const;
+  Dims reduced_shape(const Axes& axis) const;
+  friend class GradField;
+};
+
+// Scalars on either side. An integral scalar keeps an integer tensor's dtype; a floating one
+// makes integer tensors float32 (as PyTorch does).
+Tensor operator+(const Tensor& x, const Tensor& y);
+Tensor operator-(const Tensor& x, const Tensor& y);
+Tensor operator*(const Tensor& x, const Tensor& y);
+Tensor operator/(const Tensor& x, const Tensor& y);
+Tensor operator-(const Tensor& x);
+Tensor operator<(const Tensor& x, const Tensor& y);
+Tensor operator<=(const Tensor& x, const Tensor& y);
+Tensor operator>(const Tensor& x, const Tensor& y);
+Tensor operator>=(const Tensor& x, const Tensor& y);
+Tensor scalar_for(const Tensor& like, double value, bool integral);
+template <class S>
+concept Scalar = std::is_arithmetic_v<S>;
+#define METAGRAD_SCALAR_OP(op)                                                \
+  template <Scalar S>                                                         \
+  Tensor operator op(const Tensor& x, S s) {                                  \
+    return x op scalar_for(x, static_cast<double>(s), std::is_integral_v<S>); \
+  }                                                                           \
+  template <Scalar S>                                                         \
+  Tensor operator op(S s, const Tensor& x) {                                  \
+    return scalar_for(x, static_cast<double>(s), std::is_integral_v<S>) op x; \
+  }
+METAGRAD_SCALAR_OP(+)
+METAGRAD_SCALAR_OP(-)
+METAGRAD_SCALAR_OP(*)
+METAGRAD_SCALAR_OP(/)
+METAGRAD_SCALAR_OP(<)
+METAGRAD_SCALAR_OP(<=)
+METAGRAD_SCALAR_OP(>)
+METAGRAD_SCALAR_OP(>=)
+#undef METAGRAD_SCALAR_OP
+
+std::string to_string(const Tensor& t);  // "<Tensor shape=(2, 3) dtype=float32 device=CPU>"
+
+// ---- template definitions ----
+
+template <class T>
+Tensor::Tensor(const std::vector<T>& data, const Dims& shape, TensorOptions opts)
+    : Tensor(std::make_shared<detail::TensorState>()) {
+  if (static_cast<std::int64_t>(data.size()) != prod(shape))
+    throw std::invalid_argument(
+        detail::cat("Tensor: ", std::to_string(data.size()), " values cannot have shape ", to_string(shape)));
+  auto host =
+      LazyBuffer::from_raw(std::make_shared<RawMallocBuffer>(RawMallocBuffer::fromCPU(data)), shape, "CPU");
+  std::string device = opts.device.empty() ? Device::DEFAULT : opts.device;
+  auto lb = LazyBuffer::loadop(LoadOps::FROM, shape, dtype_of<T>, device, {}, {host});
+  state_->lazydata = opts.dtype ? lb->cast(*opts.dtype) : lb;
+  state_->requires_grad = opts.requires_grad;
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  return state_->lazydata->to_vector<T>();
+}
+
+template <class T>
+T Tensor::item() const {
+  if (numel() != 1)
+    throw std::invalid_argument(
+        detail::cat("Tensor.item: needs exactly one element, the shape is ", to_string(shape())));
+  return to_vector<T>()[0];
+}
+
+template <class Derived, std::size_t Arity>
+template <class... Args>
+detail::dependent<Tensor, Args...> FunctionImpl<Derived, Arity>::apply(const Args&... args) {
+  using T = detail::dependent<Tensor, Args...>;
+  auto all = std::forward_as_tuple(args...);
+  auto ctx = std::make_shared<Derived>();
+  return [&]<std::size_t... I, std::size_t... R>(std::index_sequence<I...>, std::index_sequence<R...>) {
+    const T* inputs[] = {&std::get<I>(all)...};
+    ctx->device = inputs[0]->device();
+    for (const T* t : inputs) ctx->needs_input_grad.push_back(t->requires_grad.get().value_or(false));
+    for (bool b : ctx->needs_input_grad) ctx->requires_grad = ctx->requires_grad || b;
+    T ret(ctx->forward(std::get<I>(all).lazydata.get()..., std::get<Arity + R>(all)...), ctx->requires_grad);
+    if (ctx->requires_grad && !T::no_grad) {
+      ctx->parents = {std::get<I>(all)...};
+      ret._ctx = ctx;
+    }
+    return ret;
+  }
+  (std::make_index_sequence<Arity>{}, std::make_index_sequence<sizeof...(Args) - Arity>{});
+}
+
+template <class Derived, std::size_t Arity>
+const char* FunctionImpl<Derived, Arity>::name() const {
+  static const std::string n = detail::demangle(typeid(Derived).name());
+  return n.c_str();
+}
+
+}  // namespace metagrad

@@ -1,0 +1,399 @@
+// LazyBuffer construction, the scheduler (which buffers become kernels, what fuses), and realize().
+#include "metagrad/lazy.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <unordered_set>
+
+namespace metagrad {
+
+namespace {
+
+std::string shape_error(const char* op, const std::vector<LazyBufferPtr>& src) {
+  std::string out = std::string(op) + ": sources must share one shape and device, got";
+  for (const auto& s : src) out += detail::cat(" ", to_string(s->shape()), "@", s->device);
+  return out;
+}
+
+std::shared_ptr<LazyOp> make_op(Op op, std::vector<LazySrc> src = {}, OpArg arg = {}) {
+  return std::make_shared<LazyOp>(op, std::move(src), std::move(arg));
+}
+
+// A host value of a realized buffer's element i, as double.
+double element_as_double(const std::byte* p, DType dt, std::size_t i) {
+  switch (dt.priority) {
+    case dtypes::bool_.priority:
+      return reinterpret_cast<const bool*>(p)[i];
+    case dtypes::int8.priority:
+      return reinterpret_cast<const std::int8_t*>(p)[i];
+    case dtypes::uint8.priority:
+      return reinterpret_cast<const std::uint8_t*>(p)[i];
+    case dtypes::int32.priority:
+      return reinterpret_cast<const std::int32_t*>(p)[i];
+    case dtypes::int64.priority:
+      return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
+    case dtypes::float16.priority:
+      return half::to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
+    case dtypes::float32.priority:
+      return reinterpret_cast<const float*>(p)[i];
+    default:
+      return reinterpret_cast<const double*>(p)[i];
+  }
+}
+
+}  // namespace
+
+void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child) {
+  auto& c = parent->children_;
+  c.erase(std::remove_if(c.begin(), c.end(), [](const auto& w) { return w.expired(); }), c.end());
+  c.push_back(child);
+}
+
+void write_from_double(RawBuffer& buf, const std::vector<double>& v) {
+  std::vector<std::byte> bytes(buf.nbytes());
+  auto put = [&]<class T>(T*) {
+    for (std::size_t i = 0; i < buf.size; ++i) reinterpret_cast<T*>(bytes.data())[i] = static_cast<T>(v[i]);
+  };
+  switch (buf.dtype.priority) {
+    case dtypes::bool_.priority:
+      for (std::size_t i = 0; i < buf.size; ++i) reinterpret_cast<bool*>(bytes.data())[i] = v[i] != 0;
+      break;
+    case dtypes::int8.priority:
+      put(static_cast<std::int8_t*>(nullptr));
+      break;
+    case dtypes::uint8.priority:
+      put(static_cast<std::uint8_t*>(nullptr));
+      break;
+    case dtypes::int32.priority:
+      put(static_cast<std::int32_t*>(nullptr));
+      break;
+    case dtypes::int64.priority:
+      put(static_cast<std::int64_t*>(nullptr));
+      break;
+    case dtypes::float16.priority:
+      for (std::size_t i = 0; i < buf.size; ++i)
+        reinterpret_cast<std::uint16_t*>(bytes.data())[i] = half::from_float(static_cast<float>(v[i]));
+      break;
+    case dtypes::float32.priority:
+      put(static_cast<float*>(nullptr));
+      break;
+    default:
+      put(static_cast<double*>(nullptr));
+      break;
+  }
+  buf.copyin(bytes.data());
+}
+
+std::vector<double> read_as_double(const RawBuffer& buf) {
+  std::vector<std::byte> bytes(buf.nbytes());
+  buf.copyout(bytes.data());
+  std::vector<double> out(buf.size);
+  for (std::size_t i = 0; i < buf.size; ++i) out[i] = element_as_double(bytes.data(), buf.dtype, i);
+  return out;
+}
+
+LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<LazyOp> op_,
+                       std::shared_ptr<RawBuffer> realized_)
+    : device(Device::canonicalize(device_)),
+      dtype(dtype_),
+      st(std::move(st_)),
+      realized(std::move(realized_)),
+      op(std::move(op_)) {
+  ++live_count;
+}
+
+LazyBuffer::~LazyBuffer() { --live_count; }
+
+std::size_t LazyBuffer::live_children() const {
+  return static_cast<std::size_t>(
+      std::count_if(children_.begin(), children_.end(), [](const auto& w) { return !w.expired(); }));
+}
+
+LazyBufferPtr LazyBuffer::base() {
+  LazyBufferPtr b = shared_from_this();
+  while (b->is_view()) b = std::get<LazyBufferPtr>(b->op->src[0]);
+  return b;
+}
+
+LazyBufferPtr LazyBuffer::from_raw(std::shared_ptr<RawBuffer> raw, const Dims& shape,
+                                   const std::string& device) {
+  if (static_cast<std::int64_t>(raw->size) != prod(shape))
+    throw std::invalid_argument(detail::cat("LazyBuffer.from_raw: ", std::to_string(raw->size),
+                                            " elements cannot have shape ", to_string(shape)));
+  DType dt = raw->dtype;
+  return std::make_shared<LazyBuffer>(device, ShapeTracker(shape), dt, nullptr, std::move(raw));
+}
+
+LazyBufferPtr LazyBuffer::loadop(LoadOps op, const Dims& shape, DType dtype, const std::string& device,
+                                 OpArg arg, std::vector<LazyBufferPtr> src) {
+  std::vector<LazySrc> s(src.begin(), src.end());
+  auto out = std::make_shared<LazyBuffer>(device, ShapeTracker(shape), dtype,
+                                          make_op(op, std::move(s), std::move(arg)));
+  for (const auto& x : src) add_child(x, out);
+  return out;
+}
+
+LazyBufferPtr LazyBuffer::elementwise(Op op, const std::vector<LazyBufferPtr>& src, OpArg arg) {
+  for (const auto& s : src)
+    if (s->shape() != src[0]->shape() || s->device != src[0]->device)
+      throw std::invalid_argument(shape_error("elementwise", src));
+  DType dt = op == BinaryOps::CMPEQ ? dtypes::bool_
+             : op == UnaryOps::CAST ? std::get<DType>(arg)
+                                    : src[0]->dtype;
+  auto out =
+      std::make_shared<LazyBuffer>(src[0]->device, ShapeTracker(src[0]->shape()), dt,
+                                   make_op(op, std::vector<LazySrc>(src.begin(), src.end()), std::move(arg)));
+  for (const auto& s : src) add_child(s, out);
+  return out;
+}
+
+LazyBufferPtr LazyBuffer::r(ReduceOps op, const Dims& new_shape) {
+  if (new_shape.size() != shape().size())
+    throw std::invalid_argument(detail::cat("reduce of shape ", to_string(shape()), " to ",
+                                            to_string(new_shape), ": the rank must stay the same"));
+  for (std::size_t i = 0; i < new_shape.size(); ++i)
+    if (new_shape[i] != shape()[i] && new_shape[i] != 1)
+      throw std::invalid_argument(detail::cat("reduce of shape ", to_string(shape()), " to ",
+                                              to_string(new_shape), ": reduced axes must become 1"));
+  if (new_shape == shape()) return shared_from_this();
+  auto out = std::make_shared<LazyBuffer>(device, ShapeTracker(new_shape), dtype,
+                                          make_op(op, {shared_from_this()}, new_shape));
+  add_child(shared_from_this(), out);
+  return out;
+}
+
+LazyBufferPtr LazyBuffer::movement_op(MovementOps op, OpArg arg) {
+  ShapeTracker s = st;
+  switch (op) {
+    case MovementOps::RESHAPE:
+      s.reshape(std::get<Dims>(arg));
+      break;
+    case MovementOps::PERMUTE:
+      s.permute(std::get<Dims>(arg));
+      break;
+    case MovementOps::EXPAND:
+      s.expand(std::get<Dims>(arg));
+      break;
+    case MovementOps::PAD:
+      s.pad(std::get<Pairs>(arg));
+      break;
+    case MovementOps::SHRINK:
+      s.shrink(std::get<Pairs>(arg));
+      break;
+    case MovementOps::STRIDE:
+      s.stride(std::get<Dims>(arg));
+      break;
+  }
+  if (s == st) return shared_from_this();  // a no-op movement (same views) is the buffer itself
+  auto out = std::make_shared<LazyBuffer>(device, std::move(s), dtype,
+                                          make_op(op, {shared_from_this()}, std::move(arg)));
+  add_child(shared_from_this(), out);
+  return out;
+}
+
+LazyBufferPtr LazyBuffer::contiguous() {
+  LazyBufferPtr b = base();
+  if (st.contiguous() && (b.get() == this || b->st.contiguous()) &&
+      (b->realized || b->op->op.type != OpType::Load || b->op->op == LoadOps::CONTIGUOUS))
+    return shared_from_this();
+  return loadop(LoadOps::CONTIGUOUS, shape(), dtype, device, {}, {shared_from_this()});
+}
+
+LazyBufferPtr LazyBuffer::to(const std::string& dev) {
+  if (Device::canonicalize(dev) == device) return shared_from_this();
+  return loadop(LoadOps::FROM, shape(), dtype, dev, {}, {shared_from_this()});
+}
+
+LazyBufferPtr LazyBuffer::full(const Dims& shape, double value, DType dtype, const std::string& device) {
+  Dims ones = Dims::filled(shape.size(), 1);
+  return loadop(LoadOps::CONST, ones, dtype, device, ConstArg{value, dtype})
+      ->movement_op(MovementOps::EXPAND, shape);
+}
+
+LazyBufferPtr LazyBuffer::const_like(double value) { return full(shape(), value, dtype, device); }
+
+DType ast_dtype(const LazySrc& src) {
+  if (auto* b = std::get_if<LazyBufferPtr>(&src)) return (*b)->dtype;
+  const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(src);
+  if (op.op == LoadOps::CONST) return std::get<ConstArg>(op.arg).dtype;
+  if (op.op == UnaryOps::CAST) return std::get<DType>(op.arg);
+  if (op.op == BinaryOps::CMPEQ) return dtypes::bool_;
+  return ast_dtype(op.src.at(0));
+}
+
+Dims ast_shape(const LazySrc& src) {
+  if (auto* b = std::get_if<LazyBufferPtr>(&src)) return (*b)->shape();
+  const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(src);
+  if (op.op == LoadOps::CONST) return std::get<ConstArg>(op.arg).shape;
+  if (op.op.type == OpType::Reduce) return std::get<Dims>(op.arg);
+  return ast_shape(op.src.at(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scheduler. Each unrealized base buffer is either a direct load (EMPTY, CONST, FROM, RAND,
+// CUSTOM, a CONTIGUOUS that can share its source) or a kernel: its op's AST with fusable sources
+// inlined. A source is inlined when it is an unrealized elementwise base read whole (not through a
+// view) with no other live consumer; constants are folded into the AST; anything else is a leaf
+// whose base is realized first.
+
+namespace {
+
+struct Plan {
+  LazyBufferPtr buf;
+  std::shared_ptr<LazyOp> ast;  // a kernel; null for a direct load
+  std::vector<LazyBufferPtr> deps;
+  LazyBufferPtr from;  // FROM: the contiguous source on its own device
+};
+
+bool is_elementwise(const LazyBuffer& b) {
+  return !b.realized && b.op &&
+         (b.op->op.type == OpType::Unary || b.op->op.type == OpType::Binary ||
+          b.op->op.type == OpType::Fused);
+}
+
+// The constant a source stands for, when it is one everywhere: a CONST, or one element of a host
+// buffer coming to this device, seen through a view without padding.
+std::optional<ConstArg> folded_constant(LazyBuffer& s) {
+  if (s.st.views().back().mask.size() || s.st.views().size() > 1) return std::nullopt;
+  LazyBufferPtr b = s.base();
+  if (b->realized || !b->op) return std::nullopt;
+  if (b->op->op == LoadOps::CONST) return ConstArg{std::get<ConstArg>(b->op->arg).value, s.dtype, s.shape()};
+  if (b->op->op == LoadOps::FROM && b->st.size() == 1) {
+    LazyBufferPtr host = std::get<LazyBufferPtr>(b->op->src[0])->base();
+    if (host->realized && host->device == "CPU" && host->realized->size == 1)
+      return ConstArg{read_as_double(*host->realized)[0], s.dtype, s.shape()};
+  }
+  return std::nullopt;
+}
+
+LazySrc build_ast(const LazySrc& src, LazyBuffer& consumer, std::vector<LazyBufferPtr>& deps) {
+  if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&src)) {
+    std::vector<LazySrc> s;
+    for (const LazySrc& x : (*o)->src) s.push_back(build_ast(x, consumer, deps));
+    return make_op((*o)->op, std::move(s), (*o)->arg);
+  }
+  const LazyBufferPtr& b = std::get<LazyBufferPtr>(src);
+  if (auto c = folded_constant(*b)) return make_op(LoadOps::CONST, {}, *c);
+  LazyBufferPtr base = b->base();
+  if (base == b && is_elementwise(*b) && b->device == consumer.device && b->live_children() <= 1)
+    return build_ast(b->op, consumer, deps);
+  if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
+  return b;
+}
+
+std::shared_ptr<LazyOp> kernel_ast(const std::shared_ptr<LazyOp>& op, LazyBuffer& out,
+                                   std::vector<LazyBufferPtr>& deps) {
+  return std::get<std::shared_ptr<LazyOp>>(build_ast(op, out, deps));
+}
+
+Plan make_plan(const LazyBufferPtr& b) {
+  Plan p{b, nullptr, {}, nullptr};
+  const LazyOp& op = *b->op;
+  if (op.op.type != OpType::Load) {
+    p.ast = kernel_ast(b->op, *b, p.deps);
+  } else if (op.op == LoadOps::CONTIGUOUS) {
+    p.ast = kernel_ast(make_op(UnaryOps::NOOP, op.src), *b, p.deps);
+  } else if (op.op == LoadOps::FROM) {
+    p.from = std::get<LazyBufferPtr>(op.src[0])->contiguous();
+    if (!p.from->base()->realized) p.deps.push_back(p.from->base());
+  } else if (op.op == LoadOps::CUSTOM) {
+    for (const LazySrc& s : op.src) {
+      LazyBufferPtr base = std::get<LazyBufferPtr>(s)->base();
+      if (!base->realized) p.deps.push_back(base);
+    }
+  }
+  return p;
+}
+
+// A CONTIGUOUS whose source already is this buffer's values in order shares the source's memory.
+std::shared_ptr<RawBuffer> shareable(const LazyOp& ast, const LazyBuffer& b) {
+  if (ast.op != UnaryOps::NOOP || ast.src.size() != 1) return nullptr;
+  const auto* leaf = std::get_if<LazyBufferPtr>(&ast.src[0]);
+  if (!leaf || !(*leaf)->st.contiguous() || (*leaf)->dtype != b.dtype) return nullptr;
+  auto raw = (*leaf)->base()->realized;
+  return raw && static_cast<std::int64_t>(raw->size) == b.st.size() ? raw : nullptr;
+}
+
+std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast, const LazyBuffer& b) {
+  auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+  auto t0 = std::chrono::steady_clock::now();
+  dev.exec_ast(ast, *out);
+  GlobalCounters::time_sum += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GlobalCounters::kernel_count += 1;
+  GlobalCounters::global_mem += static_cast<std::int64_t>(out->nbytes());
+  for (const auto& leaf : ast.buffers()) GlobalCounters::global_mem += leaf->st.size() * leaf->dtype.itemsize;
+  return out;
+}
+
+// Copies a whole buffer between devices through host memory.
+std::shared_ptr<RawBuffer> copy_to(Backend& dev, const RawBuffer& src) {
+  auto out = dev.alloc(src.size, src.dtype);
+  std::vector<std::byte> host(src.nbytes());
+  src.copyout(host.data());
+  out->copyin(host.data());
+  return out;
+}
+
+void execute(Plan& p) {
+  LazyBuffer& b = *p.buf;
+  if (b.realized) return;
+  Backend& dev = Device::get(b.device);
+  const LazyOp& op = *b.op;
+  if (p.ast) {
+    auto shared = op.op == LoadOps::CONTIGUOUS ? shareable(*p.ast, b) : nullptr;
+    b.realized = shared ? shared : run_kernel(dev, *p.ast, b);
+  } else if (op.op == LoadOps::FROM) {
+    b.realized = copy_to(dev, *p.from->base()->realized);
+  } else if (op.op == LoadOps::CONST) {  // a materialised constant: computed by a one-op kernel
+    ConstArg c{std::get<ConstArg>(op.arg).value, b.dtype, b.shape()};
+    b.realized = run_kernel(dev, LazyOp(UnaryOps::NOOP, {make_op(LoadOps::CONST, {}, c)}), b);
+  } else if (op.op ==
+             LoadOps::RAND) {  // uniform [0, 1) from the seed, made on the host: same on every device
+    std::mt19937_64 gen(static_cast<std::uint64_t>(std::get<ConstArg>(op.arg).value));
+    std::vector<double> v(static_cast<std::size_t>(b.st.size()));
+    for (double& x : v) x = static_cast<double>(gen() >> 40) * 0x1.0p-24;  // 24 bits: exact in float32
+    b.realized = dev.alloc(v.size(), b.dtype);
+    write_from_double(*b.realized, v);
+  } else if (op.op == LoadOps::EMPTY) {
+    b.realized = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+  } else if (op.op == LoadOps::CUSTOM) {
+    b.realized = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+    std::vector<RawBuffer*> inputs;
+    for (const LazySrc& s : op.src) inputs.push_back(std::get<LazyBufferPtr>(s)->base()->realized.get());
+    std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill(*b.realized, inputs);
+  } else {
+    throw std::runtime_error("realize: " + to_string(op.op) + " cannot be realized directly");
+  }
+  b.op = nullptr;  // realized: the graph behind it can be freed
+}
+
+}  // namespace
+
+LazyBuffer& LazyBuffer::realize() {
+  LazyBufferPtr target = base();
+  if (target->realized) return *this;
+  // Iterative post-order walk (deep graphs must not overflow the stack).
+  std::vector<Plan> order;
+  std::unordered_set<LazyBuffer*> seen{target.get()};
+  std::vector<std::pair<Plan, bool>> stack;
+  stack.emplace_back(make_plan(target), false);
+  while (!stack.empty()) {
+    auto& [plan, expanded] = stack.back();
+    if (expanded) {
+      order.push_back(std::move(plan));
+      stack.pop_back();
+      continue;
+    }
+    expanded = true;
+    std::vector<LazyBufferPtr> deps = plan.deps;
+    for (const auto& d : deps)
+      if (!d->realized && seen.insert(d.get()).second) stack.emplace_back(make_plan(d), false);
+  }
+  for (Plan& p : order) execute(p);
+  return *this;
+}
+
+}  // namespace metagrad

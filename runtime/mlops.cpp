@@ -1,0 +1,193 @@
+// Forward and backward of every mlop, on LazyBuffers. Gradients keep the forward's dtype.
+#include "metagrad/mlops.hpp"
+
+#include <cxxabi.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "metagrad/tensor.hpp"
+
+namespace metagrad {
+
+Function::~Function() = default;
+
+std::string detail::demangle(const char* name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? out.get() : name;
+}
+
+namespace mlops {
+
+namespace {
+using LB = LazyBufferPtr;
+// A bool mask as the gradient's dtype.
+LB as(const LB& mask, const LB& like) { return mask->cast(like->dtype); }
+}  // namespace
+
+LB Contiguous::forward(const LB& x) { return x->contiguous(); }
+std::vector<LB> Contiguous::backward(const LB& g) { return {g}; }
+
+LB Cast::forward(const LB& x, DType dtype) {
+  input_dtype = x->dtype;
+  return x->cast(dtype);
+}
+std::vector<LB> Cast::backward(const LB& g) { return {g->cast(input_dtype)}; }
+
+LB Sin::forward(const LB& x_) {
+  x = x_;
+  return x->e(UnaryOps::SIN);
+}
+// d sin(x) = cos(x) = sin(pi/2 - x)
+std::vector<LB> Sin::backward(const LB& g) {
+  return {x->const_like(std::numbers::pi / 2)->e(BinaryOps::SUB, x)->e(UnaryOps::SIN)->e(BinaryOps::MUL, g)};
+}
+
+LB Relu::forward(const LB& x) { return ret = x->e(BinaryOps::MAX, x->const_like(0)); }
+// 1 where the output is positive (the subgradient at 0 is 0, as in PyTorch)
+std::vector<LB> Relu::backward(const LB& g) {
+  LB zero_mask = as(ret->e(BinaryOps::CMPEQ, ret->const_like(0)), g);
+  return {g->const_like(1)->e(BinaryOps::SUB, zero_mask)->e(BinaryOps::MUL, g)};
+}
+
+LB Log::forward(const LB& x_) {
+  x = x_;
+  return x->e(UnaryOps::LOG2)->e(BinaryOps::MUL, x->const_like(std::numbers::ln2));
+}
+std::vector<LB> Log::backward(const LB& g) { return {g->e(BinaryOps::DIV, x)}; }
+
+LB Exp::forward(const LB& x) {
+  return ret = x->e(BinaryOps::MUL, x->const_like(1 / std::numbers::ln2))->e(UnaryOps::EXP2);
+}
+std::vector<LB> Exp::backward(const LB& g) { return {ret->e(BinaryOps::MUL, g)}; }
+
+LB Sum::forward(const LB& x, const Dims& new_shape) {
+  input_shape = x->shape();
+  return x->r(ReduceOps::SUM, new_shape);
+}
+std::vector<LB> Sum::backward(const LB& g) { return {g->movement_op(MovementOps::EXPAND, input_shape)}; }
+
+LB Max::forward(const LB& x_, const Dims& new_shape) {
+  x = x_;
+  return ret = x->r(ReduceOps::MAX, new_shape);
+}
+// The gradient is shared equally among the elements that reach the max.
+std::vector<LB> Max::backward(const LB& g) {
+  LB is_max = as(x->e(BinaryOps::CMPEQ, ret->movement_op(MovementOps::EXPAND, x->shape())), g);
+  LB count = is_max->r(ReduceOps::SUM, g->shape())->movement_op(MovementOps::EXPAND, x->shape());
+  return {
+      is_max->e(BinaryOps::DIV, count)->e(BinaryOps::MUL, g->movement_op(MovementOps::EXPAND, x->shape()))};
+}
+
+LB Equal::forward(const LB& x, const LB& y) { return x->e(BinaryOps::CMPEQ, y); }
+std::vector<LB> Equal::backward(const LB&) {
+  throw std::logic_error("mlops::Equal has no derivative: comparisons are not differentiable");
+}
+
+LB Maximum::forward(const LB& x_, const LB& y_) {
+  x = x_, y = y_;
+  return ret = x->e(BinaryOps::MAX, y);
+}
+// Ties split the gradient equally, as PyTorch does.
+std::vector<LB> Maximum::backward(const LB& g) {
+  LB x_is = as(x->e(BinaryOps::CMPEQ, ret), g), y_is = as(y->e(BinaryOps::CMPEQ, ret), g);
+  LB half_tie = x_is->e(BinaryOps::MUL, y_is)->e(BinaryOps::MUL, g->const_like(0.5));
+  return {needs_input_grad[0] ? x_is->e(BinaryOps::SUB, half_tie)->e(BinaryOps::MUL, g) : nullptr,
+          needs_input_grad[1] ? y_is->e(BinaryOps::SUB, half_tie)->e(BinaryOps::MUL, g) : nullptr};
+}
+
+LB Add::forward(const LB& x, const LB& y) { return x->e(BinaryOps::ADD, y); }
+std::vector<LB> Add::backward(const LB& g) {
+  return {needs_input_grad[0] ? g : nullptr, needs_input_grad[1] ? g : nullptr};
+}
+
+LB Sub::forward(const LB& x, const LB& y) { return x->e(BinaryOps::SUB, y); }
+std::vector<LB> Sub::backward(const LB& g) {
+  return {needs_input_grad[0] ? g : nullptr,
+          needs_input_grad[1] ? g->const_like(0)->e(BinaryOps::SUB, g) : nullptr};
+}
+
+LB Mul::forward(const LB& x_, const LB& y_) {
+  x = x_, y = y_;
+  return x->e(BinaryOps::MUL, y);
+}
+std::vector<LB> Mul::backward(const LB& g) {
+  return {needs_input_grad[0] ? y->e(BinaryOps::MUL, g) : nullptr,
+          needs_input_grad[1] ? x->e(BinaryOps::MUL, g) : nullptr};
+}
+
+LB Pow::forward(const LB& x_, const LB& y_) {
+  x = x_, y = y_;
+  return ret = x->e(BinaryOps::POW, y);
+}
+// d/dx = y * x^(y-1); d/dy = x^y * ln(x)
+std::vector<LB> Pow::backward(const LB& g) {
+  LB dx, dy;
+  if (needs_input_grad[0])
+    dx = y->e(BinaryOps::MUL, x->e(BinaryOps::POW, y->e(BinaryOps::SUB, y->const_like(1))))
+             ->e(BinaryOps::MUL, g);
+  if (needs_input_grad[1])
+    dy = ret->e(BinaryOps::MUL, x->e(UnaryOps::LOG2)->e(BinaryOps::MUL, x->const_like(std::numbers::ln2)))
+             ->e(BinaryOps::MUL, g);
+  return {dx, dy};
+}
+
+LB Div::forward(const LB& x_, const LB& y_) {
+  x = x_, y = y_;
+  return x->e(BinaryOps::DIV, y);
+}
+std::vector<LB> Div::backward(const LB& g) {
+  LB dy;
+  if (needs_input_grad[1])
+    dy = g->const_like(0)
+             ->e(BinaryOps::SUB, g)
+             ->e(BinaryOps::MUL, x)
+             ->e(BinaryOps::DIV, y->e(BinaryOps::MUL, y));
+  return {needs_input_grad[0] ? g->e(BinaryOps::DIV, y) : nullptr, dy};
+}
+
+LB Expand::forward(const LB& x, const Dims& shape) {
+  input_shape = x->shape();
+  return x->movement_op(MovementOps::EXPAND, shape);
+}
+std::vector<LB> Expand::backward(const LB& g) { return {g->r(ReduceOps::SUM, input_shape)}; }
+
+LB Reshape::forward(const LB& x, const Dims& shape) {
+  input_shape = x->shape();
+  return x->movement_op(MovementOps::RESHAPE, shape);
+}
+std::vector<LB> Reshape::backward(const LB& g) { return {g->movement_op(MovementOps::RESHAPE, input_shape)}; }
+
+LB Permute::forward(const LB& x, const Dims& order_) {
+  order = order_;
+  return x->movement_op(MovementOps::PERMUTE, order);
+}
+std::vector<LB> Permute::backward(const LB& g) {
+  Dims inverse = Dims::filled(order.size(), 0);
+  for (std::size_t i = 0; i < order.size(); ++i)
+    inverse[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+  return {g->movement_op(MovementOps::PERMUTE, inverse)};
+}
+
+LB Pad::forward(const LB& x, const Pairs& arg) {
+  for (std::size_t i = 0; i < arg.size(); ++i) narg.push_back({arg[i].first, arg[i].first + x->shape()[i]});
+  return x->movement_op(MovementOps::PAD, arg);
+}
+std::vector<LB> Pad::backward(const LB& g) { return {g->movement_op(MovementOps::SHRINK, narg)}; }
+
+LB Shrink::forward(const LB& x, const Pairs& arg) {
+  for (std::size_t i = 0; i < arg.size(); ++i) narg.push_back({arg[i].first, x->shape()[i] - arg[i].second});
+  return x->movement_op(MovementOps::SHRINK, arg);
+}
+std::vector<LB> Shrink::backward(const LB& g) { return {g->movement_op(MovementOps::PAD, narg)}; }
+
+LB Flip::forward(const LB& x, const Dims& axes) {
+  steps = Dims::filled(x->shape().size(), 1);
+  for (std::int64_t a : axes) steps[static_cast<std::size_t>(a)] = -1;
+  return x->movement_op(MovementOps::STRIDE, steps);
+}
+std::vector<LB> Flip::backward(const LB& g) { return {g->movement_op(MovementOps::STRIDE, steps)}; }
+
+}  // namespace mlops
+}  // namespace metagrad

@@ -1,0 +1,168 @@
+// The CPU device: Interpreted, RawMallocBuffer-backed, one plain C++ function per op. It is the
+// reference every other device is tested against, so it is exact and boring: float dtypes compute
+// in double and round to their dtype after each op, integers wrap to their width.
+#include <cmath>
+#include <limits>
+
+#include "metagrad/lazy.hpp"
+
+namespace metagrad {
+
+namespace {
+
+double round_to(DType dt, double v) {
+  if (dt == dtypes::float32) return static_cast<float>(v);
+  if (dt == dtypes::float16) return static_cast<float>(half(static_cast<float>(v)));
+  return v;
+}
+
+std::int64_t wrap_to(DType dt, std::int64_t v) {
+  switch (dt.priority) {
+    case dtypes::bool_.priority:
+      return v != 0;
+    case dtypes::int8.priority:
+      return static_cast<std::int8_t>(v);
+    case dtypes::uint8.priority:
+      return static_cast<std::uint8_t>(v);
+    case dtypes::int32.priority:
+      return static_cast<std::int32_t>(v);
+    default:
+      return v;
+  }
+}
+
+// Float to integer as C casts do where C defines it; NaN gives 0 and out-of-range saturates.
+std::int64_t to_int(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<std::int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<std::int64_t>::min();
+  return static_cast<std::int64_t>(v);
+}
+
+Values make_values(DType dt, std::size_t n) {
+  Values v{dt, {}, {}};
+  (dtypes::is_float(dt) ? v.f.resize(n) : v.i.resize(n));
+  return v;
+}
+
+// out[k] = f(x[k]) (or f(x[k], y[k])), computed in double when `dt` is a float, else in int64.
+template <class FF, class FI>
+Values map_values(DType dt, const std::vector<Values>& src, FF ff, FI fi) {
+  std::size_t n = src[0].size();
+  Values out = make_values(dt, n);
+  bool fl = dtypes::is_float(src[0].dtype);
+  for (std::size_t k = 0; k < n; ++k) {
+    auto f = [&](const Values& x) { return fl ? x.f[k] : static_cast<double>(x.i[k]); };
+    auto i = [&](const Values& x) { return fl ? to_int(x.f[k]) : x.i[k]; };
+    if (dtypes::is_float(dt)) {
+      out.f[k] = round_to(dt, src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1])));
+    } else if (fl) {  // float inputs, integer result (CMPEQ, CAST)
+      out.i[k] = wrap_to(dt, to_int(src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1]))));
+    } else {
+      out.i[k] = wrap_to(dt, src.size() == 1 ? fi(i(src[0]), 0) : fi(i(src[0]), i(src[1])));
+    }
+  }
+  return out;
+}
+
+std::int64_t ipow(std::int64_t b, std::int64_t e) {
+  if (e < 0) return b == 1 ? 1 : (b == -1 ? (e % 2 ? -1 : 1) : 0);
+  std::uint64_t r = 1, x = static_cast<std::uint64_t>(b);
+  for (; e; e >>= 1, x *= x)
+    if (e & 1) r *= x;
+  return static_cast<std::int64_t>(r);
+}
+
+using I = std::int64_t;
+using U = std::uint64_t;
+
+// Wrapping integer arithmetic without signed-overflow UB.
+I wadd(I a, I b) { return static_cast<I>(static_cast<U>(a) + static_cast<U>(b)); }
+I wsub(I a, I b) { return static_cast<I>(static_cast<U>(a) - static_cast<U>(b)); }
+I wmul(I a, I b) { return static_cast<I>(static_cast<U>(a) * static_cast<U>(b)); }
+I idiv(I a, I b) { return b == 0 ? 0 : (b == -1 ? wsub(0, a) : a / b); }  // C truncation; x/0 is 0
+
+// Reduce src (of src_shape) to the op's output shape; `init` and `f` fold one value in.
+template <class T, class F>
+std::vector<T> reduce_into(const std::vector<T>& src, const Dims& src_shape, const Dims& out_shape, T init,
+                           F f) {
+  std::vector<T> out(static_cast<std::size_t>(prod(out_shape)), init);
+  Dims ostride = Dims::filled(out_shape.size(), 0);
+  for (std::size_t d = out_shape.size(), acc = 1; d-- > 0;) {
+    ostride[d] = out_shape[d] == 1 ? 0 : static_cast<std::int64_t>(acc);
+    acc *= static_cast<std::size_t>(out_shape[d]);
+  }
+  std::int64_t n = prod(src_shape);
+  Dims pos = Dims::filled(src_shape.size(), 0);
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::int64_t o = 0;
+    for (std::size_t d = 0; d < pos.size(); ++d) o += pos[d] * ostride[d];
+    out[static_cast<std::size_t>(o)] = f(out[static_cast<std::size_t>(o)], src[static_cast<std::size_t>(k)]);
+    for (std::size_t d = src_shape.size(); d-- > 0;) {
+      if (++pos[d] < src_shape[d]) break;
+      pos[d] = 0;
+    }
+  }
+  return out;
+}
+
+template <class FF, class FI>
+Interpreted::Fxn reduction(double finit, I iinit, FF ff, FI fi) {
+  return [=](const LazyOp& op, const std::vector<Values>& src, const Dims& src_shape) {
+    const Dims& out_shape = std::get<Dims>(op.arg);
+    Values x = src[0];
+    if (op.op == FusedOps::MULACC) x = map_values(src[0].dtype, src, std::multiplies<double>(), wmul);
+    Values out{x.dtype, {}, {}};
+    if (dtypes::is_float(x.dtype)) {
+      out.f = reduce_into(x.f, src_shape, out_shape, finit, ff);
+      for (double& v : out.f) v = round_to(x.dtype, v);
+    } else {
+      out.i = reduce_into(x.i, src_shape, out_shape, iinit, fi);
+      for (I& v : out.i) v = wrap_to(x.dtype, v);
+    }
+    return out;
+  };
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  auto same = [](auto ff, auto fi) {
+    return Interpreted::Fxn([ff, fi](const LazyOp&, const std::vector<Values>& src, const Dims&) {
+      return map_values(src[0].dtype, src, ff, fi);
+    });
+  };
+  auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+  std::unordered_map<Op, Interpreted::Fxn, Interpreted::OpHash> fxn_for_op = {
+      {UnaryOps::NOOP, same([](double a, double) { return a; }, [](I a, I) { return a; })},
+      {UnaryOps::EXP2, same([](double a, double) { return std::exp2(a); }, [](I a, I) { return a; })},
+      {UnaryOps::LOG2, same([](double a, double) { return std::log2(a); }, [](I a, I) { return a; })},
+      {UnaryOps::SIN, same([](double a, double) { return std::sin(a); }, [](I a, I) { return a; })},
+      {UnaryOps::CAST,
+       [](const LazyOp& op, const std::vector<Values>& src, const Dims&) {
+         return map_values(
+             std::get<DType>(op.arg), src, [](double a, double) { return a; }, [](I a, I) { return a; });
+       }},
+      {BinaryOps::ADD, same(std::plus<double>(), wadd)},
+      {BinaryOps::SUB, same(std::minus<double>(), wsub)},
+      {BinaryOps::MUL, same(std::multiplies<double>(), wmul)},
+      {BinaryOps::DIV, same(std::divides<double>(), idiv)},
+      {BinaryOps::POW, same([](double a, double b) { return std::pow(a, b); }, ipow)},
+      {BinaryOps::MAX, same(nan_max, [](I a, I b) { return std::max(a, b); })},
+      {BinaryOps::CMPEQ,
+       [](const LazyOp&, const std::vector<Values>& src, const Dims&) {
+         return map_values(
+             dtypes::bool_, src, [](double a, double b) { return double(a == b); },
+             [](I a, I b) { return I(a == b); });
+       }},
+      {ReduceOps::SUM, reduction(0.0, 0, std::plus<double>(), wadd)},
+      {ReduceOps::MAX,
+       reduction(-INFINITY, std::numeric_limits<I>::min(), nan_max, [](I a, I b) { return std::max(a, b); })},
+      {FusedOps::MULACC, reduction(0.0, 0, std::plus<double>(), wadd)},
+  };
+  return std::make_unique<Interpreted>(
+      [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
+      std::move(fxn_for_op));
+}
+
+}  // namespace metagrad

@@ -1,0 +1,262 @@
+// Tensor core: the shared-state handle, creation, data access and autograd.
+#include "metagrad/tensor.hpp"
+
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <unordered_set>
+
+namespace metagrad {
+
+namespace {
+std::mt19937_64& global_rng() {
+  static std::mt19937_64 gen(0);
+  return gen;
+}
+
+std::string device_of(const TensorOptions& o) { return o.device.empty() ? Device::DEFAULT : o.device; }
+DType dtype_of_opts(const TensorOptions& o, DType fallback = dtypes::float32) {
+  return o.dtype.value_or(fallback);
+}
+
+Tensor from_host(const std::vector<float>& data, const Dims& shape, const TensorOptions& opts) {
+  return Tensor(data, shape, opts);
+}
+}  // namespace
+
+// ---- the handle ----
+
+Tensor::Tensor(std::shared_ptr<detail::TensorState> s)
+    : lazydata(s.get()), grad(s.get()), requires_grad(s.get()), _ctx(s.get()), state_(std::move(s)) {}
+Tensor::Tensor(const Tensor& o) : Tensor(o.state_) {}
+Tensor::~Tensor() = default;
+Tensor& Tensor::operator=(const Tensor& o) {
+  state_ = o.state_;
+  rebind();
+  return *this;
+}
+void Tensor::rebind() {
+  lazydata.rebind(state_.get());
+  grad.rebind(state_.get());
+  requires_grad.rebind(state_.get());
+  _ctx.rebind(state_.get());
+}
+
+Tensor::Tensor(std::shared_ptr<LazyBuffer> data, std::optional<bool> rg)
+    : Tensor(std::make_shared<detail::TensorState>()) {
+  if (!data) throw std::invalid_argument("Tensor: no LazyBuffer given");
+  state_->lazydata = std::move(data);
+  state_->requires_grad = rg;
+}
+
+Tensor::GradField& Tensor::GradField::operator=(const GradField& o) {
+  s_->grad = o.s_->grad;
+  return *this;
+}
+Tensor::GradField& Tensor::GradField::operator=(const Tensor& t) {
+  s_->grad = t.state_;
+  return *this;
+}
+Tensor::GradField& Tensor::GradField::operator=(std::nullopt_t) {
+  s_->grad = nullptr;
+  return *this;
+}
+Tensor Tensor::GradField::operator*() const {
+  if (!s_->grad) throw std::logic_error("Tensor.grad: no gradient (call backward() first)");
+  return Tensor(s_->grad);
+}
+Tensor::GradField::Arrow Tensor::GradField::operator->() const { return {std::make_shared<Tensor>(**this)}; }
+
+// ---- construction from data ----
+
+namespace {
+template <class L>
+void flatten_into(const L& list, std::vector<float>& out, Dims& shape, std::size_t depth) {
+  if (shape.size() <= depth)
+    shape.push_back(static_cast<std::int64_t>(list.size()));
+  else if (shape[depth] != static_cast<std::int64_t>(list.size()))
+    throw std::invalid_argument(detail::cat("Tensor: ragged nested list: ", std::to_string(list.size()),
+                                            " elements where ", std::to_string(shape[depth]),
+                                            " came before"));
+  for (const auto& x : list) {
+    if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>)
+      out.push_back(x);
+    else
+      flatten_into(x, out, shape, depth + 1);
+  }
+}
+template <class L>
+Tensor from_nested(const L& list, const TensorOptions& opts) {
+  std::vector<float> data;
+  Dims shape;
+  flatten_into(list, data, shape, 0);
+  return from_host(data, shape, opts);
+}
+}  // namespace
+
+Tensor::Tensor(std::initializer_list<float> data, TensorOptions opts) : Tensor(from_nested(data, opts)) {}
+Tensor::Tensor(std::initializer_list<std::initializer_list<float>> data, TensorOptions opts)
+    : Tensor(from_nested(data, opts)) {}
+Tensor::Tensor(std::initializer_list<std::initializer_list<std::initializer_list<float>>> data,
+               TensorOptions opts)
+    : Tensor(from_nested(data, opts)) {}
+
+// ---- creation ----
+
+Tensor Tensor::empty(const Dims& shape, TensorOptions opts) {
+  return Tensor(LazyBuffer::loadop(LoadOps::EMPTY, shape, dtype_of_opts(opts), device_of(opts)),
+                opts.requires_grad);
+}
+Tensor Tensor::full(const Dims& shape, double value, TensorOptions opts) {
+  return Tensor(LazyBuffer::full(shape, value, dtype_of_opts(opts), device_of(opts)), opts.requires_grad);
+}
+Tensor Tensor::zeros(const Dims& shape, TensorOptions opts) { return full(shape, 0, opts); }
+Tensor Tensor::ones(const Dims& shape, TensorOptions opts) { return full(shape, 1, opts); }
+Tensor Tensor::full_like(const Tensor& t, double value, TensorOptions opts) {
+  if (opts.device.empty()) opts.device = t.device();
+  if (!opts.dtype) opts.dtype = t.dtype();
+  return full(t.shape(), value, opts);
+}
+Tensor Tensor::zeros_like(const Tensor& t, TensorOptions opts) { return full_like(t, 0, opts); }
+Tensor Tensor::ones_like(const Tensor& t, TensorOptions opts) { return full_like(t, 1, opts); }
+
+Tensor Tensor::arange(double stop, TensorOptions opts) { return arange(0, stop, 1, opts); }
+Tensor Tensor::arange(double start, double stop, double step, TensorOptions opts) {
+  if (step == 0) throw std::invalid_argument("Tensor.arange: step must not be 0");
+  auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((stop - start) / step)));
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * step;
+  DType dt = dtype_of_opts(opts);
+  opts.dtype = dt;
+  return Tensor(v, {n}, opts);
+}
+
+Tensor Tensor::eye(std::int64_t n, TensorOptions opts) {
+  if (n < 0) throw std::invalid_argument("Tensor.eye: n must be non-negative, got " + std::to_string(n));
+  std::vector<float> v(static_cast<std::size_t>(n * n), 0.f);
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i * n + i)] = 1.f;
+  return from_host(v, {n, n}, opts);
+}
+
+void Tensor::manual_seed(std::uint64_t seed) { global_rng().seed(seed); }
+
+Tensor Tensor::rand(const Dims& shape, TensorOptions opts) {
+  auto seed = static_cast<double>(global_rng()() >> 12);  // 52 bits: exact as the RAND op's double argument
+  auto lb = LazyBuffer::loadop(LoadOps::RAND, shape, dtypes::float32, device_of(opts),
+                               ConstArg{seed, dtypes::int64});
+  return Tensor(lb->cast(dtype_of_opts(opts)), opts.requires_grad);
+}
+
+Tensor Tensor::randn(const Dims& shape, TensorOptions opts) {
+  // Box-Muller on the host generator: the same numbers on every device.
+  std::vector<float> v(static_cast<std::size_t>(prod(shape)));
+  auto u = [] { return (static_cast<double>(global_rng()() >> 11) + 0.5) * 0x1.0p-53; };
+  for (float& x : v)
+    x = static_cast<float>(std::sqrt(-2 * std::log(u())) * std::cos(2 * std::numbers::pi * u()));
+  TensorOptions o = opts;
+  o.dtype = dtypes::float32;
+  o.requires_grad = {};
+  return Tensor(from_host(v, shape, o).cast(dtype_of_opts(opts)).lazydata.get(), opts.requires_grad);
+}
+
+Tensor Tensor::uniform(const Dims& shape, double low, double high, TensorOptions opts) {
+  TensorOptions o = opts;
+  o.requires_grad = {};
+  Tensor r = rand(shape, o) * (high - low) + low;
+  return Tensor(r.lazydata.get(), opts.requires_grad);
+}
+Tensor Tensor::scaled_uniform(const Dims& shape, TensorOptions opts) {
+  double s = std::pow(static_cast<double>(prod(shape)), -0.5);
+  return uniform(shape, -s, s, opts);
+}
+Tensor Tensor::glorot_uniform(const Dims& shape, TensorOptions opts) {
+  double fan =
+      static_cast<double>(shape.empty() ? 1 : shape[0] + prod(shape) / std::max<std::int64_t>(shape[0], 1));
+  double s = std::sqrt(6.0 / fan);
+  return uniform(shape, -s, s, opts);
+}
+Tensor Tensor::kaiming_uniform(const Dims& shape, double a, TensorOptions opts) {
+  double fan_in = static_cast<double>(shape.size() < 2 ? 1 : prod(shape) / shape[0]);
+  double bound = std::sqrt(3.0) * std::sqrt(2.0 / (1 + a * a)) / std::sqrt(fan_in);
+  return uniform(shape, -bound, bound, opts);
+}
+
+// ---- properties and data ----
+
+const Dims& Tensor::shape() const { return state_->lazydata->shape(); }
+DType Tensor::dtype() const { return state_->lazydata->dtype; }
+const std::string& Tensor::device() const { return state_->lazydata->device; }
+std::int64_t Tensor::numel() const { return prod(shape()); }
+std::int64_t Tensor::ndim() const { return static_cast<std::int64_t>(shape().size()); }
+
+Tensor& Tensor::realize() {
+  state_->lazydata->realize();
+  return *this;
+}
+Tensor Tensor::to(const std::string& dev) const {
+  Tensor ret(state_->lazydata->to(dev), state_->requires_grad);
+  if (state_->grad) ret.grad = Tensor(state_->grad).to(dev);
+  return ret;
+}
+Tensor Tensor::detach() const { return Tensor(state_->lazydata, false); }
+Tensor& Tensor::requires_grad_(bool on) {
+  state_->requires_grad = on;
+  return *this;
+}
+Tensor& Tensor::assign(const Tensor& x) {
+  if (x.shape() != shape() || x.dtype() != dtype() || x.device() != device())
+    throw std::invalid_argument(
+        detail::cat("Tensor.assign: ", to_string(x), " cannot replace ", to_string(*this)));
+  state_->lazydata = x.state_->lazydata;
+  return *this;
+}
+
+std::string to_string(const Tensor& t) {
+  return detail::cat("<Tensor shape=", to_string(t.shape()), " dtype=", t.dtype().name,
+                     " device=", t.device(), t.requires_grad.get().value_or(false) ? " requires_grad" : "",
+                     ">");
+}
+
+// ---- autograd ----
+
+void Tensor::backward() {
+  if (!state_->requires_grad.value_or(false) && !state_->ctx)
+    throw std::invalid_argument("Tensor.backward: " + to_string(*this) + " does not require grad");
+  if (numel() != 1)
+    throw std::invalid_argument("Tensor.backward: needs a scalar (one element), got shape " +
+                                to_string(shape()));
+  // Topological order by an iterative depth-first walk: deep graphs must not overflow the stack.
+  std::vector<std::shared_ptr<detail::TensorState>> order;
+  std::unordered_set<detail::TensorState*> visited{state_.get()};
+  std::vector<std::pair<std::shared_ptr<detail::TensorState>, std::size_t>> stack{{state_, 0}};
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    const auto& parents = node->ctx ? node->ctx->parents : std::vector<Tensor>{};
+    if (next < parents.size()) {
+      const auto& p = parents[next++].state_;
+      if (visited.insert(p.get()).second) stack.emplace_back(p, 0);
+      continue;
+    }
+    if (node->ctx) order.push_back(node);
+    stack.pop_back();
+  }
+  state_->grad = Tensor(state_->lazydata->const_like(1), false).state_;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    detail::TensorState& t = **it;
+    if (!t.grad) continue;
+    std::vector<LazyBufferPtr> grads = t.ctx->backward(t.grad->lazydata);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Tensor& p = t.ctx->parents[i];
+      if (!grads[i] || !p.requires_grad.get().value_or(false)) continue;
+      if (grads[i]->shape() != p.shape())
+        throw std::logic_error(detail::cat("backward of ", t.ctx->name(), ": gradient shape ",
+                                           to_string(grads[i]->shape()), " for an input of shape ",
+                                           to_string(p.shape())));
+      Tensor g(grads[i], false);
+      p.state_->grad = p.state_->grad ? (Tensor(p.state_->grad) + g).state_ : g.state_;
+    }
+    t.ctx = nullptr;  // the graph is used once; free it
+  }
+}
+
+}  // namespace metagrad
