@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace metagrad {
@@ -375,22 +376,26 @@ void execute(Plan& p) {
 LazyBuffer& LazyBuffer::realize() {
   LazyBufferPtr target = base();
   if (target->realized) return *this;
-  // Iterative post-order walk (deep graphs must not overflow the stack).
+  // Iterative post-order walk (deep graphs must not overflow the stack). A buffer may be pushed
+  // by several consumers; the first time it is popped it runs after its own dependencies, and
+  // later pops find it done.
   std::vector<Plan> order;
-  std::unordered_set<LazyBuffer*> seen{target.get()};
-  std::vector<std::pair<Plan, bool>> stack;
-  stack.emplace_back(make_plan(target), false);
+  std::unordered_set<LazyBuffer*> done;
+  std::vector<std::pair<LazyBufferPtr, bool>> stack{{target, false}};
+  std::unordered_map<LazyBuffer*, Plan> plans;
   while (!stack.empty()) {
-    auto& [plan, expanded] = stack.back();
+    auto [buf, expanded] = stack.back();
+    stack.pop_back();
+    if (done.count(buf.get())) continue;
     if (expanded) {
-      order.push_back(std::move(plan));
-      stack.pop_back();
+      done.insert(buf.get());
+      order.push_back(std::move(plans.at(buf.get())));
       continue;
     }
-    expanded = true;
-    std::vector<LazyBufferPtr> deps = plan.deps;
-    for (const auto& d : deps)
-      if (!d->realized && seen.insert(d.get()).second) stack.emplace_back(make_plan(d), false);
+    Plan& plan = plans.emplace(buf.get(), make_plan(buf)).first->second;
+    stack.emplace_back(buf, true);
+    for (const auto& d : plan.deps)
+      if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
   for (Plan& p : order) execute(p);
   return *this;

@@ -1,0 +1,79 @@
+#pragma once
+// Test helpers shared by the tensor tests: random inputs, closeness, and gradients checked against
+// central finite differences in float64.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <metagrad/metagrad.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace metagrad::test {
+
+inline std::vector<double> random_values(std::int64_t n, std::uint64_t seed, double lo = -2, double hi = 2) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (double& x : v) x = d(gen);
+  return v;
+}
+
+// A float64 tensor of random values in [lo, hi).
+inline Tensor random_tensor(const Dims& shape, std::uint64_t seed, double lo = -2, double hi = 2,
+                            bool requires_grad = false) {
+  return Tensor(random_values(prod(shape), seed, lo, hi), shape, {.requires_grad = requires_grad});
+}
+
+inline void require_close(const std::vector<double>& got, const std::vector<double>& want, double atol = 1e-6,
+                          double rtol = 1e-6, const std::string& what = "") {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+    if (std::isnan(want[i])) REQUIRE(std::isnan(got[i]));
+    else if (std::isinf(want[i])) REQUIRE(got[i] == want[i]);
+    else REQUIRE(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
+  }
+}
+
+// Checks d(sum(f(inputs) * probe))/d(input) against central differences, for every input that
+// requires grad. Inputs must be float64. `probe` is a fixed random weighting so every output
+// element's gradient matters, not only their sum.
+inline void check_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                            const std::vector<Tensor>& inputs, double eps = 1e-6, double atol = 1e-5,
+                            double rtol = 1e-4) {
+  std::vector<Tensor> xs;
+  for (const Tensor& t : inputs) xs.push_back(Tensor(t.to_vector<double>(), t.shape(), {.requires_grad = true}));
+  Tensor out = f(xs);
+  Tensor probe = random_tensor(out.shape(), 1234, 0.5, 1.5);
+  (out * probe).sum().backward();
+  std::vector<double> pv = probe.to_vector<double>();
+  auto objective = [&](const std::vector<Tensor>& in) {
+    Tensor::NoGradGuard g;
+    std::vector<double> o = f(in).to_vector<double>();
+    double s = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) s += o[i] * pv[i];
+    return s;
+  };
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    std::vector<double> base = inputs[k].to_vector<double>();
+    std::vector<double> numeric(base.size());
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      auto at = [&](double delta) {
+        std::vector<double> v = base;
+        v[i] += delta;
+        std::vector<Tensor> in;
+        for (std::size_t j = 0; j < xs.size(); ++j)
+          in.push_back(j == k ? Tensor(v, inputs[k].shape()) : Tensor(inputs[j].to_vector<double>(), inputs[j].shape()));
+        return objective(in);
+      };
+      numeric[i] = (at(eps) - at(-eps)) / (2 * eps);
+    }
+    REQUIRE(xs[k].grad);
+    require_close(xs[k].grad->to_vector<double>(), numeric, atol, rtol, "gradient of input " + std::to_string(k));
+  }
+}
+
+}  // namespace metagrad::test
