@@ -29,6 +29,7 @@ Node view_valid(const View& v, const std::vector<Node>& idxs) {
 // Per-dimension positions of a flat row-major index into v's shape.
 std::vector<Node> unflatten(const View& v, const Node& flat) {
   std::vector<Node> idxs(v.ndim(), Node(0));
+  if (v.size() == 0) return idxs;  // no positions to name, and the extents below would divide by 0
   std::int64_t acc = 1;
   for (std::size_t i = v.ndim(); i-- > 0;) {
     idxs[i] = (flat / acc) % std::max<std::int64_t>(v.shape[i], 1);
@@ -40,6 +41,7 @@ std::vector<Node> unflatten(const View& v, const Node& flat) {
 // view_index of a flat index, with runs of axes that address memory contiguously merged first:
 // fewer div/mod pairs, so simpler expressions.
 Node view_flat_index(const View& v, const Node& flat) {
+  if (v.size() == 0) return v.offset;  // no positions to read, and the extents below would divide by 0
   std::vector<std::pair<std::int64_t, std::int64_t>> merged;  // (size, stride)
   for (std::size_t i = 0; i < v.ndim(); ++i) {
     std::int64_t s = v.shape[i], st = v.strides[i];
@@ -90,7 +92,8 @@ LinearForm linear_form(const Node& idx, const std::vector<Node>& vars) {
     } else if (t.is<symbolic::Variable>() || (t.is<symbolic::MulNode>() && t.a().is<symbolic::Variable>())) {
       bool mul = t.is<symbolic::MulNode>();
       auto i = static_cast<std::size_t>(var_index(mul ? t.a() : t));
-      if (i < vars.size()) out.strides[i] = uses[i]++ ? std::nullopt : std::optional<std::int64_t>(mul ? t.b() : 1);
+      if (i < vars.size())
+        out.strides[i] = uses[i]++ ? std::nullopt : std::optional<std::int64_t>(mul ? t.b() : 1);
     } else {
       for (const Node& v : t.vars()) {
         auto i = static_cast<std::size_t>(var_index(v));
@@ -120,11 +123,17 @@ ShapeTracker& ShapeTracker::reshape(const Dims& new_shape) {
   return *this;
 }
 
-ShapeTracker& ShapeTracker::permute(const Dims& axes) { return views_.back() = views_.back().permute(axes), *this; }
+ShapeTracker& ShapeTracker::permute(const Dims& axes) {
+  return views_.back() = views_.back().permute(axes), *this;
+}
 ShapeTracker& ShapeTracker::expand(const Dims& s) { return views_.back() = views_.back().expand(s), *this; }
 ShapeTracker& ShapeTracker::pad(const Pairs& arg) { return views_.back() = views_.back().pad(arg), *this; }
-ShapeTracker& ShapeTracker::shrink(const Pairs& arg) { return views_.back() = views_.back().shrink(arg), *this; }
-ShapeTracker& ShapeTracker::stride(const Dims& mul) { return views_.back() = views_.back().stride(mul), *this; }
+ShapeTracker& ShapeTracker::shrink(const Pairs& arg) {
+  return views_.back() = views_.back().shrink(arg), *this;
+}
+ShapeTracker& ShapeTracker::stride(const Dims& mul) {
+  return views_.back() = views_.back().stride(mul), *this;
+}
 
 ShapeTracker& ShapeTracker::simplify() {
   while (views_.size() >= 2) {
@@ -139,8 +148,8 @@ ShapeTracker& ShapeTracker::simplify() {
 std::pair<Node, Node> ShapeTracker::expr_idxs(std::optional<std::vector<Node>> idxs) const {
   if (!idxs) idxs = index_variables(shape());
   if (idxs->size() != shape().size())
-    throw std::invalid_argument(
-        detail::cat("ShapeTracker.expr_idxs: ", std::to_string(idxs->size()), " indices for shape ", to_string(shape())));
+    throw std::invalid_argument(detail::cat("ShapeTracker.expr_idxs: ", std::to_string(idxs->size()),
+                                            " indices for shape ", to_string(shape())));
   return through_lower_views(views_, view_index(views_.back(), *idxs), view_valid(views_.back(), *idxs));
 }
 
@@ -151,7 +160,7 @@ std::pair<Node, Node> ShapeTracker::expr_node(const std::string& name) const {
 }
 
 std::vector<std::optional<std::int64_t>> ShapeTracker::real_strides() const {
-  if (views_.size() == 1 && views_[0].mask.empty()) 
+  if (views_.size() == 1 && views_[0].mask.empty())
     return {views_[0].strides.begin(), views_[0].strides.end()};
   std::vector<Node> idxs = index_variables(shape());
   auto [idx, valid] = expr_idxs(idxs);

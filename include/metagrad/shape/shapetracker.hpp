@@ -2,6 +2,7 @@
 // ShapeTracker: a stack of Views (the seed's shape/shapetracker). Movement ops edit the top view
 // when it can express them and push a new view when it cannot; expr_idxs renders where each
 // output position reads, as symbolic index and validity expressions, so no movement op copies.
+#include <initializer_list>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -16,6 +17,8 @@ namespace metagrad {
 class ShapeTracker {
  public:
   explicit ShapeTracker(const Dims& shape) : views_{View(shape)} {}
+  // So that ShapeTracker({100}) means a shape, not a list of views.
+  ShapeTracker(std::initializer_list<std::int64_t> shape) : ShapeTracker(Dims(shape)) {}
   explicit ShapeTracker(std::vector<View> views);
 
   const std::vector<View>& views() const { return views_; }

@@ -177,7 +177,8 @@ struct View {
     Pairs m;
     std::int64_t off = offset;
     for (std::size_t i = 0; i < ndim(); ++i) {
-      std::int64_t b = arg[i].first, e = arg[i].second;  // not a structured binding: clang 14 cannot capture those
+      std::int64_t b = arg[i].first,
+                   e = arg[i].second;  // not a structured binding: clang 14 cannot capture those
       if (b < 0 || e < b || e > shape[i])
         detail::movement_error("shrink", shape, to_string(arg), "need 0 <= begin <= end <= size");
       s.push_back(e - b);
@@ -223,6 +224,8 @@ struct View {
     bool empty_mask = false;
     for (const Pair& p : mask) empty_mask = empty_mask || p.first >= p.second;
     if (size() == 0 || empty_mask) {  // nothing valid to address: any strides will do
+      // A rank-0 view has no dimension to carry the empty mask: keep it in a view below.
+      if (empty_mask && new_shape.empty()) return std::nullopt;
       Pairs m;
       if (empty_mask) m = Pairs::filled(new_shape.size(), Pair{0, 0});
       return View(new_shape, {}, 0, m);
