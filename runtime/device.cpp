@@ -9,6 +9,7 @@
 namespace metagrad {
 
 std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_clang_backend();
 
 namespace {
 
@@ -16,7 +17,8 @@ using Factory = std::unique_ptr<Backend> (*)();
 
 // Preference order for the default device: fastest first. Later backends register here.
 const std::vector<std::pair<std::string, Factory>>& factories() {
-  static const std::vector<std::pair<std::string, Factory>> table = {{"CPU", make_cpu_backend}};
+  static const std::vector<std::pair<std::string, Factory>> table = {{"CPU", make_cpu_backend},
+                                                                     {"CLANG", make_clang_backend}};
   return table;
 }
 

@@ -4,6 +4,7 @@
 // Every node is evaluated over a region of its shape (a [begin, end) per axis). Regions are split
 // so that no intermediate holds more than kBlock elements: a matmul's expanded product is never
 // materialised, and the table's functions see small, cache-resident arrays.
+#include <chrono>
 #include <cmath>
 #include <unordered_map>
 
@@ -231,7 +232,9 @@ struct Evaluator {
 
 }  // namespace
 
-void Interpreted::exec_ast(const LazyOp& ast, RawBuffer& output) {
+void Interpreted::exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& out) {
+  RawBuffer& output = *out;
+  auto t0 = std::chrono::steady_clock::now();
   Evaluator ev{*this, {}};
   auto node = std::make_shared<LazyOp>(ast);
   Values v = ev.root(node, full_region(ast_shape(node)));
@@ -244,6 +247,9 @@ void Interpreted::exec_ast(const LazyOp& ast, RawBuffer& output) {
     std::vector<double> d = dtypes::is_float(v.dtype) ? v.f : std::vector<double>(v.i.begin(), v.i.end());
     write_from_double(output, d);
   }
+  GlobalCounters::time_sum += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GlobalCounters::kernel_count += 1;
+  GlobalCounters::global_mem += static_cast<std::int64_t>(output.nbytes());
 }
 
 }  // namespace metagrad

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <random>
 #include <unordered_map>
@@ -225,6 +226,33 @@ DType ast_dtype(const LazySrc& src) {
   return ast_dtype(op.src.at(0));
 }
 
+namespace {
+void key_of(const LazySrc& s, const std::vector<LazyBufferPtr>& bufs, std::string& out) {
+  if (auto* b = std::get_if<LazyBufferPtr>(&s)) {
+    auto i = std::find(bufs.begin(), bufs.end(), *b) - bufs.begin();
+    out += detail::cat("b", std::to_string(i), ":", (*b)->dtype.name, ":", to_string((*b)->st), " ");
+    return;
+  }
+  const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
+  out += to_string(op.op) + "(";
+  if (auto* c = std::get_if<ConstArg>(&op.arg)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", c->value);  // exact: a constant is part of the source
+    out += detail::cat(buf, ":", c->dtype.name, ":", to_string(c->shape));
+  }
+  if (auto* d = std::get_if<Dims>(&op.arg)) out += to_string(*d);
+  if (auto* t = std::get_if<DType>(&op.arg)) out += t->name;
+  for (const LazySrc& x : op.src) key_of(x, bufs, out);
+  out += ")";
+}
+}  // namespace
+
+std::string ast_key(const LazyOp& ast, DType out_dtype) {
+  std::string out = detail::cat(out_dtype.name, ":");
+  key_of(std::make_shared<LazyOp>(ast), ast.buffers(), out);
+  return out;
+}
+
 Dims ast_shape(const LazySrc& src) {
   if (auto* b = std::get_if<LazyBufferPtr>(&src)) return (*b)->shape();
   const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(src);
@@ -320,12 +348,7 @@ std::shared_ptr<RawBuffer> shareable(const LazyOp& ast, const LazyBuffer& b) {
 
 std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast, const LazyBuffer& b) {
   auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
-  auto t0 = std::chrono::steady_clock::now();
-  dev.exec_ast(ast, *out);
-  GlobalCounters::time_sum += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  GlobalCounters::kernel_count += 1;
-  GlobalCounters::global_mem += static_cast<std::int64_t>(out->nbytes());
-  for (const auto& leaf : ast.buffers()) GlobalCounters::global_mem += leaf->st.size() * leaf->dtype.itemsize;
+  dev.exec_ast(ast, out);
   return out;
 }
 

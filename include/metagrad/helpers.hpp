@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace metagrad {
 
@@ -124,12 +126,16 @@ inline long getenv_int(const char* name, long fallback = 0) {
   return v && *v ? std::strtol(v, nullptr, 10) : fallback;
 }
 
-// What has run since the last reset(), the seed's GlobalCounters. `cache` lives in ops.hpp.
+struct CacheEntry;  // ops.hpp: a compiled kernel and the buffers it ran on
+
+// What has run since the last reset(), the seed's GlobalCounters.
 struct GlobalCounters {
   static inline std::int64_t kernel_count = 0;
   static inline std::int64_t global_ops = 0;
   static inline std::int64_t global_mem = 0;
   static inline double time_sum = 0;  // seconds
+  // When set, every compiled kernel that runs is appended (the seed's JIT cache).
+  static std::optional<std::vector<CacheEntry>> cache;
   static void reset() { kernel_count = global_ops = global_mem = 0, time_sum = 0; }
 };
 

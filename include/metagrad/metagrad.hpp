@@ -1,10 +1,15 @@
 #pragma once
 // Everything a user of metagrad names, in namespace metagrad.
+#include "metagrad/datasets/fashion_mnist.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/mlops.hpp"
+#include "metagrad/nn.hpp"
+#include "metagrad/nn/optim.hpp"
+#include "metagrad/nn/state.hpp"
 #include "metagrad/ops.hpp"
 #include "metagrad/runtime/lib.hpp"
+#include "metagrad/runtime/ops_clang.hpp"
 #include "metagrad/shape/shapetracker.hpp"
 #include "metagrad/shape/symbolic.hpp"
 #include "metagrad/shape/view.hpp"

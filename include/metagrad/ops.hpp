@@ -76,7 +76,55 @@ class Backend {
   virtual std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) = 0;
   // Runs one kernel. Leaves of `ast` are CONST ops and LazyBuffers whose base is realized on this
   // device, read through their ShapeTracker; the result goes to `output`, row-major.
-  virtual void exec_ast(const LazyOp& ast, RawBuffer& output) = 0;
+  virtual void exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& output) = 0;
+};
+
+// A compiled kernel, the seed's Runtime: built from a name and source, called with the buffers
+// (output first). CPU programs split the global range across the thread pool.
+class Program {
+ public:
+  virtual ~Program() = default;
+  virtual void operator()(const std::vector<std::int64_t>& global_size,
+                          const std::vector<std::int64_t>& local_size,
+                          const std::vector<RawBuffer*>& bufs) = 0;
+  std::int64_t op_estimate = 0;  // lets a CPU program run small kernels on one thread
+};
+
+// One kernel ready to run (the seed's ASTRunner): its source, launch sizes and program.
+struct ASTRunner {
+  std::string name, prg;
+  std::vector<std::int64_t> global_size, local_size;
+  std::int64_t op_estimate = 0, mem_estimate = 0;
+  std::shared_ptr<Program> clprg;
+  // Runs on the buffers (output first), timing it into GlobalCounters; DEBUG>=2 prints it.
+  void exec(const std::vector<RawBuffer*>& bufs) const;
+};
+
+// An entry of GlobalCounters::cache: `const auto& [prg, bufs] = cache[0]; std::cout << prg.prg;`.
+struct CacheEntry {
+  ASTRunner prg;
+  std::vector<std::shared_ptr<RawBuffer>> bufs;
+};
+
+// A compiled device: a buffer type, a code generator (AST -> ASTRunner with source) and a
+// runtime (name, source -> Program). Kernels are cached in memory by their AST.
+class Compiled : public Backend {
+ public:
+  using BufferFactory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
+  using Codegen = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
+  using Runtime = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
+  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime)
+      : buffer_(std::move(buffer)), codegen_(std::move(codegen)), runtime_(std::move(runtime)) {}
+  std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override { return buffer_(size, dtype); }
+  void exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& output) override;
+  // The compiled kernel for an AST (built on first use).
+  const ASTRunner& runner(const LazyOp& ast, DType out_dtype);
+
+ private:
+  BufferFactory buffer_;
+  Codegen codegen_;
+  Runtime runtime_;
+  std::unordered_map<std::string, ASTRunner> cache_;
 };
 
 // A dense row-major array the interpreter computes on: float dtypes as double (rounded to the
@@ -105,7 +153,7 @@ class Interpreted : public Backend {
   Interpreted(BufferFactory buffer_, std::unordered_map<Op, Fxn, OpHash> fxn_for_op_)
       : buffer(std::move(buffer_)), fxn_for_op(std::move(fxn_for_op_)) {}
   std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override { return buffer(size, dtype); }
-  void exec_ast(const LazyOp& ast, RawBuffer& output) override;
+  void exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& output) override;
 };
 
 // The registry of devices by name: CPU always; CLANG, LLVM, OPENCL where built and available.

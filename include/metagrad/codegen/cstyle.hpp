@@ -1,0 +1,24 @@
+#pragma once
+// C-style rendering of a linearized kernel. C (CLANG) and OpenCL C differ only in this table of
+// prefixes and in how the threaded loop's range arrives (tinygrad's renderer/cstyle.py).
+#include <string>
+
+#include "metagrad/codegen/linearizer.hpp"
+
+namespace metagrad::codegen {
+
+struct CStyleLanguage {
+  std::string kernel_prefix;    // before `void` ("__kernel" for OpenCL)
+  std::string buffer_prefix;    // before each buffer's type ("__global ")
+  std::string buffer_suffix;    // after the `*` (" restrict")
+  bool range_arguments = true;  // C: (int start, int end) select the threaded loop's range
+  std::string global_id;        // OpenCL: the expression for the threaded loop's index
+  bool half_native = false;     // the language has a `half` type
+};
+
+// The source of one kernel function named k.name.
+std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang);
+// A symbolic index in C: floor division and modulo stay Python's where a numerator can be negative.
+std::string render_c_index(const symbolic::Node& n);
+
+}  // namespace metagrad::codegen

@@ -1,0 +1,61 @@
+#pragma once
+// The linearizer: a Kernel becomes a flat list of UOps (loops, accumulators, loads with validity,
+// ALU ops, stores), the one kernel IR every renderer (C, OpenCL C, LLVM IR) reads. Index and
+// validity arithmetic stays symbolic here; renderers only translate it.
+#include <string>
+#include <vector>
+
+#include "metagrad/codegen/kernel.hpp"
+
+namespace metagrad::codegen {
+
+enum class UOps : std::uint8_t {
+  LOOP,  // for name in [0, extent) — the first global loop is the one threads split
+  ENDLOOP,
+  DEFINE_ACC,  // an accumulator, initialised to value
+  LOAD,        // buf[idx] where valid, else 0
+  CONST,
+  ALU,    // alu applied to vin
+  ACC,    // vin[0] (an accumulator) = alu(vin[0], vin[1])
+  STORE,  // buf[idx] = vin[0]
+};
+
+struct UOp {
+  UOp(UOps uop_, DType dtype_ = dtypes::float32, std::vector<int> vin_ = {}, Op alu_ = UnaryOps::NOOP,
+      int buf_ = -1, symbolic::Node idx_ = 0, symbolic::Node valid_ = 1, double value_ = 0,
+      std::string name_ = {}, std::int64_t extent_ = 0, bool threaded_ = false)
+      : uop(uop_),
+        dtype(dtype_),
+        vin(std::move(vin_)),
+        alu(alu_),
+        buf(buf_),
+        idx(std::move(idx_)),
+        valid(std::move(valid_)),
+        value(value_),
+        name(std::move(name_)),
+        extent(extent_),
+        threaded(threaded_) {}
+  UOps uop;
+  DType dtype = dtypes::float32;
+  std::vector<int> vin;
+  Op alu = UnaryOps::NOOP;
+  int buf = -1;
+  symbolic::Node idx = 0, valid = 1;
+  double value = 0;
+  std::string name;         // LOOP variable
+  std::int64_t extent = 0;  // LOOP trip count
+  bool threaded = false;    // LOOP: its range is split across threads / work items
+};
+
+struct LinearizedKernel {
+  std::string name;
+  std::vector<UOp> uops;
+  std::vector<DType> buf_dtypes;  // [0] the output
+  std::int64_t global_size = 1;   // trip count of the threaded loop
+  std::int64_t op_estimate = 0;
+};
+
+LinearizedKernel linearize(const Kernel& k);
+std::string to_string(const UOp& u);  // one line, for DEBUG=5
+
+}  // namespace metagrad::codegen

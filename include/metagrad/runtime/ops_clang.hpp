@@ -1,0 +1,41 @@
+#pragma once
+// CLANG: C source compiled by the system C compiler (`cc`, or env CC) into a shared object and
+// loaded with dlopen (the seed's runtime/ops_clang.py). Objects are cached on disk by source hash
+// under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing.
+#include <memory>
+#include <string>
+
+#include "metagrad/codegen/cstyle.hpp"
+#include "metagrad/ops.hpp"
+
+namespace metagrad {
+
+class ClangProgram : public Program {
+ public:
+  // Compiles (or finds in the disk cache) `src` and looks up the function `name`. A compile
+  // error throws std::runtime_error carrying the source and the compiler's message.
+  ClangProgram(std::string name, const std::string& src);
+  ~ClangProgram() override;
+  // With a global size, the function takes (buffers..., int start, int end) and the range is
+  // split across threads; without one (the walkthrough's hand-written `add`), just the buffers.
+  void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
+                  const std::vector<RawBuffer*>& bufs) override;
+  // Compiles seen by this process (disk-cache hits excluded).
+  static inline std::atomic<int> compiles = 0;
+
+ private:
+  std::string name_;
+  void* lib_ = nullptr;
+  void* fn_ = nullptr;
+};
+
+struct ClangCodegen {
+  static inline const codegen::CStyleLanguage lang{"", "", " restrict", true, "", false};
+};
+
+// The directory of the on-disk kernel cache.
+std::string kernel_cache_dir();
+// A stable 64-bit FNV-1a hash as 16 hex digits (file names of the disk cache).
+std::string stable_hash(const std::string& s);
+
+}  // namespace metagrad

@@ -1,0 +1,235 @@
+#include "metagrad/codegen/cstyle.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace metagrad::codegen {
+
+using symbolic::Node;
+using symbolic::NodeKind;
+
+std::string render_c_index(const Node& n) {
+  auto bin = [&](const char* op) {
+    return detail::cat("(", render_c_index(n.a()), op, std::to_string(n.b()), ")");
+  };
+  switch (n.kind()) {
+    case NodeKind::Num:
+      return std::to_string(n.b());
+    case NodeKind::Variable:
+      return n.name();
+    case NodeKind::Mul:
+      return bin("*");
+    case NodeKind::Div:
+      return n.a().min() >= 0
+                 ? bin("/")
+                 : detail::cat("mg_fdiv(", render_c_index(n.a()), ",", std::to_string(n.b()), ")");
+    case NodeKind::Mod:
+      return n.a().min() >= 0
+                 ? bin("%")
+                 : detail::cat("mg_fmod(", render_c_index(n.a()), ",", std::to_string(n.b()), ")");
+    case NodeKind::Lt:
+      return bin("<");
+    case NodeKind::Sum:
+    case NodeKind::And: {
+      std::string out = "(";
+      for (std::size_t i = 0; i < n.nodes().size(); ++i) {
+        if (i) out += n.kind() == NodeKind::Sum ? "+" : "&&";
+        out += render_c_index(n.nodes()[i]);
+      }
+      return out + ")";
+    }
+  }
+  return "0";
+}
+
+namespace {
+
+const char* kPreludeC = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
+static inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
+static inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
+static inline long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
+static inline long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
+static inline float mg_h2f(unsigned short h) { unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u; float f;
+  if (e == 0x1f) u = s | 0x7f800000u | (m << 13); else if (e == 0) { f = (float)m * (1.0f / 16777216.0f); return s ? -f : f; } else u = s | ((e + 112) << 23) | (m << 13);
+  __builtin_memcpy(&f, &u, 4); return f; }
+static inline unsigned short mg_f2h(float f) { unsigned int x, s, e, m, r, rem; int ex; __builtin_memcpy(&x, &f, 4); s = (x >> 16) & 0x8000u; e = (x >> 23) & 0xffu; m = x & 0x7fffffu;
+  if (e == 0xff) return (unsigned short)(s | 0x7c00u | (m ? 0x200u : 0u)); ex = (int)e - 112;
+  if (ex >= 31) return (unsigned short)(s | 0x7c00u);
+  if (ex <= 0) { unsigned int sh, half; if (ex < -10) return (unsigned short)s; m |= 0x800000u; sh = (unsigned)(14 - ex); r = m >> sh; rem = m & ((1u << sh) - 1); half = 1u << (sh - 1); if (rem > half || (rem == half && (r & 1u))) ++r; return (unsigned short)(s | r); }
+  r = ((unsigned)ex << 10) | (m >> 13); rem = m & 0x1fffu; if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r; return (unsigned short)(s | r); }
+)";
+
+const char* kPreludeCL = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
+inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
+inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
+inline long mg_idiv(long a, long b) { return b == 0 ? 0 : b == -1 ? (long)(0UL - (ulong)a) : a / b; }
+inline long mg_ipow(long b, long e) { ulong r = 1, x = (ulong)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long)r; }
+)";
+
+struct Renderer {
+  const LinearizedKernel& k;
+  const CStyleLanguage& lang;
+  bool opencl() const { return !lang.global_id.empty(); }
+
+  // Storage type in memory.
+  std::string storage(DType d) const {
+    switch (d.priority) {
+      case dtypes::bool_.priority:
+        return opencl() ? "uchar" : "_Bool";
+      case dtypes::int8.priority:
+        return opencl() ? "char" : "signed char";
+      case dtypes::uint8.priority:
+        return opencl() ? "uchar" : "unsigned char";
+      case dtypes::int32.priority:
+        return "int";
+      case dtypes::int64.priority:
+        return opencl() ? "long" : "long long";
+      case dtypes::float16.priority:
+        return opencl() ? "half" : "unsigned short";
+      case dtypes::float32.priority:
+        return "float";
+      default:
+        return "double";
+    }
+  }
+  // Type values are computed in: half computes in float.
+  std::string compute(DType d) const { return d == dtypes::float16 ? "float" : storage(d); }
+
+  std::string literal(double v, DType d) const {
+    if (!dtypes::is_float(d)) {
+      if (d == dtypes::bool_) return v != 0 ? "1" : "0";
+      char b[32];
+      std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v));
+      return d == dtypes::int64 ? detail::cat("(", b, opencl() ? "L)" : "LL)") : std::string(b);
+    }
+    bool f32 = d != dtypes::float64;
+    if (std::isnan(v)) return opencl() ? "NAN" : (f32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")");
+    if (std::isinf(v))
+      return detail::cat(v < 0 ? "(-" : "(",
+                         opencl() ? "INFINITY" : (f32 ? "__builtin_inff()" : "__builtin_inf()"), ")");
+    char b[40];
+    std::snprintf(b, sizeof b, f32 ? "%.9g" : "%.17g", v);
+    std::string s = b;
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return f32 ? "(" + s + "f)" : "(" + s + ")";
+  }
+
+  std::string math(const char* fn, DType d) const {
+    if (opencl()) return fn;
+    return detail::cat("__builtin_", fn, d == dtypes::float64 ? "" : "f");
+  }
+
+  std::string alu(const UOp& u, const std::vector<std::string>& v, const std::vector<UOp>& uops) const {
+    DType in = u.vin.empty() ? u.dtype : uops[static_cast<std::size_t>(u.vin[0])].dtype;
+    bool fl = dtypes::is_float(in);
+    Op op = u.alu;
+    if (op == UnaryOps::NOOP) return v[0];
+    if (op == UnaryOps::EXP2) return detail::cat(math("exp2", in), "(", v[0], ")");
+    if (op == UnaryOps::LOG2) return detail::cat(math("log2", in), "(", v[0], ")");
+    if (op == UnaryOps::SIN) return detail::cat(math("sin", in), "(", v[0], ")");
+    if (op == UnaryOps::CAST) {
+      if (u.dtype == dtypes::bool_) return detail::cat("(", v[0], "!=0)");
+      return detail::cat("(", compute(u.dtype), ")(", v[0], ")");
+    }
+    if (op == BinaryOps::ADD) return detail::cat("(", v[0], "+", v[1], ")");
+    if (op == BinaryOps::SUB) return detail::cat("(", v[0], "-", v[1], ")");
+    if (op == BinaryOps::MUL) return detail::cat("(", v[0], "*", v[1], ")");
+    if (op == BinaryOps::DIV)
+      return fl ? detail::cat("(", v[0], "/", v[1], ")") : detail::cat("mg_idiv(", v[0], ",", v[1], ")");
+    if (op == BinaryOps::POW)
+      return fl ? detail::cat(opencl() ? "pow" : math("pow", in), "(", v[0], ",", v[1], ")")
+                : detail::cat("mg_ipow(", v[0], ",", v[1], ")");
+    if (op == BinaryOps::CMPEQ) return detail::cat("(", v[0], "==", v[1], ")");
+    if (op == BinaryOps::MAX) return detail::cat("mg_max(", v[0], ",", v[1], ")");
+    throw std::runtime_error("cstyle: no rendering for " + to_string(op));
+  }
+
+  std::string load(const UOp& u) const {
+    std::string idx = render_c_index(u.idx), buf = "data" + std::to_string(u.buf);
+    std::string val = u.dtype == dtypes::float16 ? (opencl() ? detail::cat("vload_half(", idx, ",", buf, ")")
+                                                             : detail::cat("mg_h2f(", buf, "[", idx, "])"))
+                                                 : detail::cat(buf, "[", idx, "]");
+    if (u.valid.is_num()) return val;
+    return detail::cat("(", render_c_index(u.valid), "?", val, ":", literal(0, u.dtype), ")");
+  }
+
+  std::string store(const UOp& u, const std::string& v) const {
+    std::string idx = render_c_index(u.idx), buf = "data" + std::to_string(u.buf);
+    if (u.dtype == dtypes::float16)
+      return opencl() ? detail::cat("vstore_half(", v, ",", idx, ",", buf, ");")
+                      : detail::cat(buf, "[", idx, "] = mg_f2h(", v, ");");
+    return detail::cat(buf, "[", idx, "] = ", v, ";");
+  }
+
+  std::string render() const {
+    std::string src = opencl() ? kPreludeCL : kPreludeC;
+    if (opencl()) src += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+    src += detail::cat(lang.kernel_prefix, lang.kernel_prefix.empty() ? "" : " ", "void ", k.name, "(");
+    for (std::size_t i = 0; i < k.buf_dtypes.size(); ++i) {
+      src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", storage(k.buf_dtypes[i]), "*",
+                         lang.buffer_suffix, " data", std::to_string(i));
+    }
+    if (lang.range_arguments) src += ", int start, int end";
+    src += ") {\n";
+    std::vector<std::string> names(k.uops.size());
+    int depth = 1;
+    auto line = [&](const std::string& s) {
+      src += std::string(static_cast<std::size_t>(depth) * 2, ' ') + s + "\n";
+    };
+    for (std::size_t i = 0; i < k.uops.size(); ++i) {
+      const UOp& u = k.uops[i];
+      std::vector<std::string> v;
+      for (int x : u.vin) v.push_back(names[static_cast<std::size_t>(x)]);
+      std::string self = "v" + std::to_string(i);
+      switch (u.uop) {
+        case UOps::LOOP:
+          if (u.threaded && !lang.range_arguments)
+            line(detail::cat("{ int ", u.name, " = ", lang.global_id, ";"));
+          else if (u.threaded)
+            line(detail::cat("for (int ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {"));
+          else
+            line(detail::cat("for (int ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ",
+                             u.name, "++) {"));
+          ++depth;
+          break;
+        case UOps::ENDLOOP:
+          --depth;
+          line("}");
+          break;
+        case UOps::CONST:
+          names[i] = literal(u.value, u.dtype);
+          break;
+        case UOps::DEFINE_ACC:
+          names[i] = "acc" + std::to_string(i);
+          line(detail::cat(compute(u.dtype), " ", names[i], " = ", literal(u.value, u.dtype), ";"));
+          break;
+        case UOps::LOAD:
+          names[i] = self;
+          line(detail::cat(compute(u.dtype), " ", self, " = ", load(u), ";"));
+          break;
+        case UOps::ALU:
+          names[i] = self;
+          line(detail::cat(compute(u.dtype), " ", self, " = ", alu(u, v, k.uops), ";"));
+          break;
+        case UOps::ACC: {
+          UOp as_alu = u;
+          as_alu.vin = {u.vin[0], u.vin[1]};
+          line(detail::cat(v[0], " = ", alu(as_alu, v, k.uops), ";"));
+          break;
+        }
+        case UOps::STORE:
+          line(store(u, v[0]));
+          break;
+      }
+    }
+    return src + "}\n";
+  }
+};
+
+}  // namespace
+
+std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang) {
+  return Renderer{k, lang}.render();
+}
+
+}  // namespace metagrad::codegen

@@ -1,0 +1,195 @@
+#include "metagrad/codegen/linearizer.hpp"
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace metagrad::codegen {
+
+using symbolic::Node;
+
+namespace {
+
+struct Linearizer {
+  const Kernel& k;
+  LinearizedKernel out;
+  std::map<std::string, int> loads;  // identical loads (across upcast positions) are emitted once
+  std::vector<Node> loop_vars;       // per axis: the loop variable (looped axes) or 0
+
+  int push(UOp u) {
+    out.uops.push_back(std::move(u));
+    return static_cast<int>(out.uops.size()) - 1;
+  }
+  int constant(double v, DType dt) { return push(UOp{UOps::CONST, dt, {}, UnaryOps::NOOP, -1, 0, 1, v}); }
+
+  std::vector<Node> idxs_at(const Dims& upcast_pos) const {
+    std::vector<Node> idxs = loop_vars;
+    std::size_t first_up = k.shape_len() - k.upcasted;
+    for (std::size_t j = 0; j < upcast_pos.size(); ++j) idxs[first_up + j] = upcast_pos[j];
+    return idxs;
+  }
+
+  int load(std::size_t buf, const Dims& pos) {
+    auto [idx, valid] = k.sts[buf].expr_idxs(idxs_at(pos));
+    DType dt = buf == 0 ? k.out_dtype : k.bufs[buf - 1]->dtype;
+    if (valid.is_num() && valid.b() == 0) return constant(0, dt);
+    std::string key = detail::cat(std::to_string(buf), "|", idx.render(), "|", valid.render());
+    if (auto it = loads.find(key); it != loads.end()) return it->second;
+    return loads[key] = push(UOp{UOps::LOAD, dt, {}, UnaryOps::NOOP, static_cast<int>(buf), idx, valid});
+  }
+
+  // The AST at one upcast position; `reduced` is the reduce's value there (post-reduce part).
+  int ast(const LazySrc& s, const Dims& pos, int reduced) {
+    if (auto* b = std::get_if<LazyBufferPtr>(&s)) {
+      auto i = std::find(k.bufs.begin(), k.bufs.end(), *b) - k.bufs.begin();
+      return load(static_cast<std::size_t>(i) + 1, pos);
+    }
+    const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
+    if (&op == k.reduceop) return reduced;
+    if (op.op == LoadOps::CONST) {
+      const ConstArg& c = std::get<ConstArg>(op.arg);
+      return constant(c.value, c.dtype);
+    }
+    std::vector<int> vin;
+    for (const LazySrc& x : op.src) vin.push_back(ast(x, pos, reduced));
+    if (op.op == UnaryOps::NOOP) return vin[0];
+    DType dt = ast_dtype(s);
+    UOp u{UOps::ALU, dt, vin, op.op};
+    if (op.op == UnaryOps::CAST) u.value = 0, u.dtype = std::get<DType>(op.arg);
+    return push(std::move(u));
+  }
+
+  // Every combination of positions along the upcast axes, row-major.
+  std::vector<Dims> upcast_positions(bool reduce_axes_too) const {
+    std::vector<Dims> out{Dims{}};
+    std::size_t first_up = k.shape_len() - k.upcasted;
+    for (std::size_t d = first_up; d < k.shape_len(); ++d) {
+      bool varies = reduce_axes_too || !k.is_reduce_axis(d);
+      std::vector<Dims> next;
+      for (const Dims& p : out)
+        for (std::int64_t i = 0; i < (varies ? k.full_shape()[d] : 1); ++i) {
+          Dims q = p;
+          q.push_back(i);
+          next.push_back(q);
+        }
+      out = std::move(next);
+    }
+    return out;
+  }
+
+  // Positions along the reduce upcast axes only, merged into an output position.
+  std::vector<Dims> reduce_positions(const Dims& out_pos) const {
+    std::vector<Dims> all = upcast_positions(true), mine;
+    std::size_t first_up = k.shape_len() - k.upcasted;
+    for (const Dims& p : all) {
+      bool same = true;
+      for (std::size_t j = 0; j < p.size(); ++j)
+        if (!k.is_reduce_axis(first_up + j) && p[j] != out_pos[j]) same = false;
+      if (same) mine.push_back(p);
+    }
+    return mine;
+  }
+
+  void run() {
+    const Dims& shape = k.full_shape();
+    std::size_t looped_end = k.shape_len() - k.upcasted;
+    out.name = k.name();
+    out.buf_dtypes.push_back(k.out_dtype);
+    for (const auto& b : k.bufs) out.buf_dtypes.push_back(b->dtype);
+    out.op_estimate = k.op_estimate;
+    loop_vars.assign(k.shape_len(), Node(0));
+
+    // The outermost global loop is the threaded one; a kernel without global axes gets one of 1.
+    std::vector<int> open;
+    auto open_loop = [&](const std::string& name, std::int64_t extent, bool threaded) {
+      open.push_back(
+          push(UOp{UOps::LOOP, dtypes::int32, {}, UnaryOps::NOOP, -1, 0, 1, 0, name, extent, threaded}));
+    };
+    if (k.first_reduce == 0) open_loop("gidx0", 1, true), out.global_size = 1;
+    for (std::size_t d = 0; d < k.first_reduce; ++d) {
+      std::string name = "gidx" + std::to_string(d);
+      loop_vars[d] = symbolic::Variable(name, 0, shape[d] - 1);
+      open_loop(name, shape[d], d == 0);
+      if (d == 0) out.global_size = shape[d];
+    }
+
+    std::vector<Dims> out_positions = upcast_positions(false);
+    std::vector<int> reduced(out_positions.size(), -1);
+    if (k.reduceop) {
+      const LazyOp& r = *k.reduceop;
+      bool is_max = r.op == ReduceOps::MAX;
+      DType acc_dt = ast_dtype(r.src.at(0));
+      double init =
+          is_max ? (dtypes::is_float(acc_dt) ? -INFINITY : double(std::numeric_limits<std::int64_t>::min()))
+                 : 0;
+      std::vector<std::vector<int>> accs(out_positions.size());
+      for (std::size_t o = 0; o < out_positions.size(); ++o)
+        for (std::size_t i = 0; i < reduce_positions(out_positions[o]).size(); ++i)
+          accs[o].push_back(push(UOp{UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, init}));
+      std::size_t outer = open.size();
+      for (std::size_t d = k.first_reduce; d < looped_end; ++d) {
+        std::string name = "ridx" + std::to_string(d - k.first_reduce);
+        loop_vars[d] = symbolic::Variable(name, 0, shape[d] - 1);
+        open_loop(name, shape[d], false);
+      }
+      Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
+      for (std::size_t o = 0; o < out_positions.size(); ++o) {
+        std::vector<Dims> rp = reduce_positions(out_positions[o]);
+        for (std::size_t i = 0; i < rp.size(); ++i) {
+          int v;
+          if (r.op == FusedOps::MULACC) {
+            int a = ast(r.src[0], rp[i], -1), b = ast(r.src[1], rp[i], -1);
+            v = push(UOp{UOps::ALU, acc_dt, {a, b}, BinaryOps::MUL});
+          } else {
+            v = ast(r.src[0], rp[i], -1);
+          }
+          push(UOp{UOps::ACC, acc_dt, {accs[o][i], v}, update});
+        }
+      }
+      while (open.size() > outer) open.pop_back(), push(UOp{UOps::ENDLOOP});
+      for (std::size_t d = k.first_reduce; d < looped_end; ++d) loop_vars[d] = 0;
+      loads.clear();  // values loaded inside the reduce loop are out of scope after it
+      // Partial accumulators combine pairwise: a balanced tree, the same order everywhere.
+      for (std::size_t o = 0; o < out_positions.size(); ++o) {
+        std::vector<int> level = accs[o];
+        while (level.size() > 1) {
+          std::vector<int> next;
+          for (std::size_t i = 0; i + 1 < level.size(); i += 2)
+            next.push_back(push(UOp{UOps::ALU, acc_dt, {level[i], level[i + 1]}, update}));
+          if (level.size() % 2) next.push_back(level.back());
+          level = std::move(next);
+        }
+        reduced[o] = level[0];
+      }
+    }
+    for (std::size_t o = 0; o < out_positions.size(); ++o) {
+      int v = ast(k.ast, out_positions[o], reduced[o]);
+      auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
+      push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
+    }
+    while (!open.empty()) open.pop_back(), push(UOp{UOps::ENDLOOP});
+  }
+};
+
+}  // namespace
+
+LinearizedKernel linearize(const Kernel& k) {
+  Linearizer l{k, {}, {}, {}};
+  l.run();
+  return std::move(l.out);
+}
+
+std::string to_string(const UOp& u) {
+  static const char* names[] = {"LOOP", "ENDLOOP", "DEFINE_ACC", "LOAD", "CONST", "ALU", "ACC", "STORE"};
+  std::string out = detail::cat(names[static_cast<int>(u.uop)], " ", u.dtype.name);
+  for (int v : u.vin) out += " %" + std::to_string(v);
+  if (u.uop == UOps::ALU || u.uop == UOps::ACC) out += " " + to_string(u.alu);
+  if (u.uop == UOps::LOAD || u.uop == UOps::STORE)
+    out += detail::cat(" data", std::to_string(u.buf), "[", u.idx.render(), "] if ", u.valid.render());
+  if (u.uop == UOps::CONST || u.uop == UOps::DEFINE_ACC) out += " " + std::to_string(u.value);
+  if (u.uop == UOps::LOOP)
+    out += detail::cat(" ", u.name, " < ", std::to_string(u.extent), u.threaded ? " threaded" : "");
+  return out;
+}
+
+}  // namespace metagrad::codegen

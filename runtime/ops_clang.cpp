@@ -1,0 +1,164 @@
+#include "metagrad/runtime/ops_clang.hpp"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "metagrad/codegen/kernel.hpp"
+#include "metagrad/runtime/threadpool.hpp"
+
+namespace metagrad {
+
+namespace fs = std::filesystem;
+
+std::string stable_hash(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string kernel_cache_dir() {
+  std::string dir = getenv("METAGRAD_CACHE");
+  if (dir.empty()) dir = getenv("HOME").empty() ? "/tmp/metagrad-cache" : getenv("HOME") + "/.cache/metagrad";
+  return dir;
+}
+
+namespace {
+
+const char* kFlags = "-shared -fPIC -O2 -march=native -fno-math-errno -lm";
+
+std::string compiler() { return getenv("CC", "cc"); }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Calls fn with the buffer pointers (and the range) for up to kMaxArgs buffers.
+constexpr std::size_t kMaxArgs = 32;
+template <std::size_t... I>
+void call_bufs(void* fn, void* const* a, std::index_sequence<I...>) {
+  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))...)>(fn)(a[I]...);
+}
+template <std::size_t... I>
+void call_range(void* fn, void* const* a, int s, int e, std::index_sequence<I...>) {
+  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))..., int, int)>(fn)(a[I]..., s, e);
+}
+template <std::size_t... N>
+constexpr auto make_table(std::index_sequence<N...>) {
+  using Bufs = void (*)(void*, void* const*);
+  using Range = void (*)(void*, void* const*, int, int);
+  return std::pair{std::array<Bufs, sizeof...(N)>{
+                       [](void* f, void* const* a) { call_bufs(f, a, std::make_index_sequence<N>{}); }...},
+                   std::array<Range, sizeof...(N)>{[](void* f, void* const* a, int s, int e) {
+                     call_range(f, a, s, e, std::make_index_sequence<N>{});
+                   }...}};
+}
+constexpr auto kCallers = make_table(std::make_index_sequence<kMaxArgs + 1>{});
+
+}  // namespace
+
+ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std::move(name)) {
+  std::string cc = compiler();
+  fs::path dir = fs::path(kernel_cache_dir()) / "clang";
+  fs::create_directories(dir);
+  fs::path so = dir / (stable_hash(cc + "\n" + kFlags + "\n" + src) + ".so");
+  if (!fs::exists(so)) {
+    // Compile to a private name, then rename: concurrent processes never see a partial object.
+    std::string tmp =
+        detail::cat(so.string(), ".", std::to_string(::getpid()), ".", stable_hash(name_ + src).substr(0, 6));
+    std::ofstream(tmp + ".c") << src;
+    std::string cmd = detail::cat(cc, " -x c ", tmp, ".c -o ", tmp, ".so ", kFlags, " 2> ", tmp, ".log");
+    int rc = std::system(cmd.c_str());
+    std::string log = read_file(tmp + ".log");
+    fs::remove(tmp + ".c");
+    fs::remove(tmp + ".log");
+    if (rc != 0) {
+      fs::remove(tmp + ".so");
+      throw std::runtime_error(detail::cat("CLANG: compiling kernel ", name_, " with `", cc, "` failed:\n",
+                                           log, "\n--- source ---\n", src));
+    }
+    fs::rename(tmp + ".so", so);
+    ++compiles;
+  }
+  lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib_)
+    throw std::runtime_error(detail::cat("CLANG: dlopen of ", so.string(), " failed: ", ::dlerror()));
+  fn_ = ::dlsym(lib_, name_.c_str());
+  if (!fn_)
+    throw std::runtime_error(detail::cat("CLANG: no function ", name_, " in the compiled kernel:\n", src));
+}
+
+ClangProgram::~ClangProgram() {
+  if (lib_) ::dlclose(lib_);
+}
+
+void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
+                              const std::vector<RawBuffer*>& bufs) {
+  if (bufs.size() > kMaxArgs)
+    throw std::runtime_error(detail::cat("CLANG: ", name_, " takes ", std::to_string(bufs.size()),
+                                         " buffers; at most 32 are supported"));
+  std::vector<void*> ptrs;
+  for (RawBuffer* b : bufs) {
+    auto* m = dynamic_cast<RawMallocBuffer*>(b);
+    if (!m) throw std::invalid_argument("CLANG: buffers must be RawMallocBuffers");
+    ptrs.push_back(m->data());
+  }
+  if (global_size.empty()) return kCallers.first[ptrs.size()](fn_, ptrs.data());
+  auto run = [&](std::int64_t s, std::int64_t e) {
+    kCallers.second[ptrs.size()](fn_, ptrs.data(), static_cast<int>(s), static_cast<int>(e));
+  };
+  // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
+  if (op_estimate < (1 << 18)) return run(0, global_size[0]);
+  parallel_for(global_size[0], run);
+}
+
+// The generic compiled backend wired to the C renderer and ClangProgram.
+ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
+                          const codegen::CStyleLanguage& lang) {
+  codegen::Kernel k(ast, out_dtype);
+  k.hand_coded_optimizations();
+  codegen::LinearizedKernel lin = codegen::linearize(k);
+  ASTRunner r;
+  r.name = lin.name;
+  r.prg = codegen::render_cstyle(lin, lang);
+  r.global_size = {lin.global_size};
+  r.op_estimate = lin.op_estimate;
+  r.mem_estimate = 0;
+  for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
+    std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();
+    r.mem_estimate += elems * lin.buf_dtypes[i].itemsize;
+  }
+  if (getenv_int("DEBUG") >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
+  if (getenv_int("DEBUG") >= 5)
+    for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", codegen::to_string(u).c_str());
+  if (getenv_int("DEBUG") >= 4) std::fprintf(stderr, "%s\n", r.prg.c_str());
+  return r;
+}
+
+std::unique_ptr<Backend> make_clang_backend() {
+  // Probe the compiler once so a missing one says so clearly at the first use of the device.
+  if (std::system((compiler() + " --version > /dev/null 2>&1").c_str()) != 0)
+    throw std::runtime_error(detail::cat("the C compiler `", compiler(), "` (env CC) cannot be run"));
+  return std::make_unique<Compiled>(
+      [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
+      [](const std::shared_ptr<LazyOp>& ast, DType dt) {
+        return lower_to_runner(ast, dt, ClangCodegen::lang);
+      },
+      [](const std::string& name, const std::string& src) {
+        return std::make_shared<ClangProgram>(name, src);
+      });
+}
+
+}  // namespace metagrad
