@@ -10,6 +10,12 @@ namespace metagrad {
 
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_clang_backend();
+#ifdef METAGRAD_HAS_LLVM
+std::unique_ptr<Backend> make_llvm_backend();
+#endif
+#ifdef METAGRAD_HAS_OPENCL
+std::unique_ptr<Backend> make_opencl_backend();
+#endif
 
 namespace {
 
@@ -17,8 +23,16 @@ using Factory = std::unique_ptr<Backend> (*)();
 
 // Preference order for the default device: fastest first. Later backends register here.
 const std::vector<std::pair<std::string, Factory>>& factories() {
-  static const std::vector<std::pair<std::string, Factory>> table = {{"CPU", make_cpu_backend},
-                                                                     {"CLANG", make_clang_backend}};
+  static const std::vector<std::pair<std::string, Factory>> table = {
+      {"CPU", make_cpu_backend},
+      {"CLANG", make_clang_backend},
+#ifdef METAGRAD_HAS_LLVM
+      {"LLVM", make_llvm_backend},
+#endif
+#ifdef METAGRAD_HAS_OPENCL
+      {"OPENCL", make_opencl_backend},
+#endif
+  };
   return table;
 }
 
