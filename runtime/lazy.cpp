@@ -257,7 +257,7 @@ Dims ast_shape(const LazySrc& src) {
   if (auto* b = std::get_if<LazyBufferPtr>(&src)) return (*b)->shape();
   const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(src);
   if (op.op == LoadOps::CONST) return std::get<ConstArg>(op.arg).shape;
-  if (op.op.type == OpType::Reduce) return std::get<Dims>(op.arg);
+  if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) return std::get<Dims>(op.arg);
   return ast_shape(op.src.at(0));
 }
 
@@ -298,24 +298,111 @@ std::optional<ConstArg> folded_constant(LazyBuffer& s) {
   return std::nullopt;
 }
 
-LazySrc build_ast(const LazySrc& src, LazyBuffer& consumer, std::vector<LazyBufferPtr>& deps) {
-  if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&src)) {
-    std::vector<LazySrc> s;
-    for (const LazySrc& x : (*o)->src) s.push_back(build_ast(x, consumer, deps));
-    return make_op((*o)->op, std::move(s), (*o)->arg);
-  }
-  const LazyBufferPtr& b = std::get<LazyBufferPtr>(src);
-  if (auto c = folded_constant(*b)) return make_op(LoadOps::CONST, {}, *c);
-  LazyBufferPtr base = b->base();
-  if (base == b && is_elementwise(*b) && b->device == consumer.device && b->live_children() <= 1)
-    return build_ast(b->op, consumer, deps);
-  if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
-  return b;
+bool is_reduce(const LazyBuffer& b) {
+  return !b.realized && b.op && (b.op->op.type == OpType::Reduce || b.op->op == FusedOps::MULACC);
 }
+
+// Builds one kernel's AST from a buffer's op, inlining what fuses:
+//  - an unrealized elementwise source with no other consumer, read whole or through views that
+//    neither pad nor add elements (its leaves then read through those views: movement ops move
+//    through elementwise ops instead of forcing a copy);
+//  - an unrealized reduce with no other consumer read whole by elementwise work, when the kernel
+//    holds no reduce yet (elementwise after a reduce runs in the reduce's kernel);
+//  - constants, folded.
+// A SUM of a MUL becomes FusedOps::MULACC. Anything else is a leaf whose base is realized first.
+struct AstBuilder {
+  LazyBuffer& consumer;
+  std::vector<LazyBufferPtr>& deps;
+  bool has_reduce = false;
+
+  // `above`: views (relative to the current base's contiguous layout) the kernel reads through.
+  LazySrc build(const LazySrc& src, const std::vector<View>& above) {
+    if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&src)) return build_op(**o, above);
+    const LazyBufferPtr& b = std::get<LazyBufferPtr>(src);
+    if (auto c = folded_constant(*b)) {
+      if (!above.empty()) c->shape = above.back().shape;
+      return make_op(LoadOps::CONST, {}, *c);
+    }
+    LazyBufferPtr base = b->base();
+    if (base == b && is_elementwise(*b) && b->device == consumer.device &&
+        (b->live_children() <= 1 || cheap_to_recompute(*b)))
+      return build(b->op, above);
+    if (auto through = pushable_views(*b, above)) return build(base->op, *through);
+    if (base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
+        b->live_children() <= 1)
+      return build(b->op, above);
+    if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
+    return read_through(b, above);
+  }
+
+  LazySrc build_op(const LazyOp& op, const std::vector<View>& above) {
+    if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
+      if (!above.empty()) throw std::logic_error("scheduler: a reduce cannot be read through views");
+      has_reduce = true;
+    }
+    std::vector<LazySrc> s;
+    for (const LazySrc& x : op.src) s.push_back(build(x, above));
+    if (op.op == ReduceOps::SUM)
+      if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
+        return make_op(FusedOps::MULACC, (*m)->src, op.arg);
+    return make_op(op.op, std::move(s), op.arg);
+  }
+
+  // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
+  // base that nothing else reads, with no padding and no more elements than the base.
+  std::optional<std::vector<View>> pushable_views(LazyBuffer& b, const std::vector<View>& above) {
+    if (!b.is_view() || b.live_children() > 1) return std::nullopt;
+    LazyBufferPtr base = b.base();
+    if (!is_elementwise(*base) || base->device != consumer.device || base->live_children() > 1)
+      return std::nullopt;
+    for (LazyBufferPtr v = b.shared_from_this(); v != base; v = std::get<LazyBufferPtr>(v->op->src[0]))
+      if (v->live_children() > 1) return std::nullopt;
+    if (b.st.size() > base->st.size()) return std::nullopt;
+    for (const View& v : b.st.views())
+      if (!v.mask.empty()) return std::nullopt;
+    std::vector<View> out = b.st.views();
+    out.insert(out.end(), above.begin(), above.end());
+    return out;
+  }
+
+  // Several consumers may each recompute a small elementwise buffer: rereading its few inputs costs
+  // about what writing and rereading it would, and saves a kernel (softmax's exp(x - max)). The
+  // size cap also bounds repeated inlining through chains of shared buffers.
+  static bool cheap_to_recompute(LazyBuffer& b) {
+    int budget = 6;
+    std::vector<const LazyOp*> stack{b.op.get()};
+    while (!stack.empty()) {
+      const LazyOp* o = stack.back();
+      stack.pop_back();
+      if (--budget < 0) return false;
+      for (const LazySrc& x : o->src) {
+        if (auto* op = std::get_if<std::shared_ptr<LazyOp>>(&x)) {
+          stack.push_back(op->get());
+        } else {
+          const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
+          if (src->base() == src && is_elementwise(*src)) stack.push_back(src->op.get());
+        }
+      }
+    }
+    return true;
+  }
+
+  // A leaf that reads b through more views: a fresh view buffer (not registered as a consumer).
+  static LazySrc read_through(const LazyBufferPtr& b, const std::vector<View>& above) {
+    if (above.empty()) return b;
+    std::vector<View> views = b->st.views();
+    views.insert(views.end(), above.begin(), above.end());
+    ShapeTracker st(views);
+    st.simplify();
+    return std::make_shared<LazyBuffer>(b->device, st, b->dtype,
+                                        make_op(MovementOps::RESHAPE, {b}, Dims(st.shape())));
+  }
+};
 
 std::shared_ptr<LazyOp> kernel_ast(const std::shared_ptr<LazyOp>& op, LazyBuffer& out,
                                    std::vector<LazyBufferPtr>& deps) {
-  return std::get<std::shared_ptr<LazyOp>>(build_ast(op, out, deps));
+  AstBuilder builder{out, deps};
+  return std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
 }
 
 Plan make_plan(const LazyBufferPtr& b) {

@@ -12,5 +12,5 @@ cmake --build "$dir" --target metagrad >/dev/null
 [ -f "$dir/catch_main.o" ] || c++ -std=c++20 -O1 -c test/main.cpp -o "$dir/catch_main.o"
 bin="$dir/$(basename "$src" .cpp)"
 c++ -std=c++20 -O2 -g -Wall -Wextra -Wpedantic -Werror -Wno-restrict -Iinclude -Idetail -Itest "$src" \
-  "$dir/catch_main.o" "$dir/libmetagrad.a" -o "$bin"
+  "$dir/catch_main.o" -L"$dir" -lmetagrad -Wl,-rpath,"$(realpath "$dir")" -o "$bin"
 "$bin" "$@"
