@@ -338,6 +338,13 @@ struct AstBuilder {
   LazySrc build_op(const LazyOp& op, const std::vector<View>& above) {
     if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
       if (!above.empty()) throw std::logic_error("scheduler: a reduce cannot be read through views");
+      // Reducing nothing gives the identity: no loop over an empty axis reaches a kernel.
+      if (prod(ast_shape(op.src.at(0))) == 0) {
+        DType dt = ast_dtype(op.src.at(0));
+        double init = op.op == ReduceOps::MAX ? -INFINITY : 0.0;
+        if (op.op == ReduceOps::MAX && !dtypes::is_float(dt)) init = -9.2233720368547758e18;
+        return make_op(LoadOps::CONST, {}, ConstArg{init, dt, std::get<Dims>(op.arg)});
+      }
       has_reduce = true;
     }
     std::vector<LazySrc> s;
@@ -435,7 +442,7 @@ std::shared_ptr<RawBuffer> shareable(const LazyOp& ast, const LazyBuffer& b) {
 
 std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast, const LazyBuffer& b) {
   auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
-  dev.exec_ast(ast, out);
+  if (b.st.size() > 0) dev.exec_ast(ast, out);  // nothing to compute for an empty result
   return out;
 }
 

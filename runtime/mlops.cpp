@@ -170,13 +170,22 @@ std::vector<LB> Permute::backward(const LB& g) {
   return {g->movement_op(MovementOps::PERMUTE, inverse)};
 }
 
+// Checked before reading the shape along `arg`: a wrong rank must be an error, not a read past it.
+static void check_rank(const char* op, const LB& x, const Pairs& arg) {
+  if (arg.size() != x->shape().size())
+    throw std::invalid_argument(detail::cat(op, " of shape ", to_string(x->shape()), " with ", to_string(arg),
+                                            ": one pair per dimension"));
+}
+
 LB Pad::forward(const LB& x, const Pairs& arg) {
+  check_rank("pad", x, arg);
   for (std::size_t i = 0; i < arg.size(); ++i) narg.push_back({arg[i].first, arg[i].first + x->shape()[i]});
   return x->movement_op(MovementOps::PAD, arg);
 }
 std::vector<LB> Pad::backward(const LB& g) { return {g->movement_op(MovementOps::SHRINK, narg)}; }
 
 LB Shrink::forward(const LB& x, const Pairs& arg) {
+  check_rank("shrink", x, arg);
   for (std::size_t i = 0; i < arg.size(); ++i) narg.push_back({arg[i].first, x->shape()[i] - arg[i].second});
   return x->movement_op(MovementOps::SHRINK, arg);
 }

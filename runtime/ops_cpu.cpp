@@ -56,8 +56,9 @@ Values map_values(DType dt, const std::vector<Values>& src, FF ff, FI fi) {
     auto i = [&](const Values& x) { return fl ? to_int(x.f[k]) : x.i[k]; };
     if (dtypes::is_float(dt)) {
       out.f[k] = round_to(dt, src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1])));
-    } else if (fl) {  // float inputs, integer result (CMPEQ, CAST)
-      out.i[k] = wrap_to(dt, to_int(src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1]))));
+    } else if (fl) {  // float inputs, integer result (CMPEQ, CAST); to bool is != 0, so NaN is true
+      double v = src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1]));
+      out.i[k] = dt == dtypes::bool_ ? v != 0 : wrap_to(dt, to_int(v));
     } else {
       out.i[k] = wrap_to(dt, src.size() == 1 ? fi(i(src[0]), 0) : fi(i(src[0]), i(src[1])));
     }

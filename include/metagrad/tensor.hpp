@@ -76,7 +76,7 @@ struct Axes {
 
 // One entry of a subscript, numpy style: an integer (removes the axis), a Slice, NewAxis, Ellipsis.
 struct Slice {
-  std::optional<std::int64_t> start, stop, step;
+  std::optional<std::int64_t> start = {}, stop = {}, step = {};
 };
 struct NewAxisT {};
 struct EllipsisT {};
@@ -186,7 +186,10 @@ class Tensor {
                double value = 0) const;  // (left, right, top, bottom)
   Tensor shrink(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg) const;
   Tensor operator[](const std::vector<Index>& index) const;
-  Tensor operator[](std::int64_t i) const { return (*this)[std::vector<Index>{i}]; }
+  template <std::integral I>  // a template, so that t[{}] is the empty subscript, not t[0]
+  Tensor operator[](I i) const {
+    return (*this)[std::vector<Index>{static_cast<std::int64_t>(i)}];
+  }
   Tensor cat(const std::vector<Tensor>& others, std::int64_t dim = 0) const;
   static Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
   Tensor repeat(const std::vector<std::int64_t>& repeats) const;

@@ -108,7 +108,7 @@ struct Linearizer {
     if (k.first_reduce == 0) open_loop("gidx0", 1, true), out.global_size = 1;
     for (std::size_t d = 0; d < k.first_reduce; ++d) {
       std::string name = "gidx" + std::to_string(d);
-      loop_vars[d] = symbolic::Variable(name, 0, shape[d] - 1);
+      loop_vars[d] = symbolic::Variable(name, 0, std::max<std::int64_t>(shape[d] - 1, 0));
       open_loop(name, shape[d], d == 0);
       if (d == 0) out.global_size = shape[d];
     }
@@ -129,7 +129,8 @@ struct Linearizer {
       std::size_t outer = open.size();
       for (std::size_t d = k.first_reduce; d < looped_end; ++d) {
         std::string name = "ridx" + std::to_string(d - k.first_reduce);
-        loop_vars[d] = symbolic::Variable(name, 0, shape[d] - 1);
+        loop_vars[d] =
+            symbolic::Variable(name, 0, std::max<std::int64_t>(shape[d] - 1, 0));  // 0 trips when empty
         open_loop(name, shape[d], false);
       }
       Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);

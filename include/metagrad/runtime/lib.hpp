@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "metagrad/helpers.hpp"
@@ -33,9 +34,15 @@ class RawBuffer {
     if (dtype_of<T> != dtype)
       throw std::invalid_argument(std::string("RawBuffer.toCPU: the buffer holds ") + dtype.name + ", not " +
                                   dtype_of<T>.name);
-    std::vector<T> out(size);
-    copyout(out.data());
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: go through bytes
+      std::vector<std::uint8_t> bytes(size);
+      copyout(bytes.data());
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> out(size);
+      copyout(out.data());
+      return out;
+    }
   }
 
   // Buffers alive right now, of every device: tests check it stays flat across training steps.
@@ -59,12 +66,22 @@ class RawMallocBuffer : public RawBuffer {
   template <class T>
   static RawMallocBuffer fromCPU(const std::vector<T>& host) {
     RawMallocBuffer buf(host.size(), dtype_of<T>);
-    buf.copyin(host.data());
+    if constexpr (std::is_same_v<T, bool>) {
+      std::vector<std::uint8_t> bytes(host.begin(), host.end());
+      buf.copyin(bytes.data());
+    } else {
+      buf.copyin(host.data());
+    }
     return buf;
   }
 
-  void copyin(const void* host) override { std::memcpy(ptr_, host, nbytes()); }
-  void copyout(void* host) const override { std::memcpy(host, ptr_, nbytes()); }
+  // Empty buffers copy nothing (and an empty vector's data() may be null).
+  void copyin(const void* host) override {
+    if (nbytes()) std::memcpy(ptr_, host, nbytes());
+  }
+  void copyout(void* host) const override {
+    if (nbytes()) std::memcpy(host, ptr_, nbytes());
+  }
   void* data() { return ptr_; }
   const void* data() const { return ptr_; }
 
