@@ -1,4 +1,6 @@
 // The device registry: each backend is built on first use; DEFAULT comes from the environment.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -11,7 +13,20 @@ namespace metagrad {
 std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_clang_backend();
 #ifdef METAGRAD_HAS_LLVM
-std::unique_ptr<Backend> make_llvm_backend();
+// The LLVM device is a plugin module beside this library, loaded RTLD_LOCAL (runtime/llvm_plugin.cpp).
+// Not named make_llvm_backend: that is the plugin's own factory, which this must not shadow.
+std::unique_ptr<Backend> load_llvm_plugin() {
+  Dl_info self{};
+  ::dladdr(reinterpret_cast<void*>(&make_cpu_backend), &self);
+  std::string dir = self.dli_fname ? std::string(self.dli_fname) : "";
+  dir = dir.substr(0, dir.find_last_of('/') + 1);
+  std::string path = dir + "libmetagrad_llvm.so";
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) throw std::runtime_error(detail::cat("cannot load ", path, ": ", ::dlerror()));
+  auto make = reinterpret_cast<Backend* (*)()>(::dlsym(lib, "metagrad_make_llvm_backend"));
+  if (!make) throw std::runtime_error(detail::cat(path, " has no metagrad_make_llvm_backend"));
+  return std::unique_ptr<Backend>(make());
+}
 #endif
 #ifdef METAGRAD_HAS_OPENCL
 std::unique_ptr<Backend> make_opencl_backend();
@@ -27,7 +42,7 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
       {"CPU", make_cpu_backend},
       {"CLANG", make_clang_backend},
 #ifdef METAGRAD_HAS_LLVM
-      {"LLVM", make_llvm_backend},
+      {"LLVM", load_llvm_plugin},
 #endif
 #ifdef METAGRAD_HAS_OPENCL
       {"OPENCL", make_opencl_backend},
@@ -40,8 +55,14 @@ std::string default_device() {
   if (std::string d = getenv("DEVICE"); !d.empty()) return Device::canonicalize(d);
   for (const auto& [name, make] : factories())
     if (getenv_int(name.c_str()) == 1) return name;
-  auto avail = Device::available();
-  return avail.empty() ? "CPU" : avail.front();
+  // The first available in preference order: probing stops there, so start-up builds one device.
+  for (const auto& [name, make] : factories()) {
+    try {
+      Device::get(name);
+      return name;
+    } catch (const std::exception&) {}
+  }
+  return "CPU";
 }
 
 }  // namespace
