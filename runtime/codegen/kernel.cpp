@@ -130,8 +130,9 @@ void Kernel::hand_coded_optimizations() {
     bool matmul_like = reduceop->op == FusedOps::MULACC && first_reduce >= 2;
     // matmul: a register tile of outputs, 4 rows by 8 columns, each updated once per k.
     if (matmul_like && full_shape()[first_reduce - 1] % 8 == 0 && full_shape()[first_reduce - 2] % 4 == 0) {
+      std::size_t rows = first_reduce - 2;  // before the first upcast, which may drop an axis after it
       upcast(first_reduce - 1, 8);
-      upcast(first_reduce - 2, 4);
+      upcast(rows, 4);
       return;
     }
     // A reduce along memory: partial sums in 8 registers break the add-latency chain.

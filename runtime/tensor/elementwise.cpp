@@ -65,9 +65,13 @@ Tensor Tensor::maximum(const Tensor& y) const {
   auto [a, b] = broadcasted(y);
   return mlops::Maximum::apply(a, b);
 }
-Tensor Tensor::maximum(double y) const { return maximum(scalar_for(*this, y, false)); }
-Tensor Tensor::minimum(const Tensor& y) const { return -((-*this).maximum(-y)); }
-Tensor Tensor::minimum(double y) const { return minimum(scalar_for(*this, y, false)); }
+// -max(-x, -y); unsigned and bool values would wrap when negated, so they go through int64.
+Tensor Tensor::minimum(const Tensor& y) const {
+  auto [a, b] = broadcasted(y);
+  if (dtypes::is_unsigned(a.dtype()) || a.dtype() == dtypes::bool_)
+    return a.cast(dtypes::int64).minimum(b.cast(dtypes::int64)).cast(a.dtype());
+  return -((-a).maximum(-b));
+}
 
 // Comparisons are not differentiable: they work on detached data and give bool. With only CMPEQ
 // and MAX in the op set, x <= y is max(x, y) == y, and x < y is (x <= y) and not (x == y); both
@@ -96,11 +100,125 @@ Tensor Tensor::where(const Tensor& x, const Tensor& y) const {
 }
 Tensor Tensor::where(double x, double y) const { return where(scalar_like(x), scalar_like(y)); }
 
+namespace {
+// Float math on integer or bool input computes in float32, as PyTorch does (the integer kernels of
+// EXP2, LOG2 and SIN are the identity).
+Tensor floating(const Tensor& x) { return dtypes::is_float(x.dtype()) ? x : x.cast(dtypes::float32); }
+// A bound that keeps an integer tensor integer when it is whole (clip(int_x, 0, 6) stays int).
+Tensor bound_for(const Tensor& x, double v) {
+  bool whole = std::isfinite(v) && std::floor(v) == v && x.dtype() != dtypes::bool_;
+  return scalar_for(x, v, whole);
+}
+// The largest magnitude below which a float dtype has fractions: beyond it every value is whole.
+double whole_from(DType dt) {
+  return dt == dtypes::float16 ? 0x1p10 : dt == dtypes::float32 ? 0x1p23 : 0x1p52;
+}
+// floor (up = false) or ceil (up = true) of a float tensor, from a truncating cast to int64 and one
+// comparison. The cast sees x clipped to +-whole_from (so it never saturates), and x - clip(x) adds
+// back what lies beyond: exact for every finite value, inf stays inf, NaN stays NaN. The gradient
+// is 0 (1 - 1 through the clip), as in PyTorch, not tinygrad's straight-through 1.
+Tensor round_toward(const Tensor& x, bool up) {
+  double lim = whole_from(x.dtype());
+  Tensor y = x.clip(-lim, lim), yd = y.detach();
+  Tensor t = yd.cast(dtypes::int64).cast(x.dtype());
+  Tensor r = up ? t + (yd > t).cast(x.dtype()) : t - (yd < t).cast(x.dtype());
+  return r + (x - y);
+}
+}  // namespace
+
 Tensor Tensor::neg() const { return *this * -1; }
-Tensor Tensor::log() const { return mlops::Log::apply(*this); }
-Tensor Tensor::exp() const { return mlops::Exp::apply(*this); }
+Tensor Tensor::log() const { return mlops::Log::apply(floating(*this)); }
+Tensor Tensor::log2() const { return log() * (1 / std::numbers::ln2); }
+Tensor Tensor::exp() const { return mlops::Exp::apply(floating(*this)); }
+// 2^x through Pow: exact where exp(x ln 2) would round twice.
+Tensor Tensor::exp2() const {
+  Tensor x = floating(*this);
+  return x.scalar_like(2).pow(x);
+}
 Tensor Tensor::relu() const { return mlops::Relu::apply(*this); }
-Tensor Tensor::sin() const { return mlops::Sin::apply(*this); }
+Tensor Tensor::sin() const { return mlops::Sin::apply(floating(*this)); }
+Tensor Tensor::cos() const { return (std::numbers::pi / 2 - floating(*this)).sin(); }
+Tensor Tensor::tan() const { return sin() / cos(); }
+Tensor Tensor::ceil() const { return dtypes::is_float(dtype()) ? round_toward(*this, true) : *this; }
+Tensor Tensor::floor() const { return dtypes::is_float(dtype()) ? round_toward(*this, false) : *this; }
+// Negative x gives NaN and rsqrt(0) is inf, as in PyTorch (rsqrt(-0.0) is +inf here, -inf there).
+// The max with -1 keeps every negative negative but sends -inf, where C's pow gives +inf and +0, to
+// NaN as well.
+Tensor Tensor::sqrt() const { return floating(*this).maximum(-1).pow(0.5); }
+Tensor Tensor::rsqrt() const { return floating(*this).maximum(-1).pow(-0.5); }
+Tensor Tensor::square() const { return *this * *this; }
+// min > max gives max everywhere, as PyTorch's clamp; NaN stays NaN.
+// A whole scalar keeps an integer tensor integer (x.maximum(0) of int32 is int32).
+Tensor Tensor::maximum(double y) const { return maximum(bound_for(*this, y)); }
+Tensor Tensor::minimum(double y) const { return minimum(bound_for(*this, y)); }
+Tensor Tensor::clip(double min, double max) const {
+  return maximum(bound_for(*this, min)).minimum(bound_for(*this, max));
+}
+// Unsigned and bool values are their own magnitude (negating them would wrap).
+Tensor Tensor::abs() const {
+  if (dtypes::is_unsigned(dtype()) || dtype() == dtypes::bool_) return *this;
+  return relu() + (-*this).relu();
+}
+// From comparisons, so sign(inf) is 1 and tiny values keep their sign (tinygrad's x / (|x| + 1e-10)
+// gives NaN and 0 there). The max with min(x, -1) never changes the value but lets NaN through and
+// ties the result to x, whose gradient is then 0, as in PyTorch.
+Tensor Tensor::sign() const {
+  if (dtype() == dtypes::bool_) return *this;
+  Tensor v = gt(scalar_for(*this, 0, true)).cast(dtype()) - lt(scalar_for(*this, 0, true)).cast(dtype());
+  return dtypes::is_float(dtype()) ? v.maximum(minimum(-1.0)) : v;
+}
+Tensor Tensor::reciprocal() const { return 1.0 / *this; }
+
+// Activations. Where tinygrad's formula overflows (exp of a large x gives inf, and inf * 0 = NaN in
+// the backward pass), the same function is written so every exp sees a non-positive argument. Their
+// smooth parts split at 0 with maximum/minimum, whose tie rule (half the gradient to each side)
+// gives the exact derivative there; relu's subgradient 0 would not.
+// sigmoid(x) = a / (a + b) with a = exp(-max(-x, 0)), b = exp(-max(x, 0)): 1 / (1 + exp(-x)) with
+// its overflow removed; a + b >= 1.
+Tensor Tensor::sigmoid() const {
+  Tensor x = floating(*this);
+  Tensor a = (-(-x).maximum(0)).exp(), b = (-x.maximum(0)).exp();
+  return a / (a + b);
+}
+Tensor Tensor::elu(double alpha) const {
+  Tensor x = floating(*this);
+  return x.maximum(0) + alpha * (x.minimum(0).exp() - 1);
+}
+Tensor Tensor::celu(double alpha) const {
+  if (alpha == 0) throw std::invalid_argument("celu: alpha must not be 0 (it divides x)");
+  Tensor x = floating(*this);
+  return x.maximum(0) + alpha * ((x.minimum(0) / alpha).exp() - 1);
+}
+Tensor Tensor::swish() const { return *this * sigmoid(); }
+Tensor Tensor::silu() const { return swish(); }
+// relu(x) clipped at 6, not tinygrad's relu(x) - relu(x - 6), which is inf - inf = NaN at inf.
+Tensor Tensor::relu6() const { return relu().minimum(bound_for(*this, 6)); }
+Tensor Tensor::hardswish() const { return *this * (*this + 3).relu6() * (1.0 / 6); }
+// 2 sigmoid(2x) - 1: exact at +-inf; near 0 its error is absolute (about one ulp of 1), not relative.
+Tensor Tensor::tanh() const { return 2.0 * (2.0 * floating(*this)).sigmoid() - 1.0; }
+Tensor Tensor::hardtanh(double min_val, double max_val) const { return clip(min_val, max_val); }
+// The tanh approximation, as tinygrad and PyTorch's gelu(approximate="tanh").
+Tensor Tensor::gelu() const {
+  Tensor x = floating(*this);
+  constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
+  return 0.5 * x * (1.0 + (x * k * (1.0 + 0.044715 * x * x)).tanh());
+}
+Tensor Tensor::quick_gelu() const { return *this * (*this * 1.702).sigmoid(); }
+// relu(x) - slope * relu(-x): also right for a negative slope, unlike relu(x) - relu(-slope * x).
+Tensor Tensor::leakyrelu(double neg_slope) const {
+  Tensor x = floating(*this);
+  return x.relu() - neg_slope * (-x).relu();
+}
+Tensor Tensor::mish() const { return *this * softplus().tanh(); }
+// log(1 + exp(b x)) / b as max(z, 0) + log(1 + exp(-|z|)) with z = b x: no overflow for large x
+// (PyTorch switches to x above a threshold instead). Very negative z gives 0, not exp(z).
+Tensor Tensor::softplus(double beta) const {
+  if (beta == 0) throw std::invalid_argument("softplus: beta must not be 0 (it divides the result)");
+  Tensor z = floating(*this) * beta;
+  Tensor r = z.maximum(0), p = (-z).maximum(0);
+  return (r + (1.0 + (-(r + p)).exp()).log()) / beta;
+}
+Tensor Tensor::softsign() const { return *this / (1 + abs()); }
 Tensor Tensor::cast(DType dt) const { return dt == dtype() ? *this : mlops::Cast::apply(*this, dt); }
 Tensor Tensor::contiguous() const { return mlops::Contiguous::apply(*this); }
 

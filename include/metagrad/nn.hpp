@@ -1,0 +1,116 @@
+#pragma once
+// Layers (tinygrad's nn/__init__.py): Linear, Conv2d, BatchNorm2d, LayerNorm, Embedding. Each holds
+// its parameters as public Tensors (tinygrad's names and shapes, PyTorch's initialisation), is called
+// like a function, and names its state for nn/state.hpp's protocol:
+//
+//   A model is any type with `nn::StateDict state_dict() const`; Tensor, StateDict, std::optional
+//   and std::vector of models are models too. A composite lists its members with nn::state_dict,
+//   and nested names join with dots, as in PyTorch:
+//
+//     struct Net {
+//       nn::Conv2d c1{1, 8, 3};
+//       std::vector<nn::Linear> fc{{8 * 26 * 26, 32}, {32, 10}};
+//       Tensor operator()(const Tensor& x) const { return fc[1](fc[0](c1(x).relu().flatten(1)).relu()); }
+//       nn::StateDict state_dict() const { return nn::state_dict({{"c1", c1}, {"fc", fc}}); }
+//     };
+//     Net net;
+//     nn::get_state_dict(net);          // c1.weight, c1.bias, fc.0.weight, fc.0.bias, fc.1.weight, fc.1.bias
+//     nn::optim::SGD opt(nn::get_parameters(net), 0.01);
+//     nn::safe_save(nn::get_state_dict(net), "net.safetensors");
+//     nn::load_state_dict(net, nn::safe_load("net.safetensors"));
+//
+//   A StateDict holds Tensor handles: its entries are the model's tensors, not copies.
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
+#include "metagrad/nn/optim.hpp"
+#include "metagrad/nn/state.hpp"
+#include "metagrad/tensor.hpp"
+
+namespace metagrad::nn {
+
+// A size given once for every spatial axis or once per axis: Conv2d(3, 8, 3) or Conv2d(3, 8, {3, 5}).
+struct Sizes {
+  std::vector<std::int64_t> v;
+  Sizes(std::int64_t x) : v{x} {}  // NOLINT: implicit, like Python's int-or-tuple
+  Sizes(std::initializer_list<std::int64_t> l) : v(l) {}
+  Sizes(std::vector<std::int64_t> l) : v(std::move(l)) {}  // NOLINT
+};
+
+// y = x @ weight^T + bias. weight (out, in) and bias (out,) are uniform in +-1/sqrt(in), as PyTorch
+// (kaiming_uniform with a = sqrt(5)).
+class Linear {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+  Tensor operator()(const Tensor& x) const;
+  StateDict state_dict() const;
+
+  Tensor weight;
+  std::optional<Tensor> bias;
+};
+
+// 2-D convolution of (N, in, H, W). weight (out, in/groups, kh, kw) and bias (out,) are uniform in
+// +-1/sqrt(in/groups * kh * kw). padding is 1, 2 (h, w) or 4 (left, right, top, bottom) values.
+class Conv2d {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, Sizes kernel_size, Sizes stride = 1,
+         Sizes padding = 0, Sizes dilation = 1, std::int64_t groups = 1, bool bias = true);
+  Tensor operator()(const Tensor& x) const;
+  StateDict state_dict() const;
+
+  std::vector<std::int64_t> kernel_size, stride, padding, dilation;
+  std::int64_t groups;
+  Tensor weight;
+  std::optional<Tensor> bias;
+};
+
+// Batch normalisation of (N, C, H, W) over (N, H, W). With Tensor::training it normalises by the
+// batch's statistics and (track_running_stats) moves running_mean and running_var (unbiased) by
+// `momentum` towards them; otherwise it uses the running statistics. Without track_running_stats
+// there are none and the batch's statistics are always used, as in PyTorch.
+class BatchNorm2d {
+ public:
+  explicit BatchNorm2d(std::int64_t sz, double eps = 1e-5, bool affine = true,
+                       bool track_running_stats = true, double momentum = 0.1);
+  Tensor operator()(const Tensor& x) const;
+  StateDict state_dict() const;
+
+  std::int64_t sz;
+  double eps, momentum;
+  bool track_running_stats;
+  std::optional<Tensor> weight, bias;  // ones and zeros, with affine
+  // zeros, ones and zeros(1), requires_grad = false; with track_running_stats
+  std::optional<Tensor> running_mean, running_var, num_batches_tracked;
+};
+
+// Normalises over the last normalized_shape.size() axes, then * weight + bias (elementwise_affine).
+class LayerNorm {
+ public:
+  LayerNorm(Sizes normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  // LayerNorm({3, 4}) would otherwise be ambiguous with the copy constructor.
+  LayerNorm(std::initializer_list<std::int64_t> normalized_shape, double eps = 1e-5,
+            bool elementwise_affine = true)
+      : LayerNorm(Sizes(normalized_shape), eps, elementwise_affine) {}
+  Tensor operator()(const Tensor& x) const;
+  StateDict state_dict() const;
+
+  std::vector<std::int64_t> normalized_shape;
+  double eps;
+  std::optional<Tensor> weight, bias;  // ones and zeros of normalized_shape
+};
+
+// Rows of weight (vocab_size, embed_size) picked by integer indices of any shape: the result has the
+// indices' shape plus embed_size. The lookup is a one-hot matmul, so it differentiates like one.
+class Embedding {
+ public:
+  Embedding(std::int64_t vocab_size, std::int64_t embed_size);
+  Tensor operator()(const Tensor& idx) const;
+  StateDict state_dict() const;
+
+  std::int64_t vocab_size, embed_size;
+  Tensor weight;  // glorot_uniform
+};
+
+}  // namespace metagrad::nn

@@ -1,0 +1,140 @@
+// Optimizers: tinygrad's update formulas, applied with Tensor::assign outside the autograd graph.
+#include "metagrad/nn/optim.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace metagrad::nn::optim {
+
+using metagrad::detail::cat;
+
+namespace {
+Tensor scalar(double x, const std::string& device) {
+  return Tensor(std::vector<double>{x}, Dims{}, {.device = device, .requires_grad = false});
+}
+// A 0-d hyperparameter tensor in the dtype and on the device of `p`.
+Tensor like(const Tensor& s, const Tensor& p) { return s.to(p.device()).cast(p.dtype()); }
+
+std::string num(double x) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+}
+void check(const char* who, const char* name, double x, double lo, double hi = INFINITY,
+           bool hi_open = false) {
+  if (!(x >= lo && (hi_open ? x < hi : x <= hi)))
+    throw std::invalid_argument(cat(who, ": ", name, " must be in [", num(lo), ", ", num(hi),
+                                    hi_open || std::isinf(hi) ? ")" : "]", ", got ", num(x)));
+}
+std::string device_of(const std::vector<Tensor>& ps) { return ps.empty() ? Device::DEFAULT : ps[0].device(); }
+}  // namespace
+
+Optimizer::Optimizer(const std::vector<Tensor>& ps, double lr_) : lr(scalar(lr_, device_of(ps))) {
+  check("Optimizer", "lr", lr_, 0);
+  std::unordered_set<const void*> seen;  // a tensor's identity: the address of its shared state
+  for (Tensor p : ps) {
+    if (!seen.insert(&p.requires_grad.get()).second) continue;
+    if (!p.requires_grad.get()) p.requires_grad = dtypes::is_float(p.dtype());
+    (*p.requires_grad.get() ? params : buffers).push_back(p);
+  }
+}
+Optimizer::~Optimizer() = default;
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params) p.grad = std::nullopt;
+}
+
+void Optimizer::realize(const std::vector<Tensor>& extra) {
+  for (Tensor t : extra) t.realize();
+  for (Tensor& t : params) t.realize();
+  for (Tensor& t : buffers) t.realize();
+}
+
+double Optimizer::get_lr() const { return lr.item<double>(); }
+void Optimizer::set_lr(double x) {
+  check("Optimizer.set_lr", "lr", x, 0);
+  lr.assign(scalar(x, lr.device())).realize();
+}
+
+Tensor Optimizer::grad_of(std::size_t i, const char* who) const {
+  if (!params[i].grad)
+    throw std::runtime_error(cat(who, ": parameter ", std::to_string(i), " ", to_string(params[i]),
+                                 " has no gradient (did backward() reach it?)"));
+  return *params[i].grad;
+}
+
+// ---- SGD ----
+
+SGD::SGD(const std::vector<Tensor>& ps, double lr_, double momentum_, double weight_decay, bool nesterov_)
+    : Optimizer(ps, lr_), momentum(momentum_), wd(weight_decay), nesterov(nesterov_) {
+  check("SGD", "momentum", momentum, 0);
+  check("SGD", "weight_decay", wd, 0);
+  if (nesterov && momentum == 0) throw std::invalid_argument("SGD: nesterov needs a momentum > 0");
+  if (momentum != 0)
+    for (const Tensor& p : params)
+      b.push_back(
+          Tensor::zeros(p.shape(), {.device = p.device(), .dtype = p.dtype(), .requires_grad = false}));
+}
+
+void SGD::step() {
+  Tensor::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Tensor& p = params[i];
+    Tensor g = grad_of(i, "SGD.step");
+    g.realize();
+    if (wd != 0) g = g + wd * p.detach();
+    if (momentum != 0) {
+      b[i].assign(momentum * b[i] + g).realize();  // b starts at zero, so the first step makes b = g
+      g = nesterov ? g + momentum * b[i] : b[i];
+    }
+    p.assign((p.detach() - g * like(lr, p)).cast(p.dtype()));
+  }
+  realize(b);
+}
+
+// ---- LAMB, Adam, AdamW ----
+
+LAMB::LAMB(const std::vector<Tensor>& ps, double lr_, double b1_, double b2_, double eps_, double wd_,
+           bool adam_)
+    : Optimizer(ps, lr_), b1(b1_), b2(b2_), eps(eps_), wd(wd_), adam(adam_), t(scalar(0, lr.device())) {
+  const char* who = adam ? (wd ? "AdamW" : "Adam") : "LAMB";
+  check(who, "b1", b1, 0, 1, true);
+  check(who, "b2", b2, 0, 1, true);
+  check(who, "eps", eps, 0);
+  check(who, "wd", wd, 0);
+  for (const Tensor& p : params) {
+    TensorOptions o{.device = p.device(), .dtype = p.dtype(), .requires_grad = false};
+    m.push_back(Tensor::zeros(p.shape(), o));
+    v.push_back(Tensor::zeros(p.shape(), o));
+  }
+}
+
+void LAMB::step() {
+  Tensor::NoGradGuard no_grad;
+  t.assign(t + 1).realize();
+  Tensor bias1 = 1.0 - Tensor::full_like(t, b1).pow(t), bias2 = 1.0 - Tensor::full_like(t, b2).pow(t);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Tensor& p = params[i];
+    Tensor g = grad_of(i, adam ? "Adam.step" : "LAMB.step");
+    g.realize();
+    m[i].assign(b1 * m[i] + (1.0 - b1) * g).realize();
+    v[i].assign(b2 * v[i] + (1.0 - b2) * (g * g)).realize();
+    Tensor m_hat = m[i] / like(bias1, p), v_hat = v[i] / like(bias2, p);
+    Tensor up = m_hat / (v_hat.sqrt() + eps);
+    if (wd != 0) up = up + wd * p.detach();
+    Tensor step = like(lr, p) * up;
+    if (!adam) {  // the trust ratio; 1 where either norm is 0 (r1 / r2 is finite in both branches)
+      Tensor r1 = p.detach().square().sum().sqrt(), r2 = up.square().sum().sqrt();
+      Tensor ratio = (r2 > 0).where(r1 / (r2 + (r2 <= 0).cast(r2.dtype())), r2.scalar_like(1));
+      step = step * (r1 > 0).where(ratio, ratio.scalar_like(1));
+    }
+    p.assign((p.detach() - step).cast(p.dtype()));
+  }
+  std::vector<Tensor> state{t};
+  state.insert(state.end(), m.begin(), m.end());
+  state.insert(state.end(), v.begin(), v.end());
+  realize(state);
+}
+
+}  // namespace metagrad::nn::optim
