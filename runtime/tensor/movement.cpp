@@ -18,7 +18,7 @@ std::string str(const Shape& v) { return to_string(Dims(v)); }
 // `axis` counted from the end when negative, checked against a rank of n (ops that add an axis
 // pass n + 1).
 std::int64_t axis_in(const char* op, const Tensor& t, std::int64_t axis, std::int64_t n) {
-  std::int64_t a = axis < 0 ? axis + n : axis;
+  std::int64_t a = axis < 0 ? axis + std::max<std::int64_t>(n, 1) : axis;  // a 0-d tensor has axis 0 = -1
   if (a < 0 || a >= n)
     throw std::invalid_argument(detail::cat(op, " of shape ", to_string(t.shape()), ": dim ",
                                             std::to_string(axis), " is out of range [", std::to_string(-n),
@@ -37,7 +37,7 @@ PadArg full_range(const Tensor& t) {
 
 std::int64_t Tensor::resolve_axis(std::int64_t axis) const {
   std::int64_t n = ndim();
-  std::int64_t a = axis < 0 ? axis + n : axis;
+  std::int64_t a = axis < 0 ? axis + std::max<std::int64_t>(n, 1) : axis;  // a 0-d tensor has axis 0 = -1
   if (a < 0 || a >= std::max<std::int64_t>(n, 1))
     throw std::invalid_argument(
         detail::cat("axis ", std::to_string(axis), " is out of range for shape ", to_string(shape())));
