@@ -39,7 +39,6 @@ using Factory = std::unique_ptr<Backend> (*)();
 // Preference order for the default device: fastest first. Later backends register here.
 const std::vector<std::pair<std::string, Factory>>& factories() {
   static const std::vector<std::pair<std::string, Factory>> table = {
-      {"CPU", make_cpu_backend},
       {"CLANG", make_clang_backend},
 #ifdef METAGRAD_HAS_LLVM
       {"LLVM", load_llvm_plugin},
@@ -47,6 +46,7 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
 #ifdef METAGRAD_HAS_OPENCL
       {"OPENCL", make_opencl_backend},
 #endif
+      {"CPU", make_cpu_backend},
   };
   return table;
 }

@@ -131,6 +131,7 @@ LazyBufferPtr LazyBuffer::from_raw(std::shared_ptr<RawBuffer> raw, const Dims& s
 
 LazyBufferPtr LazyBuffer::loadop(LoadOps op, const Dims& shape, DType dtype, const std::string& device,
                                  OpArg arg, std::vector<LazyBufferPtr> src) {
+  Device::get(device);  // a device that does not exist or is unavailable fails here, not at realize
   std::vector<LazySrc> s(src.begin(), src.end());
   auto out = std::make_shared<LazyBuffer>(device, ShapeTracker(shape), dtype,
                                           make_op(op, std::move(s), std::move(arg)));
@@ -341,8 +342,7 @@ struct AstBuilder {
       // Reducing nothing gives the identity: no loop over an empty axis reaches a kernel.
       if (prod(ast_shape(op.src.at(0))) == 0) {
         DType dt = ast_dtype(op.src.at(0));
-        double init = op.op == ReduceOps::MAX ? -INFINITY : 0.0;
-        if (op.op == ReduceOps::MAX && !dtypes::is_float(dt)) init = -9.2233720368547758e18;
+        double init = op.op == ReduceOps::MAX ? dtypes::min_value(dt) : 0.0;
         return make_op(LoadOps::CONST, {}, ConstArg{init, dt, std::get<Dims>(op.arg)});
       }
       has_reduce = true;

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages metagrad needs; idempotent and quiet when everything is present.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build clang-14 clang-format zlib1g-dev
-      libboost1.81-dev llvm-16-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
+      libboost1.81-dev llvm-16-dev libzstd-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
       catch2 libbenchmark-dev libeigen3-dev dataset-fashion-mnist)
 missing=()
 for p in "${pkgs[@]}"; do

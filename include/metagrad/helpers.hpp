@@ -33,6 +33,22 @@ inline constexpr DType all[] = {bool_, int8, uint8, int32, int64, float16, float
 constexpr bool is_float(DType d) { return d.kind == 'f'; }
 constexpr bool is_int(DType d) { return d.kind == 'i' || d.kind == 'u'; }
 constexpr bool is_unsigned(DType d) { return d.kind == 'u'; }
+// The smallest value of a dtype (-inf for floats): the identity of a max reduction.
+constexpr double min_value(DType d) {
+  switch (d.priority) {
+    case int8.priority:
+      return -128;
+    case int32.priority:
+      return -2147483648.0;
+    case int64.priority:
+      return -9223372036854775808.0;
+    case bool_.priority:
+    case uint8.priority:
+      return 0;
+    default:
+      return -__builtin_inf();
+  }
+}
 }  // namespace dtypes
 
 // The result type of a binary op on a and b, as PyTorch and tinygrad promote:

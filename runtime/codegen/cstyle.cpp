@@ -92,12 +92,18 @@ struct Renderer {
         return "double";
     }
   }
-  // Type values are computed in: half computes in float.
-  std::string compute(DType d) const { return d == dtypes::float16 ? "float" : storage(d); }
+  // Type values are computed in: half computes in float; OpenCL bools compute as bool, not their
+  // uchar storage (true + true must stay true).
+  std::string compute(DType d) const {
+    if (d == dtypes::float16) return "float";
+    return d == dtypes::bool_ && opencl() ? "bool" : storage(d);
+  }
 
   std::string literal(double v, DType d) const {
     if (!dtypes::is_float(d)) {
       if (d == dtypes::bool_) return v != 0 ? "1" : "0";
+      if (v <= -9223372036854775808.0)
+        return opencl() ? "(-9223372036854775807L-1)" : "(-9223372036854775807LL-1)";
       char b[32];
       std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v));
       return d == dtypes::int64 ? detail::cat("(", b, opencl() ? "L)" : "LL)") : std::string(b);

@@ -119,9 +119,7 @@ struct Linearizer {
       const LazyOp& r = *k.reduceop;
       bool is_max = r.op == ReduceOps::MAX;
       DType acc_dt = ast_dtype(r.src.at(0));
-      double init =
-          is_max ? (dtypes::is_float(acc_dt) ? -INFINITY : double(std::numeric_limits<std::int64_t>::min()))
-                 : 0;
+      double init = is_max ? dtypes::min_value(acc_dt) : 0;
       std::vector<std::vector<int>> accs(out_positions.size());
       for (std::size_t o = 0; o < out_positions.size(); ++o)
         for (std::size_t i = 0; i < reduce_positions(out_positions[o]).size(); ++i)

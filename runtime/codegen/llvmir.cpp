@@ -1,0 +1,474 @@
+#include "metagrad/codegen/llvmir.hpp"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+namespace metagrad::codegen {
+
+using symbolic::Node;
+using symbolic::NodeKind;
+
+namespace {
+
+std::string print(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return os.str();
+}
+
+struct Renderer {
+  const LinearizedKernel& k;
+  llvm::LLVMContext& ctx;
+  std::unique_ptr<llvm::Module> mod;
+  llvm::IRBuilder<> b;
+  llvm::Function* fn = nullptr;
+  std::vector<llvm::Value*> bufs;
+  std::map<std::string, llvm::Value*> vars;  // loop variables, i64
+  std::vector<llvm::Value*> vals;            // per uop: its value, or an accumulator's alloca
+  std::vector<bool> is_acc;
+  struct Loop {
+    llvm::PHINode* i;
+    llvm::BasicBlock *header, *exit;
+  };
+  std::vector<Loop> loops;
+
+  Renderer(const LinearizedKernel& k_, llvm::LLVMContext& c)
+      : k(k_), ctx(c), mod(std::make_unique<llvm::Module>(k_.name, c)), b(c) {
+    // No fast-math: NaN and inf behave. Contraction (a*b+c to FMA) is the one freedom taken.
+    llvm::FastMathFlags fmf;
+    fmf.setAllowContract(true);
+    b.setFastMathFlags(fmf);
+  }
+
+  // ---- types and constants ----
+  llvm::Type* storage(DType d) {
+    switch (d.priority) {
+      case dtypes::bool_.priority:
+      case dtypes::int8.priority:
+      case dtypes::uint8.priority:
+        return b.getInt8Ty();
+      case dtypes::int32.priority:
+        return b.getInt32Ty();
+      case dtypes::int64.priority:
+        return b.getInt64Ty();
+      case dtypes::float16.priority:
+        return b.getHalfTy();
+      case dtypes::float32.priority:
+        return b.getFloatTy();
+      default:
+        return b.getDoubleTy();
+    }
+  }
+  // Values compute in: bool as i1, float16 in float.
+  llvm::Type* compute(DType d) {
+    if (d == dtypes::bool_) return b.getInt1Ty();
+    return d == dtypes::float16 ? b.getFloatTy() : storage(d);
+  }
+  static bool is_signed(DType d) { return d.kind == 'i'; }
+
+  llvm::Constant* constant(double v, DType d) {
+    if (dtypes::is_float(d))
+      return llvm::ConstantFP::get(compute(d), d == dtypes::float16 ? double(float(half(float(v)))) : v);
+    if (d == dtypes::bool_) return b.getInt1(v != 0 && v > -9.2233720368547758e18);  // MAX's identity: false
+    unsigned w = compute(d)->getIntegerBitWidth();
+    bool u = dtypes::is_unsigned(d);
+    // Beyond int64 saturates to the dtype's limits: a MAX reduce starts from int64's minimum.
+    llvm::APInt x =
+        std::isnan(v)                 ? llvm::APInt(w, 0)
+        : v <= -9.2233720368547758e18 ? (u ? llvm::APInt::getMinValue(w) : llvm::APInt::getSignedMinValue(w))
+        : v >= 9.2233720368547758e18
+            ? (u ? llvm::APInt::getMaxValue(w) : llvm::APInt::getSignedMaxValue(w))
+            : llvm::APInt(64, static_cast<std::uint64_t>(static_cast<std::int64_t>(v)), true).sextOrTrunc(w);
+    return llvm::ConstantInt::get(ctx, x);
+  }
+
+  // ---- conversions, as the CPU device does them ----
+  llvm::Value* cast(llvm::Value* v, DType from, DType to) {
+    if (from == to) return v;
+    bool ff = dtypes::is_float(from);
+    if (dtypes::is_float(to)) {
+      llvm::Type* t = compute(to);
+      llvm::Value* x = ff                                                   ? b.CreateFPCast(v, t)
+                       : from == dtypes::bool_ || dtypes::is_unsigned(from) ? b.CreateUIToFP(v, t)
+                                                                            : b.CreateSIToFP(v, t);
+      // float16 computes in float but holds only half's precision after a cast.
+      if (to == dtypes::float16) x = b.CreateFPExt(b.CreateFPTrunc(x, b.getHalfTy()), t);
+      return x;
+    }
+    if (to == dtypes::bool_)  // non-zero is true: 0.5 and NaN too (C, numpy)
+      return ff ? b.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0))
+                : b.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    if (ff) {  // NaN gives 0 and out-of-range saturates, in int64, which then wraps to the width
+      llvm::Value* i = b.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {b.getInt64Ty(), v->getType()}, {v});
+      return b.CreateTrunc(i, compute(to));
+    }
+    return b.CreateIntCast(v, compute(to), is_signed(from));
+  }
+
+  // ---- symbolic index math, in i64 ----
+  llvm::Value* index(const Node& n) {
+    llvm::Type* i64 = b.getInt64Ty();
+    llvm::Value* zero = b.getInt64(0);
+    switch (n.kind()) {
+      case NodeKind::Num:
+        return b.getInt64(n.b());
+      case NodeKind::Variable: {
+        auto it = vars.find(n.name());
+        if (it == vars.end())
+          throw std::runtime_error(
+              detail::cat("LLVM: kernel ", k.name, " uses ", n.name(), " outside its loop"));
+        return it->second;
+      }
+      case NodeKind::Mul:
+        return b.CreateNSWMul(index(n.a()), b.getInt64(n.b()));
+      case NodeKind::Div:
+      case NodeKind::Mod: {
+        // Divisors are positive: a non-negative numerator divides as unsigned, any other floors.
+        llvm::Value *a = index(n.a()), *d = b.getInt64(n.b());
+        bool div = n.kind() == NodeKind::Div;
+        if (n.a().min() >= 0) return div ? b.CreateUDiv(a, d) : b.CreateURem(a, d);
+        llvm::Value* neg = b.CreateICmpSLT(b.CreateSRem(a, d), zero);
+        if (div) return b.CreateSub(b.CreateSDiv(a, d), b.CreateZExt(neg, i64));
+        return b.CreateAdd(b.CreateSRem(a, d), b.CreateSelect(neg, d, zero));
+      }
+      case NodeKind::Lt:
+      case NodeKind::And:
+        return b.CreateZExt(truth(n), i64);
+      case NodeKind::Sum: {
+        llvm::Value* s = index(n.nodes()[0]);
+        for (std::size_t i = 1; i < n.nodes().size(); ++i) s = b.CreateNSWAdd(s, index(n.nodes()[i]));
+        return s;
+      }
+    }
+    return zero;
+  }
+
+  // A node as a condition (i1): validity expressions are ands of comparisons.
+  llvm::Value* truth(const Node& n) {
+    if (n.kind() == NodeKind::Lt) return b.CreateICmpSLT(index(n.a()), b.getInt64(n.b()));
+    if (n.kind() == NodeKind::Num) return b.getInt1(n.b() != 0);
+    if (n.kind() != NodeKind::And) return b.CreateICmpNE(index(n), b.getInt64(0));
+    llvm::Value* s = truth(n.nodes()[0]);
+    for (std::size_t i = 1; i < n.nodes().size(); ++i) s = b.CreateAnd(s, truth(n.nodes()[i]));
+    return s;
+  }
+
+  // ---- ALU ----
+  // The integer power as the CPU device computes it, a square-and-multiply loop in i64.
+  llvm::Function* ipow_fn() {
+    if (llvm::Function* f = mod->getFunction("mg_ipow")) return f;
+    llvm::Type* i64 = b.getInt64Ty();
+    auto* f = llvm::Function::Create(llvm::FunctionType::get(i64, {i64, i64}, false),
+                                     llvm::Function::InternalLinkage, "mg_ipow", *mod);
+    f->addFnAttr(llvm::Attribute::NoUnwind);
+    llvm::IRBuilder<> h(ctx);
+    auto* entry = llvm::BasicBlock::Create(ctx, "entry", f);
+    auto* neg = llvm::BasicBlock::Create(ctx, "neg", f);
+    auto* head = llvm::BasicBlock::Create(ctx, "head", f);
+    auto* body = llvm::BasicBlock::Create(ctx, "body", f);
+    auto* done = llvm::BasicBlock::Create(ctx, "done", f);
+    llvm::Value *base = f->getArg(0), *e = f->getArg(1);
+    llvm::Value *c0 = h.getInt64(0), *c1 = h.getInt64(1), *cm1 = h.getInt64(-1);
+    h.SetInsertPoint(entry);
+    h.CreateCondBr(h.CreateICmpSLT(e, c0), neg, head);
+    h.SetInsertPoint(neg);  // b**-n: only 1 and -1 have an integer result; the rest truncate to 0
+    llvm::Value* odd = h.CreateICmpNE(h.CreateAnd(e, c1), c0);
+    h.CreateRet(h.CreateSelect(h.CreateICmpEQ(base, c1), c1,
+                               h.CreateSelect(h.CreateICmpEQ(base, cm1), h.CreateSelect(odd, cm1, c1), c0)));
+    h.SetInsertPoint(head);
+    llvm::PHINode *r = h.CreatePHI(i64, 2), *x = h.CreatePHI(i64, 2), *n = h.CreatePHI(i64, 2);
+    h.CreateCondBr(h.CreateICmpEQ(n, c0), done, body);
+    h.SetInsertPoint(body);
+    llvm::Value* r2 = h.CreateSelect(h.CreateICmpNE(h.CreateAnd(n, c1), c0), h.CreateMul(r, x), r);
+    llvm::Value *x2 = h.CreateMul(x, x), *n2 = h.CreateLShr(n, c1);
+    h.CreateBr(head);
+    r->addIncoming(c1, entry), r->addIncoming(r2, body);
+    x->addIncoming(base, entry), x->addIncoming(x2, body);
+    n->addIncoming(e, entry), n->addIncoming(n2, body);
+    h.SetInsertPoint(done);
+    h.CreateRet(r);
+    return f;
+  }
+
+  // C's truncating division; x/0 is 0 and INT_MIN/-1 wraps, with no instruction that can trap.
+  llvm::Value* idiv(llvm::Value* a, llvm::Value* d, DType dt) {
+    llvm::Type* t = a->getType();
+    llvm::Value *zero = llvm::ConstantInt::get(t, 0), *one = llvm::ConstantInt::get(t, 1);
+    llvm::Value* by0 = b.CreateICmpEQ(d, zero);
+    if (dtypes::is_unsigned(dt))
+      return b.CreateSelect(by0, zero, b.CreateUDiv(a, b.CreateSelect(by0, one, d)));
+    llvm::Value* by_m1 = b.CreateICmpEQ(d, llvm::ConstantInt::getAllOnesValue(t));
+    llvm::Value* q = b.CreateSDiv(a, b.CreateSelect(b.CreateOr(by0, by_m1), one, d));
+    return b.CreateSelect(by0, zero, b.CreateSelect(by_m1, b.CreateNeg(a), q));
+  }
+
+  // op on values of dtype `in` (already converted); the result has dtype `out`.
+  llvm::Value* alu(Op op, DType in, DType out, const std::vector<llvm::Value*>& v) {
+    bool fl = dtypes::is_float(in);
+    if (op == UnaryOps::NOOP) return cast(v[0], in, out);
+    if (op == UnaryOps::CAST) return cast(v[0], in, out);
+    if (op == UnaryOps::EXP2 || op == UnaryOps::LOG2 || op == UnaryOps::SIN) {
+      if (!fl) return cast(v[0], in, out);  // on integers these are the identity, as on CPU
+      auto id = op == UnaryOps::EXP2   ? llvm::Intrinsic::exp2
+                : op == UnaryOps::LOG2 ? llvm::Intrinsic::log2
+                                       : llvm::Intrinsic::sin;
+      return cast(b.CreateUnaryIntrinsic(id, v[0]), in, out);
+    }
+    // bool arithmetic happens on 0/1 in int32 and tests the result for non-zero (1+1 is true).
+    if (in == dtypes::bool_ && op != BinaryOps::CMPEQ && op != BinaryOps::MAX) {
+      std::vector<llvm::Value*> w;
+      for (llvm::Value* x : v) w.push_back(cast(x, dtypes::bool_, dtypes::int32));
+      return cast(alu(op, dtypes::int32, dtypes::int32, w), dtypes::int32, out);
+    }
+    llvm::Value *x = v.at(0), *y = v.at(1), *r = nullptr;
+    DType rd = in;
+    if (op == BinaryOps::ADD)
+      r = fl ? b.CreateFAdd(x, y) : b.CreateAdd(x, y);
+    else if (op == BinaryOps::SUB)
+      r = fl ? b.CreateFSub(x, y) : b.CreateSub(x, y);
+    else if (op == BinaryOps::MUL)
+      r = fl ? b.CreateFMul(x, y) : b.CreateMul(x, y);
+    else if (op == BinaryOps::DIV)
+      r = fl ? b.CreateFDiv(x, y) : idiv(x, y, in);
+    else if (op == BinaryOps::POW) {
+      if (fl) {
+        r = b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
+      } else {
+        llvm::Type* i64 = b.getInt64Ty();
+        bool s = is_signed(in);
+        r = b.CreateTrunc(b.CreateCall(ipow_fn(), {b.CreateIntCast(x, i64, s), b.CreateIntCast(y, i64, s)}),
+                          x->getType());
+      }
+    } else if (op == BinaryOps::CMPEQ) {
+      r = fl ? b.CreateFCmpOEQ(x, y) : b.CreateICmpEQ(x, y), rd = dtypes::bool_;
+    } else if (op == BinaryOps::MAX) {
+      // mg_max: (x > y || x != x) ? x : y, so a NaN on either side wins.
+      if (fl)
+        r = b.CreateSelect(b.CreateOr(b.CreateFCmpOGT(x, y), b.CreateFCmpUNO(x, x)), x, y);
+      else
+        r = b.CreateBinaryIntrinsic(is_signed(in) ? llvm::Intrinsic::smax : llvm::Intrinsic::umax, x, y);
+    } else {
+      throw std::runtime_error("LLVM: no rendering for " + to_string(op));
+    }
+    return cast(r, rd, out);
+  }
+
+  // ---- memory ----
+  llvm::Value* address(const UOp& u) {
+    return b.CreateInBoundsGEP(storage(u.dtype), bufs.at(static_cast<std::size_t>(u.buf)), index(u.idx));
+  }
+  llvm::Value* load_unguarded(const UOp& u) {
+    llvm::Value* x = b.CreateAlignedLoad(storage(u.dtype), address(u), llvm::Align(u.dtype.itemsize));
+    if (u.dtype == dtypes::bool_) return b.CreateICmpNE(x, b.getInt8(0));
+    return u.dtype == dtypes::float16 ? b.CreateFPExt(x, b.getFloatTy()) : x;
+  }
+  // Runs `body` only where u.valid holds; returns the block it ended in (for a phi).
+  template <class F>
+  llvm::BasicBlock* guarded(const UOp& u, llvm::BasicBlock* join, F body) {
+    auto* then = llvm::BasicBlock::Create(ctx, "valid", fn);
+    b.CreateCondBr(truth(u.valid), then, join);
+    b.SetInsertPoint(then);
+    body();
+    llvm::BasicBlock* end = b.GetInsertBlock();
+    b.CreateBr(join);
+    join->insertInto(fn);
+    b.SetInsertPoint(join);
+    return end;
+  }
+  // Where the index may be invalid the load is a branch, never a read that a select discards.
+  llvm::Value* load(const UOp& u) {
+    if (u.valid.is_num()) return u.valid.b() ? load_unguarded(u) : constant(0, u.dtype);
+    llvm::BasicBlock* from = b.GetInsertBlock();
+    auto* join = llvm::BasicBlock::Create(ctx, "join");
+    llvm::Value* x = nullptr;
+    llvm::BasicBlock* then = guarded(u, join, [&] { x = load_unguarded(u); });
+    llvm::PHINode* p = b.CreatePHI(x->getType(), 2);
+    p->addIncoming(constant(0, u.dtype), from);
+    p->addIncoming(x, then);
+    return p;
+  }
+  void store(const UOp& u, llvm::Value* v) {
+    if (u.dtype == dtypes::bool_) v = b.CreateZExt(v, b.getInt8Ty());
+    if (u.dtype == dtypes::float16) v = b.CreateFPTrunc(v, b.getHalfTy());
+    auto emit = [&] { b.CreateAlignedStore(v, address(u), llvm::Align(u.dtype.itemsize)); };
+    if (!u.valid.is_num())
+      guarded(u, llvm::BasicBlock::Create(ctx, "join"), emit);
+    else if (u.valid.b())
+      emit();
+  }
+
+  // A uop's value at the current point: an accumulator is read from its slot.
+  llvm::Value* value(int i) {
+    auto j = static_cast<std::size_t>(i);
+    if (j >= vals.size() || !vals[j])
+      throw std::runtime_error(
+          detail::cat("LLVM: kernel ", k.name, " uses uop ", std::to_string(i), ", which has no value"));
+    if (!is_acc[j]) return vals[j];
+    return b.CreateLoad(compute(k.uops[j].dtype), vals[j]);
+  }
+  // Operand n of u converted to dtype `to` (C would convert implicitly).
+  llvm::Value* operand(const UOp& u, std::size_t n, DType to) {
+    int i = u.vin.at(n);
+    return cast(value(i), k.uops.at(static_cast<std::size_t>(i)).dtype, to);
+  }
+
+  // ---- the kernel ----
+  // Names a uop's value v<i>, as the C renderer does, so DEBUG=4 and DEBUG=5 read together.
+  static llvm::Value* name(llvm::Value* v, std::size_t i) {
+    if (llvm::isa<llvm::Instruction>(v) && !v->hasName()) v->setName("v" + std::to_string(i));
+    return v;
+  }
+  void loop(const UOp& u) {
+    llvm::Value *lo = b.getInt64(0), *hi = b.getInt64(u.extent);
+    if (u.threaded) {
+      lo = b.CreateSExt(fn->getArg(static_cast<unsigned>(bufs.size())), b.getInt64Ty());
+      hi = b.CreateSExt(fn->getArg(static_cast<unsigned>(bufs.size()) + 1), b.getInt64Ty());
+    }
+    llvm::BasicBlock* pre = b.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(ctx, u.name + ".head", fn);
+    auto* body = llvm::BasicBlock::Create(ctx, u.name + ".body", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx, u.name + ".end");
+    b.CreateBr(header);
+    b.SetInsertPoint(header);
+    llvm::PHINode* i = b.CreatePHI(b.getInt64Ty(), 2, u.name);
+    i->addIncoming(lo, pre);
+    b.CreateCondBr(b.CreateICmpSLT(i, hi), body, exit);
+    b.SetInsertPoint(body);
+    vars[u.name] = i;
+    loops.push_back({i, header, exit});
+  }
+  void endloop() {
+    if (loops.empty())
+      throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " closes a loop it never opened"));
+    Loop l = loops.back();
+    loops.pop_back();
+    l.i->addIncoming(b.CreateAdd(l.i, b.getInt64(1), "", true, true), b.GetInsertBlock());
+    b.CreateBr(l.header);
+    l.exit->insertInto(fn);
+    b.SetInsertPoint(l.exit);
+  }
+
+  std::unique_ptr<llvm::Module> render() {
+    std::vector<llvm::Type*> args(k.buf_dtypes.size(), llvm::PointerType::get(ctx, 0));
+    args.push_back(b.getInt32Ty());
+    args.push_back(b.getInt32Ty());
+    fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), args, false),
+                                llvm::Function::ExternalLinkage, k.name, *mod);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    for (unsigned i = 0; i < k.buf_dtypes.size(); ++i) {
+      llvm::Argument* a = fn->getArg(i);
+      a->setName("data" + std::to_string(i));
+      a->addAttr(llvm::Attribute::NoAlias);  // restrict, as the C kernels declare it
+      a->addAttr(llvm::Attribute::NoCapture);
+      if (i) a->addAttr(llvm::Attribute::ReadOnly);
+      bufs.push_back(a);
+    }
+    fn->getArg(static_cast<unsigned>(bufs.size()))->setName("start");
+    fn->getArg(static_cast<unsigned>(bufs.size()) + 1)->setName("end");
+    auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
+    b.SetInsertPoint(entry);
+    vals.assign(k.uops.size(), nullptr);
+    is_acc.assign(k.uops.size(), false);
+    for (std::size_t i = 0; i < k.uops.size(); ++i) {
+      const UOp& u = k.uops[i];
+      switch (u.uop) {
+        case UOps::LOOP:
+          loop(u);
+          break;
+        case UOps::ENDLOOP:
+          endloop();
+          break;
+        case UOps::CONST:
+          vals[i] = constant(u.value, u.dtype);
+          break;
+        case UOps::DEFINE_ACC: {
+          // A stack slot (in the entry block, so mem2reg/SROA make it a register), set here.
+          llvm::IRBuilder<> eb(entry, entry->begin());
+          vals[i] = eb.CreateAlloca(compute(u.dtype), nullptr, "acc" + std::to_string(i));
+          is_acc[i] = true;
+          b.CreateStore(constant(u.value, u.dtype), vals[i]);
+          break;
+        }
+        case UOps::LOAD:
+          vals[i] = name(load(u), i);
+          break;
+        case UOps::ALU: {
+          DType in = u.vin.empty() ? u.dtype : k.uops.at(static_cast<std::size_t>(u.vin[0])).dtype;
+          std::vector<llvm::Value*> v;
+          for (std::size_t n = 0; n < u.vin.size(); ++n) v.push_back(operand(u, n, in));
+          vals[i] = name(alu(u.alu, in, u.dtype, v), i);
+          break;
+        }
+        case UOps::ACC: {
+          std::size_t a = static_cast<std::size_t>(u.vin.at(0));
+          if (a >= vals.size() || !is_acc[a])
+            throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " accumulates into uop ",
+                                                 std::to_string(a), ", which is not an accumulator"));
+          DType dt = k.uops[a].dtype;
+          b.CreateStore(alu(u.alu, dt, dt, {value(u.vin[0]), operand(u, 1, dt)}), vals[a]);
+          break;
+        }
+        case UOps::STORE:
+          store(u, operand(u, 0, u.dtype));
+          break;
+      }
+    }
+    if (!loops.empty()) throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " leaves a loop open"));
+    b.CreateRetVoid();
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    if (llvm::verifyFunction(*fn, &os) || llvm::verifyModule(*mod, &os))
+      throw std::runtime_error(detail::cat("LLVM: the IR of kernel ", k.name, " does not verify:\n", os.str(),
+                                           "--- IR ---\n", print(*mod)));
+    return std::move(mod);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<llvm::Module> render_llvm_module(const LinearizedKernel& k, llvm::LLVMContext& ctx) {
+  return Renderer(k, ctx).render();
+}
+
+std::string render_llvm(const LinearizedKernel& k) {
+  llvm::LLVMContext ctx;
+  return print(*render_llvm_module(k, ctx));
+}
+
+void optimize_llvm_module(llvm::Module& m, llvm::TargetMachine& tm) {
+  m.setTargetTriple(tm.getTargetTriple().str());
+  m.setDataLayout(tm.createDataLayout());
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", tm.getTargetCPU());
+    f.addFnAttr("target-features", tm.getTargetFeatureString());
+  }
+  // Declared in this order so they are destroyed in the right one (they refer to each other).
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
+}
+
+}  // namespace metagrad::codegen
