@@ -11,7 +11,7 @@
 #include <sstream>
 #include <utility>
 
-#include "metagrad/codegen/kernel.hpp"
+#include "metagrad/codegen/lower.hpp"
 #include "metagrad/runtime/threadpool.hpp"
 
 namespace metagrad {
@@ -108,45 +108,38 @@ ClangProgram::~ClangProgram() {
 
 void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                               const std::vector<RawBuffer*>& bufs) {
-  if (bufs.size() > kMaxArgs)
-    throw std::runtime_error(detail::cat("CLANG: ", name_, " takes ", std::to_string(bufs.size()),
+  std::vector<void*> ptrs = host_pointers("CLANG", name_, bufs);
+  if (global_size.empty()) return kCallers.first[ptrs.size()](fn_, ptrs.data());
+  run_split(global_size[0], op_estimate, [&](std::int64_t s, std::int64_t e) {
+    kCallers.second[ptrs.size()](fn_, ptrs.data(), static_cast<int>(s), static_cast<int>(e));
+  });
+}
+
+ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
+                          const codegen::CStyleLanguage& lang) {
+  return codegen::lower(ast, out_dtype,
+                        [&](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, lang); });
+}
+
+std::vector<void*> host_pointers(const char* device, const std::string& name,
+                                 const std::vector<RawBuffer*>& bufs) {
+  if (bufs.size() > 32)
+    throw std::runtime_error(detail::cat(device, ": ", name, " takes ", std::to_string(bufs.size()),
                                          " buffers; at most 32 are supported"));
   std::vector<void*> ptrs;
   for (RawBuffer* b : bufs) {
     auto* m = dynamic_cast<RawMallocBuffer*>(b);
-    if (!m) throw std::invalid_argument("CLANG: buffers must be RawMallocBuffers");
+    if (!m) throw std::invalid_argument(detail::cat(device, ": buffers must be RawMallocBuffers"));
     ptrs.push_back(m->data());
   }
-  if (global_size.empty()) return kCallers.first[ptrs.size()](fn_, ptrs.data());
-  auto run = [&](std::int64_t s, std::int64_t e) {
-    kCallers.second[ptrs.size()](fn_, ptrs.data(), static_cast<int>(s), static_cast<int>(e));
-  };
-  // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
-  if (op_estimate < (1 << 18)) return run(0, global_size[0]);
-  parallel_for(global_size[0], run);
+  return ptrs;
 }
 
-// The generic compiled backend wired to the C renderer and ClangProgram.
-ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
-                          const codegen::CStyleLanguage& lang) {
-  codegen::Kernel k(ast, out_dtype);
-  k.hand_coded_optimizations();
-  codegen::LinearizedKernel lin = codegen::linearize(k);
-  ASTRunner r;
-  r.name = lin.name;
-  r.prg = codegen::render_cstyle(lin, lang);
-  r.global_size = {lin.global_size};
-  r.op_estimate = lin.op_estimate;
-  r.mem_estimate = 0;
-  for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
-    std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();
-    r.mem_estimate += elems * lin.buf_dtypes[i].itemsize;
-  }
-  if (getenv_int("DEBUG") >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
-  if (getenv_int("DEBUG") >= 5)
-    for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", codegen::to_string(u).c_str());
-  if (getenv_int("DEBUG") >= 4) std::fprintf(stderr, "%s\n", r.prg.c_str());
-  return r;
+void run_split(std::int64_t n, std::int64_t op_estimate,
+               const std::function<void(std::int64_t, std::int64_t)>& f) {
+  // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
+  if (op_estimate < (1 << 18)) return f(0, n);
+  parallel_for(n, f);
 }
 
 std::unique_ptr<Backend> make_clang_backend() {

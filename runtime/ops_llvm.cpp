@@ -24,8 +24,8 @@
 #include <mutex>
 #include <utility>
 
-#include "metagrad/codegen/kernel.hpp"
 #include "metagrad/codegen/llvmir.hpp"
+#include "metagrad/codegen/lower.hpp"
 #include "metagrad/runtime/ops_clang.hpp"
 #include "metagrad/runtime/threadpool.hpp"
 
@@ -208,42 +208,15 @@ LLVMProgram::~LLVMProgram() = default;
 
 void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
-  if (bufs.size() > kMaxArgs)
-    throw std::runtime_error(detail::cat("LLVM: ", name_, " takes ", std::to_string(bufs.size()),
-                                         " buffers; at most 32 are supported"));
-  std::vector<void*> ptrs;
-  for (RawBuffer* b : bufs) {
-    auto* m = dynamic_cast<RawMallocBuffer*>(b);
-    if (!m) throw std::invalid_argument("LLVM: buffers must be RawMallocBuffers");
-    ptrs.push_back(m->data());
-  }
-  std::int64_t n = global_size.empty() ? 1 : global_size[0];
-  auto run = [&](std::int64_t s, std::int64_t e) {
+  std::vector<void*> ptrs = host_pointers("LLVM", name_, bufs);
+  run_split(global_size.empty() ? 1 : global_size[0], op_estimate, [&](std::int64_t s, std::int64_t e) {
     kCallers[ptrs.size()](fn_, ptrs.data(), static_cast<int>(s), static_cast<int>(e));
-  };
-  // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
-  if (op_estimate < (1 << 18)) return run(0, n);
-  parallel_for(n, run);
+  });
 }
 
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  codegen::Kernel k(ast, out_dtype);
-  k.hand_coded_optimizations();
-  codegen::LinearizedKernel lin = codegen::linearize(k);
-  ASTRunner r;
-  r.name = lin.name;
-  r.prg = codegen::render_llvm(lin);
-  r.global_size = {lin.global_size};
-  r.op_estimate = lin.op_estimate;
-  for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
-    std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();
-    r.mem_estimate += elems * lin.buf_dtypes[i].itemsize;
-  }
-  if (getenv_int("DEBUG") >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
-  if (getenv_int("DEBUG") >= 5)
-    for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", codegen::to_string(u).c_str());
-  if (getenv_int("DEBUG") >= 4) std::fprintf(stderr, "%s\n", r.prg.c_str());
-  return r;
+  return codegen::lower(ast, out_dtype,
+                        [](const codegen::LinearizedKernel& k) { return codegen::render_llvm(k); });
 }
 
 std::shared_ptr<Program> llvm_runtime(const std::string& name, const std::string& src) {

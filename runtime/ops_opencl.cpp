@@ -17,7 +17,7 @@
 #include <sstream>
 #include <utility>
 
-#include "metagrad/codegen/kernel.hpp"
+#include "metagrad/codegen/lower.hpp"
 #include "metagrad/runtime/ops_clang.hpp"  // kernel_cache_dir, stable_hash
 
 namespace metagrad {
@@ -457,35 +457,8 @@ void CLProgram::operator()(const std::vector<std::int64_t>& global_size,
 
 namespace {
 
-// lower_to_runner (runtime/ops_clang.cpp) with one fix: bool values are computed as OpenCL C's
-// `bool`, not as their `uchar` storage, so true + true stays true as it does in C's _Bool and in
-// the interpreter. Once the cstyle renderer's compute() says "bool" in OpenCL mode this is
-// lower_to_runner(ast, out_dtype, OpenCLCodegen::lang).
 ASTRunner lower_opencl(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  codegen::Kernel k(ast, out_dtype);
-  k.hand_coded_optimizations();
-  codegen::LinearizedKernel lin = codegen::linearize(k);
-  ASTRunner r;
-  r.name = lin.name;
-  r.prg = codegen::render_cstyle(lin, OpenCLCodegen::lang);
-  for (std::size_t i = 0; i < lin.uops.size(); ++i) {
-    if (lin.uops[i].dtype != dtypes::bool_) continue;
-    for (const char* var : {"v", "acc"}) {
-      std::string decl = detail::cat("uchar ", var, std::to_string(i), " = ");
-      if (auto at = r.prg.find(decl); at != std::string::npos) r.prg.replace(at, 5, "bool ");
-    }
-  }
-  r.global_size = {lin.global_size};
-  r.op_estimate = lin.op_estimate;
-  for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
-    std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();
-    r.mem_estimate += elems * lin.buf_dtypes[i].itemsize;
-  }
-  if (getenv_int("DEBUG") >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
-  if (getenv_int("DEBUG") >= 5)
-    for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", codegen::to_string(u).c_str());
-  if (getenv_int("DEBUG") >= 4) std::fprintf(stderr, "%s\n", r.prg.c_str());
-  return r;
+  return lower_to_runner(ast, out_dtype, OpenCLCodegen::lang);
 }
 
 class CLBackend final : public OpenCLBackend {

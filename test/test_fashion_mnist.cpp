@@ -141,7 +141,7 @@ TEST_CASE("load_fashion_mnist: shapes, labels and pixels match independent check
   REQUIRE(std::string(datasets::fashion_mnist_classes[9]) == "Ankle boot");
 }
 
-TEST_CASE("ImageSet.batch: float pixels in [0, 1], labels, head", "[fashion_mnist]") {
+TEST_CASE("ImageSet.batch: float pixels in 0..1, labels, head", "[fashion_mnist]") {
   const auto& test = dataset().test;
   std::vector<std::int64_t> idx = {9999, 0, 17, 0};
   datasets::Batch b = test.batch(idx);

@@ -288,7 +288,7 @@ TEST_CASE("manual_seed makes rand and randn repeatable", "[creation]") {
   }
 }
 
-TEST_CASE("rand is uniform on [0, 1), randn standard normal", "[creation]") {
+TEST_CASE("rand is uniform on 0..1 (1 excluded), randn standard normal", "[creation]") {
   Tensor::manual_seed(1);
   Moments r = moments(Tensor::rand({100000}).to_vector<double>());
   REQUIRE(r.lo >= 0);

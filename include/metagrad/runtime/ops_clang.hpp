@@ -2,6 +2,7 @@
 // CLANG: C source compiled by the system C compiler (`cc`, or env CC) into a shared object and
 // loaded with dlopen (the seed's runtime/ops_clang.py). Objects are cached on disk by source hash
 // under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,16 @@ class ClangProgram : public Program {
 struct ClangCodegen {
   static inline const codegen::CStyleLanguage lang{"", "", " restrict", true, "", false};
 };
+
+// Shared by the devices whose kernels run on the host (CLANG, LLVM): the buffers' pointers, checked
+// to be host memory, and a run of f over [0, n) split across the thread pool when it is big enough.
+std::vector<void*> host_pointers(const char* device, const std::string& name,
+                                 const std::vector<RawBuffer*>& bufs);
+void run_split(std::int64_t n, std::int64_t op_estimate,
+               const std::function<void(std::int64_t, std::int64_t)>& f);
+// AST -> C-style source in `lang`, through codegen::lower (also used by OPENCL).
+ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
+                          const codegen::CStyleLanguage& lang);
 
 // The directory of the on-disk kernel cache.
 std::string kernel_cache_dir();

@@ -1,0 +1,28 @@
+#include "metagrad/codegen/lower.hpp"
+
+#include <cstdio>
+
+namespace metagrad::codegen {
+
+ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render) {
+  Kernel k(ast, out_dtype);
+  k.hand_coded_optimizations();
+  LinearizedKernel lin = linearize(k);
+  ASTRunner r;
+  r.name = lin.name;
+  r.prg = render(lin);
+  r.global_size = {lin.global_size};
+  r.op_estimate = lin.op_estimate;
+  for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
+    std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();
+    r.mem_estimate += elems * lin.buf_dtypes[i].itemsize;
+  }
+  long debug = getenv_int("DEBUG");
+  if (debug >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
+  if (debug >= 5)
+    for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", to_string(u).c_str());
+  if (debug >= 4) std::fprintf(stderr, "%s\n", r.prg.c_str());
+  return r;
+}
+
+}  // namespace metagrad::codegen
