@@ -575,6 +575,7 @@ class Child {
         return [=] { ta.sigmoid().realize(); };
       };
       for (const auto& dev : devices_) cands.push_back(mg(dev, make, ges));
+      cands.push_back(mg("CPU", make, ges));  // the interpreter baseline
       row(formula ? "W2f" : "W2", "Gel/s", cands);
     }
   }
@@ -660,6 +661,7 @@ class Child {
       return [=] { ta.matmul(tb).realize(); };
     };
     for (const auto& dev : devices_) cands.push_back(mg(dev, make, gfs));
+    if (n <= 512) cands.push_back(mg("CPU", make, gfs));  // the interpreter, 512 only: it is slow
     row(key, "GFLOP/s", cands);
   }
 
@@ -770,6 +772,7 @@ class Child {
       };
     };
     for (const auto& dev : devices_) cands.push_back(mg(dev, make, ms));
+    cands.push_back(mg("CPU", make, ms));  // the interpreter: the baseline later devices beat
     row("W5", "ms", cands);
     // The same initial loss as Eigen's: the bench measures the right computation.
     float eigen_loss0 = EigenMlp(d).forward();
