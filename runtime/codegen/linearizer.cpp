@@ -121,9 +121,12 @@ struct Linearizer {
       DType acc_dt = ast_dtype(r.src.at(0));
       double init = is_max ? dtypes::min_value(acc_dt) : 0;
       std::vector<std::vector<int>> accs(out_positions.size());
-      for (std::size_t o = 0; o < out_positions.size(); ++o)
-        for (std::size_t i = 0; i < reduce_positions(out_positions[o]).size(); ++i)
+      std::vector<std::vector<Dims>> positions;  // per output position, its reduce-upcast positions
+      for (std::size_t o = 0; o < out_positions.size(); ++o) {
+        positions.push_back(reduce_positions(out_positions[o]));
+        for (std::size_t i = 0; i < positions[o].size(); ++i)
           accs[o].push_back(push(UOp{UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, init}));
+      }
       std::size_t outer = open.size();
       for (std::size_t d = k.first_reduce; d < looped_end; ++d) {
         std::string name = "ridx" + std::to_string(d - k.first_reduce);
@@ -133,7 +136,7 @@ struct Linearizer {
       }
       Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
       for (std::size_t o = 0; o < out_positions.size(); ++o) {
-        std::vector<Dims> rp = reduce_positions(out_positions[o]);
+        const std::vector<Dims>& rp = positions[o];
         for (std::size_t i = 0; i < rp.size(); ++i) {
           int v;
           if (r.op == FusedOps::MULACC) {
