@@ -21,16 +21,16 @@
 #include "metagrad/runtime/ops_llvm.hpp"
 #include "metagrad/runtime/threadpool.hpp"
 
+#include "reference.hpp"
+
 using namespace metagrad;
+using namespace metagrad::test;  // reference.hpp: Host, at, gather, for_each_index, kInf, kNaN
 using Catch::Matchers::Contains;
 using metagrad::test::random_values;
 using metagrad::test::require_close;
 using i64 = std::int64_t;
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool have_llvm() {
   static const bool ok = [] {

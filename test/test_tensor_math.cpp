@@ -13,7 +13,10 @@
 
 #include "gradcheck.hpp"
 
+#include "reference.hpp"
+
 using namespace metagrad;
+using namespace metagrad::test;  // reference.hpp: Host, at, gather, for_each_index, kInf, kNaN
 using Catch::Matchers::Contains;
 using metagrad::test::check_gradients;
 using metagrad::test::random_tensor;
@@ -23,51 +26,6 @@ using i64 = std::int64_t;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// A dense row-major array on the host: the reference side of every check.
-struct Host {
-  std::vector<i64> shape;
-  std::vector<double> v;
-};
-
-i64 numel_of(const std::vector<i64>& s) {
-  i64 n = 1;
-  for (i64 d : s) n *= d;
-  return n;
-}
-std::vector<i64> strides_of(const std::vector<i64>& s) {
-  std::vector<i64> st(s.size(), 1);
-  for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-  return st;
-}
-// Calls f(index) for every multi-index of `shape`, row-major.
-template <class F>
-void for_each_index(const std::vector<i64>& shape, F f) {
-  i64 n = numel_of(shape);
-  std::vector<i64> idx(shape.size(), 0);
-  for (i64 k = 0; k < n; ++k) {
-    f(idx);
-    for (std::size_t d = shape.size(); d-- > 0;) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-double at(const Host& h, const std::vector<i64>& idx) {
-  std::vector<i64> st = strides_of(h.shape);
-  i64 o = 0;
-  for (std::size_t d = 0; d < idx.size(); ++d) o += idx[d] * st[d];
-  return h.v[static_cast<std::size_t>(o)];
-}
-// out[idx] = h[src(idx)] over out_shape.
-template <class F>
-Host gather(std::vector<i64> out_shape, F src) {
-  Host o{out_shape, {}};
-  for_each_index(out_shape, [&](const std::vector<i64>& idx) { o.v.push_back(src(idx)); });
-  return o;
-}
 Host host_permute(const Host& h, const std::vector<i64>& order) {
   std::vector<i64> s;
   for (i64 a : order) s.push_back(h.shape[static_cast<std::size_t>(a)]);

@@ -13,7 +13,10 @@
 
 #include "gradcheck.hpp"
 
+#include "reference.hpp"
+
 using namespace metagrad;
+using namespace metagrad::test;  // reference.hpp: Host, at, gather, for_each_index, kInf, kNaN
 using Catch::Matchers::Contains;
 using metagrad::test::check_gradients;
 using metagrad::test::random_tensor;
@@ -22,45 +25,6 @@ using metagrad::test::require_close;
 using i64 = std::int64_t;
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-struct Host {
-  std::vector<i64> shape;
-  std::vector<double> v;
-};
-i64 numel_of(const std::vector<i64>& s) {
-  i64 n = 1;
-  for (i64 d : s) n *= d;
-  return n;
-}
-template <class F>
-void for_each_index(const std::vector<i64>& shape, F f) {
-  i64 n = numel_of(shape);
-  std::vector<i64> idx(shape.size(), 0);
-  for (i64 k = 0; k < n; ++k) {
-    f(idx);
-    for (std::size_t d = shape.size(); d-- > 0;) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-i64 offset(const std::vector<i64>& shape, const std::vector<i64>& idx) {
-  i64 o = 0;
-  for (std::size_t d = 0; d < idx.size(); ++d) o = o * shape[d] + idx[d];
-  return o;
-}
-double at(const Host& h, const std::vector<i64>& idx) {
-  return h.v[static_cast<std::size_t>(offset(h.shape, idx))];
-}
-template <class F>
-Host gather(std::vector<i64> out_shape, F src) {
-  Host o{out_shape, {}};
-  for_each_index(out_shape, [&](const std::vector<i64>& idx) { o.v.push_back(src(idx)); });
-  return o;
-}
 
 // The axes a reduction covers (empty = all), resolved.
 std::set<std::size_t> resolve(const std::vector<i64>& axes, std::size_t nd) {
