@@ -1,0 +1,155 @@
+// The scheduler's fusion, counted: how many kernels typical graphs become on a compiled device
+// (CLANG), each result checked against the same formula computed here in double.
+#include <array>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include "metagrad/metagrad.hpp"
+
+using namespace metagrad;
+using i64 = std::int64_t;
+
+namespace {
+
+// Runs the test body on CLANG (skipped with a printed reason where no C compiler runs).
+struct OnClang {
+  std::string saved = Device::DEFAULT;
+  bool ok = false;
+  OnClang() {
+    try {
+      Device::get("CLANG");
+      Device::DEFAULT = "CLANG";
+      ok = true;
+    } catch (const std::exception& e) { WARN("CLANG is not available, skipped: " << e.what()); }
+  }
+  ~OnClang() { Device::DEFAULT = saved; }
+};
+
+// Kernels launched while realizing t (its inputs realized beforehand).
+i64 kernels_for(Tensor t) {
+  i64 before = GlobalCounters::kernel_count;
+  t.realize();
+  return GlobalCounters::kernel_count - before;
+}
+
+std::vector<double> random_values(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> d(-2, 2);
+  std::vector<double> v(n);
+  for (double& x : v) x = static_cast<double>(static_cast<float>(d(gen)));
+  return v;
+}
+
+Tensor on_device(const std::vector<double>& v, const Dims& shape) {
+  return Tensor(v, shape, {.dtype = dtypes::float32}).realize();
+}
+
+void require_close(const std::vector<float>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    REQUIRE(std::abs(got[i] - want[i]) <= 1e-4 * (1 + std::abs(want[i])));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("(a*b+c).relu() is one kernel", "[schedule]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  for (unsigned seed = 0; seed < 4; ++seed) {
+    const i64 n = 7 + 61 * seed;
+    auto va = random_values(n, seed), vb = random_values(n, seed + 10), vc = random_values(n, seed + 20);
+    Tensor a = on_device(va, {n}), b = on_device(vb, {n}), c = on_device(vc, {n});
+    Tensor out = (a * b + c).relu();
+    REQUIRE(kernels_for(out) == 1);
+    std::vector<double> want(va.size());
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = std::max(0.0, va[i] * vb[i] + vc[i]);
+    require_close(out.to_vector<float>(), want);
+  }
+}
+
+TEST_CASE("(a*b).sum(1) is one kernel", "[schedule]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  for (i64 rows : {1, 5, 33})
+    for (i64 cols : {1, 16, 45}) {
+      auto va = random_values(rows * cols, 1), vb = random_values(rows * cols, 2);
+      Tensor out = (on_device(va, {rows, cols}) * on_device(vb, {rows, cols})).sum(1);
+      REQUIRE(kernels_for(out) == 1);
+      std::vector<double> want(static_cast<std::size_t>(rows), 0.0);
+      for (i64 r = 0; r < rows; ++r)
+        for (i64 k = 0; k < cols; ++k) want[r] += va[r * cols + k] * vb[r * cols + k];
+      require_close(out.to_vector<float>(), want);
+    }
+}
+
+TEST_CASE("softmax over the last axis is at most 3 kernels", "[schedule]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  for (i64 rows : {1, 4, 17})
+    for (i64 cols : {2, 10, 100}) {
+      auto v = random_values(rows * cols, static_cast<unsigned>(rows * cols));
+      Tensor out = on_device(v, {rows, cols}).softmax(-1);
+      i64 k = kernels_for(out);
+      INFO(rows << "x" << cols << ": " << k << " kernels");
+      REQUIRE(k <= 3);
+      std::vector<double> want(v.size());
+      for (i64 r = 0; r < rows; ++r) {
+        double m = -INFINITY, s = 0;
+        for (i64 j = 0; j < cols; ++j) m = std::max(m, v[r * cols + j]);
+        for (i64 j = 0; j < cols; ++j) s += std::exp(v[r * cols + j] - m);
+        for (i64 j = 0; j < cols; ++j) want[r * cols + j] = std::exp(v[r * cols + j] - m) / s;
+      }
+      require_close(out.to_vector<float>(), want);
+    }
+}
+
+TEST_CASE("matmul is one kernel", "[schedule]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  for (auto [m, k, n] : std::vector<std::array<i64, 3>>{{1, 1, 1}, {16, 32, 8}, {9, 70, 13}}) {
+    auto va = random_values(m * k, 3), vb = random_values(k * n, 4);
+    Tensor out = on_device(va, {m, k}).matmul(on_device(vb, {k, n}));
+    REQUIRE(kernels_for(out) == 1);
+    std::vector<double> want(static_cast<std::size_t>(m * n), 0.0);
+    for (i64 i = 0; i < m; ++i)
+      for (i64 j = 0; j < n; ++j)
+        for (i64 x = 0; x < k; ++x) want[i * n + j] += va[i * k + x] * vb[x * n + j];
+    require_close(out.to_vector<float>(), want);
+  }
+}
+
+// An MLP training step (784-128-10, batch 16: forward, sparse cross-entropy, backward, SGD with
+// momentum) launched 33 kernels when this test was written (29 without momentum). Fusion work may
+// lower this bound; nothing may raise it.
+constexpr i64 kMlpStepKernels = 33;
+
+TEST_CASE("an MLP training step launches at most the documented number of kernels", "[schedule]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  Tensor::manual_seed(3);
+  nn::Linear l1(784, 128), l2(128, 10);
+  nn::optim::SGD opt({l1.weight, *l1.bias, l2.weight, *l2.bias}, 0.01, 0.9);
+  Tensor x = Tensor::randn({16, 784}).realize();
+  Tensor y =
+      Tensor(std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5}, {16}).realize();
+  Tensor::TrainingGuard training;
+  auto step = [&] {
+    Tensor loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    return loss.realize();
+  };
+  step();  // the first step differs (momentum buffers start at zero)
+  i64 before = GlobalCounters::kernel_count;
+  step();
+  i64 k = GlobalCounters::kernel_count - before;
+  INFO("MLP step: " << k << " kernels");
+  REQUIRE(k <= kMlpStepKernels);
+  REQUIRE(k >= 8);  // forward 2 matmuls, backward 3, 4 parameter updates: fewer means work went missing
+}
