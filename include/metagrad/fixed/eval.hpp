@@ -1,0 +1,335 @@
+#pragma once
+// Inline evaluation: an Expr becomes one fused loop nest the host compiler vectorises.
+//
+// 1. Plan (compile time). Walking down from the root, the movement ops met so far are applied to
+//    each leaf's row-major View with the shared View code, so every leaf ends up as one View of the
+//    output's index space: movement costs nothing at run time. A node the loop cannot read element
+//    by element (a reduction; a reshape no View can express) is materialised: evaluated first into
+//    an arena temporary that is then a leaf. Below a PAD, elementwise nodes and constants are
+//    guarded by the pad's mask (f(0) need not be 0).
+// 2. Iteration shape (compile time). Size-1 axes are dropped and neighbouring axes merged while
+//    every leaf view can follow, so contiguous operands give a single `p[i]` loop.
+// 3. Bind (run time): the Expr becomes a tree of B* nodes holding only pointers and constants, the
+//    Views are template arguments. 4. Loop: outer axes by an odometer, the innermost axis a plain
+//    loop whose body the compiler inlines and vectorises.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include <boost/mp11/algorithm.hpp>
+#include <boost/mp11/list.hpp>
+
+#include "metagrad/fixed/arena.hpp"
+#include "metagrad/fixed/elementwise.hpp"
+
+#if defined(__GNUC__)
+#define METAGRAD_INLINE __attribute__((always_inline)) inline
+#else
+#define METAGRAD_INLINE inline
+#endif
+
+namespace metagrad::fixed::detail {
+
+namespace mp = boost::mp11;
+
+template <class E>
+struct kind {
+  static constexpr bool leaf = false, constant = false, map = false, cast = false, move = false;
+};
+template <class T, class S, class... C>
+struct kind<Expr<op::Leaf<T, S>, C...>> : kind<void> {
+  static constexpr bool leaf = true;
+};
+template <class T, class S, class... C>
+struct kind<Expr<op::Const<T, S>, C...>> : kind<void> {
+  static constexpr bool constant = true;
+};
+template <Fn F, class... C>
+struct kind<Expr<op::Map<F>, C...>> : kind<void> {
+  static constexpr bool map = true;
+};
+template <class U, class... C>
+struct kind<Expr<op::Cast<U>, C...>> : kind<void> {
+  static constexpr bool cast = true;
+};
+template <MovementOps M, auto Arg, class... C>
+struct kind<Expr<op::Move<M, Arg>, C...>> : kind<void> {
+  static constexpr bool move = true;
+};
+// Everything else (reductions, matmul, ...) is computed whole by Materialise before the loop.
+template <class E>
+inline constexpr bool materialised =
+    !(kind<E>::leaf || kind<E>::constant || kind<E>::map || kind<E>::cast || kind<E>::move);
+
+// Movement ops in the order they apply (the one nearest the leaf first).
+template <class Ops>
+constexpr std::optional<View> apply_moves(std::optional<View> v) {
+  mp::mp_for_each<Ops>([&](auto m) {
+    if (v) v = decltype(m)::apply(*v);
+  });
+  return v;
+}
+template <class M>
+struct is_pad : std::bool_constant<M::kind == MovementOps::PAD> {};
+template <class Ops>
+inline constexpr bool has_pad = mp::mp_any_of<Ops, is_pad>::value;
+
+template <std::size_t N>
+using Views = std::array<std::optional<View>, N>;
+
+template <std::size_t N, std::size_t... M>
+constexpr Views<N> concat(const Views<M>&... parts) {
+  Views<N> out{};
+  std::size_t k = 0;
+  ((std::copy(parts.begin(), parts.end(), out.begin() + k), k += M), ...);
+  return out;
+}
+
+// The views the fused loop over E (below movement ops Ops) reads through: one per leaf or
+// materialised node, one per guard (nullopt: a reshape the views cannot follow).
+template <class Ops, class E>
+struct plan {
+  static constexpr bool own = !kind<E>::constant || has_pad<Ops>;
+  static constexpr std::size_t count = own ? 1 : 0;
+  static constexpr Views<count> views = [] {
+    Views<count> v{};
+    if constexpr (own) v[0] = apply_moves<Ops>(View(E::shape::dims));
+    return v;
+  }();
+};
+template <std::size_t N>
+constexpr bool all_exist(const Views<N>& views) {
+  return std::all_of(views.begin(), views.end(), [](const auto& v) { return v.has_value(); });
+}
+template <class Ops, Fn F, class... C>
+struct plan<Ops, Expr<op::Map<F>, C...>> {
+  static constexpr std::size_t guard = has_pad<Ops> ? 1 : 0;
+  static constexpr std::size_t count = guard + (plan<Ops, C>::count + ... + 0);
+  static constexpr Views<count> views = concat<count>(
+      [] {
+        Views<guard> v{};
+        if constexpr (guard) v[0] = apply_moves<Ops>(View(Expr<op::Map<F>, C...>::shape::dims));
+        return v;
+      }(),
+      plan<Ops, C>::views...);
+};
+template <class Ops, class U, class C>
+struct plan<Ops, Expr<op::Cast<U>, C>> : plan<Ops, C> {};
+template <class Ops, MovementOps M, auto Arg, class C>
+struct plan<Ops, Expr<op::Move<M, Arg>, C>> {
+  using inner = plan<mp::mp_push_front<Ops, op::Move<M, Arg>>, C>;
+  static constexpr bool split = !all_exist(inner::views);  // materialise C, then move the temporary
+  static constexpr std::size_t count = split ? 1 : inner::count;
+  static constexpr Views<count> views = [] {
+    if constexpr (split)
+      return Views<1>{apply_moves<mp::mp_push_front<Ops, op::Move<M, Arg>>>(View(C::shape::dims))};
+    else
+      return inner::views;
+  }();
+};
+
+// Size-1 axes dropped, then neighbours merged from the innermost out while every view follows.
+template <std::size_t N>
+constexpr Dims iteration_shape(const Dims& shape, const Views<N>& views) {
+  auto fits = [&](const Dims& d) {
+    for (const auto& v : views)
+      if (!v || !v->reshape(d)) return false;
+    return true;
+  };
+  Dims cur;
+  for (std::int64_t d : shape)
+    if (d != 1) cur.push_back(d);
+  if (cur.empty()) cur.push_back(1);
+  if (!fits(cur)) return shape.empty() ? Dims{1} : shape;
+  for (std::size_t i = cur.size(); i-- > 1;) {
+    Dims cand;
+    for (std::size_t k = 0; k < cur.size(); ++k)
+      if (k == i)
+        cand.back() *= cur[k];
+      else
+        cand.push_back(cur[k]);
+    if (fits(cand)) cur = cand;
+  }
+  return cur;
+}
+
+// ---- bound nodes: what the loop reads ----
+template <class T, View V>
+struct BLeaf {
+  const T* p;
+};
+template <class T>
+struct BConst {
+  T v;
+};
+template <Fn F, class... C>
+struct BMap {
+  std::tuple<C...> c;
+};
+template <class U, class C>
+struct BCast {
+  C c;
+};
+template <View M, class T, class C>
+struct BGuard {
+  C c;
+};
+
+template <View V, std::size_t R>
+METAGRAD_INLINE index_t offset_of(const index_t* pos, index_t j) {
+  index_t i = V.offset + j * V.strides[R - 1];
+  [&]<std::size_t... d>(std::index_sequence<d...>) { ((i += pos[d] * V.strides[d]), ...); }
+  (std::make_index_sequence<R - 1>{});
+  return i;
+}
+template <View V, std::size_t R>
+METAGRAD_INLINE bool valid_at(const index_t* pos, index_t j) {
+  if constexpr (V.mask.empty())
+    return true;
+  else
+    return [&]<std::size_t... d>(std::index_sequence<d...>) {
+      return ((pos[d] >= V.mask[d].first && pos[d] < V.mask[d].second) && ...) && j >= V.mask[R - 1].first &&
+             j < V.mask[R - 1].second;
+    }
+  (std::make_index_sequence<R - 1>{});
+}
+
+template <std::size_t R, class T, View V>
+METAGRAD_INLINE T get(const BLeaf<T, V>& b, const index_t* pos, index_t j) {
+  if constexpr (V.mask.empty())
+    return b.p[offset_of<V, R>(pos, j)];
+  else
+    return valid_at<V, R>(pos, j) ? b.p[offset_of<V, R>(pos, j)] : T(0);
+}
+template <std::size_t R, class T>
+METAGRAD_INLINE T get(const BConst<T>& b, const index_t*, index_t) {
+  return b.v;
+}
+template <std::size_t R, Fn F, class... C>
+METAGRAD_INLINE auto get(const BMap<F, C...>& b, const index_t* pos, index_t j) {
+  return std::apply([&](const auto&... c) { return apply_fn<F>(get<R>(c, pos, j)...); }, b.c);
+}
+template <std::size_t R, class U, class C>
+METAGRAD_INLINE U get(const BCast<U, C>& b, const index_t* pos, index_t j) {
+  return static_cast<U>(get<R>(b.c, pos, j));
+}
+template <std::size_t R, View M, class T, class C>
+METAGRAD_INLINE T get(const BGuard<M, T, C>& b, const index_t* pos, index_t j) {
+  return valid_at<M, R>(pos, j) ? get<R>(b.c, pos, j) : T(0);
+}
+
+struct Ctx {
+  const void* out = nullptr;  // the destination, to detect a leaf that reads it
+  bool reads_out = false;     // some leaf is the destination, read in place (safe)
+  bool alias = false;         // some leaf reads the destination through another view
+};
+
+// How a materialised op computes its whole result: `Materialise<OpTag>::run(out, expr)`, one
+// specialisation per op (reduce.hpp, matmul.hpp, ...).
+template <class Op>
+struct Materialise;
+template <class E>
+void assign(typename E::value_type* out, const E& e);
+
+template <class Ops, class E>
+auto bind(const E& e, Ctx& ctx) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  constexpr auto guarded = [](auto b) {
+    if constexpr (has_pad<Ops>)
+      return BGuard<*apply_moves<Ops>(View(S::dims)), T, decltype(b)>{b};
+    else
+      return b;
+  };
+  if constexpr (kind<E>::leaf || materialised<E>) {
+    constexpr View v = *apply_moves<Ops>(View(S::dims));
+    const T* p;
+    if constexpr (kind<E>::leaf) {
+      p = e.op.data;
+      ctx.reads_out = ctx.reads_out || p == ctx.out;
+      ctx.alias = ctx.alias || (p == ctx.out && !v.contiguous);
+    } else {
+      T* tmp = Arena::local().alloc<T>(S::size);
+      Materialise<typename E::op_type>::run(tmp, e);
+      p = tmp;
+    }
+    return BLeaf<T, v>{p};
+  } else if constexpr (kind<E>::constant) {
+    return guarded(BConst<T>{e.op.value});
+  } else if constexpr (kind<E>::map) {
+    return guarded(std::apply(
+        [&](const auto&... c) {
+          return BMap<E::op_type::fn, decltype(bind<Ops>(c, ctx))...>{std::tuple{bind<Ops>(c, ctx)...}};
+        },
+        e.children()));
+  } else if constexpr (kind<E>::cast) {
+    return BCast<T, decltype(bind<Ops>(std::get<0>(e.children()), ctx))>{
+        bind<Ops>(std::get<0>(e.children()), ctx)};
+  } else {
+    using C = mp::mp_front<typename E::children_types>;
+    using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
+    if constexpr (plan<Ops, E>::split) {  // a reshape no view expresses: evaluate C first
+      using U = typename C::value_type;
+      U* tmp = Arena::local().alloc<U>(C::shape::size);
+      assign(tmp, std::get<0>(e.children()));
+      constexpr View v = *apply_moves<Ops2>(View(C::shape::dims));
+      return BLeaf<U, v>{tmp};
+    } else {
+      return bind<Ops2>(std::get<0>(e.children()), ctx);
+    }
+  }
+}
+
+// Runs body(o, pos) for each position of the outer axes of I (o: their flat index); the body loops
+// over the innermost axis itself.
+template <Dims I, class Body>
+METAGRAD_INLINE void for_outer(Body&& body) {
+  constexpr std::size_t R = I.size();
+  constexpr index_t outer = prod(I) / (I[R - 1] ? I[R - 1] : 1);
+  if constexpr (prod(I) == 0) return;
+  index_t pos[R] = {};
+  for (index_t o = 0; o < outer; ++o) {
+    body(o, static_cast<const index_t*>(pos));
+    for (std::size_t d = R - 1; d-- > 0;) {
+      if (++pos[d] < I[d]) break;
+      pos[d] = 0;
+    }
+  }
+}
+
+// Restrict: the destination is not read (the compiler then needs no overlap checks).
+template <Dims I, bool Restrict, class B, class T>
+void run_assign(const B& b, T* out) {
+  constexpr std::size_t R = I.size();
+  constexpr index_t n = I[R - 1];
+  for_outer<I>([&](index_t o, const index_t* pos) {
+    if constexpr (Restrict) {
+      T* __restrict row = out + o * n;
+      for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+    } else {
+      T* row = out + o * n;
+      for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+    }
+  });
+}
+
+template <class E>
+void assign(typename E::value_type* out, const E& e) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  Arena::Scope scope;
+  constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
+  Ctx ctx{out};
+  auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+  if (!ctx.reads_out) return run_assign<I, true>(b, out);
+  if (!ctx.alias) return run_assign<I, false>(b, out);
+  T* tmp = Arena::local().alloc<T>(S::size);  // the output is read through another view: no overwrite
+  run_assign<I, true>(b, tmp);
+  std::copy(tmp, tmp + S::size, out);
+}
+
+}  // namespace metagrad::fixed::detail

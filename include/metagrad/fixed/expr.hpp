@@ -1,0 +1,250 @@
+#pragma once
+// Static-path expression nodes. Every operation on a fixed::Tensor returns an Expr: structure only.
+// Evaluators (inline loops in eval.hpp; lowering to LazyOp and AOT emission elsewhere) decide how.
+//
+// ---- The node protocol (what evaluators, fixed::grad and lower() rely on) ----
+// Every node is `Expr<Op, Children...>`: an op tag plus its children, held by value. Compile time:
+//   E::op_type         the op tag (below); its template arguments are the op's parameters
+//   E::children_types  boost::mp11::mp_list<Children...>
+//   E::value_type      element type (comparisons give bool)
+//   E::shape           fixed::Shape<D...>: ::dims (a constexpr metagrad::Dims), ::rank, ::size
+// Run time:
+//   e.op               the tag object: a leaf's data pointer or a constant's value, else empty
+//   e.children()       const std::tuple<Children...>&
+// Op tags, in namespace fixed::op (the dynamic path's mlops, each maps to one Tensor method):
+//   Leaf<T, S>            a fixed::Tensor's storage, row-major: op.data (const T*). No children.
+//   Const<T, S>           op.value broadcast to shape S (scalar operands). No children.
+//   Map<Fn F>             elementwise over 1 (NEG..SIGMOID), 2 (ADD..CMPNE) or 3 (WHERE: cond,
+//                         x, y) children of the node's own shape (broadcasting is explicit Moves).
+//   Cast<U>               elementwise conversion to U.
+//   Reduce<ReduceOps R, Dims Axes>  SUM or MAX over Axes (sorted, non-negative); the output keeps
+//                         the rank with reduced axes 1, like mlops::Sum (keepdim=false is a RESHAPE
+//                         above it).
+//   Move<MovementOps M, Arg>  RESHAPE/EXPAND (Arg: the new Dims), PERMUTE (Dims order), PAD
+//                         (Pairs (before, after)), SHRINK (Pairs [begin, end)), STRIDE (Dims of
+//                         +-1: flip). Move::view<ChildShape> is the metagrad::View it stands for,
+//                         computed in a constant expression by the shared View code.
+// Leaves point at tensors; an Expr must not outlive the tensors it reads (as with Eigen).
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+
+#include <boost/mp11/list.hpp>
+
+#include "metagrad/fixed/shape.hpp"
+#include "metagrad/ops.hpp"
+
+namespace metagrad::fixed {
+
+// Elementwise functions of the static path, by arity.
+enum class Fn : std::uint8_t {
+  NEG,
+  EXP,
+  LOG,
+  SIN,
+  SQRT,
+  RELU,
+  SIGMOID,  // unary
+  ADD,
+  SUB,
+  MUL,
+  DIV,
+  POW,
+  MAX,
+  MIN,
+  CMPLT,
+  CMPLE,
+  CMPEQ,
+  CMPNE,  // binary
+  WHERE   // ternary
+};
+constexpr int arity(Fn f) { return f <= Fn::SIGMOID ? 1 : f <= Fn::CMPNE ? 2 : 3; }
+constexpr bool is_comparison(Fn f) { return f >= Fn::CMPLT && f <= Fn::CMPNE; }
+
+struct keepdim_t {};
+inline constexpr keepdim_t keepdim{};  // x.sum<1>(keepdim)
+
+namespace op {
+template <class T, class S>
+struct Leaf {
+  const T* data;
+};
+template <class T, class S>
+struct Const {
+  T value;
+};
+template <Fn F>
+struct Map {
+  static constexpr Fn fn = F;
+};
+template <class U>
+struct Cast {};
+template <ReduceOps R, Dims Axes>
+struct Reduce {
+  static constexpr ReduceOps kind = R;
+  static constexpr Dims axes = Axes;
+};
+template <MovementOps M, auto Arg>
+struct Move {
+  static constexpr MovementOps kind = M;
+  static constexpr auto arg = Arg;
+  // This op applied to a view (nullopt: a reshape the view cannot express by itself).
+  static constexpr std::optional<View> apply(const View& v) {
+    if constexpr (M == MovementOps::RESHAPE)
+      return v.reshape(Arg);
+    else if constexpr (M == MovementOps::PERMUTE)
+      return v.permute(Arg);
+    else if constexpr (M == MovementOps::EXPAND)
+      return v.expand(Arg);
+    else if constexpr (M == MovementOps::PAD)
+      return v.pad(Arg);
+    else if constexpr (M == MovementOps::SHRINK)
+      return v.shrink(Arg);
+    else
+      return v.stride(Arg);
+  }
+  template <class ChildShape>
+  static constexpr View view = *apply(View(ChildShape::dims));
+};
+}  // namespace op
+
+namespace detail {
+template <Dims D, Dims Axes>
+constexpr Dims reduced(const Dims& d = D) {
+  Dims r = d;
+  for (std::int64_t a : Axes) r[a] = 1;
+  return r;
+}
+
+// value_type and shape of a node, from its op and children.
+template <class Op, class... C>
+struct node;
+template <class T, class S>
+struct node<op::Leaf<T, S>> {
+  using value_type = T;
+  using shape = S;
+};
+template <class T, class S>
+struct node<op::Const<T, S>> : node<op::Leaf<T, S>> {};
+template <Fn F, class C0, class... C>
+struct node<op::Map<F>, C0, C...> {
+  static_assert(arity(F) == 1 + sizeof...(C), "fixed::Map: wrong number of children");
+  using value_type =
+      std::conditional_t<is_comparison(F), bool,
+                         typename std::tuple_element_t<F == Fn::WHERE, std::tuple<C0, C...>>::value_type>;
+  using shape = typename C0::shape;
+};
+template <class U, class C>
+struct node<op::Cast<U>, C> {
+  using value_type = U;
+  using shape = typename C::shape;
+};
+template <ReduceOps R, Dims Axes, class C>
+struct node<op::Reduce<R, Axes>, C> {
+  static constexpr Dims dims = reduced<C::shape::dims, Axes>();
+  using value_type = typename C::value_type;
+  using shape = ShapeOf<dims>;
+};
+template <MovementOps M, auto Arg, class C>
+struct node<op::Move<M, Arg>, C> {
+  static constexpr Dims dims = op::Move<M, Arg>::template view<typename C::shape>.shape;
+  using value_type = typename C::value_type;
+  using shape = ShapeOf<dims>;
+};
+}  // namespace detail
+
+template <class Derived>
+struct ExprBase;
+
+template <class Op, class... C>
+struct Expr : ExprBase<Expr<Op, C...>> {
+  using op_type = Op;
+  using children_types = boost::mp11::mp_list<C...>;
+  using value_type = typename detail::node<Op, C...>::value_type;
+  using shape = typename detail::node<Op, C...>::shape;
+
+  [[no_unique_address]] Op op;
+  std::tuple<C...> kids;
+
+  constexpr explicit Expr(Op o, C... c) : op(o), kids(std::move(c)...) {}
+  constexpr const std::tuple<C...>& children() const { return kids; }
+  constexpr const Expr& expr() const { return *this; }
+};
+
+template <class E>
+struct is_expr : std::false_type {};
+template <class Op, class... C>
+struct is_expr<Expr<Op, C...>> : std::true_type {};
+
+// Anything that has an expression: an Expr or a fixed::Tensor (a Leaf).
+template <class E>
+concept Operand = requires(const E& e) {
+  e.expr();
+  typename E::shape;
+  typename E::value_type;
+};
+template <Operand E>
+using expr_t = std::remove_cvref_t<decltype(std::declval<const E&>().expr())>;
+
+// The methods every operand has; their bodies live with their concept (elementwise.hpp,
+// movement.hpp, reduce.hpp, tensor.hpp). Include metagrad/fixed.hpp to get them all.
+template <class Derived>
+struct ExprBase {
+  constexpr const Derived& self() const { return static_cast<const Derived&>(*this); }
+
+  auto neg() const;
+  auto exp() const;
+  auto log() const;
+  auto sin() const;
+  auto cos() const;
+  auto sqrt() const;
+  auto relu() const;
+  auto sigmoid() const;
+  auto tanh() const;
+  auto gelu() const;
+  auto square() const;
+  auto abs() const;
+  auto reciprocal() const;
+  template <class U>
+  auto cast() const;
+
+  template <index_t... S>
+  auto reshape() const;
+  template <index_t... Order>
+  auto permute() const;
+  template <index_t... S>
+  auto expand() const;
+  template <index_t... BeforeAfter>
+  auto pad() const;
+  template <index_t... BeginEnd>
+  auto shrink() const;
+  template <index_t... Axes>
+  auto flip() const;
+  auto transpose() const;  // the last two axes swapped
+
+  template <index_t... Axes>
+  auto sum() const;
+  template <index_t... Axes>
+  auto sum(keepdim_t) const;
+  template <index_t... Axes>
+  auto max() const;
+  template <index_t... Axes>
+  auto max(keepdim_t) const;
+  template <index_t... Axes>
+  auto min() const;
+  template <index_t... Axes>
+  auto min(keepdim_t) const;
+  template <index_t... Axes>
+  auto mean() const;
+  template <index_t... Axes>
+  auto mean(keepdim_t) const;
+  template <index_t Axis = -1>
+  auto softmax() const;
+  template <index_t Axis = -1>
+  auto log_softmax() const;
+
+  auto eval() const;  // a fixed::Tensor holding the values
+};
+
+}  // namespace metagrad::fixed

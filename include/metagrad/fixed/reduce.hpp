@@ -1,0 +1,169 @@
+#pragma once
+// Reductions over compile-time axis lists (sum, max, min, mean; keepdim as on the dynamic path),
+// softmax and log_softmax, and their inline evaluation: a reduction is materialised once into a
+// temporary (so an elementwise op that broadcasts it back never recomputes it), accumulating along
+// the innermost axis in 256 bytes of independent lanes, which the compiler keeps in vector registers.
+#include <limits>
+
+#include "metagrad/fixed/eval.hpp"
+#include "metagrad/fixed/movement.hpp"
+
+namespace metagrad::fixed {
+
+namespace detail {
+template <ReduceOps R, class T>
+constexpr T reduce_identity() {
+  if constexpr (R == ReduceOps::SUM)
+    return T(0);
+  else if constexpr (std::numeric_limits<T>::has_infinity)
+    return -std::numeric_limits<T>::infinity();
+  else
+    return std::numeric_limits<T>::lowest();
+}
+template <ReduceOps R, class T>
+METAGRAD_INLINE T combine(T a, T b) {
+  if constexpr (R == ReduceOps::SUM)
+    return a + b;
+  else
+    return a < b ? b : a;
+}
+
+template <ReduceOps R, Dims Axes>
+struct Materialise<op::Reduce<R, Axes>> {
+  template <class T, class C>
+  static void run(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
+    using S = typename Expr<op::Reduce<R, Axes>, C>::shape;
+    constexpr Dims in = C::shape::dims;
+    constexpr View out_view = View(S::dims).expand(in);  // input position -> output index
+    constexpr Dims I = iteration_shape(
+        in, concat<plan<mp::mp_list<>, C>::count + 1>(plan<mp::mp_list<>, C>::views, Views<1>{out_view}));
+    constexpr std::size_t rank = I.size();
+    constexpr index_t n = I[rank - 1];
+    constexpr View ov = *out_view.reshape(I);
+    std::fill(out, out + S::size, reduce_identity<R, T>());
+    Ctx ctx;
+    auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(std::get<0>(e.children()), ctx);
+    if constexpr (ov.strides[rank - 1] == 0 && n > 1) {  // along the innermost axis: lanes, then one sum
+      constexpr index_t lanes = 256 / sizeof(T);
+      for_outer<I>([&](index_t, const index_t* pos) {
+        T acc[lanes];
+        for (index_t l = 0; l < lanes; ++l) acc[l] = reduce_identity<R, T>();
+        index_t j = 0;
+        for (; j + lanes <= n; j += lanes)
+          for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<rank>(b, pos, j + l));
+        for (index_t l = 0; j + l < n; ++l) acc[l] = combine<R>(acc[l], get<rank>(b, pos, j + l));
+        for (index_t w = lanes / 2; w > 0; w /= 2)
+          for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+        T& o = out[offset_of<ov, rank>(pos, 0)];
+        o = combine<R>(o, acc[0]);
+      });
+    } else {  // the innermost axis is kept: a vector of outputs accumulates each input row
+      for_outer<I>([&](index_t, const index_t* pos) {
+        T* row = out + offset_of<ov, rank>(pos, 0);
+        for (index_t j = 0; j < n; ++j)
+          row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
+      });
+    }
+  }
+};
+
+// The reduction of e over A... (none: every axis), with or without the reduced axes kept.
+template <ReduceOps R, bool Keep, index_t... A, class E>
+auto reduce(const E& e) {
+  using S = typename E::shape;
+  constexpr AxisSet ax = [] {
+    AxisSet a = normalize_axes(Dims{A...}, S::rank);
+    if constexpr (sizeof...(A) == 0)
+      for (std::size_t i = 0; i < S::rank; ++i) a.axes.push_back(static_cast<index_t>(i));
+    std::sort(a.axes.begin(), a.axes.end());
+    return a;
+  }();
+  static_assert(shapes_fit<ax.ok, err::reduce, S, Args<A...>>,
+                "fixed: reduce (sum, max, min, mean): each axis must exist and appear once");
+  if constexpr (ax.ok) {
+    auto r = Expr<op::Reduce<R, ax.axes>, E>(op::Reduce<R, ax.axes>{}, e);
+    if constexpr (Keep)
+      return r;
+    else {
+      constexpr Dims kept = [](const Dims& axes) {
+        Dims d;
+        for (std::size_t i = 0; i < S::rank; ++i)
+          if (std::find(axes.begin(), axes.end(), static_cast<index_t>(i)) == axes.end())
+            d.push_back(S::dims[i]);
+        return d;
+      }(ax.axes);
+      if constexpr (kept == decltype(r)::shape::dims)
+        return r;
+      else
+        return move<decltype(r), MovementOps::RESHAPE, kept>(r);
+    }
+  }
+}
+template <class E, index_t... A>
+constexpr index_t reduced_count() {
+  using S = typename E::shape;
+  if constexpr (sizeof...(A) == 0)
+    return S::size;
+  else
+    return (S::dims[A < 0 ? A + S::rank : A] * ...);
+}
+}  // namespace detail
+
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::sum() const {
+  return detail::reduce<ReduceOps::SUM, false, A...>(self().expr());
+}
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::sum(keepdim_t) const {
+  return detail::reduce<ReduceOps::SUM, true, A...>(self().expr());
+}
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::max() const {
+  return detail::reduce<ReduceOps::MAX, false, A...>(self().expr());
+}
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::max(keepdim_t) const {
+  return detail::reduce<ReduceOps::MAX, true, A...>(self().expr());
+}
+// -max(-x), as the dynamic path
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::min() const {
+  return -(-self()).template max<A...>();
+}
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::min(keepdim_t) const {
+  return -(-self()).template max<A...>(keepdim);
+}
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::mean() const {
+  using T = typename D::value_type;
+  return self().template sum<A...>() * (T(1) / T(detail::reduced_count<expr_t<D>, A...>()));
+}
+template <class D>
+template <index_t... A>
+auto ExprBase<D>::mean(keepdim_t) const {
+  using T = typename D::value_type;
+  return self().template sum<A...>(keepdim) * (T(1) / T(detail::reduced_count<expr_t<D>, A...>()));
+}
+// x - max, exponentiated, normalised: the dynamic path's _softmax.
+template <class D>
+template <index_t Axis>
+auto ExprBase<D>::softmax() const {
+  auto e = (self() - self().template max<Axis>(keepdim)).exp();
+  return e / e.template sum<Axis>(keepdim);
+}
+template <class D>
+template <index_t Axis>
+auto ExprBase<D>::log_softmax() const {
+  auto m = self() - self().template max<Axis>(keepdim);
+  return m - m.exp().template sum<Axis>(keepdim).log();
+}
+
+}  // namespace metagrad::fixed

@@ -1,0 +1,355 @@
+// The static-shape path: fixed::Tensor, expression types and inline evaluation, checked against
+// explicit loops over random data and against the dynamic Tensor on the CPU device (the reference).
+// Tolerance: float results agree to 1e-5 relative (plus 1e-6 absolute) with loops computed in
+// double; the static path computes in float, sums in 64 independent lanes, and its float exp is a
+// polynomial (~1 ulp), so only rounding differs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "metagrad/fixed.hpp"
+#include "metagrad/tensor.hpp"
+
+namespace fx = metagrad::fixed;
+using fx::index_t;
+
+namespace {
+
+template <class T, index_t... D>
+fx::Tensor<T, D...> random_tensor(std::mt19937& rng, double lo = -2, double hi = 2) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  fx::Tensor<T, D...> t;
+  for (T& x : t) x = static_cast<T>(u(rng));
+  return t;
+}
+
+bool close(double got, double want, double rel = 1e-5) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::abs(got - want) <= 1e-6 + rel * std::abs(want);
+}
+
+// Every element of t equals want(flat index), within tolerance.
+template <class Tn, class F>
+void check_all(const Tn& t, F want, double rel = 1e-5) {
+  for (index_t i = 0; i < Tn::size; ++i) {
+    double w = want(i);
+    INFO("flat index " << i << ": got " << double(t[i]) << ", want " << w);
+    REQUIRE(close(double(t[i]), w, rel));
+  }
+}
+
+// Row-major multi-index of a flat index.
+template <std::size_t R>
+std::array<index_t, R> unravel(index_t i, const std::array<index_t, R>& shape) {
+  std::array<index_t, R> idx{};
+  for (std::size_t d = R; d-- > 0;) idx[d] = i % shape[d], i /= shape[d];
+  return idx;
+}
+
+template <class Tn>
+metagrad::Tensor dynamic(const Tn& t) {
+  std::vector<float> v(t.begin(), t.end());
+  return metagrad::Tensor(v, Tn::shape::dims, {.device = "CPU"});
+}
+
+}  // namespace
+
+// ---- compile time: shapes, views and iteration shapes are constant expressions ----
+namespace {
+using A23 = fx::Tensor<float, 2, 3>;
+using B3 = fx::Tensor<float, 3>;
+static_assert(A23::size == 6 && A23::rank == 2);
+static_assert(std::is_same_v<decltype(std::declval<A23>() + std::declval<B3>())::shape, fx::Shape<2, 3>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>().permute<1, 0>())::shape, fx::Shape<3, 2>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>().sum<1>())::shape, fx::Shape<2>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>().sum<-1>(fx::keepdim))::shape, fx::Shape<2, 1>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>().sum())::shape, fx::Shape<>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>().pad<1, 0, 2, 2>())::shape, fx::Shape<3, 7>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>().shrink<0, 1, 1, 3>())::shape, fx::Shape<1, 2>>);
+static_assert(std::is_same_v<decltype(std::declval<A23>() < 1.0f)::value_type, bool>);
+// Broadcasting a (3) against (2, 3) is RESHAPE (1, 3) then EXPAND (2, 3), as on the dynamic path.
+using Bcast = std::tuple_element_t<
+    1, std::remove_cvref_t<decltype((std::declval<A23>() + std::declval<B3>()).children())>>;
+static_assert(Bcast::op_type::kind == metagrad::MovementOps::EXPAND);
+static_assert(
+    std::tuple_element_t<0, std::remove_cvref_t<decltype(std::declval<Bcast>().children())>>::op_type::kind ==
+    metagrad::MovementOps::RESHAPE);
+// A permute's View: strides swapped, computed by the shared View code.
+using P = decltype(std::declval<A23>().permute<1, 0>());
+static_assert(P::op_type::view<fx::Shape<2, 3>> == metagrad::View({3, 2}, {1, 3}));
+static_assert(fx::op::Move<metagrad::MovementOps::PAD, metagrad::Pairs{{1, 1}}>::view<fx::Shape<4>> ==
+              metagrad::View({6}, {1}, -1, {{1, 5}}));
+// Iteration shapes: contiguous operands collapse to one axis; a broadcast row keeps two; a
+// transposed operand keeps both axes.
+namespace d = fx::detail;
+template <class E>
+constexpr metagrad::Dims iter = d::iteration_shape(E::shape::dims, d::plan<boost::mp11::mp_list<>, E>::views);
+using Contig = std::remove_cvref_t<decltype((std::declval<A23>() * 2.f + std::declval<A23>()).expr())>;
+static_assert(iter<Contig> == metagrad::Dims{6});
+static_assert(iter<decltype(std::declval<A23>() + std::declval<B3>())> == metagrad::Dims{2, 3});
+static_assert(iter<decltype(std::declval<fx::Tensor<float, 4, 1, 5>>() * 1.f)> == metagrad::Dims{20});
+static_assert(iter<decltype(std::declval<fx::Tensor<float, 3, 2>>().permute<1, 0>() + std::declval<A23>())> ==
+              metagrad::Dims{2, 3});
+}  // namespace
+
+TEST_CASE("fixed::Tensor has value semantics and aligned heap storage", "[fixed]") {
+  fx::Tensor<float, 3, 4> a;
+  for (float x : a) REQUIRE(x == 0);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(a.data()) % 64 == 0);
+  for (index_t i = 0; i < a.size; ++i) a[i] = float(i);
+  fx::Tensor<float, 3, 4> b = a;  // deep copy
+  REQUIRE(b.data() != a.data());
+  b(1, 2) = -1;
+  REQUIRE(a(1, 2) == 6);
+  REQUIRE(b[6] == -1);
+  const float* p = b.data();
+  fx::Tensor<float, 3, 4> c = std::move(b);  // cheap: the storage moves
+  REQUIRE(c.data() == p);
+  fx::Tensor<int32_t, 2> i{7, 8};
+  REQUIRE((i(0) == 7 && i(1) == 8));
+  REQUIRE_THROWS_AS((fx::Tensor<float, 3>{1, 2}), std::invalid_argument);
+  auto f = fx::Tensor<double, 2, 2>::full(2.5);
+  for (double x : f) REQUIRE(x == 2.5);
+  std::vector<float> v{1, 2, 3, 4, 5, 6};
+  auto g = A23::from(v.data());
+  REQUIRE((g(1, 0) == 4 && g(0, 2) == 3));
+}
+
+TEST_CASE("fixed elementwise ops with broadcasting and scalars match loops", "[fixed]") {
+  std::mt19937 rng(1);
+  for (int rep = 0; rep < 10; ++rep) {
+    auto a = random_tensor<float, 4, 3, 5>(rng);
+    auto b = random_tensor<float, 3, 1>(rng);
+    auto c = random_tensor<float, 5>(rng, 0.5, 3);
+    std::array<index_t, 3> sh{4, 3, 5};
+    fx::Tensor<float, 4, 3, 5> r = a * b + c;
+    check_all(r, [&](index_t i) {
+      auto [x, y, z] = unravel(i, sh);
+      return double(a(x, y, z)) * b(y, 0) + c(z);
+    });
+    r = 2 * a - b / c + 1.5;
+    check_all(r, [&](index_t i) {
+      auto [x, y, z] = unravel(i, sh);
+      return 2.0 * a(x, y, z) - double(b(y, 0)) / c(z) + 1.5;
+    });
+    r = fx::maximum(a, b) - fx::minimum(c, 1) + fx::pow(c, b);
+    check_all(r, [&](index_t i) {
+      auto [x, y, z] = unravel(i, sh);
+      return std::max<double>(a(x, y, z), b(y, 0)) - std::min<double>(c(z), 1) +
+             std::pow<double>(c(z), b(y, 0));
+    });
+    r = fx::where(a < b, a, -c) + (a >= 0).cast<float>() + (a == a).cast<float>();
+    check_all(r, [&](index_t i) {
+      auto [x, y, z] = unravel(i, sh);
+      return (a(x, y, z) < b(y, 0) ? a(x, y, z) : -c(z)) + (a(x, y, z) >= 0) + 1.0;
+    });
+  }
+}
+
+TEST_CASE("fixed unary ops and hlops match libm", "[fixed]") {
+  std::mt19937 rng(2);
+  auto a = random_tensor<float, 7, 33>(rng, -6, 6);
+  auto pos = random_tensor<float, 7, 33>(rng, 0.01, 20);
+  auto check = [&](const auto& expr, auto f, const auto& in, double rel = 1e-5) {
+    fx::Tensor<float, 7, 33> r = expr;
+    check_all(
+        r, [&](index_t i) { return f(double(in[i])); }, rel);
+  };
+  check(
+      a.exp(), [](double x) { return std::exp(x); }, a);
+  check(
+      pos.log(), [](double x) { return std::log(x); }, pos);
+  check(
+      pos.sqrt(), [](double x) { return std::sqrt(x); }, pos);
+  check(
+      a.sin(), [](double x) { return std::sin(x); }, a);
+  check(
+      a.cos(), [](double x) { return std::cos(x); }, a, 1e-4);
+  check(
+      a.relu(), [](double x) { return x > 0 ? x : 0; }, a);
+  check(
+      a.sigmoid(), [](double x) { return 1 / (1 + std::exp(-x)); }, a);
+  check(
+      a.tanh(), [](double x) { return std::tanh(x); }, a, 1e-4);
+  check(
+      -a, [](double x) { return -x; }, a);
+  check(
+      a.abs(), [](double x) { return std::abs(x); }, a);
+  check(
+      a.square(), [](double x) { return x * x; }, a);
+  check(
+      pos.reciprocal(), [](double x) { return 1 / x; }, pos);
+  check(
+      a.gelu(),
+      [](double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }, a,
+      1e-4);
+  // float exp over its whole range, edges included
+  fx::Tensor<float, 8> e{-100.f, -87.f, -20.f, 0.f, 1e-8f, 20.f, 88.f, 100.f};
+  fx::Tensor<float, 8> r = e.exp();
+  check_all(
+      r, [&](index_t i) { return double(std::exp(e[i])); }, 1e-6);
+  REQUIRE(std::isnan(fx::Tensor<float, 1>(fx::Tensor<float, 1>{NAN}.exp())[0]));
+}
+
+TEST_CASE("fixed movement ops of leaves and of expressions match loops", "[fixed]") {
+  std::mt19937 rng(3);
+  auto a = random_tensor<float, 2, 3, 4>(rng);
+  auto b = random_tensor<float, 2, 3, 4>(rng);
+  std::array<index_t, 3> s234{2, 3, 4};
+  fx::Tensor<float, 4, 2, 3> p = a.permute<2, 0, 1>();
+  check_all(p, [&](index_t i) {
+    auto [x, y, z] = unravel(i, std::array<index_t, 3>{4, 2, 3});
+    return a(y, z, x);
+  });
+  p = (a * b + 1).permute<2, 0, 1>().exp();
+  check_all(p, [&](index_t i) {
+    auto [x, y, z] = unravel(i, std::array<index_t, 3>{4, 2, 3});
+    return std::exp(double(a(y, z, x)) * b(y, z, x) + 1);
+  });
+  // a reshape after a permute no single View expresses: the permuted operand is materialised
+  fx::Tensor<float, 6, 4> rs = (a.permute<1, 0, 2>() * 2).reshape<6, 4>();
+  check_all(rs, [&](index_t i) {
+    index_t r = i / 4, col = i % 4;  // row r = (y, x) with y in 3, x in 2
+    return 2.0 * a(r % 2, r / 2, col);
+  });
+  fx::Tensor<float, 2, 5, 4> ex = a.shrink<0, 2, 1, 2, 0, 4>().expand<2, 5, 4>() + 0;
+  check_all(ex, [&](index_t i) {
+    auto [x, y, z] = unravel(i, std::array<index_t, 3>{2, 5, 4});
+    (void)y;
+    return a(x, 1, z);
+  });
+  // pad: zeros outside, also under a function with f(0) != 0, which is applied after the pad
+  fx::Tensor<float, 4, 3, 7> pd = (a.exp() + 1).pad<1, 1, 0, 0, 2, 1>();
+  check_all(pd, [&](index_t i) {
+    auto [x, y, z] = unravel(i, std::array<index_t, 3>{4, 3, 7});
+    bool in = x >= 1 && x < 3 && z >= 2 && z < 6;
+    return in ? std::exp(double(a(x - 1, y, z - 2))) + 1 : 0.0;
+  });
+  pd = a.pad<1, 1, 0, 0, 2, 1>().exp();
+  check_all(pd, [&](index_t i) {
+    auto [x, y, z] = unravel(i, std::array<index_t, 3>{4, 3, 7});
+    bool in = x >= 1 && x < 3 && z >= 2 && z < 6;
+    return std::exp(in ? double(a(x - 1, y, z - 2)) : 0.0);
+  });
+  fx::Tensor<float, 2, 3, 4> fl = (a - b).flip<0, 2>();
+  check_all(fl, [&](index_t i) {
+    auto [x, y, z] = unravel(i, s234);
+    return double(a(1 - x, y, 3 - z)) - b(1 - x, y, 3 - z);
+  });
+  fx::Tensor<float, 2, 4, 3> tr = a.transpose();
+  check_all(tr, [&](index_t i) {
+    auto [x, y, z] = unravel(i, std::array<index_t, 3>{2, 4, 3});
+    return a(x, z, y);
+  });
+}
+
+TEST_CASE("fixed reductions, mean, softmax and log_softmax match loops", "[fixed]") {
+  std::mt19937 rng(4);
+  for (int rep = 0; rep < 5; ++rep) {
+    auto a = random_tensor<float, 5, 6, 70>(rng);
+    fx::Tensor<float, 5, 70> s1 = a.sum<1>();
+    check_all(s1, [&](index_t i) {
+      double t = 0;
+      for (index_t y = 0; y < 6; ++y) t += a(i / 70, y, i % 70);
+      return t;
+    });
+    fx::Tensor<float, 6> s02 = (a * a).sum<0, 2>();
+    check_all(
+        s02,
+        [&](index_t i) {
+          double t = 0;
+          for (index_t x = 0; x < 5; ++x)
+            for (index_t z = 0; z < 70; ++z) t += double(a(x, i, z)) * a(x, i, z);
+          return t;
+        },
+        1e-4);
+    fx::Tensor<float, 5, 6, 1> mx = a.max<-1>(fx::keepdim);
+    check_all(mx, [&](index_t i) {
+      double m = -1e30;
+      for (index_t z = 0; z < 70; ++z) m = std::max<double>(m, a(i / 6, i % 6, z));
+      return m;
+    });
+    fx::Tensor<float, 70> mn = a.min<0, 1>();
+    check_all(mn, [&](index_t i) {
+      double m = 1e30;
+      for (index_t x = 0; x < 5; ++x)
+        for (index_t y = 0; y < 6; ++y) m = std::min<double>(m, a(x, y, i));
+      return m;
+    });
+    fx::Tensor<float> all = a.mean();
+    double t = 0;
+    for (float x : a) t += x;
+    REQUIRE(close(all[0], t / a.size, 1e-4));
+    // a reduction consumed by a broadcasting op, and a reduction of a moved expression
+    fx::Tensor<float, 5, 6, 70> sm = a.softmax<2>();
+    fx::Tensor<float, 5, 6, 70> lsm = a.log_softmax<-1>();
+    for (index_t x = 0; x < 5; ++x)
+      for (index_t y = 0; y < 6; ++y) {
+        double m = -1e30, z = 0;
+        for (index_t k = 0; k < 70; ++k) m = std::max<double>(m, a(x, y, k));
+        for (index_t k = 0; k < 70; ++k) z += std::exp(a(x, y, k) - m);
+        for (index_t k = 0; k < 70; ++k) {
+          REQUIRE(close(sm(x, y, k), std::exp(a(x, y, k) - m) / z));
+          REQUIRE(close(lsm(x, y, k), a(x, y, k) - m - std::log(z)));
+        }
+      }
+    fx::Tensor<float, 70, 1, 1> pr = a.permute<2, 0, 1>().sum<1, 2>(fx::keepdim);
+    check_all(pr, [&](index_t i) {
+      double u = 0;
+      for (index_t x = 0; x < 5; ++x)
+        for (index_t y = 0; y < 6; ++y) u += a(x, y, i);
+      return u;
+    });
+  }
+}
+
+TEST_CASE("fixed assignment is safe when the destination is read through another view", "[fixed]") {
+  std::mt19937 rng(5);
+  auto x = random_tensor<float, 16, 16>(rng);
+  auto x0 = x;
+  x = x.permute<1, 0>() + x;
+  check_all(x, [&](index_t i) { return double(x0(i % 16, i / 16)) + x0(i / 16, i % 16); });
+  x0 = x;
+  x = x.flip<1>() * 2 - x;  // in place, read reversed
+  check_all(x, [&](index_t i) { return 2.0 * x0(i / 16, 15 - i % 16) - x0(i / 16, i % 16); });
+  x0 = x;
+  x *= 3;  // in place, same view: no temporary needed, still correct
+  check_all(x, [&](index_t i) { return 3.0 * x0[i]; });
+  x0 = x;
+  x = x - x.mean<1>(fx::keepdim);  // read by a reduction before the loop
+  check_all(
+      x,
+      [&](index_t i) {
+        double m = 0;
+        for (index_t k = 0; k < 16; ++k) m += x0(i / 16, k);
+        return x0[i] - m / 16;
+      },
+      1e-4);
+}
+
+TEST_CASE("fixed and dynamic paths agree on the CPU device", "[fixed]") {
+  std::mt19937 rng(6);
+  auto a = random_tensor<float, 8, 9>(rng);
+  auto b = random_tensor<float, 9>(rng, 0.5, 2);
+  metagrad::Tensor da = dynamic(a), db = dynamic(b);
+  auto same = [](const auto& fixed_result, const metagrad::Tensor& dyn) {
+    auto r = fx::eval(fixed_result);
+    REQUIRE(dyn.shape() == decltype(r)::shape::dims);
+    std::vector<float> want = dyn.to_vector<float>();
+    check_all(
+        r, [&](index_t i) { return double(want[i]); }, 1e-5);
+  };
+  same(a * b + 1, da * db + 1);
+  same((a / b).exp().sum<1>(), (da / db).exp().sum(1));
+  same(a.max<0>(), da.max(0));
+  same(a.softmax<1>(), da.softmax(1));
+  same(a.log_softmax<0>(), da.log_softmax(0));
+  same(a.permute<1, 0>().pad<1, 0, 0, 2>().sigmoid(), da.permute({1, 0}).pad({{1, 0}, {0, 2}}).sigmoid());
+  same(a.gelu().mean<0>(fx::keepdim), da.gelu().mean(0, true));
+  same(fx::where(a > 0, a, b * 2), (da > 0).where(da, db * 2));
+  same(a.flip<0>().shrink<1, 5, 2, 9>().relu(), da.flip(0).shrink({{1, 5}, {2, 9}}).relu());
+}
