@@ -42,6 +42,27 @@ std::string render_c_index(const Node& n) {
   return "0";
 }
 
+std::string c_storage_type(DType d, bool opencl) {
+  switch (d.priority) {
+    case dtypes::bool_.priority:
+      return opencl ? "uchar" : "_Bool";
+    case dtypes::int8.priority:
+      return opencl ? "char" : "signed char";
+    case dtypes::uint8.priority:
+      return opencl ? "uchar" : "unsigned char";
+    case dtypes::int32.priority:
+      return "int";
+    case dtypes::int64.priority:
+      return opencl ? "long" : "long long";
+    case dtypes::float16.priority:
+      return opencl ? "half" : "unsigned short";
+    case dtypes::float32.priority:
+      return "float";
+    default:
+      return "double";
+  }
+}
+
 namespace {
 
 const char* kPreludeC = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
@@ -71,27 +92,7 @@ struct Renderer {
   const CStyleLanguage& lang;
   bool opencl() const { return !lang.global_id.empty(); }
 
-  // Storage type in memory.
-  std::string storage(DType d) const {
-    switch (d.priority) {
-      case dtypes::bool_.priority:
-        return opencl() ? "uchar" : "_Bool";
-      case dtypes::int8.priority:
-        return opencl() ? "char" : "signed char";
-      case dtypes::uint8.priority:
-        return opencl() ? "uchar" : "unsigned char";
-      case dtypes::int32.priority:
-        return "int";
-      case dtypes::int64.priority:
-        return opencl() ? "long" : "long long";
-      case dtypes::float16.priority:
-        return opencl() ? "half" : "unsigned short";
-      case dtypes::float32.priority:
-        return "float";
-      default:
-        return "double";
-    }
-  }
+  std::string storage(DType d) const { return c_storage_type(d, opencl()); }
   // Type values are computed in: half computes in float; OpenCL bools compute as bool, not their
   // uchar storage (true + true must stay true).
   std::string compute(DType d) const {

@@ -18,6 +18,8 @@ struct CStyleLanguage {
 
 // The source of one kernel function named k.name.
 std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang);
+// The type a buffer of `d` is stored as in C (OpenCL C when `opencl`): the kernels' parameter types.
+std::string c_storage_type(DType d, bool opencl = false);
 // A symbolic index in C: floor division and modulo stay Python's where a numerator can be negative.
 std::string render_c_index(const symbolic::Node& n);
 

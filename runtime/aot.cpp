@@ -1,0 +1,380 @@
+// aot::Generator: a function's kernels are captured while it runs once on CLANG, then emitted as C
+// with its buffers given homes (parameters, scratch arenas, constants). See include/metagrad/aot.hpp.
+#include "metagrad/aot.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "metagrad/codegen/cstyle.hpp"
+#include "metagrad/lazy.hpp"
+
+namespace metagrad::aot {
+
+namespace {
+
+// The type of a buffer of `d` in the header: fixed-width, the same in C and C++.
+const char* header_type(DType d) {
+  if (d == dtypes::bool_ || d == dtypes::uint8) return "uint8_t";
+  if (d == dtypes::int8) return "int8_t";
+  if (d == dtypes::int32) return "int32_t";
+  if (d == dtypes::int64) return "int64_t";
+  if (d == dtypes::float16) return "uint16_t";
+  return d == dtypes::float32 ? "float" : "double";
+}
+
+// "unsigned char" -> "unsigned_char": arena names by C type.
+std::string identifier(std::string s) {
+  std::replace(s.begin(), s.end(), ' ', '_');
+  return s;
+}
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// One element of a constant as a C initializer that reproduces its bits.
+std::string c_literal(const std::byte* p, DType d) {
+  auto get = [&]<class T>(T) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  if (dtypes::is_float(d) && d != dtypes::float16) {
+    double v = d == dtypes::float32 ? static_cast<double>(get(float{})) : get(double{});
+    const char* sfx = d == dtypes::float32 ? "f" : "";
+    if (std::isnan(v)) return detail::cat("__builtin_nan", sfx, "(\"\")");
+    if (std::isinf(v)) return detail::cat(v < 0 ? "-" : "", "__builtin_inf", sfx, "()");
+    char b[40];
+    std::snprintf(b, sizeof b, "%a", v);  // hexadecimal: exact
+    return b;
+  }
+  if (d == dtypes::float16) return std::to_string(get(std::uint16_t{}));
+  if (d == dtypes::int64) return detail::cat(std::to_string(get(std::int64_t{})), "LL");
+  if (d == dtypes::int32) return std::to_string(get(std::int32_t{}));
+  if (d == dtypes::int8) return std::to_string(get(std::int8_t{}));
+  return std::to_string(get(std::uint8_t{}));  // uint8, bool
+}
+
+// First-fit placement of scratch buffers of one C type, each live from its kernel to its last use.
+struct Arena {
+  std::map<std::size_t, std::size_t> live;  // offset -> elements
+  std::size_t size = 0;
+  std::size_t alloc(std::size_t n) {
+    std::size_t at = 0;
+    for (auto [off, len] : live) {
+      if (off >= at + n) break;
+      at = std::max(at, (off + len + 15) / 16 * 16);  // 16 elements: every row starts aligned
+    }
+    live.emplace(at, n);
+    size = std::max(size, at + n);
+    return at;
+  }
+};
+
+struct Param {
+  std::string name;
+  DType dtype;
+  Dims shape;
+  bool by_value = false, writable = false;
+};
+
+struct Function {
+  std::string name;
+  std::vector<Param> params;
+  std::string body;
+};
+
+std::string prototype(const Function& f) {
+  std::string s = detail::cat("void ", f.name, "(");
+  for (std::size_t i = 0; i < f.params.size(); ++i) {
+    const Param& p = f.params[i];
+    s += detail::cat(i ? ", " : "", p.writable || p.by_value ? "" : "const ", header_type(p.dtype),
+                     p.by_value ? " " : "* ", p.name);
+  }
+  return s + (f.params.empty() ? "void)" : ")");
+}
+
+}  // namespace
+
+struct Generator::Impl {
+  std::string name;    // of the files (-n may change it before they are written)
+  std::string prefix;  // of the internal (static) symbols
+  std::string prelude;
+  std::vector<std::string> kernels;       // rendered static functions
+  std::map<std::string, int> kernel_ids;  // by source
+  std::vector<std::string> constants;     // definitions
+  std::unordered_map<const RawBuffer*, std::string> constant_names;
+  std::map<std::string, std::size_t> arenas;  // C type -> elements (the most any function needs)
+  std::vector<Function> fns;
+  // Buffers earlier functions computed: reading one later would freeze it into a constant.
+  std::vector<std::shared_ptr<RawBuffer>> computed;
+
+  int kernel(const ASTRunner& r);
+  std::string constant(const std::shared_ptr<RawBuffer>& b);
+};
+
+int Generator::Impl::kernel(const ASTRunner& r) {
+  if (auto it = kernel_ids.find(r.prg); it != kernel_ids.end()) return it->second;
+  std::string head = detail::cat("void ", r.name, "(");
+  std::size_t at = r.prg.find(head);
+  if (at == std::string::npos)
+    throw std::runtime_error(detail::cat("aot: kernel ", r.name, " has no function of its name:\n", r.prg));
+  std::string pre = r.prg.substr(0, at);
+  if (prelude.empty()) prelude = pre;
+  if (pre != prelude) throw std::runtime_error("aot: kernels rendered with different preludes");
+  int id = static_cast<int>(kernels.size());
+  kernels.push_back(detail::cat("/* ", r.name, " */\nstatic void ", prefix, "_k", std::to_string(id), "(",
+                                r.prg.substr(at + head.size())));
+  kernel_ids.emplace(r.prg, id);
+  return id;
+}
+
+std::string Generator::Impl::constant(const std::shared_ptr<RawBuffer>& b) {
+  if (auto it = constant_names.find(b.get()); it != constant_names.end()) return it->second;
+  std::string cname = detail::cat(prefix, "_c", std::to_string(constants.size()));
+  std::vector<std::byte> host(b->nbytes());
+  b->copyout(host.data());
+  std::string def = detail::cat("static const ", codegen::c_storage_type(b->dtype), " ", cname, "[",
+                                std::to_string(std::max<std::size_t>(b->size, 1)), "] = {");
+  for (std::size_t i = 0; i < b->size; ++i)
+    def += detail::cat(i % 8 ? ", " : (i ? ",\n  " : "\n  "),
+                       c_literal(host.data() + i * static_cast<std::size_t>(b->dtype.itemsize), b->dtype));
+  constants.push_back(def + (b->size ? "};" : "0};"));
+  computed.push_back(b);  // kept alive, so that its address names only it
+  return constant_names.emplace(b.get(), cname).first->second;
+}
+
+Generator::Generator(std::string name) : impl_(std::make_unique<Impl>()) {
+  if (!is_identifier(name))
+    throw std::invalid_argument(detail::cat("aot::Generator: `", name, "` is not a C identifier"));
+  impl_->prefix = impl_->name = std::move(name);
+  Device::get("CLANG");  // a missing C compiler says so here
+  Device::DEFAULT = "CLANG";
+}
+
+Generator::~Generator() = default;
+
+void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
+                         const std::vector<Arg>& outputs, const std::vector<Arg>& updates) {
+  Impl& g = *impl_;
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument(detail::cat("aot::Generator::function ", fn, ": ", why));
+  };
+  if (!is_identifier(fn)) fail("the name is not a C identifier");
+  for (const Function& f : g.fns)
+    if (f.name == fn) fail("defined twice");
+  std::set<std::string> names;
+  for (const auto* list : {&inputs, &outputs})
+    for (const Arg& a : *list) {
+      if (!is_identifier(a.name)) fail(detail::cat("argument `", a.name, "` is not a C identifier"));
+      if (!names.insert(a.name).second) fail(detail::cat("two arguments are named ", a.name));
+    }
+  for (const auto* list : {&inputs, &outputs, &updates})
+    for (const Arg& a : *list)
+      if (a.tensor.device() != "CLANG")
+        fail(detail::cat(a.name, " is on ", a.tensor.device(), "; generators compute on CLANG"));
+
+  Function f{fn, {}, {}};
+  std::vector<std::string> lines;
+  std::unordered_map<const RawBuffer*, std::string> home;  // buffer -> C expression of its pointer
+  std::vector<LazyBufferPtr> in_lbs;
+  std::vector<const Arg*> update_of(inputs.size(), nullptr);
+  for (const Arg& u : updates) {
+    auto it = std::find_if(inputs.begin(), inputs.end(), [&](const Arg& a) { return a.name == u.name; });
+    if (it == inputs.end()) fail(detail::cat("the update of ", u.name, " names no input"));
+    if (u.tensor.shape() != it->tensor.shape() || u.tensor.dtype() != it->tensor.dtype())
+      fail(detail::cat("the update of ", u.name, " is ", to_string(u.tensor.shape()), " ",
+                       u.tensor.dtype().name, ", the input ", to_string(it->tensor.shape()), " ",
+                       it->tensor.dtype().name));
+    auto& slot = update_of[static_cast<std::size_t>(it - inputs.begin())];
+    if (slot) fail(detail::cat(u.name, " is updated twice"));
+    slot = &u;
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Arg& a = inputs[i];
+    LazyBufferPtr lb = a.tensor.lazydata;
+    lb->realize();
+    const auto& raw = lb->base()->realized;
+    if (!lb->st.contiguous() || static_cast<std::int64_t>(raw->size) != lb->st.size())
+      fail(detail::cat("input ", a.name,
+                       " is not a buffer of its own: make inputs with Tensor::empty, or realize them "
+                       "(t.contiguous().realize()) before building the graph on them"));
+    bool by_value = lb->shape().empty() && !update_of[i];
+    std::string ctype = codegen::c_storage_type(raw->dtype);
+    if (!home.emplace(raw.get(), by_value ? detail::cat("(const ", ctype, "*)&", a.name)
+                                          : detail::cat("(", ctype, "*)", a.name))
+             .second)
+      fail(detail::cat("input ", a.name, " shares its memory with another input"));
+    f.params.push_back({a.name, raw->dtype, lb->shape(), by_value, update_of[i] != nullptr});
+    in_lbs.push_back(lb);
+  }
+
+  // Run it once, recording the kernels.
+  std::vector<std::shared_ptr<RawBuffer>> results;
+  std::vector<CacheEntry> rec;
+  {
+    struct Restore {
+      std::optional<std::vector<CacheEntry>> saved =
+          std::exchange(GlobalCounters::cache, std::vector<CacheEntry>{});
+      ~Restore() { GlobalCounters::cache = std::move(saved); }
+    } restore;
+    for (const auto* list : {&outputs, &updates})
+      for (const Arg& a : *list) {
+        LazyBufferPtr c = a.tensor.lazydata->contiguous();
+        c->realize();
+        results.push_back(c->base()->realized);
+        if (static_cast<std::int64_t>(results.back()->size) != c->st.size())
+          throw std::logic_error(detail::cat("aot: ", a.name, " realized into a buffer of another size"));
+      }
+    rec = std::move(*GlobalCounters::cache);
+  }
+
+  // Homes: the first output a kernel computes writes straight into the caller's array; every other
+  // buffer a kernel writes lives in the scratch arena of its C type from its kernel to its last use.
+  std::unordered_map<const RawBuffer*, std::size_t> last_use;
+  std::set<const RawBuffer*> written;
+  for (std::size_t k = 0; k < rec.size(); ++k) {
+    written.insert(rec[k].bufs[0].get());
+    for (const auto& b : rec[k].bufs) last_use[b.get()] = k;
+  }
+  for (std::size_t o = 0; o < outputs.size(); ++o) {
+    const RawBuffer* b = results[o].get();
+    f.params.push_back({outputs[o].name, b->dtype, outputs[o].tensor.shape(), false, true});
+    if (written.count(b) && !home.count(b))
+      home[b] = detail::cat("(", codegen::c_storage_type(b->dtype), "*)", outputs[o].name);
+  }
+  for (const auto& b : results) last_use[b.get()] = rec.size();  // copied out at the end
+  std::map<std::string, Arena> arenas;
+  std::unordered_map<const RawBuffer*, std::pair<std::string, std::size_t>> where;
+  for (std::size_t k = 0; k < rec.size(); ++k) {
+    const auto& bufs = rec[k].bufs;
+    if (!home.count(bufs[0].get())) {
+      std::string ctype = codegen::c_storage_type(bufs[0]->dtype);
+      std::size_t off = arenas[ctype].alloc(std::max<std::size_t>(bufs[0]->size, 1));
+      where[bufs[0].get()] = {ctype, off};
+      home[bufs[0].get()] =
+          detail::cat("(", g.prefix, "_", identifier(ctype), " + ", std::to_string(off), ")");
+    }
+    std::string call = detail::cat(g.prefix, "_k", std::to_string(g.kernel(rec[k].prg)), "(");
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      const auto& b = bufs[i];
+      if (!home.count(b.get())) {
+        for (const auto& c : g.computed)
+          if (c == b && !g.constant_names.count(b.get()))
+            fail(
+                "it reads a tensor an earlier function computed: build each function's graph from its "
+                "inputs");
+        home[b.get()] = g.constant(b);
+      }
+      call += detail::cat(i ? ", " : "", home[b.get()]);
+    }
+    lines.push_back(detail::cat(call, ", 0, ", std::to_string(rec[k].prg.global_size[0]), ");"));
+    for (const auto& b : bufs)
+      if (last_use[b.get()] == k && where.count(b.get())) {
+        auto [ctype, off] = where[b.get()];
+        arenas[ctype].live.erase(off);
+        where.erase(b.get());
+      }
+  }
+  // Outputs a kernel did not write into, then updates, are copied at the end (updates last: an
+  // output may read an input's old value).
+  auto copy = [&](const std::string& dst, const std::shared_ptr<RawBuffer>& b) {
+    if (!home.count(b.get())) home[b.get()] = g.constant(b);
+    if (dst != home[b.get()])
+      lines.push_back(detail::cat("__builtin_memcpy(", dst, ", ", home[b.get()], ", ",
+                                  std::to_string(b->nbytes()), ");"));
+  };
+  for (std::size_t o = 0; o < outputs.size(); ++o)
+    copy(detail::cat("(", codegen::c_storage_type(results[o]->dtype), "*)", outputs[o].name), results[o]);
+  for (std::size_t u = 0; u < updates.size(); ++u) {
+    auto it =
+        std::find_if(inputs.begin(), inputs.end(), [&](const Arg& a) { return a.name == updates[u].name; });
+    const auto& raw = in_lbs[static_cast<std::size_t>(it - inputs.begin())]->base()->realized;
+    copy(home[raw.get()], results[outputs.size() + u]);
+  }
+  for (auto& [ctype, a] : arenas) g.arenas[ctype] = std::max(g.arenas[ctype], a.size);
+  for (const auto& e : rec) g.computed.push_back(e.bufs[0]);
+  for (const auto& l : lines) f.body += "  " + l + "\n";
+  g.fns.push_back(std::move(f));
+}
+
+std::string Generator::header() const {
+  const Impl& g = *impl_;
+  std::string guard = detail::cat("METAGRAD_AOT_", g.name, "_H");
+  std::transform(guard.begin(), guard.end(), guard.begin(), [](unsigned char c) { return std::toupper(c); });
+  std::string s =
+      detail::cat("/* ", g.name, ".h: generated by metagrad::aot::Generator; do not edit.\n",
+                  "   Arrays are row-major. Calls share static scratch memory: one thread at a time. */\n",
+                  "#ifndef ", guard, "\n#define ", guard, "\n#include <stdint.h>\n\n",
+                  "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+  for (const Function& f : g.fns) {
+    s += "/*";
+    for (const Param& p : f.params)
+      s += detail::cat("\n   ", p.name, ": ", p.dtype.name, to_string(p.shape),
+                       p.by_value   ? " (by value)"
+                       : p.writable ? " (written)"
+                                    : "");
+    s += " */\n" + prototype(f) + ";\n\n";
+  }
+  return s + "#ifdef __cplusplus\n}\n#endif\n#endif\n";
+}
+
+std::string Generator::source() const {
+  const Impl& g = *impl_;
+  std::string s =
+      detail::cat("/* ", g.name, ".c: generated by metagrad::aot::Generator; do not edit. */\n#include \"",
+                  g.name, ".h\"\n\n", g.prelude, "\n");
+  for (const auto& k : g.kernels) s += k + "\n";
+  for (const auto& c : g.constants) s += c + "\n";
+  for (const auto& [ctype, n] : g.arenas)
+    s += detail::cat("static ", ctype, " ", g.prefix, "_", identifier(ctype), "[", std::to_string(n),
+                     "] __attribute__((aligned(64)));\n");
+  for (const Function& f : g.fns) s += detail::cat("\n", prototype(f), " {\n", f.body, "}\n");
+  return s;
+}
+
+void Generator::write(const std::string& dir) const {
+  std::filesystem::create_directories(dir);
+  for (auto [ext, text] : {std::pair{".h", header()}, std::pair{".c", source()}}) {
+    auto path = std::filesystem::path(dir) / (impl_->name + ext);
+    std::ofstream out(path);
+    out << text;
+    if (!out.flush()) throw std::runtime_error("aot: cannot write " + path.string());
+  }
+}
+
+int Generator::main(int argc, char** argv) try {
+  std::string dir = ".";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-o" && i + 1 < argc) {
+      dir = argv[++i];
+    } else if (a == "-n" && i + 1 < argc) {
+      impl_->name = argv[++i];  // the files' names; the internal symbols are static
+      if (!is_identifier(impl_->name))
+        throw std::invalid_argument("-n " + impl_->name + ": not a C identifier");
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: %s [-o DIR] [-n NAME] [the generator's own arguments]\n", argv[0]);
+      return 0;
+    }
+  }
+  write(dir);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s: %s\n", argc ? argv[0] : "generator", e.what());
+  return 1;
+}
+
+}  // namespace metagrad::aot

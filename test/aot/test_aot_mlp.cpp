@@ -1,0 +1,83 @@
+// The AOT-compiled MLP (gen_mlp.cpp -> aot_mlp.c) against the dynamic path on the CPU reference
+// device, for random weights and data: forward values, and the loss and weights over SGD steps.
+#include <aot_mlp.h>
+
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "mlp_model.hpp"
+
+using namespace metagrad;
+using namespace aot_mlp;
+
+namespace {
+
+std::vector<float> randn(std::mt19937& rng, std::int64_t n, float scale = 1) {
+  std::normal_distribution<float> d(0, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Float32 kernels in another order of summation: agreement to a few ulps of the operands' scale.
+void check_close(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-5).epsilon(1e-4));
+}
+
+struct Weights {
+  std::vector<float> w1, b1, w2, b2;
+  explicit Weights(std::mt19937& rng)
+      : w1(randn(rng, kIn * kHidden, 0.5f)),
+        b1(randn(rng, kHidden, 0.1f)),
+        w2(randn(rng, kHidden * kOut, 0.5f)),
+        b2(randn(rng, kOut, 0.1f)) {}
+};
+
+Tensor cpu(const std::vector<float>& v, const Dims& shape, bool grad = false) {
+  return Tensor(v, shape, {.device = "CPU", .requires_grad = grad});
+}
+
+}  // namespace
+
+TEST_CASE("AOT forward equals the dynamic forward on CPU for random weights", "[aot]") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    Weights w(rng);
+    std::vector<float> x = randn(rng, kBatch * kIn), out(static_cast<std::size_t>(kBatch * kOut));
+    aot_mlp_forward(x.data(), w.w1.data(), w.b1.data(), w.w2.data(), w.b2.data(), out.data());
+    Tensor want = forward(cpu(x, {kBatch, kIn}), cpu(w.w1, {kIn, kHidden}), cpu(w.b1, {kHidden}),
+                          cpu(w.w2, {kHidden, kOut}), cpu(w.b2, {kOut}));
+    check_close(out, want.to_vector<float>());
+  }
+}
+
+TEST_CASE("AOT SGD steps follow the dynamic SGD steps on CPU: loss and every weight", "[aot]") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 4; ++trial) {
+    Weights aot(rng), dyn = aot;
+    std::uniform_int_distribution<std::int32_t> label(0, kOut - 1);
+    float lr = 0.05f + 0.1f * static_cast<float>(trial);
+    for (int step = 0; step < 6; ++step) {
+      std::vector<float> x = randn(rng, kBatch * kIn);
+      std::vector<std::int32_t> y(static_cast<std::size_t>(kBatch));
+      for (auto& v : y) v = label(rng);
+      float loss = -1;
+      aot_mlp_step(x.data(), y.data(), lr, aot.w1.data(), aot.b1.data(), aot.w2.data(), aot.b2.data(), &loss);
+
+      Tensor w1 = cpu(dyn.w1, {kIn, kHidden}, true), b1 = cpu(dyn.b1, {kHidden}, true),
+             w2 = cpu(dyn.w2, {kHidden, kOut}, true), b2 = cpu(dyn.b2, {kOut}, true);
+      Tensor l = forward(cpu(x, {kBatch, kIn}), w1, b1, w2, b2)
+                     .sparse_categorical_crossentropy(Tensor(y, {kBatch}, {.device = "CPU"}));
+      l.backward();
+      REQUIRE(loss == Approx(l.item<float>()).epsilon(1e-4));
+      std::vector<float>* dst[] = {&dyn.w1, &dyn.b1, &dyn.w2, &dyn.b2};
+      Tensor* src[] = {&w1, &b1, &w2, &b2};
+      for (int i = 0; i < 4; ++i) *dst[i] = (*src[i] - lr * *src[i]->grad).to_vector<float>();
+      check_close(aot.w1, dyn.w1);
+      check_close(aot.b1, dyn.b1);
+      check_close(aot.w2, dyn.w2);
+      check_close(aot.b2, dyn.b2);
+    }
+  }
+}
