@@ -15,3 +15,4 @@ run(${CMAKE_COMMAND} -S ${SOURCE}/test/consumer -B ${WORK}/consumer -G ${GENERAT
     -DCMAKE_PREFIX_PATH=${WORK}/prefix)
 run(${CMAKE_COMMAND} --build ${WORK}/consumer)
 run(${WORK}/consumer/consumer)
+run(${WORK}/consumer/consumer_aot)
