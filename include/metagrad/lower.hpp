@@ -1,0 +1,165 @@
+#pragma once
+// metagrad::lower(expr): a static-path expression as the equivalent dynamic Tensor graph. Each op
+// tag maps to the Tensor method (the mlop) it names, so the lowered graph is the LazyOp AST the
+// dynamic path builds for the same computation, and every device, fusion and codegen pass serves
+// static models; it is differentiable on the dynamic path too. The third evaluator over the
+// expression types, beside inline evaluation (fixed/eval.hpp) and fixed::grad.
+//
+//   fixed::Tensor<float, 4, 8> a, b;
+//   Tensor t = lower((a * b).sum<1>(), "CLANG");     // leaves copied to CLANG
+//   Lowering L("CLANG"); Tensor x = L.leaf(a);       // one Tensor per leaf, shared by
+//   Tensor y = L((a + b).relu()), z = L(a.exp());    // every expression lowered through L
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "metagrad/fixed.hpp"
+#include "metagrad/tensor.hpp"
+
+namespace metagrad {
+
+class Lowering {
+ public:
+  explicit Lowering(std::string device = "") : device_(std::move(device)) {}
+
+  // The Tensor a fixed::Tensor's storage stands for in what this lowers: on first use, a copy of
+  // its values on the device, realized (so it is a buffer of its own: an AOT generator's input).
+  template <class T, fixed::index_t... D>
+  const Tensor& leaf(const fixed::Tensor<T, D...>& t) {
+    return leaf_of<T>(t.data(), fixed::Shape<D...>::dims);
+  }
+  // Makes `dyn` stand for `t` (same shape and dtype), e.g. a Tensor that requires grad.
+  template <class T, fixed::index_t... D>
+  void bind(const fixed::Tensor<T, D...>& t, const Tensor& dyn) {
+    check_binding(dyn, fixed::Shape<D...>::dims, dtype_of<T>);
+    leaves_.insert_or_assign(static_cast<const void*>(t.data()), dyn);
+  }
+
+  template <fixed::Operand E>
+  Tensor operator()(const E& e) {
+    auto& x = e.expr();
+    using X = std::remove_cvref_t<decltype(x)>;
+    Tensor t = node(x);
+    return t.dtype() == dtype_of<typename X::value_type> ? t : t.cast(dtype_of<typename X::value_type>);
+  }
+
+ private:
+  static std::vector<std::int64_t> vec(const Dims& d) { return {d.begin(), d.end()}; }
+  static std::vector<std::pair<std::int64_t, std::int64_t>> vec(const Pairs& p) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> v;
+    for (const auto& [a, b] : p) v.emplace_back(a, b);
+    return v;
+  }
+  static void check_binding(const Tensor& dyn, const Dims& dims, DType dt) {
+    if (dyn.shape() != dims || dyn.dtype() != dt)
+      throw std::invalid_argument(detail::cat("Lowering.bind: the fixed tensor is ", dt.name, to_string(dims),
+                                              ", the Tensor ", dyn.dtype().name, to_string(dyn.shape())));
+  }
+
+  template <class T>
+  const Tensor& leaf_of(const T* data, const Dims& dims) {
+    auto it = leaves_.find(data);
+    if (it == leaves_.end()) {
+      Tensor t(std::vector<T>(data, data + prod(dims)), dims, {.device = device_});
+      it = leaves_.emplace(static_cast<const void*>(data), t.realize()).first;
+    }
+    return it->second;
+  }
+
+  template <class T, class S>
+  Tensor node(const fixed::Expr<fixed::op::Leaf<T, S>>& e) {
+    return leaf_of<T>(e.op.data, S::dims);
+  }
+  template <class T, class S>
+  Tensor node(const fixed::Expr<fixed::op::Const<T, S>>& e) {
+    return Tensor::full(S::dims, static_cast<double>(e.op.value), {.device = device_, .dtype = dtype_of<T>});
+  }
+  template <class U, class C>
+  Tensor node(const fixed::Expr<fixed::op::Cast<U>, C>& e) {
+    return (*this)(std::get<0>(e.children())).cast(dtype_of<U>);
+  }
+  template <ReduceOps R, Dims Axes, class C>
+  Tensor node(const fixed::Expr<fixed::op::Reduce<R, Axes>, C>& e) {
+    Tensor x = (*this)(std::get<0>(e.children()));
+    return R == ReduceOps::SUM ? x.sum(vec(Axes), true) : x.max(vec(Axes), true);
+  }
+  template <MovementOps M, auto Arg, class C>
+  Tensor node(const fixed::Expr<fixed::op::Move<M, Arg>, C>& e) {
+    Tensor x = (*this)(std::get<0>(e.children()));
+    if constexpr (M == MovementOps::RESHAPE)
+      return x.reshape(vec(Arg));
+    else if constexpr (M == MovementOps::PERMUTE)
+      return x.permute(vec(Arg));
+    else if constexpr (M == MovementOps::EXPAND)
+      return x.expand(vec(Arg));
+    else if constexpr (M == MovementOps::PAD)
+      return x.pad(vec(Arg));
+    else if constexpr (M == MovementOps::SHRINK)
+      return x.shrink(vec(Arg));
+    else {  // STRIDE by +-1: a flip of the -1 axes
+      std::vector<std::int64_t> axes;
+      for (std::size_t i = 0; i < Arg.size(); ++i)
+        if (Arg[i] < 0) axes.push_back(static_cast<std::int64_t>(i));
+      return axes.empty() ? x : x.flip(axes);
+    }
+  }
+  template <fixed::Fn F, class... C>
+  Tensor node(const fixed::Expr<fixed::op::Map<F>, C...>& e) {
+    using fixed::Fn;
+    return std::apply(
+        [&](const auto&... c) {
+          Tensor s[] = {(*this)(c)...};
+          if constexpr (F == Fn::NEG)
+            return s[0].neg();
+          else if constexpr (F == Fn::EXP)
+            return s[0].exp();
+          else if constexpr (F == Fn::LOG)
+            return s[0].log();
+          else if constexpr (F == Fn::SIN)
+            return s[0].sin();
+          else if constexpr (F == Fn::SQRT)
+            return s[0].sqrt();
+          else if constexpr (F == Fn::RELU)
+            return s[0].relu();
+          else if constexpr (F == Fn::SIGMOID)
+            return s[0].sigmoid();
+          else if constexpr (F == Fn::ADD)
+            return s[0].add(s[1]);
+          else if constexpr (F == Fn::SUB)
+            return s[0].sub(s[1]);
+          else if constexpr (F == Fn::MUL)
+            return s[0].mul(s[1]);
+          else if constexpr (F == Fn::DIV)
+            return s[0].div(s[1]);
+          else if constexpr (F == Fn::POW)
+            return s[0].pow(s[1]);
+          else if constexpr (F == Fn::MAX)
+            return s[0].maximum(s[1]);
+          else if constexpr (F == Fn::MIN)
+            return s[0].minimum(s[1]);
+          else if constexpr (F == Fn::CMPLT)
+            return s[0].lt(s[1]);
+          else if constexpr (F == Fn::CMPLE)
+            return s[0].le(s[1]);
+          else if constexpr (F == Fn::CMPEQ)
+            return s[0].eq(s[1]);
+          else if constexpr (F == Fn::CMPNE)
+            return s[0].ne(s[1]);
+          else
+            return s[0].where(s[1], s[2]);
+        },
+        e.children());
+  }
+
+  std::string device_;
+  std::unordered_map<const void*, Tensor> leaves_;
+};
+
+// One expression as a Tensor graph on `device` ("" is Device::DEFAULT), its leaves copied there.
+template <fixed::Operand E>
+Tensor lower(const E& e, const std::string& device = "") {
+  return Lowering(device)(e);
+}
+
+}  // namespace metagrad
