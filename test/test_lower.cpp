@@ -134,6 +134,8 @@ TEST_CASE("lower: the kernels are the dynamic path's own for the same computatio
   std::vector<std::string> dynamic = kernels(((A * B).sum(1, true) + 1).exp());
   REQUIRE(!lowered.empty());
   REQUIRE(lowered == dynamic);
+  // softmax reads its input three times in the expression tree: lowered once, as the dynamic path does.
+  REQUIRE(kernels(L((a * b + 1.f).softmax<1>())) == kernels((A * B + 1).softmax(1)));
 }
 
 TEST_CASE("lower: a Lowering shares each leaf, binds given Tensors, and its graph differentiates",

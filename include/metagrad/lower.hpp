@@ -10,6 +10,8 @@
 //   Lowering L("CLANG"); Tensor x = L.leaf(a);       // one Tensor per leaf, shared by
 //   Tensor y = L((a + b).relu()), z = L(a.exp());    // every expression lowered through L
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,15 +38,48 @@ class Lowering {
     leaves_.insert_or_assign(static_cast<const void*>(t.data()), dyn);
   }
 
+  // The expression as a Tensor. Equal subtrees of it lower to one Tensor; separate calls share
+  // only leaves (a Tensor's requires_grad may change between them).
   template <fixed::Operand E>
   Tensor operator()(const E& e) {
-    auto& x = e.expr();
-    using X = std::remove_cvref_t<decltype(x)>;
-    Tensor t = node(x);
-    return t.dtype() == dtype_of<typename X::value_type> ? t : t.cast(dtype_of<typename X::value_type>);
+    Tensor t = visit(e.expr());
+    memo_.clear();
+    return t;
   }
 
  private:
+  // Static expressions are trees holding repeated subexpressions by value (softmax reads its input
+  // three times): equal subtrees -- same type, same leaves and constants -- lower to one Tensor, so
+  // the dynamic graph is a DAG and each is computed once.
+  template <class X>
+  const Tensor& visit(const X& x) {
+    return visit(x,
+                 std::make_index_sequence<std::tuple_size_v<std::remove_cvref_t<decltype(x.children())>>>{});
+  }
+  template <class X, std::size_t... I>
+  const Tensor& visit(const X& x, std::index_sequence<I...>) {
+    const Tensor* kids[] = {&visit(std::get<I>(x.children()))..., nullptr};
+    std::string key = bytes(&node_tag<X>) + payload(x.op);
+    for (std::size_t i = 0; i < sizeof...(I); ++i) key += bytes(kids[i]);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    Tensor t = make(x.op, *kids[I]...);
+    DType want = dtype_of<typename X::value_type>;
+    return memo_.emplace(std::move(key), t.dtype() == want ? t : t.cast(want)).first->second;
+  }
+  template <class X>
+  static constexpr char node_tag = 0;  // one address per node type
+  template <class P>
+  static std::string bytes(const P* p) {
+    return std::string(reinterpret_cast<const char*>(&p), sizeof p);
+  }
+  template <class Op>
+  static std::string payload(const Op& op) {  // a leaf's pointer, a constant's value
+    if constexpr (std::is_empty_v<Op>)
+      return {};
+    else
+      return std::string(reinterpret_cast<const char*>(&op), sizeof op);
+  }
+
   static std::vector<std::int64_t> vec(const Dims& d) { return {d.begin(), d.end()}; }
   static std::vector<std::pair<std::int64_t, std::int64_t>> vec(const Pairs& p) {
     std::vector<std::pair<std::int64_t, std::int64_t>> v;
@@ -67,26 +102,25 @@ class Lowering {
     return it->second;
   }
 
+  // One op on its lowered children: the dynamic path's method of the same meaning.
   template <class T, class S>
-  Tensor node(const fixed::Expr<fixed::op::Leaf<T, S>>& e) {
-    return leaf_of<T>(e.op.data, S::dims);
+  Tensor make(const fixed::op::Leaf<T, S>& op) {
+    return leaf_of<T>(op.data, S::dims);
   }
   template <class T, class S>
-  Tensor node(const fixed::Expr<fixed::op::Const<T, S>>& e) {
-    return Tensor::full(S::dims, static_cast<double>(e.op.value), {.device = device_, .dtype = dtype_of<T>});
+  Tensor make(const fixed::op::Const<T, S>& op) {
+    return Tensor::full(S::dims, static_cast<double>(op.value), {.device = device_, .dtype = dtype_of<T>});
   }
-  template <class U, class C>
-  Tensor node(const fixed::Expr<fixed::op::Cast<U>, C>& e) {
-    return (*this)(std::get<0>(e.children())).cast(dtype_of<U>);
+  template <class U>
+  Tensor make(const fixed::op::Cast<U>&, const Tensor& x) {
+    return x.cast(dtype_of<U>);
   }
-  template <ReduceOps R, Dims Axes, class C>
-  Tensor node(const fixed::Expr<fixed::op::Reduce<R, Axes>, C>& e) {
-    Tensor x = (*this)(std::get<0>(e.children()));
+  template <ReduceOps R, Dims Axes>
+  Tensor make(const fixed::op::Reduce<R, Axes>&, const Tensor& x) {
     return R == ReduceOps::SUM ? x.sum(vec(Axes), true) : x.max(vec(Axes), true);
   }
-  template <MovementOps M, auto Arg, class C>
-  Tensor node(const fixed::Expr<fixed::op::Move<M, Arg>, C>& e) {
-    Tensor x = (*this)(std::get<0>(e.children()));
+  template <MovementOps M, auto Arg>
+  Tensor make(const fixed::op::Move<M, Arg>&, const Tensor& x) {
     if constexpr (M == MovementOps::RESHAPE)
       return x.reshape(vec(Arg));
     else if constexpr (M == MovementOps::PERMUTE)
@@ -104,56 +138,59 @@ class Lowering {
       return axes.empty() ? x : x.flip(axes);
     }
   }
-  template <fixed::Fn F, class... C>
-  Tensor node(const fixed::Expr<fixed::op::Map<F>, C...>& e) {
+  template <fixed::Fn F, class... K>
+  Tensor make(const fixed::op::Map<F>&, const K&... k) {
     using fixed::Fn;
-    return std::apply(
-        [&](const auto&... c) {
-          Tensor s[] = {(*this)(c)...};
-          if constexpr (F == Fn::NEG)
-            return s[0].neg();
-          else if constexpr (F == Fn::EXP)
-            return s[0].exp();
-          else if constexpr (F == Fn::LOG)
-            return s[0].log();
-          else if constexpr (F == Fn::SIN)
-            return s[0].sin();
-          else if constexpr (F == Fn::SQRT)
-            return s[0].sqrt();
-          else if constexpr (F == Fn::RELU)
-            return s[0].relu();
-          else if constexpr (F == Fn::SIGMOID)
-            return s[0].sigmoid();
-          else if constexpr (F == Fn::ADD)
-            return s[0].add(s[1]);
-          else if constexpr (F == Fn::SUB)
-            return s[0].sub(s[1]);
-          else if constexpr (F == Fn::MUL)
-            return s[0].mul(s[1]);
-          else if constexpr (F == Fn::DIV)
-            return s[0].div(s[1]);
-          else if constexpr (F == Fn::POW)
-            return s[0].pow(s[1]);
-          else if constexpr (F == Fn::MAX)
-            return s[0].maximum(s[1]);
-          else if constexpr (F == Fn::MIN)
-            return s[0].minimum(s[1]);
-          else if constexpr (F == Fn::CMPLT)
-            return s[0].lt(s[1]);
-          else if constexpr (F == Fn::CMPLE)
-            return s[0].le(s[1]);
-          else if constexpr (F == Fn::CMPEQ)
-            return s[0].eq(s[1]);
-          else if constexpr (F == Fn::CMPNE)
-            return s[0].ne(s[1]);
-          else
-            return s[0].where(s[1], s[2]);
-        },
-        e.children());
+    const Tensor* s[] = {&k...};
+    if constexpr (F == Fn::NEG)
+      return s[0]->neg();
+    else if constexpr (F == Fn::EXP)
+      return s[0]->exp();
+    else if constexpr (F == Fn::LOG)
+      return s[0]->log();
+    else if constexpr (F == Fn::SIN)
+      return s[0]->sin();
+    else if constexpr (F == Fn::SQRT)
+      return s[0]->sqrt();
+    else if constexpr (F == Fn::RELU)
+      return s[0]->relu();
+    else if constexpr (F == Fn::SIGMOID)
+      return s[0]->sigmoid();
+    else if constexpr (F == Fn::ADD)
+      return s[0]->add(*s[1]);
+    else if constexpr (F == Fn::SUB)
+      return s[0]->sub(*s[1]);
+    else if constexpr (F == Fn::MUL)
+      return s[0]->mul(*s[1]);
+    else if constexpr (F == Fn::DIV)
+      return s[0]->div(*s[1]);
+    else if constexpr (F == Fn::POW)
+      return s[0]->pow(*s[1]);
+    else if constexpr (F == Fn::MAX)
+      return s[0]->maximum(*s[1]);
+    else if constexpr (F == Fn::MIN)
+      return s[0]->minimum(*s[1]);
+    else if constexpr (F == Fn::CMPLT)
+      return s[0]->lt(*s[1]);
+    else if constexpr (F == Fn::CMPLE)
+      return s[0]->le(*s[1]);
+    else if constexpr (F == Fn::CMPEQ)
+      return s[0]->eq(*s[1]);
+    else if constexpr (F == Fn::CMPNE)
+      return s[0]->ne(*s[1]);
+    else
+      return s[0]->where(*s[1], *s[2]);
+  }
+  template <class Op, class... K>
+  Tensor make(const Op&, const K&...) {
+    static_assert(sizeof(Op) == 0,
+                  "metagrad::lower: this static op has no lowering yet (add a make() to lower.hpp)");
+    return {};
   }
 
   std::string device_;
   std::unordered_map<const void*, Tensor> leaves_;
+  std::unordered_map<std::string, Tensor> memo_;  // by structure; node-based, so references stay valid
 };
 
 // One expression as a Tensor graph on `device` ("" is Device::DEFAULT), its leaves copied there.

@@ -1,5 +1,7 @@
-// Generator of the AOT test library: the MLP's forward pass and its SGD training step.
+// Generator of the AOT test library: the static MLP's forward pass, lowered, and its SGD step
+// (the loss and backward pass on the dynamic side of the lowered graph).
 #include <metagrad/aot.hpp>
+#include <metagrad/lower.hpp>
 
 #include "mlp_model.hpp"
 
@@ -8,22 +10,22 @@ using namespace aot_mlp;
 
 int main(int argc, char** argv) {
   aot::Generator g("aot_mlp");
-  Tensor x = Tensor::empty({kBatch, kIn}),
-         y = Tensor::zeros({kBatch}, {.dtype = dtypes::int32}).contiguous().realize();
-  Tensor w1 = Tensor::empty({kIn, kHidden}), b1 = Tensor::empty({kHidden}),
-         w2 = Tensor::empty({kHidden, kOut}), b2 = Tensor::empty({kOut}), lr = Tensor::empty({});
-  g.function("aot_mlp_forward", {{"x", x}, {"w1", w1}, {"b1", b1}, {"w2", w2}, {"b2", b2}},
-             {{"out", forward(x, w1, b1, w2, b2)}});
+  fx::Tensor<float, kBatch, kIn> x;
+  Weights w;
+  Lowering L("CLANG");
+  std::vector<aot::Arg> weights{
+      {"w1", L.leaf(w.w1)}, {"b1", L.leaf(w.b1)}, {"w2", L.leaf(w.w2)}, {"b2", L.leaf(w.b2)}};
+  std::vector<aot::Arg> in{{"x", L.leaf(x)}};
+  in.insert(in.end(), weights.begin(), weights.end());
+  g.function("aot_mlp_forward", in, {{"out", L(forward(x, w))}});
 
-  std::vector<Tensor> params{w1, b1, w2, b2};
-  for (Tensor& p : params) p.requires_grad_();
-  Tensor loss = forward(x, w1, b1, w2, b2).sparse_categorical_crossentropy(y);
+  for (auto& p : weights) p.tensor.requires_grad_();
+  Tensor y = Tensor::zeros({kBatch}, {.dtype = dtypes::int32}).contiguous().realize(), lr = Tensor::empty({});
+  Tensor loss = L(forward(x, w)).sparse_categorical_crossentropy(y);
   loss.backward();
   std::vector<aot::Arg> updates;
-  const char* names[] = {"w1", "b1", "w2", "b2"};
-  for (std::size_t i = 0; i < params.size(); ++i)
-    updates.push_back({names[i], params[i] - lr * *params[i].grad});
-  g.function("aot_mlp_step", {{"x", x}, {"y", y}, {"lr", lr}, {"w1", w1}, {"b1", b1}, {"w2", w2}, {"b2", b2}},
-             {{"loss", loss}}, updates);
+  for (const auto& p : weights) updates.push_back({p.name, p.tensor - lr * *p.tensor.grad});
+  in.insert(in.begin() + 1, {{"y", y}, {"lr", lr}});
+  g.function("aot_mlp_step", in, {{"loss", loss}}, updates);
   return g.main(argc, argv);
 }

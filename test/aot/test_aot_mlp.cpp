@@ -1,5 +1,6 @@
-// The AOT-compiled MLP (gen_mlp.cpp -> aot_mlp.c) against the dynamic path on the CPU reference
-// device, for random weights and data: forward values, and the loss and weights over SGD steps.
+// The AOT-compiled MLP (gen_mlp.cpp -> aot_mlp.c) against the static model evaluated inline and
+// the dynamic path on the CPU reference device, for random weights and data: forward values, and
+// the loss and weights over SGD steps.
 #include <aot_mlp.h>
 
 #include <catch2/catch.hpp>
@@ -25,9 +26,9 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want) 
   for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-5).epsilon(1e-4));
 }
 
-struct Weights {
+struct HostWeights {
   std::vector<float> w1, b1, w2, b2;
-  explicit Weights(std::mt19937& rng)
+  explicit HostWeights(std::mt19937& rng)
       : w1(randn(rng, kIn * kHidden, 0.5f)),
         b1(randn(rng, kHidden, 0.1f)),
         w2(randn(rng, kHidden * kOut, 0.5f)),
@@ -40,22 +41,28 @@ Tensor cpu(const std::vector<float>& v, const Dims& shape, bool grad = false) {
 
 }  // namespace
 
-TEST_CASE("AOT forward equals the dynamic forward on CPU for random weights", "[aot]") {
+TEST_CASE("AOT forward equals the inline static forward and the dynamic forward on CPU", "[aot]") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 20; ++trial) {
-    Weights w(rng);
+    HostWeights w(rng);
     std::vector<float> x = randn(rng, kBatch * kIn), out(static_cast<std::size_t>(kBatch * kOut));
     aot_mlp_forward(x.data(), w.w1.data(), w.b1.data(), w.w2.data(), w.b2.data(), out.data());
     Tensor want = forward(cpu(x, {kBatch, kIn}), cpu(w.w1, {kIn, kHidden}), cpu(w.b1, {kHidden}),
                           cpu(w.w2, {kHidden, kOut}), cpu(w.b2, {kOut}));
     check_close(out, want.to_vector<float>());
+    // The static model, evaluated inline on the same weights.
+    aot_mlp::Weights sw{
+        fx::Tensor<float, kIn, kHidden>::from(w.w1.data()), fx::Tensor<float, kHidden>::from(w.b1.data()),
+        fx::Tensor<float, kHidden, kOut>::from(w.w2.data()), fx::Tensor<float, kOut>::from(w.b2.data())};
+    fx::Tensor<float, kBatch, kOut> inline_out = forward(fx::Tensor<float, kBatch, kIn>::from(x.data()), sw);
+    check_close(out, std::vector<float>(inline_out.begin(), inline_out.end()));
   }
 }
 
 TEST_CASE("AOT SGD steps follow the dynamic SGD steps on CPU: loss and every weight", "[aot]") {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 4; ++trial) {
-    Weights aot(rng), dyn = aot;
+    HostWeights aot(rng), dyn = aot;
     std::uniform_int_distribution<std::int32_t> label(0, kOut - 1);
     float lr = 0.05f + 0.1f * static_cast<float>(trial);
     for (int step = 0; step < 6; ++step) {
