@@ -1,0 +1,165 @@
+// aot::Generator end to end: functions of random graphs are emitted as C, compiled with the system
+// C compiler into a shared object, loaded, called, and compared with the same graph on the CPU
+// reference device; scalars by value, in-place updates, constants (inf and NaN bit-exact),
+// integer and bool buffers; and the errors a generator gets for bad functions.
+#include <dlfcn.h>
+
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "metagrad/aot.hpp"
+
+using namespace metagrad;
+using Catch::Contains;
+
+namespace {
+
+// Writes the generator's files into a fresh directory, compiles NAME.c into a shared object and
+// loads it; the object is unloaded on destruction.
+struct CLibrary {
+  void* lib = nullptr;
+  explicit CLibrary(const aot::Generator& g, const std::string& name) {
+    auto dir = std::filesystem::temp_directory_path() /
+               ("metagrad_aot_test_" + std::to_string(::getpid()) + "_" + name);
+    std::filesystem::remove_all(dir);
+    g.write(dir.string());
+    std::string so = (dir / (name + ".so")).string();
+    std::string cmd =
+        "cc -O2 -fno-math-errno -shared -fPIC " + (dir / (name + ".c")).string() + " -o " + so + " -lm";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    lib = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(lib);
+    std::filesystem::remove_all(dir);
+  }
+  ~CLibrary() { ::dlclose(lib); }
+  template <class F>
+  F* fn(const char* name) const {
+    void* f = ::dlsym(lib, name);
+    REQUIRE(f);
+    return reinterpret_cast<F*>(f);
+  }
+};
+
+std::vector<float> randn(std::mt19937& rng, std::int64_t n) {
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    if (std::isnan(want[i]))
+      REQUIRE(std::isnan(got[i]));
+    else
+      REQUIRE(got[i] == Approx(want[i]).margin(1e-5).epsilon(1e-4));
+  }
+}
+
+// The graph f builds from (a, b, s), on CLANG for the generator and on CPU for the reference.
+using Graph = Tensor (*)(const Tensor& a, const Tensor& b, const Tensor& s);
+const Graph kGraphs[] = {
+    [](const Tensor& a, const Tensor& b, const Tensor& s) { return (a * b + s).relu().exp() - b.sigmoid(); },
+    [](const Tensor& a, const Tensor& b, const Tensor& s) { return (a.matmul(b.transpose()) * s).softmax(); },
+    [](const Tensor& a, const Tensor& b, const Tensor& s) { return a.sum(1, true) * b.max(0) + s; },
+    [](const Tensor& a, const Tensor& b, const Tensor&) {
+      return a.permute({1, 0}).pad({{1, 0}, {0, 2}}).flip(0) + b.sum();
+    },
+    [](const Tensor& a, const Tensor& b, const Tensor& s) {
+      return a.lt(b).where(a, s) + (a >= 0).cast(dtypes::float32);
+    },
+    [](const Tensor& a, const Tensor& b, const Tensor&) {
+      return (a - b).abs().log_softmax(0).reshape({-1}).cumsum();
+    },
+};
+
+}  // namespace
+
+TEST_CASE("AOT: functions of random graphs compiled as C equal the CPU device", "[aot]") {
+  std::mt19937 rng(3);
+  for (std::size_t gi = 0; gi < std::size(kGraphs); ++gi) {
+    INFO("graph " << gi);
+    aot::Generator g("g" + std::to_string(gi));
+    Tensor a = Tensor::empty({5, 6}, {.device = "CLANG"}), b = Tensor::empty({5, 6}, {.device = "CLANG"}),
+           s = Tensor::empty({}, {.device = "CLANG"});
+    Tensor out = kGraphs[gi](a, b, s);
+    g.function("f", {{"a", a}, {"b", b}, {"s", s}}, {{"out", out}});
+    CLibrary lib(g, "g" + std::to_string(gi));
+    auto* f = lib.fn<void(const float*, const float*, float, float*)>("f");
+    for (int trial = 0; trial < 5; ++trial) {
+      std::vector<float> av = randn(rng, 30), bv = randn(rng, 30), got(static_cast<std::size_t>(out.numel()));
+      float sv = randn(rng, 1)[0];
+      f(av.data(), bv.data(), sv, got.data());
+      Tensor want = kGraphs[gi](Tensor(av, {5, 6}, {.device = "CPU"}), Tensor(bv, {5, 6}, {.device = "CPU"}),
+                                Tensor(std::vector<float>{sv}, {}, {.device = "CPU"}));
+      check_close(got, want.to_vector<float>());
+    }
+  }
+}
+
+TEST_CASE("AOT: updates in place, several outputs, integer inputs and constants", "[aot]") {
+  aot::Generator g("upd");
+  Tensor w = Tensor::empty({3, 4}, {.device = "CLANG"}),
+         idx = Tensor::empty({3}, {.device = "CLANG", .dtype = dtypes::int32});
+  // A constant with inf and NaN, not an input: emitted bit-exact into the C source.
+  Tensor c(std::vector<float>{INFINITY, -INFINITY, NAN, 0.1f}, {4}, {.device = "CLANG"});
+  Tensor picked =
+      idx.reshape({3, 1}).eq(Tensor::arange(4, {.device = "CLANG", .dtype = dtypes::int32}).reshape({1, 4}));
+  Tensor rs = w.sum(1);  // two outputs of one buffer: the second is a copy of the first
+  g.function("step", {{"w", w}, {"idx", idx}},
+             {{"rowsum", rs}, {"shifted", w + c}, {"onehot", picked.cast(dtypes::float32)}, {"again", rs}},
+             {{"w", w * 2 + 1}});
+  REQUIRE_THAT(g.header(), Contains("void step(float* w, const int32_t* idx, float* rowsum, float* shifted, "
+                                    "float* onehot, float* again)"));
+  CLibrary lib(g, "upd");
+  auto* step = lib.fn<void(float*, const std::int32_t*, float*, float*, float*, float*)>("step");
+  std::vector<float> wv(12), rowsum(3), shifted(12), onehot(12), again(3);
+  for (int i = 0; i < 12; ++i) wv[static_cast<std::size_t>(i)] = static_cast<float>(i) * 0.5f - 2;
+  std::vector<float> old = wv;
+  std::int32_t iv[3] = {2, 0, 3};
+  step(wv.data(), iv, rowsum.data(), shifted.data(), onehot.data(), again.data());
+  for (int r = 0; r < 3; ++r) {
+    float sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      std::size_t at = static_cast<std::size_t>(r * 4 + k);
+      float o = old[at];
+      sum += o;
+      REQUIRE(wv[at] == o * 2 + 1);  // the update reads the old value
+      REQUIRE(onehot[at] == (k == iv[r] ? 1.f : 0.f));
+    }
+    REQUIRE(shifted[static_cast<std::size_t>(r * 4)] == INFINITY);
+    REQUIRE(shifted[static_cast<std::size_t>(r * 4 + 1)] == -INFINITY);
+    REQUIRE(std::isnan(shifted[static_cast<std::size_t>(r * 4 + 2)]));
+    REQUIRE(shifted[static_cast<std::size_t>(r * 4 + 3)] == old[static_cast<std::size_t>(r * 4 + 3)] + 0.1f);
+    REQUIRE(rowsum[static_cast<std::size_t>(r)] == Approx(sum));
+    REQUIRE(again[static_cast<std::size_t>(r)] == rowsum[static_cast<std::size_t>(r)]);
+  }
+}
+
+TEST_CASE("AOT: a generator's mistakes are clear errors", "[aot]") {
+  aot::Generator g("bad");
+  Tensor x = Tensor::empty({2, 3}, {.device = "CLANG"}), y = Tensor::empty({3}, {.device = "CLANG"});
+  REQUIRE_THROWS_WITH(g.function("2f", {{"x", x}}, {{"o", x + 1}}), Contains("not a C identifier"));
+  REQUIRE_THROWS_WITH(g.function("f", {{"x", x}, {"x", y}}, {{"o", x + 1}}),
+                      Contains("two arguments are named x"));
+  REQUIRE_THROWS_WITH(g.function("f", {{"x", x}}, {{"o", x + 1}}, {{"z", x}}), Contains("names no input"));
+  REQUIRE_THROWS_WITH(g.function("f", {{"x", x}, {"y", y}}, {{"o", x + y}}, {{"y", x}}),
+                      Contains("(2, 3)") && Contains("(3,)"));
+  REQUIRE_THROWS_WITH(g.function("f", {{"x", x.transpose()}}, {{"o", x + 1}}),
+                      Contains("not a buffer of its own"));
+  Tensor cpu = Tensor::empty({2}, {.device = "CPU"});
+  REQUIRE_THROWS_WITH(g.function("f", {{"c", cpu}}, {{"o", cpu + 1}}),
+                      Contains("generators compute on CLANG"));
+  Tensor h = (x * 2).relu();
+  g.function("first", {{"x", x}}, {{"h", h}});
+  REQUIRE_THROWS_WITH(g.function("first", {{"x", x}}, {{"o", x + 1}}), Contains("defined twice"));
+  REQUIRE_THROWS_WITH(g.function("second", {{"x", x}}, {{"o", h + 1}}),
+                      Contains("an earlier function computed"));
+  REQUIRE_THROWS_WITH(aot::Generator("no-dash"), Contains("not a C identifier"));
+}
