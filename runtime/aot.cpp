@@ -306,6 +306,12 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
     auto it =
         std::find_if(inputs.begin(), inputs.end(), [&](const Arg& a) { return a.name == updates[u].name; });
     const auto& raw = in_lbs[static_cast<std::size_t>(it - inputs.begin())]->base()->realized;
+    for (std::size_t i = 0; i < inputs.size(); ++i)  // copies in order would read an overwritten input
+      if (update_of[i] && in_lbs[i]->base()->realized == results[outputs.size() + u] &&
+          raw != results[outputs.size() + u])
+        fail(detail::cat("the update of ", updates[u].name, " is the input ", inputs[i].name,
+                         ", which is updated too: updates read the values before the call, and a copy in "
+                         "order would not"));
     copy(home[raw.get()], results[outputs.size() + u]);
   }
   for (auto& [ctype, a] : arenas) g.arenas[ctype] = std::max(g.arenas[ctype], a.size);

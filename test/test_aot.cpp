@@ -151,6 +151,9 @@ TEST_CASE("AOT: a generator's mistakes are clear errors", "[aot]") {
   REQUIRE_THROWS_WITH(g.function("f", {{"x", x}}, {{"o", x + 1}}, {{"z", x}}), Contains("names no input"));
   REQUIRE_THROWS_WITH(g.function("f", {{"x", x}, {"y", y}}, {{"o", x + y}}, {{"y", x}}),
                       Contains("(2, 3)") && Contains("(3,)"));
+  Tensor x2 = Tensor::empty({2, 3}, {.device = "CLANG"});
+  REQUIRE_THROWS_WITH(g.function("swap", {{"x", x}, {"x2", x2}}, {}, {{"x", x2}, {"x2", x}}),
+                      Contains("updated too"));
   REQUIRE_THROWS_WITH(g.function("f", {{"x", x.transpose()}}, {{"o", x + 1}}),
                       Contains("not a buffer of its own"));
   Tensor cpu = Tensor::empty({2}, {.device = "CPU"});
