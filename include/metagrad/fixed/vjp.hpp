@@ -1,0 +1,195 @@
+#pragma once
+// Type-level mlops: the backward rule of every static op, as a function from types to types.
+// `Vjp<Op>::grad<I>(n, g)` is the expression of d loss / d child I, given the incoming gradient
+// expression g (the node's shape) and the node n (n.out(): its forward value, n.x<I>(): child I's),
+// or `none` where child I gets no gradient (comparisons, a where's condition). The rules are the
+// dynamic path's (runtime/mlops.cpp), so both paths agree to rounding.
+#include <cstddef>
+#include <numbers>
+
+#include "metagrad/fixed/reduce.hpp"
+#if __has_include("metagrad/fixed/matmul.hpp")
+#include "metagrad/fixed/matmul.hpp"
+#endif
+
+namespace metagrad::fixed {
+
+struct none {};  // "this child gets no gradient"
+
+template <class Op>
+struct Vjp;
+
+namespace detail {
+// g broadcast back to `To` (a reduction's input shape: same rank, reduced axes 1 in g).
+template <Dims To, class G>
+auto expand_to(const G& g) {
+  if constexpr (G::shape::dims == To)
+    return g;
+  else
+    return move<G, MovementOps::EXPAND, To>(g);
+}
+// g summed down to `To` (same rank: the axes where To is 1 and g is not).
+template <Dims To, class G>
+auto sum_to(const G& g) {
+  constexpr Dims axes = [] {
+    Dims a;
+    for (std::size_t i = 0; i < To.size(); ++i)
+      if (To[i] != G::shape::dims[i]) a.push_back(static_cast<std::int64_t>(i));
+    return a;
+  }();
+  if constexpr (axes.empty())
+    return g;
+  else
+    return Expr<op::Reduce<ReduceOps::SUM, axes>, G>(op::Reduce<ReduceOps::SUM, axes>{}, g);
+}
+}  // namespace detail
+
+template <Fn F>
+struct Vjp<op::Map<F>> {
+  template <std::size_t I, class N, class G>
+  static auto grad(const N& n, const G& g) {
+    using T = typename G::value_type;
+    if constexpr (is_comparison(F) || (F == Fn::WHERE && I == 0)) {
+      return none{};
+    } else if constexpr (F == Fn::NEG) {
+      return -g;
+    } else if constexpr (F == Fn::EXP) {
+      return n.out() * g;
+    } else if constexpr (F == Fn::LOG) {
+      return g / n.template x<0>();
+    } else if constexpr (F == Fn::SIN) {  // cos(x) = sin(pi/2 - x)
+      return (T(std::numbers::pi / 2) - n.template x<0>()).sin() * g;
+    } else if constexpr (F == Fn::SQRT) {
+      return g / (n.out() * T(2));
+    } else if constexpr (F == Fn::RELU) {  // 1 where the output is positive (0 at 0, as PyTorch)
+      return (T(1) - (n.out() == T(0)).template cast<T>()) * g;
+    } else if constexpr (F == Fn::SIGMOID) {
+      auto s = n.out();
+      return s * (T(1) - s) * g;
+    } else if constexpr (F == Fn::ADD) {
+      return g;
+    } else if constexpr (F == Fn::SUB) {
+      if constexpr (I == 0)
+        return g;
+      else
+        return -g;
+    } else if constexpr (F == Fn::MUL) {
+      return n.template x<1 - I>() * g;
+    } else if constexpr (F == Fn::DIV) {
+      auto y = n.template x<1>();
+      if constexpr (I == 0)
+        return g / y;
+      else
+        return -g * n.template x<0>() / (y * y);
+    } else if constexpr (F == Fn::POW) {  // d/dx = y x^(y-1), d/dy = x^y ln x
+      if constexpr (I == 0)
+        return n.template x<1>() * fixed::pow(n.template x<0>(), n.template x<1>() - T(1)) * g;
+      else
+        return n.out() * n.template x<0>().log() * g;
+    } else if constexpr (F == Fn::MAX || F == Fn::MIN) {  // ties split the gradient equally
+      auto out = n.out();
+      auto xi = (n.template x<0>() == out).template cast<T>();
+      auto yi = (n.template x<1>() == out).template cast<T>();
+      if constexpr (I == 0)
+        return (xi - xi * yi * T(0.5)) * g;
+      else
+        return (yi - xi * yi * T(0.5)) * g;
+    } else {  // WHERE: the taken branch gets g
+      if constexpr (I == 1)
+        return where(n.template x<0>(), g, T(0));
+      else
+        return where(n.template x<0>(), T(0), g);
+    }
+  }
+};
+
+template <class U>
+struct Vjp<op::Cast<U>> {
+  template <std::size_t I, class N, class G>
+  static auto grad(const N&, const G& g) {
+    using From = typename N::template child_t<0>::value_type;
+    if constexpr (std::is_floating_point_v<From>)
+      return g.template cast<From>();
+    else
+      return none{};
+  }
+};
+
+template <ReduceOps R, Dims Axes>
+struct Vjp<op::Reduce<R, Axes>> {
+  template <std::size_t I, class N, class G>
+  static auto grad(const N& n, const G& g) {
+    constexpr Dims in = N::template child_t<0>::shape::dims;
+    if constexpr (R == ReduceOps::SUM) {
+      return detail::expand_to<in>(g);
+    } else {  // shared equally among the elements that reach the max
+      using T = typename G::value_type;
+      auto is_max = (n.template x<0>() == detail::expand_to<in>(n.out())).template cast<T>();
+      auto count =
+          detail::expand_to<in>(Expr<op::Reduce<ReduceOps::SUM, Axes>, decltype(is_max)>({}, is_max));
+      return is_max / count * detail::expand_to<in>(g);
+    }
+  }
+};
+
+template <MovementOps M, auto Arg>
+struct Vjp<op::Move<M, Arg>> {
+  template <std::size_t I, class N, class G>
+  static auto grad(const N&, const G& g) {
+    constexpr Dims in = N::template child_t<0>::shape::dims;
+    if constexpr (M == MovementOps::RESHAPE) {
+      return detail::move<G, MovementOps::RESHAPE, in>(g);
+    } else if constexpr (M == MovementOps::EXPAND) {
+      return detail::sum_to<in>(g);
+    } else if constexpr (M == MovementOps::PERMUTE) {
+      constexpr Dims inverse = [] {
+        Dims d = Dims::filled(Arg.size(), 0);
+        for (std::size_t i = 0; i < Arg.size(); ++i)
+          d[static_cast<std::size_t>(Arg[i])] = static_cast<std::int64_t>(i);
+        return d;
+      }();
+      return detail::move<G, MovementOps::PERMUTE, inverse>(g);
+    } else if constexpr (M == MovementOps::PAD) {  // the padding cut off again
+      constexpr Pairs keep = [] {
+        Pairs p;
+        for (std::size_t i = 0; i < Arg.size(); ++i)
+          p.push_back({Arg[i].first, Arg[i].first + N::template child_t<0>::shape::dims[i]});
+        return p;
+      }();
+      return detail::move<G, MovementOps::SHRINK, keep>(g);
+    } else if constexpr (M == MovementOps::SHRINK) {  // zeros where the slice cut
+      constexpr Pairs around = [] {
+        Pairs p;
+        for (std::size_t i = 0; i < Arg.size(); ++i)
+          p.push_back({Arg[i].first, N::template child_t<0>::shape::dims[i] - Arg[i].second});
+        return p;
+      }();
+      return detail::move<G, MovementOps::PAD, around>(g);
+    } else {  // STRIDE of +-1 (flip) is its own inverse
+      return detail::move<G, MovementOps::STRIDE, Arg>(g);
+    }
+  }
+};
+
+#if __has_include("metagrad/fixed/matmul.hpp")
+// (..., m, k) @ (k, n): da = g b^T; db = a^T g, the batch axes folded into m when b is 2-D.
+template <>
+struct Vjp<op::MatMul> {
+  template <std::size_t I, class N, class G>
+  static auto grad(const N& n, const G& g) {
+    if constexpr (I == 0) {
+      return matmul(g, n.template x<1>().transpose());
+    } else {
+      using A = typename N::template child_t<0>;
+      constexpr std::size_t ra = A::shape::rank;
+      constexpr index_t k = A::shape::dims[ra - 1], m = A::shape::size / k, cols = G::shape::dims[ra - 1];
+      if constexpr (ra == N::template child_t<1>::shape::rank)
+        return matmul(n.template x<0>().transpose(), g);
+      else
+        return matmul(n.template x<0>().template reshape<m, k>().transpose(), g.template reshape<m, cols>());
+    }
+  }
+};
+#endif
+
+}  // namespace metagrad::fixed

@@ -1,0 +1,313 @@
+// fixed::grad and the type-level mlops (fixed/vjp.hpp): every static op's gradient against central
+// finite differences, in double (step 1e-6; agreement to 1e-5 relative plus 1e-6 absolute, where
+// the differences' own error is about 1e-9); the static MLP's loss and gradients against the dynamic
+// Tensor path on the CPU device, in float (1e-4 relative plus 1e-5 absolute: the paths sum in
+// different orders and the static exp is a polynomial); gradient types checked at compile time;
+// and a W5-sized SGD step that allocates nothing after its first.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "alloc_count.hpp"
+#include "metagrad/fixed.hpp"
+#include "metagrad/fixed/grad.hpp"
+#include "metagrad/fixed/mlp.hpp"
+#include "metagrad/tensor.hpp"
+
+namespace fx = metagrad::fixed;
+using fx::index_t;
+
+namespace {
+
+template <class T, index_t... D>
+fx::Tensor<T, D...> random_tensor(std::mt19937& rng, double lo = -2, double hi = 2) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  fx::Tensor<T, D...> t;
+  for (T& x : t) x = static_cast<T>(u(rng));
+  return t;
+}
+
+bool close(double got, double want, double rel, double abs) {
+  return std::abs(got - want) <= abs + rel * std::abs(want);
+}
+
+// fixed::grad of loss (an expression reading params) against central differences of its value,
+// each parameter element moved in place by +-1e-6.
+template <class L, class... P>
+void check_fd(const L& loss, P&... params) {
+  auto grads = fx::grad(loss, params...);
+  auto value = [&] { return fx::eval(loss)[0]; };
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (
+        [&](auto& p, const auto& g) {
+          for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
+            double keep = p[i], h = 1e-6;
+            p[i] = keep + h;
+            double up = value();
+            p[i] = keep - h;
+            double down = value();
+            p[i] = keep;
+            double want = (up - down) / (2 * h);
+            INFO("parameter " << K << ", flat index " << i << ": grad " << g[i] << ", finite difference "
+                              << want);
+            REQUIRE(close(g[i], want, 1e-5, 1e-6));
+          }
+        }(params, std::get<K>(grads)),
+        ...);
+  }
+  (std::index_sequence_for<P...>{});
+}
+
+constexpr int kSeeds = 4;  // random cases per op
+
+}  // namespace
+
+TEST_CASE("fixed grad: unary ops against finite differences", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(seed);
+    auto x = random_tensor<double, 3, 5>(rng);
+    auto pos = random_tensor<double, 3, 5>(rng, 0.5, 2);
+    auto r = random_tensor<double, 3, 5>(rng);
+    check_fd((-x * r).sum(), x);
+    check_fd((x.exp() * r).sum(), x);
+    check_fd((pos.log() * r).sum(), pos);
+    check_fd((x.sin() * r).sum(), x);
+    check_fd((x.cos() * r).sum(), x);
+    check_fd((pos.sqrt() * r).sum(), pos);
+    check_fd((x.relu() * r).sum(), x);
+    check_fd((x.sigmoid() * r).sum(), x);
+    check_fd((x.tanh() * r).sum(), x);
+    check_fd((x.gelu() * r).sum(), x);
+    check_fd((x.square() * r).sum(), x);
+    check_fd((x.abs() * r).sum(), x);
+    check_fd((pos.reciprocal() * r).sum(), pos);
+    check_fd((x.exp().sin().sigmoid() * r).sum(), x);  // a chain fuses into one gradient expression
+  }
+}
+
+TEST_CASE("fixed grad: binary ops, broadcasting, scalars and where against finite differences", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(100 + seed);
+    auto x = random_tensor<double, 3, 4>(rng);
+    auto y = random_tensor<double, 3, 4>(rng);
+    auto row = random_tensor<double, 4>(rng);
+    auto col = random_tensor<double, 3, 1>(rng, 0.5, 2);
+    auto pos = random_tensor<double, 3, 4>(rng, 0.5, 2);
+    auto r = random_tensor<double, 3, 4>(rng);
+    check_fd(((x + y) * r).sum(), x, y);
+    check_fd(((x - y) * r).sum(), x, y);
+    check_fd((x * y * r).sum(), x, y);
+    check_fd((x / col * r).sum(), x, col);
+    check_fd((fx::pow(pos, y) * r).sum(), pos, y);
+    check_fd((fx::maximum(x, y) * r).sum(), x, y);
+    check_fd((fx::minimum(x, row) * r).sum(), x, row);
+    check_fd(((x + row) * col * r).sum(), x, row, col);
+    check_fd(((2.5 - x) * 3 / col * r).sum(), x, col);
+    check_fd((fx::where(x > y, x * 2, y.exp()) * r).sum(), x, y);
+    check_fd((fx::where(x > 0, x, 0.5) * r).sum(), x);
+  }
+}
+
+TEST_CASE("fixed grad: ties of maximum share the gradient, as the dynamic path", "[fixed]") {
+  fx::Tensor<double, 4> x{1, 2, 3, 4}, y{1, 0, 3, 5};
+  auto [gx, gy] = fx::grad(fx::maximum(x, y).sum(), x, y);
+  for (index_t i = 0; i < 4; ++i) {
+    double want_x = x[i] > y[i] ? 1 : x[i] == y[i] ? 0.5 : 0;
+    REQUIRE(gx[i] == want_x);
+    REQUIRE(gy[i] == 1 - want_x);
+  }
+}
+
+TEST_CASE("fixed grad: cast passes the gradient back in the source type", "[fixed]") {
+  std::mt19937 rng(7);
+  auto x = random_tensor<double, 2, 6>(rng);
+  auto r = random_tensor<float, 2, 6>(rng);
+  auto [g] = fx::grad((x.cast<float>() * r).sum().cast<double>(), x);
+  static_assert(std::is_same_v<decltype(g), fx::Tensor<double, 2, 6>>);
+  for (index_t i = 0; i < 12; ++i) REQUIRE(g[i] == double(r[i]));
+}
+
+TEST_CASE("fixed grad: reductions, softmax and log_softmax against finite differences", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(200 + seed);
+    auto x = random_tensor<double, 2, 3, 4>(rng);
+    check_fd((x.sum<1>() * random_tensor<double, 2, 4>(rng)).sum(), x);
+    check_fd((x.sum<0, 2>() * random_tensor<double, 3>(rng)).sum(), x);
+    check_fd((x.sum<2>(fx::keepdim) * random_tensor<double, 2, 3, 1>(rng)).sum(), x);
+    check_fd((x.max<1>() * random_tensor<double, 2, 4>(rng)).sum(), x);
+    check_fd((x.max<0, 2>() * random_tensor<double, 3>(rng)).sum(), x);
+    check_fd((x.min<2>() * random_tensor<double, 2, 3>(rng)).sum(), x);
+    check_fd((x.mean<0>() * random_tensor<double, 3, 4>(rng)).sum(), x);
+    check_fd(x.max(), x);
+    check_fd((x.softmax<1>() * random_tensor<double, 2, 3, 4>(rng)).sum(), x);
+    check_fd((x.log_softmax<2>() * random_tensor<double, 2, 3, 4>(rng)).sum(), x);
+  }
+}
+
+TEST_CASE("fixed grad: max reduce shares the gradient among equal maxima", "[fixed]") {
+  fx::Tensor<double, 2, 3> x{1, 5, 5, 2, 0, -1};
+  auto [g] = fx::grad(x.max<1>().sum(), x);
+  const double want[] = {0, 0.5, 0.5, 1, 0, 0};
+  for (index_t i = 0; i < 6; ++i) REQUIRE(g[i] == want[i]);
+}
+
+TEST_CASE("fixed grad: movement ops against finite differences", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(300 + seed);
+    auto x = random_tensor<double, 2, 3, 4>(rng);
+    check_fd((x.reshape<4, 6>() * random_tensor<double, 4, 6>(rng)).sum(), x);
+    check_fd((x.permute<2, 0, 1>() * random_tensor<double, 4, 2, 3>(rng)).sum(), x);
+    check_fd((x.transpose() * random_tensor<double, 2, 4, 3>(rng)).sum(), x);
+    check_fd((x.reshape<2, 1, 3, 4>().expand<2, 5, 3, 4>() * random_tensor<double, 2, 5, 3, 4>(rng)).sum(),
+             x);
+    check_fd((x.pad<1, 0, 0, 2, 1, 1>().exp() * random_tensor<double, 3, 5, 6>(rng)).sum(), x);
+    check_fd((x.shrink<0, 2, 1, 3, 1, 4>() * random_tensor<double, 2, 2, 3>(rng)).sum(), x);
+    check_fd((x.flip<0, 2>() * random_tensor<double, 2, 3, 4>(rng)).sum(), x);
+    check_fd((x.permute<1, 0, 2>().reshape<3, 8>().shrink<1, 3, 2, 7>().flip<1>() *
+              random_tensor<double, 2, 5>(rng))
+                 .sum(),
+             x);
+  }
+}
+
+TEST_CASE("fixed grad: matmul from movement ops, a multiply and a sum, and the MLP loss", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(400 + seed);
+    auto a = random_tensor<double, 3, 4>(rng);
+    auto b = random_tensor<double, 4, 5>(rng);
+    auto r = random_tensor<double, 3, 5>(rng);
+    auto dot = (a.reshape<3, 4, 1>().expand<3, 4, 5>() * b.reshape<1, 4, 5>().expand<3, 4, 5>()).sum<1>();
+    check_fd((dot * r).sum(), a, b);
+    check_fd((fx::detail::mm(a, b) * r).sum(), a, b);
+
+    fx::MLP<double, 6, 5, 7, 3> m(seed);
+    for (double& v : m.b1) v = std::uniform_real_distribution<double>(-0.5, 0.5)(rng);
+    auto x = random_tensor<double, 6, 5>(rng);
+    fx::Tensor<double, 6, 3> y;
+    for (index_t i = 0; i < 6; ++i) y(i, rng() % 3) = 1;
+    check_fd(m.loss(x, y), m.w1, m.b1, m.w2, m.b2, x);
+  }
+}
+
+TEST_CASE("fixed grad: shared subtrees and parameters used twice accumulate", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(500 + seed);
+    auto a = random_tensor<double, 3, 4>(rng);
+    auto b = random_tensor<double, 3, 4>(rng);
+    auto r = random_tensor<double, 3, 4>(rng);
+    check_fd((a * a * r).sum(), a);
+    auto s = (a * b).sin();
+    check_fd((s * s.exp() + s * r).sum(), a, b);  // three equal copies of s: differentiated once
+    check_fd(((a + b).sum<1>(fx::keepdim) * a + (a + b).sum<1>(fx::keepdim) * r).sum(), a, b);
+    // two tensors of one shape are two parameters: identity, not type
+    auto [ga, gb] = fx::grad((a * r + b * b).sum(), a, b);
+    for (index_t i = 0; i < 12; ++i) {
+      REQUIRE(close(ga[i], r[i], 1e-12, 0));
+      REQUIRE(close(gb[i], 2 * b[i], 1e-12, 0));
+    }
+  }
+}
+
+TEST_CASE("fixed grad: a parameter the loss does not read gets zeros; the loss value is returned",
+          "[fixed]") {
+  std::mt19937 rng(9);
+  auto a = random_tensor<double, 2, 2>(rng);
+  auto unused = random_tensor<double, 3>(rng);
+  fx::Tensor<double, 2, 2> ga;
+  fx::Tensor<double, 3> gu = fx::Tensor<double, 3>::full(7);
+  double loss = fx::grad_into(std::tie(ga, gu), (a * a).sum(), a, unused);
+  double want = 0;
+  for (double v : a) want += v * v;
+  REQUIRE(close(loss, want, 1e-12, 0));
+  for (double v : gu) REQUIRE(v == 0);
+  for (index_t i = 0; i < 4; ++i) REQUIRE(ga[i] == 2 * a[i]);
+}
+
+// Gradient types are the parameters' tensor types, and each rule's type is the mirror op.
+namespace {
+using G34 = fx::Expr<fx::op::Leaf<float, fx::Shape<3, 4>>>;
+struct PermuteNode {
+  template <std::size_t>
+  using child_t = fx::Expr<fx::op::Leaf<float, fx::Shape<4, 3>>>;
+};
+struct ExpandNode {
+  template <std::size_t>
+  using child_t = fx::Expr<fx::op::Leaf<float, fx::Shape<1, 4>>>;
+};
+using PermuteVjp =
+    decltype(fx::Vjp<fx::op::Move<metagrad::MovementOps::PERMUTE, metagrad::Dims{1, 0}>>::grad<0>(
+        std::declval<PermuteNode>(), std::declval<G34>()));
+using ExpandVjp =
+    decltype(fx::Vjp<fx::op::Move<metagrad::MovementOps::EXPAND, metagrad::Dims{3, 4}>>::grad<0>(
+        std::declval<ExpandNode>(), std::declval<G34>()));
+static_assert(
+    std::is_same_v<PermuteVjp::op_type, fx::op::Move<metagrad::MovementOps::PERMUTE, metagrad::Dims{1, 0}>>);
+static_assert(PermuteVjp::shape::dims == metagrad::Dims{4, 3});
+static_assert(
+    std::is_same_v<ExpandVjp::op_type, fx::op::Reduce<metagrad::ReduceOps::SUM, metagrad::Dims{0}>>);
+static_assert(ExpandVjp::shape::dims == metagrad::Dims{1, 4});
+using Model = fx::MLP<float, 8, 6, 5, 3>;
+using Grads = decltype(fx::grad(std::declval<Model&>().loss(std::declval<fx::Tensor<float, 8, 6>&>(),
+                                                            std::declval<fx::Tensor<float, 8, 3>&>()),
+                                std::declval<Model&>().w1, std::declval<Model&>().b1,
+                                std::declval<Model&>().w2, std::declval<Model&>().b2));
+static_assert(std::is_same_v<Grads, std::tuple<fx::Tensor<float, 6, 5>, fx::Tensor<float, 5>,
+                                               fx::Tensor<float, 5, 3>, fx::Tensor<float, 3>>>);
+}  // namespace
+
+TEST_CASE("fixed grad: the static MLP matches the dynamic path on CPU: loss and gradients", "[fixed]") {
+  constexpr index_t B = 16, In = 20, H = 32, Out = 5;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(600 + seed);
+    fx::MLP<float, B, In, H, Out> m(seed);
+    for (float& v : m.b1) v = std::uniform_real_distribution<float>(-0.5f, 0.5f)(rng);
+    for (float& v : m.b2) v = std::uniform_real_distribution<float>(-0.5f, 0.5f)(rng);
+    auto x = random_tensor<float, B, In>(rng, 0, 1);
+    fx::Tensor<float, B, Out> y;
+    for (index_t i = 0; i < B; ++i) y(i, rng() % Out) = 1;
+    float loss = fx::grad_into(std::tie(m.gw1, m.gb1, m.gw2, m.gb2), m.loss(x, y), m.w1, m.b1, m.w2, m.b2);
+
+    auto dyn = [](const auto& t, bool param) {
+      std::vector<float> v(t.begin(), t.end());
+      return metagrad::Tensor(v, std::remove_cvref_t<decltype(t)>::shape::dims,
+                              {.device = "CPU", .requires_grad = param});
+    };
+    metagrad::Tensor w1 = dyn(m.w1, true), b1 = dyn(m.b1, true), w2 = dyn(m.w2, true), b2 = dyn(m.b2, true);
+    metagrad::Tensor dl =
+        -(((dyn(x, false).matmul(w1) + b1).relu().matmul(w2) + b2).log_softmax(1) * dyn(y, false)).sum() /
+        float(B);
+    dl.backward();
+    REQUIRE(close(loss, dl.item<float>(), 1e-4, 1e-5));
+    auto same = [](const auto& got, const metagrad::Tensor& want) {
+      std::vector<float> w = want.grad->to_vector<float>();
+      REQUIRE(w.size() == std::size_t(std::remove_cvref_t<decltype(got)>::size));
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        INFO("flat index " << i << ": static " << got[i] << ", dynamic " << w[i]);
+        REQUIRE(close(got[i], w[i], 1e-4, 1e-5));
+      }
+    };
+    same(m.gw1, w1);
+    same(m.gb1, b1);
+    same(m.gw2, w2);
+    same(m.gb2, b2);
+  }
+}
+
+TEST_CASE("fixed grad: a W5 SGD step allocates nothing after the first and lowers the loss", "[fixed]") {
+  constexpr index_t B = 128, In = 784, H = 512, Out = 10;
+  std::mt19937 rng(1);
+  auto m = std::make_unique<fx::MLP<float, B, In, H, Out>>(1);
+  auto x = random_tensor<float, B, In>(rng, 0, 1);
+  fx::Tensor<float, B, Out> y;
+  for (index_t i = 0; i < B; ++i) y(i, rng() % Out) = 1;
+  float first = m->step(x, y, 0.1f);  // warm-up: the arena grows to the step's high-water mark
+  std::uint64_t before = metagrad::test::allocations();
+  float last = 0;
+  for (int s = 0; s < 3; ++s) last = m->step(x, y, 0.1f);
+  REQUIRE(metagrad::test::allocations() - before == 0);
+  REQUIRE(std::isfinite(last));
+  REQUIRE(last < first);
+}
