@@ -97,6 +97,17 @@ std::vector<double> read_as_double(const RawBuffer& buf) {
   return out;
 }
 
+void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after) {
+  CaptureLog* log = CaptureLog::active;
+  if (!log || before == after) return;
+  for (auto& a : log->assigns)
+    if (a.after == before) return void(a.after = after);
+  LazyBufferPtr b = before->base();
+  bool whole = before->st.contiguous() && b->realized &&
+               static_cast<std::int64_t>(b->realized->size) == before->st.size();
+  log->assigns.push_back({whole ? b->realized : nullptr, after});
+}
+
 LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<LazyOp> op_,
                        std::shared_ptr<RawBuffer> realized_)
     : device(Device::canonicalize(device_)),
@@ -455,11 +466,28 @@ std::shared_ptr<RawBuffer> copy_to(Backend& dev, const RawBuffer& src) {
   return out;
 }
 
+// Under a capture, work that replaying the captured kernels would not redo.
+void note_not_replayable(const LazyBuffer& b, Backend& dev, const Plan& p) {
+  if (!CaptureLog::active) return;
+  const LazyOp& op = *b.op;
+  // A copy from host memory (CPU) is data the step made, constant for its replays (arange's values).
+  bool from_host = p.from && !dynamic_cast<Compiled*>(&Device::get(p.from->device));
+  std::string what = p.ast ? (dynamic_cast<Compiled*>(&dev) ? "" : "a kernel on an interpreted device")
+                     : op.op == LoadOps::FROM   ? (from_host ? "" : "a copy from " + p.from->device)
+                     : op.op == LoadOps::RAND   ? "random numbers"
+                     : op.op == LoadOps::CUSTOM ? "a custom load"
+                                                : "";
+  if (!what.empty())
+    CaptureLog::active->not_replayable.push_back(
+        detail::cat(what, " (", to_string(b.shape()), " ", b.dtype.name, " on ", b.device, ")"));
+}
+
 void execute(Plan& p) {
   LazyBuffer& b = *p.buf;
   if (b.realized) return;
   Backend& dev = Device::get(b.device);
   const LazyOp& op = *b.op;
+  note_not_replayable(b, dev, p);
   if (p.ast) {
     auto shared = op.op == LoadOps::CONTIGUOUS ? shareable(*p.ast, b) : nullptr;
     b.realized = shared ? shared : run_kernel(dev, *p.ast, b);

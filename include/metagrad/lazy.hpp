@@ -71,6 +71,21 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   friend void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child);
 };
 
+// What realize() and Tensor::assign report while a CaptureLog is installed (TinyJit's capture):
+// which tensors were replaced by assign, and work that a replay of the launched kernels would not
+// repeat (copies from a compiled device, random numbers, custom loads, interpreted kernels).
+struct CaptureLog {
+  struct Assign {
+    std::shared_ptr<RawBuffer> before;  // the replaced value's buffer (null when it was unrealized)
+    LazyBufferPtr after;                // the value the tensor holds now
+  };
+  std::vector<Assign> assigns;  // one per tensor: a second assign extends the first
+  std::vector<std::string> not_replayable;
+  static inline CaptureLog* active = nullptr;
+};
+// Called by Tensor::assign; records into CaptureLog::active when one is installed.
+void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after);
+
 // Reads a realized, contiguous buffer's bytes as doubles (host copy), for to_vector and tests.
 std::vector<double> read_as_double(const RawBuffer& buf);
 

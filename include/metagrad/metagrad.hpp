@@ -2,6 +2,7 @@
 // Everything a user of metagrad names, in namespace metagrad.
 #include "metagrad/datasets/fashion_mnist.hpp"
 #include "metagrad/helpers.hpp"
+#include "metagrad/jit.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/mlops.hpp"
 #include "metagrad/nn.hpp"

@@ -207,6 +207,7 @@ Tensor& Tensor::assign(const Tensor& x) {
   if (x.shape() != shape() || x.dtype() != dtype() || x.device() != device())
     throw std::invalid_argument(
         detail::cat("Tensor.assign: ", to_string(x), " cannot replace ", to_string(*this)));
+  note_assign(state_->lazydata, x.state_->lazydata);  // TinyJit learns which state a step updates
   state_->lazydata = x.state_->lazydata;
   return *this;
 }

@@ -1,0 +1,202 @@
+// TinyJit: the first call runs the step, the second captures its kernels into a CapturedStep, the
+// rest replay that on the new inputs (runtime/compiled.cpp records the kernels, lazy.cpp the rest).
+#include "metagrad/jit.hpp"
+
+#include <unordered_map>
+
+namespace metagrad {
+
+namespace {
+
+using detail::cat;
+using Role = CapturedStep::Role;
+
+std::string describe(const Dims& shape, DType dtype, const std::string& device) {
+  return cat(to_string(shape), " ", dtype.name, " on ", device);
+}
+
+bool is_whole_base(const LazyBufferPtr& b) {
+  return b->base() == b && b->realized && static_cast<std::int64_t>(b->realized->size) == b->st.size();
+}
+
+// t realized as a base buffer of exactly its elements (a copy when t is a view of a larger one):
+// kernels then read it whole, and a replay can bind another buffer of the same shape in its place.
+Tensor whole(const Tensor& t) {
+  Tensor r = t;
+  r.realize();
+  if (is_whole_base(r.lazydata)) return r;
+  r = Tensor(LazyBuffer::loadop(LoadOps::CONTIGUOUS, t.shape(), t.dtype(), t.device(), {}, {t.lazydata}));
+  return r.realize();
+}
+
+Tensor prepared_input(const Tensor& t, std::size_t i) {
+  if (!dynamic_cast<Compiled*>(&Device::get(t.device())))
+    throw std::invalid_argument(cat("TinyJit: argument ", std::to_string(i), " is on ", t.device(),
+                                    ", an interpreted device; TinyJit replays compiled kernels (CLANG, LLVM, "
+                                    "OPENCL)"));
+  return whole(t);
+}
+
+// Installs a CaptureLog (and, to capture, GlobalCounters::cache) for one call of the step.
+struct Recording {
+  CaptureLog log;
+  bool capture;
+  explicit Recording(bool capture_) : capture(capture_) {
+    if (CaptureLog::active || (capture && GlobalCounters::cache))
+      throw std::logic_error("TinyJit: a step cannot run inside another TinyJit's call or capture");
+    CaptureLog::active = &log;
+    if (capture) GlobalCounters::cache.emplace();
+  }
+  ~Recording() {
+    CaptureLog::active = nullptr;
+    if (capture) GlobalCounters::cache.reset();
+  }
+  Recording(const Recording&) = delete;
+  Recording& operator=(const Recording&) = delete;
+};
+
+}  // namespace
+
+std::vector<Tensor> JitCore::operator()(const Fn& fn, std::vector<Tensor> inputs) {
+  if (captured_) return replay(inputs);
+  for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = prepared_input(inputs[i], i);
+  std::vector<Tensor> out = run(fn, inputs, calls_ == 1);
+  ++calls_;
+  return out;
+}
+
+std::vector<Tensor> JitCore::run(const Fn& fn, const std::vector<Tensor>& inputs, bool capture) {
+  Recording rec(capture);
+  std::vector<Tensor> out = fn(inputs);
+  for (Tensor& o : out) o = whole(o);
+  // What the step assigned is realized now, inside the call, so its kernels are part of it.
+  for (const auto& a : rec.log.assigns) a.after->realize();
+  if (capture) capture_from(std::move(*GlobalCounters::cache), rec.log, inputs, out);
+  return out;
+}
+
+void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
+                           const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  if (!log.not_replayable.empty()) {
+    std::string what;
+    for (const auto& w : log.not_replayable) what += "\n  " + w;
+    throw std::runtime_error("TinyJit: the step does work that replaying its kernels would not repeat:" +
+                             what);
+  }
+  CapturedStep c;
+  std::unordered_map<const RawBuffer*, std::size_t> slot_of;
+  auto slot = [&](const std::shared_ptr<RawBuffer>& b) {
+    auto [it, fresh] = slot_of.emplace(b.get(), c.slots.size());
+    if (fresh) c.slots.push_back({b, Role::Param, 0});
+    return it->second;
+  };
+  auto find = [&](const LazyBufferPtr& b) -> std::optional<std::size_t> {
+    auto it = slot_of.find(b->base()->realized.get());
+    return it == slot_of.end() ? std::nullopt : std::optional<std::size_t>(it->second);
+  };
+  std::vector<bool> written, read_first;  // per slot: written by a kernel; read before any write
+  for (CacheEntry& e : ran) {
+    CapturedStep::Kernel k{std::move(e.prg), {}};
+    for (const auto& b : e.bufs) k.slots.push_back(slot(b));
+    written.resize(c.slots.size()), read_first.resize(c.slots.size());
+    for (std::size_t j = 1; j < k.slots.size(); ++j)
+      read_first[k.slots[j]] = read_first[k.slots[j]] || !written[k.slots[j]];
+    written[k.slots[0]] = true;
+    c.kernels.push_back(std::move(k));
+  }
+  for (std::size_t s = 0; s < c.slots.size(); ++s)
+    if (written[s]) c.slots[s].role = Role::Scratch;
+
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    c.input_shapes.push_back(t.shape()), c.input_dtypes.push_back(t.dtype()),
+        c.input_devices.push_back(t.device());
+    auto s = find(t.lazydata);
+    if (s && c.slots[*s].role == Role::Input)
+      throw std::invalid_argument(cat("TinyJit: arguments ", std::to_string(c.slots[*s].index), " and ",
+                                      std::to_string(i), " share memory; pass distinct tensors"));
+    if (s && written[*s])
+      throw std::logic_error("TinyJit: a kernel of the step writes into argument " + std::to_string(i));
+    if (s) c.slots[*s] = {c.slots[*s].buf, Role::Input, i};
+    c.inputs.push_back(s);
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = outputs[i];
+    std::size_t s = slot(t.lazydata.get()->base()->realized);
+    if (c.slots[s].role == Role::Scratch) c.slots[s] = {c.slots[s].buf, Role::Output, i};
+    c.outputs.push_back(s);
+    c.output_shapes.push_back(t.shape()), c.output_devices.push_back(t.device());
+  }
+  for (const auto& a : log.assigns) {
+    auto w = find(a.after);
+    if (!is_whole_base(a.after->base()) || !a.after->st.contiguous() || !w || !written[*w])
+      throw std::runtime_error(cat(
+          "TinyJit: the step assigns a tensor (", describe(a.after->shape(), a.after->dtype, a.after->device),
+          ") a value no kernel of the step computes, so a replay could not update it"));
+    if (!a.before) continue;
+    auto r = slot_of.find(a.before.get());
+    // The old value carries over only when the step reads it before anything writes it.
+    if (r == slot_of.end() || c.slots[r->second].role != Role::Param || !read_first[r->second]) continue;
+    c.slots[r->second] = {c.slots[r->second].buf, Role::State, *w};
+    c.state.push_back({r->second, *w, a.after->base()});
+  }
+  c.device = inputs.empty() ? (outputs.empty() ? Device::DEFAULT : outputs[0].device()) : inputs[0].device();
+  captured_ = std::move(c);
+  bound_.clear(), uses_.assign(captured_->slots.size(), {});
+  for (std::size_t k = 0; k < captured_->kernels.size(); ++k) {
+    bound_.emplace_back();
+    for (std::size_t j = 0; j < captured_->kernels[k].slots.size(); ++j) {
+      std::size_t s = captured_->kernels[k].slots[j];
+      bound_.back().push_back(captured_->slots[s].buf.get());
+      uses_[s].emplace_back(k, j);
+    }
+  }
+  // Each state's current value (the next-value slot's buffer, now) moves to its read slot.
+  for (const auto& u : captured_->state) {
+    auto cur = captured_->slots[u.write].buf, old = captured_->slots[u.read].buf;
+    bind(u.read, cur), bind(u.write, old);
+  }
+}
+
+void JitCore::bind(std::size_t slot, const std::shared_ptr<RawBuffer>& buf) {
+  captured_->slots[slot].buf = buf;
+  for (auto [k, j] : uses_[slot]) bound_[k][j] = buf.get();
+}
+
+std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
+  CapturedStep& c = *captured_;
+  if (inputs.size() != c.inputs.size())
+    throw std::invalid_argument(cat("TinyJit: called with ", std::to_string(inputs.size()),
+                                    " arguments, captured with ", std::to_string(c.inputs.size())));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.shape() != c.input_shapes[i] || t.dtype() != c.input_dtypes[i] || t.device() != c.input_devices[i])
+      throw std::invalid_argument(cat("TinyJit: argument ", std::to_string(i), " is ",
+                                      describe(t.shape(), t.dtype(), t.device()),
+                                      " but the step was captured with ",
+                                      describe(c.input_shapes[i], c.input_dtypes[i], c.input_devices[i]),
+                                      "; a new shape needs a new TinyJit"));
+    if (!c.inputs[i]) continue;
+    const LazyBufferPtr& lb = t.lazydata;
+    bind(*c.inputs[i], is_whole_base(lb) ? lb->realized : whole(t).lazydata.get()->realized);
+  }
+  for (const auto& u : c.state)
+    if (auto h = u.holder.lock(); h && h->realized != c.slots[u.read].buf)
+      throw std::runtime_error(cat("TinyJit: a tensor the step updates (",
+                                   describe(h->shape(), h->dtype, h->device),
+                                   ") was replaced outside the step; make a new TinyJit"));
+  for (std::size_t k = 0; k < c.kernels.size(); ++k) c.kernels[k].runner.exec(bound_[k]);
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < c.outputs.size(); ++i)
+    out.emplace_back(
+        LazyBuffer::from_raw(c.slots[c.outputs[i]].buf, c.output_shapes[i], c.output_devices[i]));
+  for (const auto& u : c.state) {
+    auto next = c.slots[u.write].buf, cur = c.slots[u.read].buf;
+    if (auto h = u.holder.lock()) h->realized = next;
+    bind(u.read, next), bind(u.write, cur);
+  }
+  ++calls_;
+  return out;
+}
+
+}  // namespace metagrad

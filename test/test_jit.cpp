@@ -1,0 +1,175 @@
+// TinyJit on a compiled device (CLANG): replays agree with the step run without the JIT (results
+// computed here in double, and an MLP trained both ways), replays do no scheduling, the capture
+// describes the step, and what cannot be replayed is refused with a clear error.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "metagrad/metagrad.hpp"
+
+using namespace metagrad;
+using Catch::Matchers::Contains;
+using i64 = std::int64_t;
+
+namespace {
+
+struct OnClang {
+  std::string saved = Device::DEFAULT;
+  bool ok = false;
+  OnClang() {
+    try {
+      Device::get("CLANG");
+      Device::DEFAULT = "CLANG";
+      ok = true;
+    } catch (const std::exception& e) { WARN("CLANG is not available, skipped: " << e.what()); }
+  }
+  ~OnClang() { Device::DEFAULT = saved; }
+};
+
+std::vector<double> random_values(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> d(-2, 2);
+  std::vector<double> v(n);
+  for (double& x : v) x = static_cast<double>(static_cast<float>(d(gen)));
+  return v;
+}
+
+Tensor f32(const std::vector<double>& v, const Dims& shape) {
+  return Tensor(v, shape, {.dtype = dtypes::float32});
+}
+
+struct Mlp {
+  nn::Linear l1{12, 16}, l2{16, 4};
+  Tensor operator()(const Tensor& x) const { return l2(l1(x).relu()); }
+  std::vector<Tensor> params() const { return {l1.weight, *l1.bias, l2.weight, *l2.bias}; }
+};
+
+}  // namespace
+
+TEST_CASE("TinyJit replays an elementwise and reduce step on new inputs", "[jit]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  int traced = 0;
+  TinyJit jit([&](const Tensor& a, const Tensor& b) {
+    ++traced;
+    return std::vector<Tensor>{(a * b + 1).relu(), (a - b).sum(1)};
+  });
+  for (unsigned call = 0; call < 6; ++call) {
+    auto va = random_values(15, call), vb = random_values(15, 100 + call);
+    // Even calls pass a transposed view: the JIT binds a copy of its elements (one more kernel).
+    Tensor a = f32(va, {3, 5});
+    if (call % 2 == 0) {
+      std::vector<double> t(15);
+      for (i64 i = 0; i < 3; ++i)
+        for (i64 j = 0; j < 5; ++j) t[j * 3 + i] = va[i * 5 + j];
+      a = f32(t, {5, 3}).permute({1, 0});
+    }
+    Tensor b = f32(vb, {3, 5});
+    a.realize(), b.realize();
+    i64 before = GlobalCounters::kernel_count;
+    std::vector<Tensor> out = jit(a, b);
+    if (call >= 2)
+      REQUIRE(GlobalCounters::kernel_count - before ==
+              static_cast<i64>(jit.captured()->kernels.size()) + (call % 2 ? 0 : 1));
+    auto r0 = out[0].to_vector<float>(), r1 = out[1].to_vector<float>();
+    for (std::size_t i = 0; i < 15; ++i)
+      REQUIRE(r0[i] == Approx(std::max(0.0, va[i] * vb[i] + 1)).margin(1e-6));
+    for (std::size_t r = 0; r < 3; ++r) {
+      double s = 0;
+      for (std::size_t j = 0; j < 5; ++j) s += va[r * 5 + j] - vb[r * 5 + j];
+      REQUIRE(r1[r] == Approx(s).margin(1e-5));
+    }
+  }
+  REQUIRE(traced == 2);  // a plain call, a captured one; the other four replayed
+  const CapturedStep& c = *jit.captured();
+  REQUIRE(c.inputs.size() == 2);
+  REQUIRE(c.outputs.size() == 2);
+  REQUIRE(c.state.empty());
+  REQUIRE(c.kernels.size() == 2);
+  for (const auto& k : c.kernels) REQUIRE(!k.runner.prg.empty());
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(c.inputs[i]);
+    REQUIRE(c.slots[*c.inputs[i]].role == CapturedStep::Role::Input);
+    REQUIRE(c.slots[c.outputs[i]].role == CapturedStep::Role::Output);
+  }
+}
+
+TEST_CASE("TinyJit refuses arguments whose shape, dtype or device changed", "[jit]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  TinyJit jit([](const Tensor& a) { return a * 2; });
+  for (int i = 0; i < 3; ++i) jit(Tensor::ones({4, 2}));
+  REQUIRE_THROWS_WITH(jit(Tensor::ones({2, 4})), Contains("(2, 4)") && Contains("(4, 2)"));
+  REQUIRE_THROWS_WITH(jit(Tensor::ones({4, 2}, {.dtype = dtypes::float64})),
+                      Contains("float64") && Contains("float32"));
+  REQUIRE_THROWS_WITH(jit(Tensor::ones({4, 2}, {.device = "CPU"})), Contains("CPU"));
+  REQUIRE(jit(Tensor::full({4, 2}, 3)).to_vector<float>() == std::vector<float>(8, 6.0f));
+}
+
+TEST_CASE("TinyJit refuses an interpreted device and work a replay would not repeat", "[jit]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  TinyJit on_cpu([](const Tensor& a) { return a + 1; });
+  REQUIRE_THROWS_WITH(on_cpu(Tensor::ones({3}, {.device = "CPU"})), Contains("interpreted"));
+  TinyJit random([](const Tensor& a) { return a + Tensor::rand({3}); });
+  random(Tensor::ones({3}));
+  REQUIRE_THROWS_WITH(random(Tensor::ones({3})), Contains("random numbers"));
+  TinyJit copy([](const Tensor& a) { return a + Tensor::ones({3}, {.device = "CPU"}).exp().to("CLANG"); });
+  copy(Tensor::ones({3}));
+  REQUIRE_THROWS_WITH(copy(Tensor::ones({3})), Contains("interpreted device"));
+}
+
+TEST_CASE("an MLP trained with TinyJit matches the same training without it", "[jit]") {
+  OnClang dev;
+  if (!dev.ok) return;
+  const i64 batch = 8, steps = 12;
+  std::vector<Tensor> xs, ys;
+  for (i64 s = 0; s < 3; ++s) {  // three batches in turn; the label is the largest of 4 features
+    auto v = random_values(batch * 12, static_cast<unsigned>(s));
+    xs.push_back(f32(v, {batch, 12}).realize());
+    std::vector<std::int32_t> labels;
+    for (i64 i = 0; i < batch; ++i)
+      labels.push_back(static_cast<std::int32_t>(std::max_element(&v[i * 12], &v[i * 12 + 4]) - &v[i * 12]));
+    ys.push_back(Tensor(labels, {batch}).realize());
+  }
+  auto train = [&](bool use_jit, std::vector<float>& losses) {
+    Tensor::manual_seed(11);
+    Mlp model;
+    nn::optim::SGD opt(model.params(), 0.05, 0.9);
+    Tensor::TrainingGuard training;
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      Tensor loss = model(x).sparse_categorical_crossentropy(y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    TinyJit jit(step);
+    for (i64 s = 0; s < steps; ++s)
+      losses.push_back((use_jit ? jit(xs[s % 3], ys[s % 3]) : step(xs[s % 3], ys[s % 3])).item<float>());
+    if (use_jit) {
+      const CapturedStep& c = *jit.captured();
+      REQUIRE(c.state.size() == 8);  // 4 parameters, 4 momentum buffers
+      for (const auto& u : c.state) REQUIRE(c.slots[u.read].role == CapturedStep::Role::State);
+    }
+    std::vector<std::vector<float>> weights;
+    for (const Tensor& p : model.params()) weights.push_back(p.to_vector<float>());
+    return weights;
+  };
+  std::vector<float> plain_losses, jit_losses;
+  auto plain = train(false, plain_losses);
+  auto jitted = train(true, jit_losses);
+  REQUIRE(plain_losses.size() == jit_losses.size());
+  for (std::size_t s = 0; s < plain_losses.size(); ++s) {
+    INFO("step " << s);
+    REQUIRE(jit_losses[s] == Approx(plain_losses[s]).epsilon(1e-5));
+  }
+  REQUIRE(plain_losses[9] < plain_losses[0]);  // it trained (the same batch, 9 steps later)
+  for (std::size_t p = 0; p < plain.size(); ++p)
+    for (std::size_t i = 0; i < plain[p].size(); ++i)
+      REQUIRE(jitted[p][i] == Approx(plain[p][i]).margin(1e-5));
+}
