@@ -3,8 +3,8 @@
 //
 //   bench_workloads
 //
-// Env: BENCH_LARGE=1 adds W4 n = 2048; BENCH_REP_MS=N sets one repetition's length (default 60);
-// DEBUG=2 (passed to metagrad) prints every kernel's time and bandwidth on stderr.
+// Env: BENCH_LARGE=1 adds W4 n = 2048; BENCH_ONLY=W1,W6 runs only those; BENCH_REP_MS=N sets one repetition's
+// length (default 60); DEBUG=2 (passed to metagrad) prints every kernel's time and bandwidth on stderr.
 //
 // How: the parent measures the machine limits (L1, L2) with std::thread, then runs this program
 // again twice (BENCH_CHILD=1 with THREADS=1 and THREADS=2: metagrad's pool is sized once, at first
@@ -50,6 +50,11 @@ double seconds_since(Clock::time_point t0) {
 }
 double rep_seconds() { return static_cast<double>(metagrad::getenv_int("BENCH_REP_MS", 60)) * 1e-3; }
 bool large() { return metagrad::getenv_int("BENCH_LARGE", 0) == 1; }
+// BENCH_ONLY=W1,W6 runs just those workloads; the others' rows stay empty.
+bool wanted(const char* w) {
+  std::string only = metagrad::getenv("BENCH_ONLY");
+  return only.empty() || ("," + only + ",").find(std::string(",") + w + ",") != std::string::npos;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The rows of the table, shared by the parent and the children.
@@ -330,15 +335,16 @@ class Child {
   }
 
   int run() {
-    w1(std::int64_t{1} << 24, "W1_24");
-    w1(std::int64_t{1} << 20, "W1_20");
-    w2();
-    w3();
-    w4(512, "W4_512");
-    w4(1024, "W4_1024");
-    if (large()) w4(2048, "W4_2048");
-    w5();
-    w6();
+    if (wanted("W1")) w1(std::int64_t{1} << 24, "W1_24"), w1(std::int64_t{1} << 20, "W1_20");
+    if (wanted("W2")) w2();
+    if (wanted("W3")) w3();
+    if (wanted("W4")) {
+      w4(512, "W4_512");
+      w4(1024, "W4_1024");
+      if (large()) w4(2048, "W4_2048");
+    }
+    if (wanted("W5")) w5();
+    if (wanted("W6")) w6();
     return 0;
   }
 

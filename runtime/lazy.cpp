@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace metagrad {
 
@@ -516,6 +519,43 @@ void execute(Plan& p) {
   b.op = nullptr;  // realized: the graph behind it can be freed
 }
 
+// GRAPH=1: the buffers each realize computes, as nodes of one Graphviz graph rewritten after every
+// realize: kernels are filled boxes labelled with their AST's root op, other loads ellipses, and
+// buffers realized before (inputs) dashed. Edges run from what a buffer reads to it.
+void graph(const std::vector<Plan>& order) {
+  static std::mutex mu;
+  static std::string body;
+  static std::unordered_set<std::uint64_t> seen;
+  std::lock_guard lock(mu);
+  auto node = [&](const LazyBuffer& b, const std::string& op, const char* style) {
+    if (!seen.insert(b.id).second) return;
+    body += detail::cat("  n", std::to_string(b.id), " [label=\"", op, "\\n", to_string(b.shape()), " ",
+                        b.dtype.name, "\", ", style, "];\n");
+  };
+  auto edge = [&](const LazyBufferPtr& from, const LazyBuffer& to) {
+    LazyBufferPtr src = from->base();
+    node(*src, "buffer", "style=dashed");
+    body += detail::cat("  n", std::to_string(src->id), " -> n", std::to_string(to.id), ";\n");
+  };
+  for (const Plan& p : order) {
+    const LazyBuffer& b = *p.buf;
+    if (p.ast) {
+      node(b, "kernel " + to_string(p.ast->op), "shape=box, style=filled, fillcolor=\"#ffd08a\"");
+      for (const auto& leaf : p.ast->buffers()) edge(leaf, b);
+    } else {
+      node(b, to_string(b.op->op), "shape=ellipse");
+      if (p.from) edge(p.from, b);
+      if (b.op->op == LoadOps::CUSTOM)
+        for (const LazySrc& s : b.op->src) edge(std::get<LazyBufferPtr>(s), b);
+    }
+  }
+  std::string path = getenv("GRAPH_PATH", "/tmp/metagrad_graph.dot");
+  std::ofstream(path) << "digraph metagrad {\n  node [fontname=monospace];\n" << body << "}\n";
+  static bool announced = false;
+  if (!std::exchange(announced, true))
+    std::fprintf(stderr, "GRAPH=1: writing the graph to %s\n", path.c_str());
+}
+
 }  // namespace
 
 LazyBuffer& LazyBuffer::realize() {
@@ -542,6 +582,7 @@ LazyBuffer& LazyBuffer::realize() {
     for (const auto& d : plan.deps)
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
+  if (getenv_int("GRAPH") >= 1) graph(order);
   for (Plan& p : order) execute(p);
   return *this;
 }

@@ -3,7 +3,8 @@
 // that computes it; realized, a RawBuffer. Movement ops make views: a LazyBuffer whose op is the
 // MovementOp on its parent and whose ShapeTracker maps its shape into the base's buffer, so no
 // movement op copies. realize() schedules the graph into kernels (fusing elementwise work into
-// its consumer) and runs them on the buffer's device.
+// its consumer) and runs them on the buffer's device. With env GRAPH=1, every realize adds the
+// buffers it computes to a Graphviz DOT file (env GRAPH_PATH, default /tmp/metagrad_graph.dot).
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   ShapeTracker st;
   std::shared_ptr<RawBuffer> realized;  // set once computed (bases only; a view reads its base's)
   std::shared_ptr<LazyOp> op;           // how to compute it; dropped once realized
+  const std::uint64_t id = next_id++;   // unique in the process: names the buffer in GRAPH=1 output
 
   LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<LazyOp> op_,
              std::shared_ptr<RawBuffer> realized_ = nullptr);
@@ -67,6 +69,7 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   static inline std::atomic<std::int64_t> live_count = 0;
 
  private:
+  static inline std::atomic<std::uint64_t> next_id = 0;
   std::vector<std::weak_ptr<LazyBuffer>> children_;
   friend void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child);
 };
