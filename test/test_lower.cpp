@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "metagrad/fixed/grad.hpp"
 #include "metagrad/lower.hpp"
 
 namespace fx = metagrad::fixed;
@@ -164,4 +165,88 @@ TEST_CASE("lower: a Lowering shares each leaf, binds given Tensors, and its grap
       }
       REQUIRE(g[static_cast<std::size_t>(k * 2 + n)] == Approx(want).margin(1e-5));
     }
+}
+
+namespace {
+
+// A node for the type-level mlops (fixed::Vjp): its forward value and children, as expressions.
+template <class E>
+struct Node {
+  E e;
+  template <std::size_t I>
+  using child_t = boost::mp11::mp_at_c<typename E::children_types, I>;
+  E out() const { return e; }
+  template <std::size_t I>
+  auto x() const {
+    return std::get<I>(e.children());
+  }
+};
+
+// Vjp<op>::grad<0> of `e` (whose child 0 is the leaf a) for the incoming gradient g, lowered on each
+// host device, against the dynamic path's backward of sum(e * g) through the lowered forward.
+template <class E, class A, class G>
+void check_vjp(const E& e, const A& a, const G& g) {
+  auto ge = fx::Vjp<typename E::op_type>::template grad<0>(Node<E>{e}, g.expr());
+  metagrad::Lowering ref("CPU");
+  Tensor ad(std::vector<float>(a.begin(), a.end()), A::shape::dims, {.device = "CPU", .requires_grad = true});
+  ref.bind(a, ad);
+  (ref(e) * ref(g)).sum().backward();
+  std::vector<float> want = ad.grad->to_vector<float>();
+  for (const std::string& dev : host_devices()) {
+    std::vector<float> got = metagrad::lower(ge, dev).template to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("device " << dev << ", element " << i);
+      REQUIRE(got[i] == Approx(want[i]).margin(1e-5).epsilon(1e-4));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lower: fixed::Vjp gradient expressions equal the dynamic backward on every host device",
+          "[lower]") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3; ++trial) {
+    auto a = random_tensor<4, 6>(rng, 0.2, 2);
+    auto b = random_tensor<4, 6>(rng, 0.5, 2);
+    auto g = random_tensor<4, 6>(rng);
+    check_vjp((a * b).expr(), a, g);
+    check_vjp((a / b).expr(), a, g);
+    check_vjp(a.exp().expr(), a, g);
+    check_vjp(a.log().expr(), a, g);
+    check_vjp(a.sigmoid().expr(), a, g);
+    check_vjp(a.sqrt().expr(), a, g);
+    fx::Tensor<float, 4, 6> c = a - 1.f;
+    check_vjp(c.relu().expr(), c, g);
+    check_vjp(a.sum<1>(fx::keepdim).expr(), a, random_tensor<4, 1>(rng));
+    check_vjp(a.max<0>(fx::keepdim).expr(), a, random_tensor<1, 6>(rng));
+    check_vjp(a.permute<1, 0>().expr(), a, random_tensor<6, 4>(rng));
+    check_vjp(a.pad<1, 0, 0, 2>().expr(), a, random_tensor<5, 8>(rng));
+    check_vjp(a.shrink<1, 3, 2, 6>().expr(), a, random_tensor<2, 4>(rng));
+    check_vjp(a.flip<1>().expr(), a, g);
+  }
+}
+
+TEST_CASE("lower: fixed::grad equals the dynamic backward through the lowered loss on CLANG", "[lower]") {
+  std::mt19937 rng(8);
+  auto x = random_tensor<8, 12>(rng);
+  auto w1 = random_tensor<12, 16>(rng, -0.5, 0.5);
+  auto b1 = random_tensor<16>(rng);
+  auto w2 = random_tensor<16, 5>(rng, -0.5, 0.5);
+  auto loss =
+      (matmul<8, 16, 5>((matmul<8, 12, 16>(x, w1) + b1).relu(), w2).log_softmax<1>() * 0.1f).sum<0, 1>();
+  auto [g1, gb, g2] = fx::grad(loss, w1, b1, w2);
+  metagrad::Lowering L("CLANG");
+  std::vector<Tensor> params{L.leaf(w1), L.leaf(b1), L.leaf(w2)};
+  for (Tensor& p : params) p.requires_grad_();
+  L(loss).backward();
+  auto check = [](const auto& want, const Tensor& p) {
+    std::vector<float> got = p.grad->to_vector<float>();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      REQUIRE(got[i] == Approx(want[static_cast<index_t>(i)]).margin(1e-5).epsilon(1e-4));
+  };
+  check(g1, params[0]);
+  check(gb, params[1]);
+  check(g2, params[2]);
 }
