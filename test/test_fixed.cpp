@@ -1,8 +1,8 @@
 // The static-shape path: fixed::Tensor, expression types and inline evaluation, checked against
 // explicit loops over random data and against the dynamic Tensor on the CPU device (the reference).
-// Tolerance: float results agree to 1e-5 relative (plus 1e-6 absolute) with loops computed in
-// double; the static path computes in float, sums in 64 independent lanes, and its float exp is a
-// polynomial (~1 ulp), so only rounding differs.
+// Tolerance: float results agree to 1e-5 relative (plus 1e-6 absolute; matmul: 1.6e-5 sqrt(k)) with
+// loops computed in double; the static path computes in float, sums in 64 independent lanes, and its float
+// exp is a polynomial (~1 ulp), so only rounding differs.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "alloc_count.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -26,19 +27,19 @@ fx::Tensor<T, D...> random_tensor(std::mt19937& rng, double lo = -2, double hi =
   return t;
 }
 
-bool close(double got, double want, double rel = 1e-5) {
+bool close(double got, double want, double rel = 1e-5, double abs = 1e-6) {
   if (std::isnan(want)) return std::isnan(got);
   if (std::isinf(want)) return got == want;
-  return std::abs(got - want) <= 1e-6 + rel * std::abs(want);
+  return std::abs(got - want) <= abs + rel * std::abs(want);
 }
 
 // Every element of t equals want(flat index), within tolerance.
 template <class Tn, class F>
-void check_all(const Tn& t, F want, double rel = 1e-5) {
+void check_all(const Tn& t, F want, double rel = 1e-5, double abs = 1e-6) {
   for (index_t i = 0; i < Tn::size; ++i) {
     double w = want(i);
     INFO("flat index " << i << ": got " << double(t[i]) << ", want " << w);
-    REQUIRE(close(double(t[i]), w, rel));
+    REQUIRE(close(double(t[i]), w, rel, abs));
   }
 }
 
@@ -352,4 +353,118 @@ TEST_CASE("fixed and dynamic paths agree on the CPU device", "[fixed]") {
   same(a.gelu().mean<0>(fx::keepdim), da.gelu().mean(0, true));
   same(fx::where(a > 0, a, b * 2), (da > 0).where(da, db * 2));
   same(a.flip<0>().shrink<1, 5, 2, 9>().relu(), da.flip(0).shrink({{1, 5}, {2, 9}}).relu());
+}
+
+namespace {
+// C = A B by the textbook triple loop in double, A (m x k) and B (k x n) read through accessors.
+template <class Fa, class Fb>
+std::vector<double> reference_matmul(index_t m, index_t k, index_t n, Fa a, Fb b) {
+  std::vector<double> c(static_cast<std::size_t>(m * n));
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (index_t p = 0; p < k; ++p) s += a(i, p) * b(p, j);
+      c[static_cast<std::size_t>(i * n + j)] = s;
+    }
+  return c;
+}
+template <index_t M, index_t K, index_t N>
+void check_matmul(std::mt19937& rng) {
+  auto a = random_tensor<float, M, K>(rng);
+  auto b = random_tensor<float, K, N>(rng);
+  fx::Tensor<float, M, N> c = fx::matmul(a, b);
+  auto want = reference_matmul(
+      M, K, N, [&](index_t i, index_t p) { return double(a(i, p)); },
+      [&](index_t p, index_t j) { return double(b(p, j)); });
+  INFO("matmul " << M << "x" << K << " @ " << K << "x" << N);
+  // float sums of K products of values in [-2, 2]: rounding grows like sqrt(K)
+  check_all(
+      c, [&](index_t i) { return want[static_cast<std::size_t>(i)]; }, 1e-5, 4e-6 * std::sqrt(double(K)) * 4);
+}
+}  // namespace
+
+TEST_CASE("fixed matmul matches the triple loop on shapes around the kernel's tiles", "[fixed]") {
+  std::mt19937 rng(7);
+  check_matmul<1, 1, 1>(rng);
+  check_matmul<3, 5, 2>(rng);
+  check_matmul<14, 32, 32>(rng);
+  check_matmul<37, 53, 29>(rng);
+  check_matmul<161, 300, 67>(rng);  // several row blocks and a second K block
+  check_matmul<20, 7, 2100>(rng);   // a second column block
+  check_matmul<4, 0, 3>(rng);       // empty inner dimension: zeros
+}
+
+TEST_CASE("fixed matmul reads moved tensors in place and evaluates expressions first", "[fixed]") {
+  std::mt19937 rng(8);
+  auto x = random_tensor<float, 23, 17>(rng);
+  auto w = random_tensor<float, 31, 23>(rng);
+  auto v = random_tensor<float, 17, 31>(rng);
+  // x^T (17 x 23) @ w^T (23 x 31): both operands strided views of leaves
+  fx::Tensor<float, 17, 31> c = fx::matmul(x.transpose(), w.permute<1, 0>());
+  auto want = reference_matmul(
+      17, 23, 31, [&](index_t i, index_t p) { return double(x(p, i)); },
+      [&](index_t p, index_t j) { return double(w(j, p)); });
+  check_all(
+      c, [&](index_t i) { return want[static_cast<std::size_t>(i)]; }, 1e-4);
+  // an expression operand, a matmul inside an elementwise expression, and linear with a bias
+  auto bias = random_tensor<float, 31>(rng);
+  fx::Tensor<float, 23, 31> y = fx::linear((x * 2).relu(), v, bias).sigmoid() + fx::matmul(x, v);
+  auto h = reference_matmul(
+      23, 17, 31, [&](index_t i, index_t p) { return std::max(0.0, 2.0 * x(i, p)); },
+      [&](index_t p, index_t j) { return double(v(p, j)); });
+  auto g = reference_matmul(
+      23, 17, 31, [&](index_t i, index_t p) { return double(x(i, p)); },
+      [&](index_t p, index_t j) { return double(v(p, j)); });
+  check_all(
+      y,
+      [&](index_t i) {
+        std::size_t u = static_cast<std::size_t>(i);
+        return 1 / (1 + std::exp(-(h[u] + bias[i % 31]))) + g[u];
+      },
+      1e-4);
+  // batched: (2, 3, 5, 4) @ (4, 6) and @ (2, 3, 4, 6)
+  auto a = random_tensor<float, 2, 3, 5, 4>(rng);
+  auto b2 = random_tensor<float, 4, 6>(rng);
+  auto b4 = random_tensor<float, 2, 3, 4, 6>(rng);
+  fx::Tensor<float, 2, 3, 5, 6> r2 = fx::matmul(a, b2), r4 = fx::matmul(a, b4);
+  for (index_t i = 0; i < r2.size; ++i) {
+    auto [p, q, m, n] = unravel(i, std::array<index_t, 4>{2, 3, 5, 6});
+    double s2 = 0, s4 = 0;
+    for (index_t k = 0; k < 4; ++k) {
+      s2 += double(a(p, q, m, k)) * b2(k, n);
+      s4 += double(a(p, q, m, k)) * b4(p, q, k, n);
+    }
+    REQUIRE(close(r2[i], s2, 1e-4));
+    REQUIRE(close(r4[i], s4, 1e-4));
+  }
+}
+
+TEST_CASE("fixed matmul and linear agree with the dynamic path on the CPU device", "[fixed]") {
+  std::mt19937 rng(9);
+  auto x = random_tensor<float, 12, 20>(rng);
+  auto w = random_tensor<float, 20, 7>(rng);
+  auto b = random_tensor<float, 7>(rng);
+  fx::Tensor<float, 12, 7> s = fx::linear(x, w, b).log_softmax<1>();
+  std::vector<float> d = dynamic(x).linear(dynamic(w), dynamic(b)).log_softmax(1).to_vector<float>();
+  check_all(
+      s, [&](index_t i) { return double(d[static_cast<std::size_t>(i)]); }, 1e-4);
+}
+
+TEST_CASE("fixed evaluation allocates nothing once its arena has grown", "[fixed]") {
+  std::mt19937 rng(10);
+  auto x = random_tensor<float, 64, 48>(rng);
+  auto w = random_tensor<float, 48, 32>(rng);
+  auto b = random_tensor<float, 32>(rng);
+  fx::Tensor<float, 64, 32> y;
+  fx::Tensor<float, 32, 32> g;
+  auto step = [&] {
+    y = fx::linear(x, w, b).relu().softmax<1>();  // matmul, reductions: arena temporaries
+    g = fx::matmul(y.transpose(), y - y.mean<0>(fx::keepdim));
+    w = w - 0.01f * fx::matmul(x.transpose(), y);
+    y = y.permute<1, 0>().reshape<64, 32>() + y;  // aliased: a temporary
+  };
+  step();  // the first round grows the arena to its high-water mark
+  std::uint64_t before = metagrad::test::allocations();
+  for (int i = 0; i < 5; ++i) step();
+  REQUIRE(metagrad::test::allocations() == before);
 }

@@ -3,6 +3,7 @@
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/expr.hpp"
+#include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/movement.hpp"
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/shape.hpp"

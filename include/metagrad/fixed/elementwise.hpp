@@ -29,7 +29,7 @@ inline auto apply_fn(X x, Y y = {}, Z z = {}) {
   else if constexpr (F == Fn::RELU)
     return x > 0 ? x : X(0);
   else if constexpr (F == Fn::SIGMOID)
-    return X(1) / (X(1) + math::exp(-x));
+    return math::sigmoid(x);
   else if constexpr (F == Fn::ADD)
     return X(x + y);
   else if constexpr (F == Fn::SUB)

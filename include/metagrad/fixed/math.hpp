@@ -9,25 +9,48 @@
 
 namespace metagrad::fixed::math {
 
-inline float exp(float x) {
-  constexpr float hi = 88.3762626647949f, lo = -87.3365447505531f, magic = 12582912.f;  // 1.5 * 2^23
-  float c = x > hi ? hi : (x < lo ? lo : x);   // NaN passes through both
-  float t = c * 1.44269504088896341f + magic;  // round(c / ln 2) in t's low bits
-  float n = t - magic;
-  float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;  // c - n ln 2 in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  std::int32_t k = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(magic);
-  float scale = std::bit_cast<float>((k + 127) << 23);
-  float y = p * scale;
-  y = x > hi ? std::numeric_limits<float>::infinity() : y;
-  return x < lo ? 0.f : y;
+// a * b + c, one rounding where the ISA has FMA (ISO C++ mode does not contract on its own).
+inline float madd(float a, float b, float c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
 }
+
+// e^x for x already clamped to [kExpLo, kExpHi] (or NaN): 2^n through the exponent bits times
+// e^r, r = x - n ln 2 in [-ln2/2, ln2/2], by Cephes' expf polynomial in Horner form (~1 ulp).
+inline float exp_clamped(float c) {
+  constexpr float magic = 12582912.f;              // 1.5 * 2^23: adding it rounds to an integer
+  float t = madd(c, 1.44269504088896341f, magic);  // round(c / ln 2) in t's low bits
+  float n = t - magic;
+  float r = madd(n, 2.12194440e-4f, madd(n, -0.693359375f, c));  // c - n ln 2 in two parts
+  float p = 1.9875691500e-4f;
+  p = madd(p, r, 1.3981999507e-3f);
+  p = madd(p, r, 8.3334519073e-3f);
+  p = madd(p, r, 4.1665795894e-2f);
+  p = madd(p, r, 1.6666665459e-1f);
+  p = madd(p, r, 5.0000001201e-1f);
+  p = madd(p, r, 1.f);
+  p = madd(p, r, 1.f);
+  std::int32_t k = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(magic);
+  return p * std::bit_cast<float>((k + 127) << 23);
+}
+inline constexpr float kExpHi = 88.3762626647949f, kExpLo = -87.3365447505531f;
+// Clamps written as `a < b ? a : b` and `a > b ? a : b`: single min/max instructions that keep NaN.
+inline float clamp_exp(float x) {
+  float hi = kExpHi < x ? kExpHi : x;
+  return kExpLo > hi ? kExpLo : hi;
+}
+
+inline float exp(float x) {
+  float y = exp_clamped(clamp_exp(x));
+  y = x > kExpHi ? std::numeric_limits<float>::infinity() : y;
+  return x < kExpLo ? 0.f : y;
+}
+// 1 / (1 + e^-x): past the clamp, e^-x is so large or small that the result is already 0 or 1.
+inline float sigmoid(float x) { return 1.f / (1.f + exp_clamped(clamp_exp(-x))); }
+inline double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 inline double exp(double x) { return std::exp(x); }
 
 }  // namespace metagrad::fixed::math

@@ -1,0 +1,226 @@
+// The static path's inline evaluation on the workloads of BENCHMARKS.md (W1-W4), next to Eigen on
+// the same shapes (Map/Array: these sizes are too big for Eigen's fixed-size types) and the triad
+// bandwidth measured in the same run, one thread each. After Google Benchmark's own table it prints
+// each row's figure, the ratio to Eigen and (W1 2^24) to triad, and the target.
+// Run: build/bench/bench_static   (BENCH_FILTER-style selection: --benchmark_filter=W4)
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "metagrad/fixed.hpp"
+
+namespace {
+
+namespace fx = metagrad::fixed;
+using fx::index_t;
+
+template <class Tn>
+std::unique_ptr<Tn> random_tensor(unsigned seed) {
+  auto t = std::make_unique<Tn>();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (float& x : *t) x = u(rng);
+  return t;
+}
+template <class Tn>
+Eigen::Map<Eigen::ArrayXf> flat(Tn& t) {
+  return {t.data(), Tn::size};
+}
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class Tn>
+Eigen::Map<RowMajor> matrix(Tn& t) {
+  return {t.data(), Tn::shape::dims[0], Tn::shape::dims[1]};
+}
+
+// Each benchmark reports `rate`: its row's unit (GB/s, Gelem/s, GFLOP/s) per second, times 1e9.
+void set_rate(benchmark::State& s, double units_per_iter) {
+  s.counters["rate"] =
+      benchmark::Counter(units_per_iter * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// L1: STREAM triad a = b + s*c over 2^24 floats (12 bytes per element), the W1 2^24 arrays' size.
+void Triad(benchmark::State& s) {
+  constexpr index_t n = index_t{1} << 24;
+  std::vector<float> a(n), b(n, 1.f), c(n, 2.f);
+  for (auto _ : s) {
+    float* __restrict pa = a.data();
+    const float* __restrict pb = b.data();
+    const float* __restrict pc = c.data();
+    for (index_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.f * pc[i];
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 12.0 * n);
+}
+
+template <index_t N>
+void W1Static(benchmark::State& s) {
+  auto a = random_tensor<fx::Tensor<float, N>>(1), b = random_tensor<fx::Tensor<float, N>>(2),
+       c = random_tensor<fx::Tensor<float, N>>(3), out = random_tensor<fx::Tensor<float, N>>(4);
+  for (auto _ : s) {
+    *out = *a * *b + *c;
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 16.0 * N);
+}
+template <index_t N>
+void W1Eigen(benchmark::State& s) {
+  auto a = random_tensor<fx::Tensor<float, N>>(1), b = random_tensor<fx::Tensor<float, N>>(2),
+       c = random_tensor<fx::Tensor<float, N>>(3), out = random_tensor<fx::Tensor<float, N>>(4);
+  for (auto _ : s) {
+    flat(*out) = flat(*a) * flat(*b) + flat(*c);
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 16.0 * N);
+}
+
+constexpr index_t kW2 = index_t{1} << 22;
+void W2Static(benchmark::State& s) {
+  auto a = random_tensor<fx::Tensor<float, kW2>>(1), out = random_tensor<fx::Tensor<float, kW2>>(2);
+  for (auto _ : s) {
+    *out = a->sigmoid();
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, kW2);
+}
+void W2Eigen(benchmark::State& s) {
+  auto a = random_tensor<fx::Tensor<float, kW2>>(1), out = random_tensor<fx::Tensor<float, kW2>>(2);
+  for (auto _ : s) {
+    flat(*out) = flat(*a).logistic();
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, kW2);
+}
+
+constexpr index_t kW3 = 4096;
+using W3In = fx::Tensor<float, kW3, kW3>;
+template <int Which>
+void W3Static(benchmark::State& s) {
+  auto a = random_tensor<W3In>(1);
+  auto rows = std::make_unique<fx::Tensor<float, kW3>>();
+  auto all = std::make_unique<fx::Tensor<float>>();
+  for (auto _ : s) {
+    if constexpr (Which == 0)
+      *rows = a->sum<1>();
+    else if constexpr (Which == 1)
+      *rows = a->sum<0>();
+    else
+      *all = a->sum();
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 4.0 * W3In::size);
+}
+template <int Which>
+void W3Eigen(benchmark::State& s) {
+  auto a = random_tensor<W3In>(1);
+  Eigen::VectorXf rows(kW3);
+  Eigen::RowVectorXf cols(kW3);
+  float all = 0;
+  for (auto _ : s) {
+    if constexpr (Which == 0)
+      rows = matrix(*a).rowwise().sum();
+    else if constexpr (Which == 1)
+      cols = matrix(*a).colwise().sum();
+    else
+      all = matrix(*a).sum();
+    benchmark::DoNotOptimize(all);
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 4.0 * W3In::size);
+}
+
+template <index_t N>
+void W4Static(benchmark::State& s) {
+  auto a = random_tensor<fx::Tensor<float, N, N>>(1), b = random_tensor<fx::Tensor<float, N, N>>(2),
+       c = random_tensor<fx::Tensor<float, N, N>>(3);
+  for (auto _ : s) {
+    *c = fx::matmul(*a, *b);
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 2.0 * N * N * N);
+}
+template <index_t N>
+void W4Eigen(benchmark::State& s) {
+  auto a = random_tensor<fx::Tensor<float, N, N>>(1), b = random_tensor<fx::Tensor<float, N, N>>(2),
+       c = random_tensor<fx::Tensor<float, N, N>>(3);
+  for (auto _ : s) {
+    matrix(*c).noalias() = matrix(*a) * matrix(*b);
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 2.0 * N * N * N);
+}
+
+// Keeps each run's rate for the summary.
+class Collect : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, double> rate;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      auto it = r.counters.find("rate");
+      if (it != r.counters.end()) rate[r.benchmark_name()] = it->second.value;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+}  // namespace
+
+BENCHMARK(Triad)->Unit(benchmark::kMillisecond);
+BENCHMARK(W1Static<index_t{1} << 24>)->Name("W1_24/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W1Eigen<index_t{1} << 24>)->Name("W1_24/Eigen")->Unit(benchmark::kMillisecond);
+BENCHMARK(W1Static<index_t{1} << 20>)->Name("W1_20/static");
+BENCHMARK(W1Eigen<index_t{1} << 20>)->Name("W1_20/Eigen");
+BENCHMARK(W2Static)->Name("W2/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W2Eigen)->Name("W2/Eigen")->Unit(benchmark::kMillisecond);
+BENCHMARK(W3Static<0>)->Name("W3a/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W3Eigen<0>)->Name("W3a/Eigen")->Unit(benchmark::kMillisecond);
+BENCHMARK(W3Static<1>)->Name("W3b/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W3Eigen<1>)->Name("W3b/Eigen")->Unit(benchmark::kMillisecond);
+BENCHMARK(W3Static<2>)->Name("W3c/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W3Eigen<2>)->Name("W3c/Eigen")->Unit(benchmark::kMillisecond);
+BENCHMARK(W4Static<512>)->Name("W4_512/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W4Eigen<512>)->Name("W4_512/Eigen")->Unit(benchmark::kMillisecond);
+BENCHMARK(W4Static<1024>)->Name("W4_1024/static")->Unit(benchmark::kMillisecond);
+BENCHMARK(W4Eigen<1024>)->Name("W4_1024/Eigen")->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  Collect collect;
+  benchmark::RunSpecifiedBenchmarks(&collect);
+  struct Row {
+    const char *key, *text, *unit;
+    double eigen_target, triad_target;
+  };
+  const Row rows[] = {
+      {"W1_24", "W1 a*b+c 2^24", "GB/s", 1.0, 0.85},  {"W1_20", "W1 a*b+c 2^20", "GB/s", 1.0, 0},
+      {"W2", "W2 sigmoid 2^22", "Gelem/s", 1.0, 0},   {"W3a", "W3a sum axis 1", "GB/s", 1.0, 0},
+      {"W3b", "W3b sum axis 0", "GB/s", 1.0, 0},      {"W3c", "W3c full sum", "GB/s", 1.0, 0},
+      {"W4_512", "W4 matmul 512", "GFLOP/s", 0.7, 0}, {"W4_1024", "W4 matmul 1024", "GFLOP/s", 0.7, 0},
+  };
+  auto get = [&](const std::string& name) {
+    auto it = collect.rate.find(name);
+    return it == collect.rate.end() ? 0.0 : it->second;
+  };
+  double triad = get("Triad");
+  std::printf("\nstatic inline vs Eigen 3.4, 1 thread; triad %.1f GB/s\n", triad);
+  std::printf("%-18s %8s %9s %9s %8s %8s  %s\n", "workload", "unit", "static", "Eigen", "xEigen", "xTriad",
+              "target");
+  for (const Row& r : rows) {
+    double st = get(std::string(r.key) + "/static"), ei = get(std::string(r.key) + "/Eigen");
+    if (st == 0) continue;
+    double xe = ei > 0 ? st / ei : 0, xt = r.triad_target > 0 && triad > 0 ? st / triad : 0;
+    bool met = xe >= r.eigen_target && (r.triad_target == 0 || xt >= r.triad_target);
+    std::string target =
+        ">= " + std::to_string(r.eigen_target).substr(0, 3) + "x Eigen" +
+        (r.triad_target > 0 ? ", >= " + std::to_string(r.triad_target).substr(0, 4) + " triad" : "");
+    std::printf("%-18s %8s %9.2f %9.2f %8.2f %8s  %s: %s\n", r.text, r.unit, st, ei, xe,
+                xt > 0 ? std::to_string(xt).substr(0, 4).c_str() : "-", target.c_str(),
+                met ? "met" : "NOT met");
+  }
+  benchmark::Shutdown();
+}

@@ -1,0 +1,140 @@
+#pragma once
+// The inline matmul kernel: C = A B for strided A (m x k) and B (k x n), row-major C, blocked as
+// GotoBLAS does. Panels of B (KC x NR strips) and A (MC x KC, MR-row strips) are packed into arena
+// memory; a register tile of MR rows x NV vectors accumulates with FMA. Vectors are GCC vector
+// extensions sized for the compiling ISA, so the kernel sits in an ISA-named inline namespace: TUs
+// built for different ISAs never share (ODR-merge) each other's code.
+#include <algorithm>
+#include <cstring>
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "metagrad/fixed/arena.hpp"
+#include "metagrad/fixed/shape.hpp"
+
+#if defined(__AVX512F__)
+#define METAGRAD_FIXED_ISA avx512
+#elif defined(__AVX__)
+#define METAGRAD_FIXED_ISA avx
+#else
+#define METAGRAD_FIXED_ISA base
+#endif
+
+namespace metagrad::fixed::detail {
+inline namespace METAGRAD_FIXED_ISA {
+
+#if defined(__AVX512F__)
+inline constexpr int kVectorBytes = 64, kTileRows = 14;  // 28 of 32 vector registers accumulate
+#elif defined(__AVX__)
+inline constexpr int kVectorBytes = 32, kTileRows = 6;  // 12 of 16
+#else
+inline constexpr int kVectorBytes = 16, kTileRows = 6;
+#endif
+
+template <class T>
+struct Gemm {
+  static constexpr int W = kVectorBytes / static_cast<int>(sizeof(T));  // lanes per vector
+  static constexpr int MR = kTileRows, NV = 2, NR = NV * W;
+  static constexpr index_t KC = 256, MC = MR * (160 / MR), NC = 2048;
+  typedef T V __attribute__((vector_size(kVectorBytes)));
+
+  static V fma(V a, V b,
+               V c) {  // a * b + c, fused where the ISA has it (-ffp-contract=off is ISO C++'s default)
+#if defined(__AVX512F__)
+    if constexpr (sizeof(T) == 4)
+      return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+    else
+      return (V)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__)
+    if constexpr (sizeof(T) == 4)
+      return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+    else
+      return (V)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+    return a * b + c;
+#endif
+  }
+
+  // One MR x NR tile of C (+)= packed A strip (kc x MR) times packed B strip (kc x NR).
+  static void tile(index_t kc, const T* a, const T* b, T* c, index_t ldc, index_t rows, index_t cols,
+                   bool acc) {
+    V sum[MR][NV];
+#pragma GCC unroll 32
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) sum[r][v] = V{};
+    for (index_t k = 0; k < kc; ++k, a += MR, b += NR) {
+      V bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const V*>(b + v * W);
+#pragma GCC unroll 32
+      for (int r = 0; r < MR; ++r) {
+        V av = V{} + a[r];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
+      }
+    }
+    if (rows == MR && cols == NR) {
+      for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) {
+          T* p = c + r * ldc + v * W;
+          V cur;
+          if (acc) std::memcpy(&cur, p, sizeof(V)), sum[r][v] += cur;
+          std::memcpy(p, &sum[r][v], sizeof(V));
+        }
+      return;
+    }
+    alignas(kVectorBytes) T part[MR][NR];
+    std::memcpy(part, sum, sizeof(part));
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < cols; ++j) c[r * ldc + j] = acc ? c[r * ldc + j] + part[r][j] : part[r][j];
+  }
+
+  // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
+  static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                  index_t brs, index_t bcs, T* c, index_t ldc) {
+    if (k == 0) {
+      for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+      return;
+    }
+    Arena::Scope scope;
+    T* bp = Arena::local().alloc<T>(KC * (std::min(n, NC) + NR));
+    T* ap = Arena::local().alloc<T>((MC + MR) * KC);
+    for (index_t jc = 0; jc < n; jc += NC) {
+      index_t nc = std::min(NC, n - jc);
+      for (index_t pc = 0; pc < k; pc += KC) {
+        index_t kc = std::min(KC, k - pc);
+        pack(bp, kc, nc, NR, b + pc * brs + jc * bcs, brs, bcs);  // strips of NR columns, row p then p+1
+        for (index_t ic = 0; ic < m; ic += MC) {
+          index_t mc = std::min(MC, m - ic);
+          pack(ap, kc, mc, MR, a + ic * ars + pc * acs, acs, ars);  // strips of MR rows, column p then p+1
+          for (index_t jr = 0; jr < nc; jr += NR)
+            for (index_t ir = 0; ir < mc; ir += MR)
+              tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
+                   std::min<index_t>(MR, mc - ir), std::min<index_t>(NR, nc - jr), pc > 0);
+        }
+      }
+    }
+  }
+
+  // dst[strip][p][w] = src[p * step + (strip * width + w) * across], zero past `count`.
+  static void pack(T* dst, index_t kc, index_t count, index_t width, const T* src, index_t step,
+                   index_t across) {
+    for (index_t s = 0; s < count; s += width) {
+      index_t w_end = std::min(width, count - s);
+      for (index_t p = 0; p < kc; ++p, dst += width) {
+        const T* row = src + p * step + s * across;
+        if (across == 1)
+          std::copy(row, row + w_end, dst);
+        else
+          for (index_t w = 0; w < w_end; ++w) dst[w] = row[w * across];
+        std::fill(dst + w_end, dst + width, T(0));
+      }
+    }
+  }
+};
+
+}  // namespace METAGRAD_FIXED_ISA
+}  // namespace metagrad::fixed::detail
