@@ -247,6 +247,77 @@ auto ExprBase<D>::reciprocal() const {
   return 1 / self();
 }
 template <class D>
+auto ExprBase<D>::log2() const {
+  return self().log() * (1 / std::numbers::ln2);
+}
+template <class D>
+auto ExprBase<D>::exp2() const {
+  return pow(2, self());
+}
+template <class D>
+auto ExprBase<D>::tan() const {
+  return self().sin() / self().cos();
+}
+template <class D>
+auto ExprBase<D>::rsqrt() const {
+  return 1 / self().sqrt();
+}
+template <class D>
+auto ExprBase<D>::sign() const {
+  using T = typename D::value_type;
+  return (self() > 0).template cast<T>() - (self() < 0).template cast<T>();
+}
+template <class D>
+auto ExprBase<D>::clip(double min, double max) const {
+  return minimum(maximum(self(), min), max);
+}
+template <class D>
+auto ExprBase<D>::hardtanh(double min, double max) const {
+  return self().clip(min, max);
+}
+template <class D>
+auto ExprBase<D>::relu6() const {
+  return minimum(self().relu(), 6);
+}
+template <class D>
+auto ExprBase<D>::elu(double alpha) const {
+  return maximum(self(), 0) + alpha * (minimum(self(), 0).exp() - 1);
+}
+template <class D>
+auto ExprBase<D>::leakyrelu(double neg_slope) const {
+  return self().relu() - neg_slope * (-self()).relu();
+}
+template <class D>
+auto ExprBase<D>::swish() const {
+  return self() * self().sigmoid();
+}
+template <class D>
+auto ExprBase<D>::silu() const {
+  return self().swish();
+}
+template <class D>
+auto ExprBase<D>::hardswish() const {
+  return self() * (self() + 3).relu6() * (1.0 / 6);
+}
+template <class D>
+auto ExprBase<D>::quick_gelu() const {
+  return self() * (self() * 1.702).sigmoid();
+}
+// max(z, 0) + log(1 + e^-|z|), z = beta x, over beta: no overflow for large x (as the dynamic path)
+template <class D>
+auto ExprBase<D>::softplus(double beta) const {
+  auto z = self() * beta;
+  return (maximum(z, 0) + (1 + (-z.abs()).exp()).log()) * (1 / beta);
+}
+template <class D>
+auto ExprBase<D>::mish() const {
+  return self() * self().softplus().tanh();
+}
+template <class D>
+auto ExprBase<D>::softsign() const {
+  return self() / (1 + self().abs());
+}
+template <class D>
 template <class U>
 auto ExprBase<D>::cast() const {
   using E = expr_t<D>;

@@ -25,6 +25,7 @@
 
 #include "metagrad/fixed/arena.hpp"
 #include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/fixed/simd.hpp"
 
 #if defined(__GNUC__)
 #define METAGRAD_INLINE __attribute__((always_inline)) inline
@@ -301,11 +302,96 @@ METAGRAD_INLINE void for_outer(Body&& body) {
   }
 }
 
+// ---- the contiguous 1-D loop per vector (when every leaf is read at stride 1 or 0, and each Fn
+// has a vector form): simd.hpp's types and intrinsics instead of the auto-vectoriser ----
+template <class B>
+struct vector_form : std::false_type {};
+template <class T, View V>
+struct vector_form<BLeaf<T, V>>
+    : std::bool_constant<std::is_floating_point_v<T> && V.ndim() == 1 && V.mask.empty() &&
+                         (V.strides[0] == 0 || V.strides[0] == 1)> {};
+template <class T>
+struct vector_form<BConst<T>> : std::is_floating_point<T> {};
+template <Fn F, class... C>
+struct vector_form<BMap<F, C...>>
+    : std::bool_constant<(F == Fn::NEG || F == Fn::ADD || F == Fn::SUB || F == Fn::MUL || F == Fn::DIV ||
+                          F == Fn::MAX || F == Fn::MIN || F == Fn::RELU ||
+                          ((F == Fn::EXP || F == Fn::SIGMOID) && kVectorMath)) &&
+                         (vector_form<C>::value && ...)> {};
+// Worth it only where the vector form beats what the compiler does alone: exp and sigmoid, and
+// outputs large enough to stream past the caches.
+template <class B>
+struct vector_math : std::false_type {};
+template <Fn F, class... C>
+struct vector_math<BMap<F, C...>>
+    : std::bool_constant<F == Fn::EXP || F == Fn::SIGMOID || (vector_math<C>::value || ...)> {};
+
+template <class T, View V>
+METAGRAD_INLINE auto vget(const BLeaf<T, V>& b, index_t j) {
+  if constexpr (V.strides[0] == 0)
+    return simd<T>::splat(b.p[V.offset]);
+  else
+    return simd<T>::load(b.p + V.offset + j);
+}
+template <class T>
+METAGRAD_INLINE auto vget(const BConst<T>& b, index_t) {
+  return simd<T>::splat(b.v);
+}
+template <Fn F, class... C>
+METAGRAD_INLINE auto vget(const BMap<F, C...>& b, index_t j) {
+  auto x = vget(std::get<0>(b.c), j);
+  using V = decltype(x);
+  if constexpr (sizeof...(C) == 1) {
+    if constexpr (F == Fn::NEG)
+      return V(-x);
+    else if constexpr (F == Fn::RELU)
+      return V(x > 0 ? x : V{});
+#if defined(__AVX512F__)
+    else if constexpr (F == Fn::EXP)
+      return vexp(x);
+    else
+      return vsigmoid(x);
+#else
+    else
+      return x;  // not reached: vector_form excludes it
+#endif
+  } else {
+    auto y = vget(std::get<1>(b.c), j);
+    if constexpr (F == Fn::ADD)
+      return V(x + y);
+    else if constexpr (F == Fn::SUB)
+      return V(x - y);
+    else if constexpr (F == Fn::MUL)
+      return V(x * y);
+    else if constexpr (F == Fn::DIV)
+      return V(x / y);
+    else if constexpr (F == Fn::MAX)
+      return V(x < y ? y : x);
+    else
+      return V(y < x ? y : x);
+  }
+}
+
 // Restrict: the destination is not read (the compiler then needs no overlap checks).
 template <Dims I, bool Restrict, class B, class T>
 void run_assign(const B& b, T* out) {
   constexpr std::size_t R = I.size();
   constexpr index_t n = I[R - 1];
+  if constexpr (R == 1 && vector_form<B>::value) {
+    constexpr index_t W = simd<T>::W;
+    constexpr bool big = n * sizeof(T) >= (std::size_t{8} << 20);  // far past L2, most of L3
+    if constexpr (vector_math<B>::value || big) {
+      index_t j = 0;
+      if (big && reinterpret_cast<std::uintptr_t>(out) % kVectorBytes == 0) {
+        for (; j + W <= n; j += W) stream(out + j, vget(b, j));
+        stream_fence();
+      } else {
+        for (; j + W <= n; j += W) simd<T>::store(out + j, vget(b, j));
+      }
+      for (; j < n; ++j) out[j] = get<1>(b, nullptr, j);
+      return;
+    }
+  }
   for_outer<I>([&](index_t o, const index_t* pos) {
     if constexpr (Restrict) {
       T* __restrict row = out + o * n;

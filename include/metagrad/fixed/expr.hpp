@@ -206,6 +206,23 @@ struct ExprBase {
   auto square() const;
   auto abs() const;
   auto reciprocal() const;
+  auto log2() const;
+  auto exp2() const;
+  auto tan() const;
+  auto rsqrt() const;
+  auto sign() const;
+  auto clip(double min, double max) const;
+  auto hardtanh(double min = -1, double max = 1) const;
+  auto relu6() const;
+  auto elu(double alpha = 1) const;
+  auto leakyrelu(double neg_slope = 0.01) const;
+  auto swish() const;
+  auto silu() const;
+  auto hardswish() const;
+  auto quick_gelu() const;
+  auto softplus(double beta = 1) const;
+  auto mish() const;
+  auto softsign() const;
   template <class U>
   auto cast() const;
 

@@ -1,61 +1,27 @@
 #pragma once
 // The inline matmul kernel: C = A B for strided A (m x k) and B (k x n), row-major C, blocked as
 // GotoBLAS does. Panels of B (KC x NR strips) and A (MC x KC, MR-row strips) are packed into arena
-// memory; a register tile of MR rows x NV vectors accumulates with FMA. Vectors are GCC vector
-// extensions sized for the compiling ISA, so the kernel sits in an ISA-named inline namespace: TUs
-// built for different ISAs never share (ODR-merge) each other's code.
+// memory; a register tile of MR rows x NV vectors (simd.hpp) accumulates with FMA.
 #include <algorithm>
 #include <cstring>
 
-#if defined(__AVX512F__) || defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "metagrad/fixed/arena.hpp"
 #include "metagrad/fixed/shape.hpp"
-
-#if defined(__AVX512F__)
-#define METAGRAD_FIXED_ISA avx512
-#elif defined(__AVX__)
-#define METAGRAD_FIXED_ISA avx
-#else
-#define METAGRAD_FIXED_ISA base
-#endif
+#include "metagrad/fixed/simd.hpp"
 
 namespace metagrad::fixed::detail {
 inline namespace METAGRAD_FIXED_ISA {
 
-#if defined(__AVX512F__)
-inline constexpr int kVectorBytes = 64, kTileRows = 14;  // 28 of 32 vector registers accumulate
-#elif defined(__AVX__)
-inline constexpr int kVectorBytes = 32, kTileRows = 6;  // 12 of 16
-#else
-inline constexpr int kVectorBytes = 16, kTileRows = 6;
-#endif
+// Register tile rows: MR x 2 accumulators in 28 of AVX-512's 32 registers, 12 of AVX's 16.
+inline constexpr int kTileRows = kVectorBytes == 64 ? 14 : 6;
 
 template <class T>
 struct Gemm {
-  static constexpr int W = kVectorBytes / static_cast<int>(sizeof(T));  // lanes per vector
+  using V = typename simd<T>::V;
+  static constexpr int W = simd<T>::W;
   static constexpr int MR = kTileRows, NV = 2, NR = NV * W;
   static constexpr index_t KC = 256, MC = MR * (160 / MR), NC = 2048;
-  typedef T V __attribute__((vector_size(kVectorBytes)));
-
-  static V fma(V a, V b,
-               V c) {  // a * b + c, fused where the ISA has it (-ffp-contract=off is ISO C++'s default)
-#if defined(__AVX512F__)
-    if constexpr (sizeof(T) == 4)
-      return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-    else
-      return (V)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
-#elif defined(__FMA__)
-    if constexpr (sizeof(T) == 4)
-      return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-    else
-      return (V)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
-#else
-    return a * b + c;
-#endif
-  }
+  static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
   // One MR x NR tile of C (+)= packed A strip (kc x MR) times packed B strip (kc x NR).
   static void tile(index_t kc, const T* a, const T* b, T* c, index_t ldc, index_t rows, index_t cols,

@@ -83,6 +83,7 @@ struct reduce;
 struct matmul;
 struct linear;
 struct conv2d;
+struct pool;
 struct assign;
 struct cross_entropy;
 }  // namespace err

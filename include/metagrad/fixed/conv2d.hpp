@@ -1,0 +1,88 @@
+#pragma once
+// conv2d with compile-time stride and padding, NCHW input and (Cout, Cin, KH, KW) weights, as the
+// dynamic Tensor::conv2d (groups 1, dilation 1). A Conv2d node is materialised per image: the
+// input's windows are unrolled into an arena matrix (im2col, zeros for the padding) and the
+// weights (Cout x Cin*KH*KW) multiply it with the matmul kernel, writing NCHW output directly.
+#include "metagrad/fixed/matmul.hpp"
+
+namespace metagrad::fixed {
+
+namespace op {
+template <index_t Stride, index_t Padding>
+struct Conv2d {  // children: x (N, Cin, H, W), w (Cout, Cin, KH, KW); shape (N, Cout, OH, OW)
+  static constexpr index_t stride = Stride, padding = Padding;
+};
+}  // namespace op
+
+namespace detail {
+template <index_t S, index_t P>
+constexpr Dims conv_shape(const Dims& x, const Dims& w) {
+  return Dims{x[0], w[0], (x[2] + 2 * P - w[2]) / S + 1, (x[3] + 2 * P - w[3]) / S + 1};
+}
+template <index_t S, index_t P, class X, class W>
+struct node<op::Conv2d<S, P>, X, W> {
+  static constexpr Dims dims = conv_shape<S, P>(X::shape::dims, W::shape::dims);
+  using value_type = typename X::value_type;
+  using shape = ShapeOf<dims>;
+};
+
+// An operand as row-major contiguous data: in place when it is a tensor, else evaluated.
+template <class E>
+const typename E::value_type* contiguous_data(const E& e) {
+  auto [p, v] = operand_data(e);
+  if (v.contiguous) return p;
+  auto* tmp = Arena::local().alloc<typename E::value_type>(E::shape::size);
+  assign(tmp, e);
+  return tmp;
+}
+
+template <index_t S, index_t P>
+struct Materialise<op::Conv2d<S, P>> {
+  template <class T, class X, class W>
+  static void run(T* out, const Expr<op::Conv2d<S, P>, X, W>& e) {
+    constexpr Dims dx = X::shape::dims, dw = W::shape::dims, dout = node<op::Conv2d<S, P>, X, W>::dims;
+    constexpr index_t n = dx[0], c = dx[1], h = dx[2], w = dx[3], cout = dw[0], kh = dw[2], kw = dw[3];
+    constexpr index_t oh = dout[2], ow = dout[3], k = c * kh * kw, hw = oh * ow;
+    Arena::Scope scope;
+    const T* x = contiguous_data(std::get<0>(e.children()));
+    const T* wt = contiguous_data(std::get<1>(e.children()));
+    T* cols = Arena::local().alloc<T>(k * hw);  // row (ci, i, j), column (y, z)
+    for (index_t b = 0; b < n; ++b) {
+      const T* img = x + b * c * h * w;
+      T* col = cols;
+      for (index_t ci = 0; ci < c; ++ci)
+        for (index_t i = 0; i < kh; ++i)
+          for (index_t j = 0; j < kw; ++j)
+            for (index_t y = 0; y < oh; ++y) {
+              index_t iy = y * S + i - P;
+              for (index_t z = 0; z < ow; ++z, ++col) {
+                index_t iz = z * S + j - P;
+                *col = iy >= 0 && iy < h && iz >= 0 && iz < w ? img[(ci * h + iy) * w + iz] : T(0);
+              }
+            }
+      Gemm<T>::run(cout, hw, k, wt, k, 1, cols, hw, 1, out + b * cout * hw, hw);
+    }
+  }
+};
+}  // namespace detail
+
+// x (N, Cin, H, W) convolved with w (Cout, Cin, KH, KW): (N, Cout, (H + 2P - KH) / S + 1, ...).
+template <index_t Stride = 1, index_t Padding = 0, Operand X, Operand W>
+auto conv2d(const X& x, const W& w) {
+  using EX = expr_t<X>;
+  using EW = expr_t<W>;
+  constexpr Dims dx = EX::shape::dims, dw = EW::shape::dims;
+  constexpr bool ok = dx.size() == 4 && dw.size() == 4 && dx[1] == dw[1] && Stride > 0 && Padding >= 0 &&
+                      dx[2] + 2 * Padding >= dw[2] && dx[3] + 2 * Padding >= dw[3];
+  static_assert(shapes_fit<ok, err::conv2d, typename EX::shape, typename EW::shape>,
+                "fixed: conv2d (N, Cin, H, W) * (Cout, Cin, KH, KW): the channels must agree and the kernel "
+                "must fit the padded image");
+  if constexpr (ok) return Expr<op::Conv2d<Stride, Padding>, EX, EW>({}, x.expr(), w.expr());
+}
+template <index_t Stride = 1, index_t Padding = 0, Operand X, Operand W, Operand B>
+auto conv2d(const X& x, const W& w, const B& bias) {  // bias (Cout), added per output channel
+  constexpr index_t cout = expr_t<W>::shape::dims[0];
+  return conv2d<Stride, Padding>(x, w) + bias.template reshape<cout, 1, 1>();
+}
+
+}  // namespace metagrad::fixed

@@ -1,0 +1,78 @@
+#pragma once
+// The hlops a small CNN or MLP needs beyond elementwise and matmul, composed from static ops (so
+// every evaluator and fixed::grad sees only the core op tags): pooling with a window equal to its
+// stride, nll_loss and sparse_categorical_crossentropy on integer (or integral float) labels.
+#include "metagrad/fixed/reduce.hpp"
+#include "metagrad/fixed/tensor.hpp"
+
+namespace metagrad::fixed {
+
+namespace detail {
+// (N, C, H, W) seen as (N, C, H / K, K, W / K, K): each K x K window on axes 3 and 5.
+template <index_t K, Operand X>
+auto windows(const X& x) {
+  using S = typename expr_t<X>::shape;
+  constexpr bool ok = S::rank == 4 && K > 0 && S::dims[2] % K == 0 && S::dims[3] % K == 0;
+  static_assert(shapes_fit<ok, err::pool, S, Args<K>>,
+                "fixed: max_pool2d / avg_pool2d: (N, C, H, W) with H and W multiples of the window");
+  if constexpr (ok) return x.template reshape<S::dims[0], S::dims[1], S::dims[2] / K, K, S::dims[3] / K, K>();
+}
+}  // namespace detail
+
+// (N, C, H, W) -> (N, C, H / K, W / K): the max (or mean) of each K x K window.
+template <index_t K, Operand X>
+auto max_pool2d(const X& x) {
+  return detail::windows<K>(x).template max<3, 5>();
+}
+template <index_t K, Operand X>
+auto avg_pool2d(const X& x) {
+  return detail::windows<K>(x).template mean<3, 5>();
+}
+
+namespace detail {
+// 0, 1, ..., C - 1 as a tensor that lives as long as the program: a leaf for one-hot comparisons.
+template <class T, index_t C>
+const Tensor<T, C>& arange() {
+  static const Tensor<T, C> r = [] {
+    Tensor<T, C> t;
+    for (index_t i = 0; i < C; ++i) t[i] = T(i);
+    return t;
+  }();
+  return r;
+}
+}  // namespace detail
+
+// Mean over the labelled positions of -logp[..., label]: logp (..., C) holds log-probabilities,
+// labels (...) the classes, any arithmetic type (compared after a cast to logp's type).
+template <Operand L, Operand Y>
+auto nll_loss(const L& logp, const Y& labels) {
+  using S = typename expr_t<L>::shape;
+  using SY = typename expr_t<Y>::shape;
+  using T = typename expr_t<L>::value_type;
+  constexpr index_t c = S::rank ? S::dims[S::rank - 1] : 0;
+  constexpr bool ok = S::rank >= 1 && SY::rank + 1 == S::rank && [] {
+    for (std::size_t i = 0; i < SY::rank; ++i)
+      if (SY::dims[i] != S::dims[i]) return false;
+    return true;
+  }();
+  static_assert(shapes_fit<ok, err::cross_entropy, S, SY>,
+                "fixed: nll_loss / sparse_categorical_crossentropy: labels must have the shape of the "
+                "log-probabilities without the class axis");
+  if constexpr (ok) {
+    constexpr Dims col = [] {
+      Dims d = SY::dims;
+      d.push_back(1);
+      return d;
+    }();
+    auto y = detail::move<expr_t<Y>, MovementOps::RESHAPE, col>(labels.expr()).template cast<T>();
+    auto one_hot = (y == detail::arange<T, c>()).template cast<T>();
+    return -(logp * one_hot).sum() * (T(1) / T(SY::size));
+  }
+}
+// nll_loss of log_softmax over the last axis, as the dynamic path.
+template <Operand X, Operand Y>
+auto sparse_categorical_crossentropy(const X& logits, const Y& labels) {
+  return nll_loss(logits.template log_softmax<-1>(), labels);
+}
+
+}  // namespace metagrad::fixed
