@@ -177,7 +177,8 @@ bool verify() {
   *s = (*a * 30).sigmoid();
   flat(*e) = (flat(*a) * 30).logistic();
   ok = ok && same(s->data(), e->data(), n, 1e-6, "W2");
-  auto m = random_tensor<fx::Tensor<float, 300, 500>>(6), w = random_tensor<fx::Tensor<float, 500, 200>>(7);
+  auto m = random_tensor<fx::Tensor<float, 300, 500>>(6);
+  auto w = random_tensor<fx::Tensor<float, 500, 200>>(7);
   fx::Tensor<float, 300, 200> p = fx::matmul(*m, *w), q;
   matrix(q) = matrix(*m) * matrix(*w);
   fx::Tensor<float, 500> rows = m->sum<0>();

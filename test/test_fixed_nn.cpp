@@ -138,5 +138,5 @@ TEST_CASE("fixed elementwise hlops agree with the dynamic path on the CPU device
   same(a.abs(), da.abs());
   same(fx::minimum(a, p) - fx::maximum(a, 1), da.minimum(dp) - da.maximum(1));
   same((a != p).cast<float>() + (a <= 0).cast<float>(),
-       (da != dp).cast(metagrad::dtypes::float32) + (da <= 0).cast(metagrad::dtypes::float32));
+       da.ne(dp).cast(metagrad::dtypes::float32) + (da <= 0).cast(metagrad::dtypes::float32));
 }
