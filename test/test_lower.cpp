@@ -25,9 +25,9 @@ fx::Tensor<float, D...> random_tensor(std::mt19937& rng, double lo = -2, double 
   return t;
 }
 
-// (M, K) @ (K, N) from broadcasting, a multiply and a sum (as the dynamic path builds matmul).
+// (M, K) @ (K, N) from broadcasting, a multiply and a sum: movement ops and a reduce, no MatMul node.
 template <index_t M, index_t K, index_t N, class A, class B>
-auto matmul(const A& a, const B& b) {
+auto broadcast_matmul(const A& a, const B& b) {
   return (a.template reshape<M, K, 1>().template expand<M, K, N>() *
           b.template reshape<1, K, N>().template expand<M, K, N>())
       .template sum<1>();
@@ -103,7 +103,7 @@ TEST_CASE("lower: reductions, mean, softmax and log_softmax", "[lower]") {
   }
 }
 
-TEST_CASE("lower: matmul and an MLP forward pass", "[lower]") {
+TEST_CASE("lower: matmul, linear, conv2d, pooling, cross-entropy and an MLP forward pass", "[lower]") {
   std::mt19937 rng(4);
   for (int trial = 0; trial < 3; ++trial) {
     auto x = random_tensor<8, 12>(rng);
@@ -111,9 +111,20 @@ TEST_CASE("lower: matmul and an MLP forward pass", "[lower]") {
     auto b1 = random_tensor<16>(rng);
     auto w2 = random_tensor<16, 5>(rng, -0.5, 0.5);
     auto b2 = random_tensor<5>(rng);
-    check_lowered(matmul<8, 12, 16>(x, w1));
-    auto h = (matmul<8, 12, 16>(x, w1) + b1).relu();
-    check_lowered((matmul<8, 16, 5>(h, w2) + b2).log_softmax<1>());
+    check_lowered(fx::matmul(x, w1));
+    check_lowered(broadcast_matmul<8, 12, 16>(x, w1));
+    check_lowered(fx::matmul(x.transpose(), random_tensor<8, 3>(rng)));
+    check_lowered(fx::matmul(random_tensor<2, 3, 4>(rng), random_tensor<4, 5>(rng)));
+    auto h = fx::linear(x, w1, b1).relu();
+    check_lowered(fx::linear(h, w2, b2).log_softmax<1>());
+    fx::Tensor<std::int32_t, 8> y;
+    for (auto& v : y) v = std::uniform_int_distribution<std::int32_t>(0, 4)(rng);
+    check_lowered(fx::sparse_categorical_crossentropy(fx::linear(h, w2, b2), y));
+    auto img = random_tensor<2, 3, 8, 8>(rng);
+    auto k = random_tensor<4, 3, 3, 3>(rng, -0.5, 0.5);
+    check_lowered(fx::conv2d(img, k));
+    check_lowered(fx::conv2d<2, 1>(img, k).relu());
+    check_lowered(fx::max_pool2d<2>(img) + fx::avg_pool2d<2>(img));
   }
 }
 
@@ -152,7 +163,7 @@ TEST_CASE("lower: a Lowering shares each leaf, binds given Tensors, and its grap
   L.bind(w, wd);
   REQUIRE_THROWS_WITH(L.bind(x, wd), Catch::Contains("(5, 3)") && Catch::Contains("(3, 2)"));
   // d/dw sum(relu(x @ w)) = x^T @ (x @ w > 0), computed by loops.
-  Tensor loss = L(matmul<5, 3, 2>(x, w).relu()).sum();
+  Tensor loss = L(fx::matmul(x, w).relu()).sum();
   loss.backward();
   std::vector<float> g = wd.grad->to_vector<float>();
   for (index_t k = 0; k < 3; ++k)
@@ -234,8 +245,7 @@ TEST_CASE("lower: fixed::grad equals the dynamic backward through the lowered lo
   auto w1 = random_tensor<12, 16>(rng, -0.5, 0.5);
   auto b1 = random_tensor<16>(rng);
   auto w2 = random_tensor<16, 5>(rng, -0.5, 0.5);
-  auto loss =
-      (matmul<8, 16, 5>((matmul<8, 12, 16>(x, w1) + b1).relu(), w2).log_softmax<1>() * 0.1f).sum<0, 1>();
+  auto loss = (fx::matmul((fx::matmul(x, w1) + b1).relu(), w2).log_softmax<1>() * 0.1f).sum<0, 1>();
   auto [g1, gb, g2] = fx::grad(loss, w1, b1, w2);
   metagrad::Lowering L("CLANG");
   std::vector<Tensor> params{L.leaf(w1), L.leaf(b1), L.leaf(w2)};

@@ -138,6 +138,11 @@ class Lowering {
       return axes.empty() ? x : x.flip(axes);
     }
   }
+  Tensor make(const fixed::op::MatMul&, const Tensor& a, const Tensor& b) { return a.matmul(b); }
+  template <fixed::index_t Stride, fixed::index_t Padding>
+  Tensor make(const fixed::op::Conv2d<Stride, Padding>&, const Tensor& x, const Tensor& w) {
+    return x.conv2d(w, std::nullopt, 1, {Stride}, {1}, {Padding});
+  }
   template <fixed::Fn F, class... K>
   Tensor make(const fixed::op::Map<F>&, const K&... k) {
     using fixed::Fn;

@@ -9,14 +9,6 @@ namespace aot_mlp {
 namespace fx = metagrad::fixed;
 inline constexpr fx::index_t kBatch = 8, kIn = 12, kHidden = 16, kOut = 5;
 
-// (M, K) @ (K, N): broadcast, multiply, sum over K.
-template <fx::index_t M, fx::index_t K, fx::index_t N, class A, class B>
-auto matmul(const A& a, const B& b) {
-  return (a.template reshape<M, K, 1>().template expand<M, K, N>() *
-          b.template reshape<1, K, N>().template expand<M, K, N>())
-      .template sum<1>();
-}
-
 struct Weights {
   fx::Tensor<float, kIn, kHidden> w1;
   fx::Tensor<float, kHidden> b1;
@@ -25,7 +17,7 @@ struct Weights {
 };
 
 inline auto forward(const fx::Tensor<float, kBatch, kIn>& x, const Weights& w) {
-  return matmul<kBatch, kHidden, kOut>((matmul<kBatch, kIn, kHidden>(x, w.w1) + w.b1).relu(), w.w2) + w.b2;
+  return fx::linear(fx::linear(x, w.w1, w.b1).relu(), w.w2, w.b2);
 }
 
 inline metagrad::Tensor forward(const metagrad::Tensor& x, const metagrad::Tensor& w1,
