@@ -39,6 +39,8 @@
 #include <thread>
 #include <vector>
 
+#include "eigen_mlp.hpp"
+
 namespace {
 
 using metagrad::Tensor;
@@ -688,52 +690,11 @@ class Child {
     return d;
   }
 
-  // Written by hand: row-major host data, so the Eigen matrices are row-major too.
-  struct EigenMlp {
-    using M = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    M x, w1, w2, h, l, dl, dh, dw1, dw2;
-    Eigen::RowVectorXf b1, b2, db1, db2;
-    std::vector<std::int32_t> y;
-    float lr = 0.01f;
+  // Written by hand (eigen_mlp.hpp, shared with bench_static_mlp).
+  struct EigenMlp : metagrad::bench::EigenMlp {
     explicit EigenMlp(const MlpData& d)
-        : x(Eigen::Map<const M>(d.x.data(), kBatch, kIn)),
-          w1(Eigen::Map<const M>(d.w1.data(), kIn, kHidden)),
-          w2(Eigen::Map<const M>(d.w2.data(), kHidden, kOut)),
-          b1(Eigen::Map<const Eigen::RowVectorXf>(d.b1.data(), kHidden)),
-          b2(Eigen::Map<const Eigen::RowVectorXf>(d.b2.data(), kOut)),
-          y(d.y) {}
-    float forward() {
-      h.noalias() = x * w1;
-      h.rowwise() += b1;
-      h = h.cwiseMax(0.0f);
-      l.noalias() = h * w2;
-      l.rowwise() += b2;
-      // log-softmax and NLL; dl = (softmax - onehot) / batch
-      Eigen::VectorXf mx = l.rowwise().maxCoeff();
-      dl = (l.colwise() - mx).array().exp().matrix();
-      Eigen::VectorXf se = dl.rowwise().sum();
-      float loss = 0;
-      for (std::int64_t i = 0; i < kBatch; ++i) {
-        loss -= l(i, y[static_cast<std::size_t>(i)]) - mx(i) - std::log(se(i));
-        dl.row(i) /= se(i) * static_cast<float>(kBatch);
-        dl(i, y[static_cast<std::size_t>(i)]) -= 1.0f / static_cast<float>(kBatch);
-      }
-      return loss / static_cast<float>(kBatch);
-    }
-    float step() {
-      float loss = forward();
-      dw2.noalias() = h.transpose() * dl;
-      db2 = dl.colwise().sum();
-      dh.noalias() = dl * w2.transpose();
-      dh = (h.array() > 0.0f).select(dh, 0.0f);
-      dw1.noalias() = x.transpose() * dh;
-      db1 = dh.colwise().sum();
-      w1 -= lr * dw1;
-      w2 -= lr * dw2;
-      b1 -= lr * db1;
-      b2 -= lr * db2;
-      return loss;
-    }
+        : metagrad::bench::EigenMlp(kBatch, kIn, kHidden, kOut, d.x.data(), d.w1.data(), d.b1.data(),
+                                    d.w2.data(), d.b2.data(), d.y) {}
   };
 
   struct Net {
