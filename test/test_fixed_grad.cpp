@@ -16,6 +16,9 @@
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/mlp.hpp"
 #include "metagrad/tensor.hpp"
+#if __has_include("metagrad/fixed/conv2d.hpp")
+#include "metagrad/fixed/nn.hpp"
+#endif
 
 namespace fx = metagrad::fixed;
 using fx::index_t;
@@ -311,3 +314,63 @@ TEST_CASE("fixed grad: a W5 SGD step allocates nothing after the first and lower
   REQUIRE(std::isfinite(last));
   REQUIRE(last < first);
 }
+
+#if __has_include("metagrad/fixed/conv2d.hpp")
+TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic path on CPU", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(700 + seed);
+    auto x = random_tensor<double, 2, 2, 6, 6>(rng);
+    auto w = random_tensor<double, 3, 2, 3, 3>(rng, -0.5, 0.5);
+    auto cb = random_tensor<double, 3>(rng, -0.1, 0.1);
+    auto w2 = random_tensor<double, 27, 4>(rng, -0.5, 0.5);
+    auto b2 = random_tensor<double, 4>(rng);
+    fx::Tensor<double, 2, 4> y;
+    for (index_t i = 0; i < 2; ++i) y(i, rng() % 4) = 1;
+    // conv (stride 1, padding 1), relu, 2x2 max pool, linear, log-softmax + NLL
+    auto features = fx::max_pool2d<2>(fx::conv2d<1, 1>(x, w, cb).relu()).reshape<2, 27>();
+    auto loss = -((fx::matmul(features, w2) + b2).log_softmax<1>() * y).sum();
+    check_fd(loss, x, w, cb, w2, b2);
+    auto w3 = random_tensor<double, 3, 2, 2, 2>(rng);  // stride 2, no padding
+    check_fd((fx::conv2d<2, 0>(x, w3).sigmoid() * random_tensor<double, 2, 3, 3, 3>(rng)).sum(), x, w3);
+
+    // the same network in float on both paths
+    auto f = [](const auto& t) { return fx::eval(t.template cast<float>()); };
+    auto xf = f(x);
+    auto wf = f(w);
+    auto cbf = f(cb);
+    auto w2f = f(w2);
+    auto b2f = f(b2);
+    auto yf = f(y);
+    auto lossf =
+        -((fx::matmul(fx::max_pool2d<2>(fx::conv2d<1, 1>(xf, wf, cbf).relu()).reshape<2, 27>(), w2f) + b2f)
+              .log_softmax<1>() *
+          yf)
+             .sum();
+    auto [gw, gcb, gw2] = fx::grad(lossf, wf, cbf, w2f);
+    auto dyn = [](const auto& t, bool param) {
+      std::vector<float> v(t.begin(), t.end());
+      return metagrad::Tensor(v, std::remove_cvref_t<decltype(t)>::shape::dims,
+                              {.device = "CPU", .requires_grad = param});
+    };
+    metagrad::Tensor dw = dyn(wf, true), dcb = dyn(cbf, true), dw2 = dyn(w2f, true);
+    metagrad::Tensor dl =
+        -((dyn(xf, false).conv2d(dw, dcb, 1, {1}, {1}, {1}).relu().max_pool2d().reshape({2, 27}).matmul(dw2) +
+           dyn(b2f, false))
+              .log_softmax(1) *
+          dyn(yf, false))
+             .sum();
+    dl.backward();
+    REQUIRE(close(fx::eval(lossf)[0], dl.item<float>(), 1e-4, 1e-5));
+    auto same = [](const auto& got, const metagrad::Tensor& want) {
+      std::vector<float> wv = want.grad->to_vector<float>();
+      for (std::size_t i = 0; i < wv.size(); ++i) {
+        INFO("flat index " << i << ": static " << got[i] << ", dynamic " << wv[i]);
+        REQUIRE(close(got[i], wv[i], 1e-4, 1e-5));
+      }
+    };
+    same(gw, dw);
+    same(gcb, dcb);
+    same(gw2, dw2);
+  }
+}
+#endif

@@ -193,3 +193,7 @@ struct Vjp<op::MatMul> {
 #endif
 
 }  // namespace metagrad::fixed
+
+#if __has_include("metagrad/fixed/conv2d.hpp")
+#include "metagrad/fixed/conv2d_vjp.hpp"
+#endif
