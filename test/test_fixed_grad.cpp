@@ -12,30 +12,19 @@
 #include <vector>
 
 #include "alloc_count.hpp"
+#include "fixed_check.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/mlp.hpp"
-#include "metagrad/tensor.hpp"
-#if __has_include("metagrad/fixed/conv2d.hpp")
 #include "metagrad/fixed/nn.hpp"
-#endif
+#include "metagrad/tensor.hpp"
 
 namespace fx = metagrad::fixed;
 using fx::index_t;
+using metagrad::test::close;
+using metagrad::test::random_tensor;
 
 namespace {
-
-template <class T, index_t... D>
-fx::Tensor<T, D...> random_tensor(std::mt19937& rng, double lo = -2, double hi = 2) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  fx::Tensor<T, D...> t;
-  for (T& x : t) x = static_cast<T>(u(rng));
-  return t;
-}
-
-bool close(double got, double want, double rel, double abs) {
-  return std::abs(got - want) <= abs + rel * std::abs(want);
-}
 
 // fixed::grad of loss (an expression reading params) against central differences of its value,
 // each parameter element moved in place by +-1e-6.
@@ -176,7 +165,7 @@ TEST_CASE("fixed grad: movement ops against finite differences", "[fixed]") {
   }
 }
 
-TEST_CASE("fixed grad: matmul from movement ops, a multiply and a sum, and the MLP loss", "[fixed]") {
+TEST_CASE("fixed grad: matmul (composed and the kernel, 2-D and batched) and the MLP loss", "[fixed]") {
   for (int seed = 0; seed < kSeeds; ++seed) {
     std::mt19937 rng(400 + seed);
     auto a = random_tensor<double, 3, 4>(rng);
@@ -184,7 +173,10 @@ TEST_CASE("fixed grad: matmul from movement ops, a multiply and a sum, and the M
     auto r = random_tensor<double, 3, 5>(rng);
     auto dot = (a.reshape<3, 4, 1>().expand<3, 4, 5>() * b.reshape<1, 4, 5>().expand<3, 4, 5>()).sum<1>();
     check_fd((dot * r).sum(), a, b);
-    check_fd((fx::detail::mm(a, b) * r).sum(), a, b);
+    check_fd((fx::matmul(a, b) * r).sum(), a, b);
+    check_fd((fx::matmul(a.transpose(), r) * random_tensor<double, 4, 5>(rng)).sum(), a, r);
+    auto batched = random_tensor<double, 2, 3, 4>(rng);
+    check_fd((fx::matmul(batched, b) * random_tensor<double, 2, 3, 5>(rng)).sum(), batched, b);
 
     fx::MLP<double, 6, 5, 7, 3> m(seed);
     for (double& v : m.b1) v = std::uniform_real_distribution<double>(-0.5, 0.5)(rng);
@@ -315,7 +307,6 @@ TEST_CASE("fixed grad: a W5 SGD step allocates nothing after the first and lower
   REQUIRE(last < first);
 }
 
-#if __has_include("metagrad/fixed/conv2d.hpp")
 TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic path on CPU", "[fixed]") {
   for (int seed = 0; seed < kSeeds; ++seed) {
     std::mt19937 rng(700 + seed);
@@ -373,4 +364,3 @@ TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic pa
     same(gw2, dw2);
   }
 }
-#endif

@@ -7,24 +7,9 @@
 #include <random>
 
 #include "metagrad/fixed/grad.hpp"
+#include "metagrad/fixed/matmul.hpp"
 
 namespace metagrad::fixed {
-
-namespace detail {
-// a @ b: the static matmul where it exists, else the same product from movement ops, a multiply
-// and a sum (tinygrad's dot), whose gradient follows from theirs.
-template <class A, class B>
-auto mm(const A& a, const B& b) {
-#if __has_include("metagrad/fixed/matmul.hpp")
-  return matmul(a, b);
-#else
-  constexpr index_t m = A::shape::dims[0], k = A::shape::dims[1], n = B::shape::dims[1];
-  return (a.template reshape<m, k, 1>().template expand<m, k, n>() *
-          b.template reshape<1, k, n>().template expand<m, k, n>())
-      .template sum<1>();
-#endif
-}
-}  // namespace detail
 
 template <class T, index_t Batch, index_t In, index_t Hidden, index_t Out>
 struct MLP {
@@ -50,7 +35,7 @@ struct MLP {
 
   template <class X>
   auto logits(const X& x) const {
-    return detail::mm((detail::mm(x, w1) + b1).relu(), w2) + b2;
+    return matmul((matmul(x, w1) + b1).relu(), w2) + b2;
   }
   // Mean negative log-likelihood of the one-hot labels y.
   template <class X, class Y>

@@ -7,10 +7,8 @@
 #include <cstddef>
 #include <numbers>
 
-#include "metagrad/fixed/reduce.hpp"
-#if __has_include("metagrad/fixed/matmul.hpp")
 #include "metagrad/fixed/matmul.hpp"
-#endif
+#include "metagrad/fixed/reduce.hpp"
 
 namespace metagrad::fixed {
 
@@ -171,7 +169,6 @@ struct Vjp<op::Move<M, Arg>> {
   }
 };
 
-#if __has_include("metagrad/fixed/matmul.hpp")
 // (..., m, k) @ (k, n): da = g b^T; db = a^T g, the batch axes folded into m when b is 2-D.
 template <>
 struct Vjp<op::MatMul> {
@@ -190,10 +187,7 @@ struct Vjp<op::MatMul> {
     }
   }
 };
-#endif
 
 }  // namespace metagrad::fixed
 
-#if __has_include("metagrad/fixed/conv2d.hpp")
-#include "metagrad/fixed/conv2d_vjp.hpp"
-#endif
+#include "metagrad/fixed/conv2d_vjp.hpp"  // conv2d's rule: its own ops, in their own file
