@@ -19,6 +19,8 @@
 // unrolled at compile time and its only state is a few pointer arrays on the stack. Temporaries
 // live in the per-thread arena, which stops allocating once it has grown to a step's high-water
 // mark, so a training step that reuses its gradient tensors allocates nothing after the first.
+// The results are tensors, not the final gradient expressions: those read such temporaries, which
+// live only as long as the call.
 #include <algorithm>
 #include <array>
 #include <cstddef>
