@@ -53,30 +53,38 @@ void for_each_tap(F&& f) {
         }
 }
 
+// Both rules are one loop: out = 0, then at every tap out[the input's or the weight's position] +=
+// g * the other operand there. E's children are (g, w) for the input's rule, (x, g) for the weight's.
+template <index_t S, index_t P, bool ToInput, class T, class E>
+void scatter_taps(T* out, const E& e) {
+  using A = boost::mp11::mp_at_c<typename E::children_types, 0>;
+  using B = boost::mp11::mp_at_c<typename E::children_types, 1>;
+  using G = std::conditional_t<ToInput, A, B>;
+  constexpr Dims x = ToInput ? E::shape::dims : A::shape::dims, w = ToInput ? B::shape::dims : E::shape::dims;
+  Arena::Scope scope;
+  const T* a = contiguous_data(std::get<0>(e.children()));
+  const T* b = contiguous_data(std::get<1>(e.children()));
+  std::fill(out, out + E::shape::size, T(0));
+  for_each_tap<S, P, x, w, G::shape::dims>([&](index_t go, index_t wo, index_t xo) {
+    if constexpr (ToInput)
+      out[xo] += a[go] * b[wo];
+    else
+      out[wo] += b[go] * a[xo];
+  });
+}
+
 template <index_t S, index_t P, index_t H, index_t W>
 struct Materialise<op::Conv2dGradInput<S, P, H, W>> {
-  template <class T, class G, class Wt>
-  static void run(T* out, const Expr<op::Conv2dGradInput<S, P, H, W>, G, Wt>& e) {
-    using Out = typename Expr<op::Conv2dGradInput<S, P, H, W>, G, Wt>::shape;
-    Arena::Scope scope;
-    const T* g = contiguous_data(std::get<0>(e.children()));
-    const T* w = contiguous_data(std::get<1>(e.children()));
-    std::fill(out, out + Out::size, T(0));
-    for_each_tap<S, P, Out::dims, Wt::shape::dims, G::shape::dims>(
-        [&](index_t go, index_t wo, index_t xo) { out[xo] += g[go] * w[wo]; });
+  template <class T, class E>
+  static void run(T* out, const E& e) {
+    scatter_taps<S, P, true>(out, e);
   }
 };
 template <index_t S, index_t P, index_t KH, index_t KW>
 struct Materialise<op::Conv2dGradWeight<S, P, KH, KW>> {
-  template <class T, class X, class G>
-  static void run(T* out, const Expr<op::Conv2dGradWeight<S, P, KH, KW>, X, G>& e) {
-    using Out = typename Expr<op::Conv2dGradWeight<S, P, KH, KW>, X, G>::shape;
-    Arena::Scope scope;
-    const T* x = contiguous_data(std::get<0>(e.children()));
-    const T* g = contiguous_data(std::get<1>(e.children()));
-    std::fill(out, out + Out::size, T(0));
-    for_each_tap<S, P, X::shape::dims, Out::dims, G::shape::dims>(
-        [&](index_t go, index_t wo, index_t xo) { out[wo] += g[go] * x[xo]; });
+  template <class T, class E>
+  static void run(T* out, const E& e) {
+    scatter_taps<S, P, false>(out, e);
   }
 };
 }  // namespace detail
