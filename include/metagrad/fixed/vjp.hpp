@@ -15,7 +15,10 @@ namespace metagrad::fixed {
 struct none {};  // "this child gets no gradient"
 
 template <class Op>
-struct Vjp;
+struct Vjp {  // an op without a rule: a clear compile error instead of an incomplete type
+  static_assert(detail::always_false<Op>,
+                "fixed::grad: this op has no backward rule (specialise fixed::Vjp<Op>)");
+};
 
 namespace detail {
 // g broadcast back to `To` (a reduction's input shape: same rank, reduced axes 1 in g).
