@@ -34,9 +34,12 @@ std::string kernel_cache_dir() {
 
 namespace {
 
-// No -ffast-math: NaN and inf must behave. (-fvect-cost-model=dynamic vectorizes these loops, but
-// it changed a reduce gradient on CLANG: a suspected aliasing assumption to find before enabling.)
-const char* kFlags = "-shared -fPIC -O2 -march=native -fno-math-errno -lm";
+// No -ffast-math: NaN and inf must behave. No contraction (gcc's default is -ffp-contract=fast):
+// whether a*b+c becomes an FMA then depends on how each kernel vectorizes, and two kernels that
+// compute one expression must agree to the bit (a max's backward compares a value recomputed in
+// one kernel with the forward's). -fvect-cost-model=dynamic: -O2's default model vectorizes little.
+const char* kFlags =
+    "-shared -fPIC -O2 -fvect-cost-model=dynamic -ffp-contract=off -march=native -fno-math-errno -lm";
 
 std::string compiler() { return getenv("CC", "cc"); }
 
@@ -116,9 +119,10 @@ void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, cons
 }
 
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
-                          const codegen::CStyleLanguage& lang) {
-  return codegen::lower(ast, out_dtype,
-                        [&](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, lang); });
+                          const codegen::CStyleLanguage& lang, const codegen::Opts& opts) {
+  return codegen::lower(
+      ast, out_dtype, [&](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, lang); },
+      opts);
 }
 
 std::vector<void*> host_pointers(const char* device, const std::string& name,

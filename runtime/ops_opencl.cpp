@@ -458,7 +458,7 @@ void CLProgram::operator()(const std::vector<std::int64_t>& global_size,
 namespace {
 
 ASTRunner lower_opencl(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  return lower_to_runner(ast, out_dtype, OpenCLCodegen::lang);
+  return lower_to_runner(ast, out_dtype, OpenCLCodegen::lang, codegen::Opts::opencl());
 }
 
 class CLBackend final : public OpenCLBackend {

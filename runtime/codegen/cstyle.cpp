@@ -1,5 +1,6 @@
 #include "metagrad/codegen/cstyle.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -70,6 +71,20 @@ static inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0
 static inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
 static inline long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
 static inline long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
+static inline float mg_exp2f(float x) {
+  /* 2^x in straight-line code the compiler vectorizes (exp2f is a library call): x = n + r with
+     |r| <= 1/2, 2^r by its Taylor polynomial to r^7 (error < 1e-8), 2^n in two exponent steps so
+     results between 2^-151 and 2^129 round to subnormals, 0 or inf as exp2f's do. NaN passes. */
+  float c = x == x ? x : 0.0f, n, r, p, s1, s2; int i, h; unsigned int b1, b2;
+  c = c < -151.0f ? -151.0f : c; /* one select a statement: gcc if-converts (vectorizes) these */
+  c = c > 129.0f ? 129.0f : c;
+  n = (c + 12582912.0f) - 12582912.0f; r = c - n; p = 1.5252733804059841e-05f;
+  p = p * r + 1.5403530393381610e-04f; p = p * r + 1.3333558146428443e-03f;
+  p = p * r + 9.6181291076284772e-03f; p = p * r + 5.5504108664821580e-02f;
+  p = p * r + 2.4022650695910071e-01f; p = p * r + 6.9314718055994531e-01f; p = p * r + 1.0f;
+  i = (int)n; h = i / 2; b1 = (unsigned int)(h + 127) << 23; b2 = (unsigned int)(i - h + 127) << 23;
+  __builtin_memcpy(&s1, &b1, 4); __builtin_memcpy(&s2, &b2, 4); p = p * s1 * s2;
+  return x == x ? p : x; }
 static inline float mg_h2f(unsigned short h) { unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u; float f;
   if (e == 0x1f) u = s | 0x7f800000u | (m << 13); else if (e == 0) { f = (float)m * (1.0f / 16777216.0f); return s ? -f : f; } else u = s | ((e + 112) << 23) | (m << 13);
   __builtin_memcpy(&f, &u, 4); return f; }
@@ -131,6 +146,8 @@ struct Renderer {
     bool fl = dtypes::is_float(in);
     Op op = u.alu;
     if (op == UnaryOps::NOOP) return v[0];
+    if (op == UnaryOps::EXP2 && !opencl() && fl && in != dtypes::float64)
+      return detail::cat("mg_exp2f(", v[0], ")");
     if (op == UnaryOps::EXP2) return detail::cat(math("exp2", in), "(", v[0], ")");
     if (op == UnaryOps::LOG2) return detail::cat(math("log2", in), "(", v[0], ")");
     if (op == UnaryOps::SIN) return detail::cat(math("sin", in), "(", v[0], ")");
@@ -171,6 +188,10 @@ struct Renderer {
   std::string render() const {
     std::string src = opencl() ? kPreludeCL : kPreludeC;
     if (opencl()) src += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+    // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
+    // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
+    bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
+    if (!opencl() && reduces) src += "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
     src += detail::cat(lang.kernel_prefix, lang.kernel_prefix.empty() ? "" : " ", "void ", k.name, "(");
     for (std::size_t i = 0; i < k.buf_dtypes.size(); ++i) {
       src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", storage(k.buf_dtypes[i]), "*",
@@ -178,6 +199,11 @@ struct Renderer {
     }
     if (lang.range_arguments) src += ", int start, int end";
     src += ") {\n";
+    // A group's partial values meet in local memory, declared at the kernel's scope (OpenCL 1.2).
+    for (std::size_t i = 0; i < k.uops.size(); ++i)
+      if (k.uops[i].uop == UOps::GROUP)
+        src += detail::cat("  __local ", compute(k.uops[i].dtype), " lds", std::to_string(i), "[",
+                           std::to_string(k.uops[i].extent), "];\n");
     std::vector<std::string> names(k.uops.size());
     int depth = 1;
     auto line = [&](const std::string& s) {
@@ -191,7 +217,8 @@ struct Renderer {
       switch (u.uop) {
         case UOps::LOOP:
           if (u.threaded && !lang.range_arguments)
-            line(detail::cat("{ int ", u.name, " = ", lang.global_id, ";"));
+            line(
+                detail::cat("{ int ", u.name, " = ", k.local_size ? "get_group_id(0)" : lang.global_id, ";"));
           else if (u.threaded)
             line(detail::cat("for (int ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {"));
           else
@@ -208,7 +235,8 @@ struct Renderer {
           break;
         case UOps::DEFINE_ACC:
           names[i] = "acc" + std::to_string(i);
-          line(detail::cat(compute(u.dtype), " ", names[i], " = ", literal(u.value, u.dtype), ";"));
+          line(detail::cat(compute(u.dtype), " ", names[i], " = ",
+                           v.empty() ? literal(u.value, u.dtype) : v[0], ";"));
           break;
         case UOps::LOAD:
           names[i] = self;
@@ -225,8 +253,27 @@ struct Renderer {
           break;
         }
         case UOps::STORE:
-          line(store(u, v[0]));
+          if (u.valid.is_num() && u.valid.b() == 0) break;
+          line(u.valid.is_num() ? store(u, v[0])
+                                : detail::cat("if (", render_c_index(u.valid), ") ", store(u, v[0])));
           break;
+        case UOps::LOCAL:
+          if (!opencl()) throw std::runtime_error("cstyle: work-groups are OpenCL's, in kernel " + k.name);
+          line(detail::cat("{ int ", u.name, " = get_local_id(0);"));
+          ++depth;
+          break;
+        case UOps::GROUP: {  // barriers: the previous use of lds is read by all; then all are written
+          std::string lds = "lds" + std::to_string(i), lid = "lidx0";
+          names[i] = self;
+          line(detail::cat("barrier(CLK_LOCAL_MEM_FENCE); ", lds, "[", lid, "] = ", v[0],
+                           "; barrier(CLK_LOCAL_MEM_FENCE);"));
+          UOp as_alu = u;
+          as_alu.vin = {u.vin[0], u.vin[0]};
+          line(detail::cat(compute(u.dtype), " ", self, " = ", lds, "[0];"));
+          line(detail::cat("for (int g = 1; g < ", std::to_string(u.extent), "; g++) ", self, " = ",
+                           alu(as_alu, {self, lds + "[g]"}, k.uops), ";"));
+          break;
+        }
       }
     }
     return src + "}\n";

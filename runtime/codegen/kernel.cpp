@@ -118,8 +118,34 @@ void Kernel::upcast(std::size_t axis, std::int64_t amount) {
   simplify_ones();  // an axis split fully into the upcast leaves a loop of 1
 }
 
-void Kernel::hand_coded_optimizations() {
+void Kernel::block_reduce(std::size_t axis, std::int64_t amount) {
+  std::int64_t size = full_shape()[axis];
+  if (blocked || axis != first_reduce || amount <= 1 || size % amount != 0 || size == amount)
+    throw std::logic_error(detail::cat("Kernel.block_reduce: axis ", std::to_string(axis), " of ",
+                                       std::to_string(size), " by ", std::to_string(amount)));
+  std::vector<std::int64_t> s(full_shape().begin(), full_shape().end());
+  s[axis] = size / amount;
+  s.insert(s.begin() + static_cast<std::ptrdiff_t>(axis) + 1, amount);
+  reshape_and_permute(s, {});
+  blocked = true;
+}
+
+Opts Opts::host() {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return {8, 32, 128, 64, 8, 0};
+#endif
+  return {4, 16, 128, 64, 8, 0};
+}
+
+void Kernel::hand_coded_optimizations(const Opts& opts) {
   auto looped_end = [&] { return shape_len() - upcasted; };
+  // One looped reduce axis, a multiple of 2 blocks, a sum straight into the output (which holds the
+  // partial sums), and a global axis for the threads.
+  auto blockable = [&](std::int64_t block) {
+    return first_reduce >= 1 && looped_end() == first_reduce + 1 && reduceop == ast.get() &&
+           reduceop->op != ReduceOps::MAX && ast_dtype(reduceop->src.at(0)) == out_dtype &&
+           full_shape()[first_reduce] % block == 0 && full_shape()[first_reduce] >= 2 * block;
+  };
   auto contiguous_in_input = [&](std::size_t axis) {
     for (std::size_t b = 1; b < sts.size(); ++b)
       if (auto s = stride_of(b, axis); s && *s == 1) return true;
@@ -127,12 +153,30 @@ void Kernel::hand_coded_optimizations() {
   };
   if (reduceop && looped_end() > first_reduce) {
     std::size_t r = looped_end() - 1;
+    std::int64_t outputs = 1, L = opts.group_reduce;
+    for (std::size_t d = 0; d < first_reduce; ++d) outputs *= full_shape()[d];
+    if (L > 0 && outputs <= 4096 && contiguous_in_input(r) && full_shape()[r] % L == 0 &&
+        full_shape()[r] >= 16 * L && ast_dtype(reduceop->src.at(0)) == dtypes::float32) {
+      std::vector<std::int64_t> s(full_shape().begin(), full_shape().end());
+      s[r] /= L;
+      s.insert(s.begin() + static_cast<std::ptrdiff_t>(r) + 1, L);
+      reshape_and_permute(s, {});
+      local_size = L;
+      return;
+    }
     bool matmul_like = reduceop->op == FusedOps::MULACC && first_reduce >= 2;
-    // matmul: a register tile of outputs, 4 rows by 8 columns, each updated once per k.
-    if (matmul_like && full_shape()[first_reduce - 1] % 8 == 0 && full_shape()[first_reduce - 2] % 4 == 0) {
-      std::size_t rows = first_reduce - 2;  // before the first upcast, which may drop an axis after it
-      upcast(first_reduce - 1, 8);
-      upcast(rows, 4);
+    // matmul: a register tile of outputs, rows x cols, each updated once per k; cols are the last
+    // upcast axis, so a row of the tile is one contiguous vector of B and of the output. A long
+    // reduce loops in blocks (see `blocked`) so that a block of B stays in cache while a thread's
+    // rows walk across it. Shapes the tile does not divide try smaller ones.
+    std::pair<std::int64_t, std::int64_t> tiles[] = {{opts.tile_rows, opts.tile_cols}, {4, 16}, {4, 8}};
+    for (auto [R, C] : tiles) {
+      if (!matmul_like || full_shape()[first_reduce - 1] % C != 0 || full_shape()[first_reduce - 2] % R != 0)
+        continue;
+      upcast(first_reduce - 2, R);
+      upcast(first_reduce - 1, C);  // first_reduce - 1 is still the columns (a rows axis of R is dropped)
+      if (opts.matmul_block > 0 && blockable(opts.matmul_block))
+        block_reduce(first_reduce, opts.matmul_block);
       return;
     }
     // A reduce along memory: partial sums in 8 registers break the add-latency chain.
@@ -140,10 +184,24 @@ void Kernel::hand_coded_optimizations() {
       upcast(r, 8);
       return;
     }
-    // A reduce across memory (column sums): 8 neighbouring outputs per pass share each row read.
-    if (first_reduce > 0 && contiguous_in_input(first_reduce - 1) &&
-        full_shape()[first_reduce - 1] % 8 == 0) {
-      upcast(first_reduce - 1, 8);
+    // A reduce across memory (column sums): neighbouring outputs in registers share each row read.
+    // Where the reduce can be blocked, the columns split into a threaded part and a part that loops
+    // inside the block, so a block of rows is read row-major, a strip of columns at a time, each
+    // line once.
+    for (std::int64_t u = opts.column_upcast; u >= 8; u /= 2) {
+      std::size_t c = first_reduce - 1;
+      if (first_reduce == 0 || !contiguous_in_input(c) || full_shape()[c] % u != 0) continue;
+      upcast(c, u);
+      std::int64_t cols = first_reduce > 0 ? full_shape()[first_reduce - 1] : 1, g = 32;
+      while (g > 1 && (cols % g != 0 || cols / g < 2)) g /= 2;
+      if (first_reduce > 0 && opts.column_block > 0 && g > 1 && blockable(opts.column_block)) {
+        std::vector<std::int64_t> s(full_shape().begin(), full_shape().end());
+        s[first_reduce - 1] = cols / g;
+        s.insert(s.begin() + static_cast<std::ptrdiff_t>(first_reduce), g);
+        reshape_and_permute(s, {});
+        ++first_reduce;
+        block_reduce(first_reduce, opts.column_block);
+      }
       return;
     }
   }

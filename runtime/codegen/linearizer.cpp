@@ -1,6 +1,7 @@
 #include "metagrad/codegen/linearizer.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -13,14 +14,24 @@ namespace {
 struct Linearizer {
   const Kernel& k;
   LinearizedKernel out;
-  std::map<std::string, int> loads;  // identical loads (across upcast positions) are emitted once
-  std::vector<Node> loop_vars;       // per axis: the loop variable (looped axes) or 0
+  // Common subexpressions: identical loads (across upcast positions), constants and ALU ops are
+  // emitted once. Keys name the op and its operands' uop numbers, so equal trees meet bottom-up.
+  std::map<std::string, int> seen;
+  std::vector<Node> loop_vars;  // per axis: the loop variable (looped axes) or 0
 
   int push(UOp u) {
     out.uops.push_back(std::move(u));
     return static_cast<int>(out.uops.size()) - 1;
   }
-  int constant(double v, DType dt) { return push(UOp{UOps::CONST, dt, {}, UnaryOps::NOOP, -1, 0, 1, v}); }
+  int cse(const std::string& key, UOp u) {
+    if (auto it = seen.find(key); it != seen.end()) return it->second;
+    return seen[key] = push(std::move(u));
+  }
+  int constant(double v, DType dt) {
+    char bits[40];
+    std::snprintf(bits, sizeof bits, "%a", v);
+    return cse(detail::cat("C|", dt.name, "|", bits), UOp{UOps::CONST, dt, {}, UnaryOps::NOOP, -1, 0, 1, v});
+  }
 
   std::vector<Node> idxs_at(const Dims& upcast_pos) const {
     std::vector<Node> idxs = loop_vars;
@@ -33,9 +44,8 @@ struct Linearizer {
     auto [idx, valid] = k.sts[buf].expr_idxs(idxs_at(pos));
     DType dt = buf == 0 ? k.out_dtype : k.bufs[buf - 1]->dtype;
     if (valid.is_num() && valid.b() == 0) return constant(0, dt);
-    std::string key = detail::cat(std::to_string(buf), "|", idx.render(), "|", valid.render());
-    if (auto it = loads.find(key); it != loads.end()) return it->second;
-    return loads[key] = push(UOp{UOps::LOAD, dt, {}, UnaryOps::NOOP, static_cast<int>(buf), idx, valid});
+    return cse(detail::cat("L|", std::to_string(buf), "|", idx.render(), "|", valid.render()),
+               UOp{UOps::LOAD, dt, {}, UnaryOps::NOOP, static_cast<int>(buf), idx, valid});
   }
 
   // The AST at one upcast position; `reduced` is the reduce's value there (post-reduce part).
@@ -53,10 +63,10 @@ struct Linearizer {
     std::vector<int> vin;
     for (const LazySrc& x : op.src) vin.push_back(ast(x, pos, reduced));
     if (op.op == UnaryOps::NOOP) return vin[0];
-    DType dt = ast_dtype(s);
-    UOp u{UOps::ALU, dt, vin, op.op};
-    if (op.op == UnaryOps::CAST) u.value = 0, u.dtype = std::get<DType>(op.arg);
-    return push(std::move(u));
+    DType dt = op.op == UnaryOps::CAST ? std::get<DType>(op.arg) : ast_dtype(s);
+    std::string key = detail::cat("A|", to_string(op.op), "|", dt.name);
+    for (int v : vin) key += "|" + std::to_string(v);
+    return cse(key, UOp{UOps::ALU, dt, vin, op.op});
   }
 
   // Every combination of positions along the upcast axes, row-major.
@@ -105,12 +115,25 @@ struct Linearizer {
       open.push_back(
           push(UOp{UOps::LOOP, dtypes::int32, {}, UnaryOps::NOOP, -1, 0, 1, 0, name, extent, threaded}));
     };
-    if (k.first_reduce == 0) open_loop("gidx0", 1, true), out.global_size = 1;
+    auto open_axis = [&](std::size_t d, const std::string& name, bool threaded) {
+      loop_vars[d] =
+          symbolic::Variable(name, 0, std::max<std::int64_t>(shape[d] - 1, 0));  // 0 trips when empty
+      open_loop(name, shape[d], threaded);
+    };
+    // OpenCL groups: the last looped axis is the work-item's index in the group (the threaded loop).
+    std::size_t reduce_end = looped_end - (k.local_size ? 1 : 0);
+    auto after_threaded = [&] {
+      if (k.blocked) open_axis(k.first_reduce, "ridx0", false);  // the reduce's block loop
+      if (!k.local_size) return;
+      loop_vars[reduce_end] = symbolic::Variable("lidx0", 0, k.local_size - 1);
+      open.push_back(
+          push(UOp{UOps::LOCAL, dtypes::int32, {}, UnaryOps::NOOP, -1, 0, 1, 0, "lidx0", k.local_size}));
+      out.local_size = k.local_size;
+    };
+    if (k.first_reduce == 0) open_loop("gidx0", 1, true), out.global_size = 1, after_threaded();
     for (std::size_t d = 0; d < k.first_reduce; ++d) {
-      std::string name = "gidx" + std::to_string(d);
-      loop_vars[d] = symbolic::Variable(name, 0, std::max<std::int64_t>(shape[d] - 1, 0));
-      open_loop(name, shape[d], d == 0);
-      if (d == 0) out.global_size = shape[d];
+      open_axis(d, "gidx" + std::to_string(d), d == 0);
+      if (d == 0) out.global_size = shape[d], after_threaded();
     }
 
     std::vector<Dims> out_positions = upcast_positions(false);
@@ -124,16 +147,26 @@ struct Linearizer {
       std::vector<std::vector<Dims>> positions;  // per output position, its reduce-upcast positions
       for (std::size_t o = 0; o < out_positions.size(); ++o) {
         positions.push_back(reduce_positions(out_positions[o]));
+        // Blocked: the sum so far is in the output, except in the first block (a load that is
+        // invalid there reads 0, the sum's identity).
+        std::vector<int> from;
+        if (k.blocked) {
+          auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
+          from.push_back(push(UOp{UOps::LOAD,
+                                  acc_dt,
+                                  {},
+                                  UnaryOps::NOOP,
+                                  0,
+                                  idx,
+                                  Node::ands({valid, loop_vars[k.first_reduce] >= Node(1)})}));
+        }
         for (std::size_t i = 0; i < positions[o].size(); ++i)
-          accs[o].push_back(push(UOp{UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, init}));
+          accs[o].push_back(push(
+              UOp{UOps::DEFINE_ACC, acc_dt, i ? std::vector<int>{} : from, UnaryOps::NOOP, -1, 0, 1, init}));
       }
       std::size_t outer = open.size();
-      for (std::size_t d = k.first_reduce; d < looped_end; ++d) {
-        std::string name = "ridx" + std::to_string(d - k.first_reduce);
-        loop_vars[d] =
-            symbolic::Variable(name, 0, std::max<std::int64_t>(shape[d] - 1, 0));  // 0 trips when empty
-        open_loop(name, shape[d], false);
-      }
+      for (std::size_t d = k.first_reduce + (k.blocked ? 1 : 0); d < reduce_end; ++d)
+        open_axis(d, "ridx" + std::to_string(d - k.first_reduce), false);
       Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
       for (std::size_t o = 0; o < out_positions.size(); ++o) {
         const std::vector<Dims>& rp = positions[o];
@@ -149,8 +182,8 @@ struct Linearizer {
         }
       }
       while (open.size() > outer) open.pop_back(), push(UOp{UOps::ENDLOOP});
-      for (std::size_t d = k.first_reduce; d < looped_end; ++d) loop_vars[d] = 0;
-      loads.clear();  // values loaded inside the reduce loop are out of scope after it
+      for (std::size_t d = k.first_reduce + (k.blocked ? 1 : 0); d < reduce_end; ++d) loop_vars[d] = 0;
+      seen.clear();  // values computed inside the reduce loop are out of scope after it
       // Partial accumulators combine pairwise: a balanced tree, the same order everywhere.
       for (std::size_t o = 0; o < out_positions.size(); ++o) {
         std::vector<int> level = accs[o];
@@ -162,11 +195,14 @@ struct Linearizer {
           level = std::move(next);
         }
         reduced[o] = level[0];
+        if (k.local_size)  // every work-item gets the group's total; the first one stores it
+          reduced[o] = push(UOp{UOps::GROUP, acc_dt, {level[0]}, update, -1, 0, 1, 0, {}, k.local_size});
       }
     }
     for (std::size_t o = 0; o < out_positions.size(); ++o) {
       int v = ast(k.ast, out_positions[o], reduced[o]);
       auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
+      if (k.local_size) valid = Node::ands({valid, loop_vars[reduce_end] < Node(1)});
       push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
     }
     while (!open.empty()) open.pop_back(), push(UOp{UOps::ENDLOOP});
@@ -182,14 +218,15 @@ LinearizedKernel linearize(const Kernel& k) {
 }
 
 std::string to_string(const UOp& u) {
-  static const char* names[] = {"LOOP", "ENDLOOP", "DEFINE_ACC", "LOAD", "CONST", "ALU", "ACC", "STORE"};
+  static const char* names[] = {"LOOP", "ENDLOOP", "DEFINE_ACC", "LOAD",  "CONST",
+                                "ALU",  "ACC",     "STORE",      "LOCAL", "GROUP"};
   std::string out = detail::cat(names[static_cast<int>(u.uop)], " ", u.dtype.name);
   for (int v : u.vin) out += " %" + std::to_string(v);
-  if (u.uop == UOps::ALU || u.uop == UOps::ACC) out += " " + to_string(u.alu);
+  if (u.uop == UOps::ALU || u.uop == UOps::ACC || u.uop == UOps::GROUP) out += " " + to_string(u.alu);
   if (u.uop == UOps::LOAD || u.uop == UOps::STORE)
     out += detail::cat(" data", std::to_string(u.buf), "[", u.idx.render(), "] if ", u.valid.render());
   if (u.uop == UOps::CONST || u.uop == UOps::DEFINE_ACC) out += " " + std::to_string(u.value);
-  if (u.uop == UOps::LOOP)
+  if (u.uop == UOps::LOOP || u.uop == UOps::LOCAL || u.uop == UOps::GROUP)
     out += detail::cat(" ", u.name, " < ", std::to_string(u.extent), u.threaded ? " threaded" : "");
   return out;
 }

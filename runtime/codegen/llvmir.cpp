@@ -44,12 +44,10 @@ struct Renderer {
   std::vector<Loop> loops;
 
   Renderer(const LinearizedKernel& k_, llvm::LLVMContext& c)
-      : k(k_), ctx(c), mod(std::make_unique<llvm::Module>(k_.name, c)), b(c) {
-    // No fast-math: NaN and inf behave. Contraction (a*b+c to FMA) is the one freedom taken.
-    llvm::FastMathFlags fmf;
-    fmf.setAllowContract(true);
-    b.setFastMathFlags(fmf);
-  }
+      : k(k_), ctx(c), mod(std::make_unique<llvm::Module>(k_.name, c)), b(c) {}
+  // No fast-math flags, not even contraction: NaN and inf behave, and two kernels computing the
+  // same expression get the same bits (a max's backward compares a recomputed value with the
+  // forward's; an FMA in one kernel and not the other makes them differ).
 
   // ---- types and constants ----
   llvm::Type* storage(DType d) {
@@ -213,6 +211,30 @@ struct Renderer {
     return b.CreateSelect(by0, zero, b.CreateSelect(by_m1, b.CreateNeg(a), q));
   }
 
+  // 2^x for float x as the C kernels' mg_exp2f computes it (see cstyle.cpp): straight-line code
+  // the loop vectorizer widens, where llvm.exp2 is a scalar library call.
+  llvm::Value* exp2f(llvm::Value* x) {
+    auto f = [&](double v) { return llvm::ConstantFP::get(b.getFloatTy(), v); };
+    llvm::Type* i32 = b.getInt32Ty();
+    llvm::Value* is_num = b.CreateFCmpORD(x, x);
+    llvm::Value* c =
+        b.CreateSelect(b.CreateFCmpOLT(x, f(-151)), f(-151),
+                       b.CreateSelect(b.CreateFCmpOGT(x, f(129)), f(129), b.CreateSelect(is_num, x, f(0))));
+    llvm::Value* n = b.CreateFSub(b.CreateFAdd(c, f(12582912.0)), f(12582912.0));
+    llvm::Value* r = b.CreateFSub(c, n);
+    llvm::Value* p = f(1.5252733804059841e-05);
+    for (double k : {1.5403530393381610e-04, 1.3333558146428443e-03, 9.6181291076284772e-03,
+                     5.5504108664821580e-02, 2.4022650695910071e-01, 6.9314718055994531e-01, 1.0})
+      p = b.CreateFAdd(b.CreateFMul(p, r), f(k));
+    llvm::Value* i = b.CreateFPToSI(n, i32);
+    llvm::Value* h = b.CreateSDiv(i, b.getInt32(2));
+    auto scale = [&](llvm::Value* e) {
+      return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, b.getInt32(127)), 23), b.getFloatTy());
+    };
+    llvm::Value* y = b.CreateFMul(b.CreateFMul(p, scale(h)), scale(b.CreateSub(i, h)));
+    return b.CreateSelect(is_num, y, x);
+  }
+
   // op on values of dtype `in` (already converted); the result has dtype `out`.
   llvm::Value* alu(Op op, DType in, DType out, const std::vector<llvm::Value*>& v) {
     bool fl = dtypes::is_float(in);
@@ -220,6 +242,7 @@ struct Renderer {
     if (op == UnaryOps::CAST) return cast(v[0], in, out);
     if (op == UnaryOps::EXP2 || op == UnaryOps::LOG2 || op == UnaryOps::SIN) {
       if (!fl) return cast(v[0], in, out);  // on integers these are the identity, as on CPU
+      if (op == UnaryOps::EXP2 && in != dtypes::float64) return cast(exp2f(v[0]), in, out);
       auto id = op == UnaryOps::EXP2   ? llvm::Intrinsic::exp2
                 : op == UnaryOps::LOG2 ? llvm::Intrinsic::log2
                                        : llvm::Intrinsic::sin;
@@ -397,7 +420,7 @@ struct Renderer {
           llvm::IRBuilder<> eb(entry, entry->begin());
           vals[i] = eb.CreateAlloca(compute(u.dtype), nullptr, "acc" + std::to_string(i));
           is_acc[i] = true;
-          b.CreateStore(constant(u.value, u.dtype), vals[i]);
+          b.CreateStore(u.vin.empty() ? constant(u.value, u.dtype) : operand(u, 0, u.dtype), vals[i]);
           break;
         }
         case UOps::LOAD:
@@ -422,6 +445,9 @@ struct Renderer {
         case UOps::STORE:
           store(u, operand(u, 0, u.dtype));
           break;
+        case UOps::LOCAL:
+        case UOps::GROUP:
+          throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " uses OpenCL work-groups"));
       }
     }
     if (!loops.empty()) throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " leaves a loop open"));

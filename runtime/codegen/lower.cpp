@@ -1,17 +1,20 @@
 #include "metagrad/codegen/lower.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace metagrad::codegen {
 
-ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render) {
+ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render,
+                const Opts& opts) {
   Kernel k(ast, out_dtype);
-  k.hand_coded_optimizations();
+  k.hand_coded_optimizations(opts);
   LinearizedKernel lin = linearize(k);
   ASTRunner r;
   r.name = lin.name;
   r.prg = render(lin);
-  r.global_size = {lin.global_size};
+  r.global_size = {lin.global_size * std::max<std::int64_t>(lin.local_size, 1)};
+  if (lin.local_size) r.local_size = {lin.local_size};
   r.op_estimate = lin.op_estimate;
   for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
     std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();

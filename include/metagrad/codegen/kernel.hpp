@@ -11,6 +11,22 @@
 
 namespace metagrad::codegen {
 
+// What the optimiser assumes of the target: tile sizes that fit its registers and caches.
+struct Opts {
+  std::int64_t tile_rows = 4, tile_cols = 8;  // matmul register tile (cols: the vector axis)
+  std::int64_t matmul_block = 0;              // matmul reduce block (0: none)
+  std::int64_t column_upcast = 8;             // column sums: outputs per pass over the rows
+  std::int64_t column_block = 0;              // column sums: rows per block (0: none)
+  std::int64_t group_reduce = 0;              // OpenCL: work-items that share a long reduce (0: none)
+  // The host CPU (CLANG, LLVM): AVX-512's 32 registers hold an 8 x 32 tile of floats, AVX2's 16 a
+  // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip.
+  static Opts host();
+  // PoCL runs work-items in lock-step vectors of its own: small tiles, no blocking.
+  // A long contiguous float reduce with few outputs is shared by a group of 16 work-items, which
+  // read neighbouring elements and combine their sums through local memory.
+  static Opts opencl() { return {8, 8, 0, 8, 0, 16}; }
+};
+
 class Kernel {
  public:
   explicit Kernel(std::shared_ptr<LazyOp> ast, DType out_dtype);
@@ -25,7 +41,13 @@ class Kernel {
   std::size_t shape_len() const { return full_shape().size(); }
   std::size_t first_reduce = 0;  // axes [first_reduce, shape_len - upcasted) are looped reductions
   std::size_t upcasted = 0;      // the last `upcasted` axes are unrolled into registers
-  Dims output_shape;             // of the kernel's result, in the AST's own rank
+  // Cache blocking: axis first_reduce (the outer part of a split reduce) loops just inside the
+  // threaded axis, so one block of the reduce's inputs is reused across the other global axes.
+  // Partial sums then carry across its iterations through the output buffer.
+  bool blocked = false;
+  // OpenCL: the last looped axis, of this size, runs across the work-items of a group.
+  std::int64_t local_size = 0;
+  Dims output_shape;  // of the kernel's result, in the AST's own rank
   std::size_t global_dims() const { return first_reduce; }
   bool is_reduce_axis(std::size_t axis) const;  // output stride 0 and size > 1
 
@@ -33,8 +55,11 @@ class Kernel {
   void reshape_and_permute(const std::vector<std::int64_t>& new_shape, const std::vector<std::int64_t>& axes);
   // Split `axis` into (size / amount, amount), the inner part becoming the last (upcast) axis.
   void upcast(std::size_t axis, std::int64_t amount);
-  // Applies the hand-written heuristics (contiguous reduce accumulators, output tiling).
-  void hand_coded_optimizations();
+  // Split reduce axis `axis` into (size / amount, amount), the outer part looping outside the
+  // global axes after the first (see `blocked`).
+  void block_reduce(std::size_t axis, std::int64_t amount);
+  // Applies the hand-written heuristics (contiguous reduce accumulators, output tiling, blocking).
+  void hand_coded_optimizations(const Opts& opts = Opts::host());
 
   std::string name() const;      // "E_..." elementwise, "r_..." reduce, then the full shape
   std::string key() const;       // identity for the kernel cache (AST, dtypes, views, constants)

@@ -12,12 +12,14 @@ namespace metagrad::codegen {
 enum class UOps : std::uint8_t {
   LOOP,  // for name in [0, extent) — the first global loop is the one threads split
   ENDLOOP,
-  DEFINE_ACC,  // an accumulator, initialised to value
+  DEFINE_ACC,  // an accumulator, initialised to value (or to vin[0] where it has one)
   LOAD,        // buf[idx] where valid, else 0
   CONST,
   ALU,    // alu applied to vin
   ACC,    // vin[0] (an accumulator) = alu(vin[0], vin[1])
   STORE,  // buf[idx] = vin[0]
+  LOCAL,  // OpenCL: name is the work-item's index in its group, [0, extent); closed by ENDLOOP
+  GROUP,  // OpenCL: alu over the group's vin[0] values (through local memory), in every work-item
 };
 
 struct UOp {
@@ -52,6 +54,7 @@ struct LinearizedKernel {
   std::vector<UOp> uops;
   std::vector<DType> buf_dtypes;  // [0] the output
   std::int64_t global_size = 1;   // trip count of the threaded loop
+  std::int64_t local_size = 0;    // OpenCL: work-items per group (the threaded loop is the group)
   std::int64_t op_estimate = 0;
 };
 

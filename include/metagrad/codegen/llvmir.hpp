@@ -8,7 +8,7 @@
 // data0 is the output; the threaded loop runs over [start, end). Indices compute in i64 with
 // Python's floor division and modulo where a numerator can be negative (as render_c_index does);
 // a load whose validity is not constant is a branch, so an invalid index is never read. float16
-// is stored as `half` and computes in float; fast-math flags are off except contraction to FMA.
+// is stored as `half` and computes in float; fast-math flags are off, contraction to FMA included.
 #include <memory>
 #include <string>
 

@@ -10,6 +10,7 @@ namespace metagrad::codegen {
 
 using Renderer = std::function<std::string(const LinearizedKernel&)>;
 // An ASTRunner with the rendered source, launch size and estimates; its program is not built yet.
-ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render);
+ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render,
+                const Opts& opts = Opts::host());
 
 }  // namespace metagrad::codegen

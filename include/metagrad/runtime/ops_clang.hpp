@@ -42,7 +42,8 @@ void run_split(std::int64_t n, std::int64_t op_estimate,
                const std::function<void(std::int64_t, std::int64_t)>& f);
 // AST -> C-style source in `lang`, through codegen::lower (also used by OPENCL).
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
-                          const codegen::CStyleLanguage& lang);
+                          const codegen::CStyleLanguage& lang,
+                          const codegen::Opts& opts = codegen::Opts::host());
 
 // The directory of the on-disk kernel cache.
 std::string kernel_cache_dir();
