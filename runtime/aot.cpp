@@ -131,12 +131,14 @@ int Generator::Impl::kernel(const ASTRunner& r) {
   std::size_t at = r.prg.find(head);
   if (at == std::string::npos)
     throw std::runtime_error(detail::cat("aot: kernel ", r.name, " has no function of its name:\n", r.prg));
-  std::string pre = r.prg.substr(0, at);
+  // The prelude ends at the function's line; what precedes `void` on it (gcc attributes) stays.
+  std::size_t line = r.prg.rfind('\n', at) == std::string::npos ? 0 : r.prg.rfind('\n', at) + 1;
+  std::string pre = r.prg.substr(0, line);
   if (prelude.empty()) prelude = pre;
   if (pre != prelude) throw std::runtime_error("aot: kernels rendered with different preludes");
   int id = static_cast<int>(kernels.size());
-  kernels.push_back(detail::cat("/* ", r.name, " */\nstatic void ", prefix, "_k", std::to_string(id), "(",
-                                r.prg.substr(at + head.size())));
+  kernels.push_back(detail::cat("/* ", r.name, " */\n", r.prg.substr(line, at - line), "static void ", prefix,
+                                "_k", std::to_string(id), "(", r.prg.substr(at + head.size())));
   kernel_ids.emplace(r.prg, id);
   return id;
 }
