@@ -379,16 +379,16 @@ void run_assign(const B& b, T* out) {
   constexpr index_t n = I[R - 1];
   if constexpr (R == 1 && vector_form<B>::value) {
     constexpr index_t W = simd<T>::W;
-    constexpr bool big = n * sizeof(T) >= (std::size_t{8} << 20);  // far past L2, most of L3
+    constexpr bool big = n * sizeof(T) >= (std::size_t{32} << 20);  // an L3 of its own: stream it
     if constexpr (vector_math<B>::value || big) {
-      index_t j = 0;
+      constexpr index_t body = n / W * W;
       if (big && reinterpret_cast<std::uintptr_t>(out) % kVectorBytes == 0) {
-        for (; j + W <= n; j += W) stream(out + j, vget(b, j));
+        for (index_t j = 0; j < body; j += W) stream(out + j, vget(b, j));
         stream_fence();
       } else {
-        for (; j + W <= n; j += W) simd<T>::store(out + j, vget(b, j));
+        for (index_t j = 0; j < body; j += W) simd<T>::store(out + j, vget(b, j));
       }
-      for (; j < n; ++j) out[j] = get<1>(b, nullptr, j);
+      for (index_t j = body; j < n; ++j) out[j] = get<1>(b, nullptr, j);
       return;
     }
   }

@@ -24,6 +24,10 @@
 //                         (Pairs (before, after)), SHRINK (Pairs [begin, end)), STRIDE (Dims of
 //                         +-1: flip). Move::view<ChildShape> is the metagrad::View it stands for,
 //                         computed in a constant expression by the shared View code.
+//   MatMul                (matmul.hpp) a (..., m, k) @ b (k, n) or (..., k, n).
+//   Conv2d<Stride, Padding>  (conv2d.hpp) x (N, Cin, H, W) with w (Cout, Cin, KH, KW), NCHW out.
+// Evaluation (eval.hpp) reads Leaf/Const/Map/Cast/Move element by element; every other tag is
+// materialised whole by its detail::Materialise<Tag> specialisation (Reduce, MatMul, Conv2d).
 // Leaves point at tensors; an Expr must not outlive the tensors it reads (as with Eigen).
 #include <cstdint>
 #include <optional>

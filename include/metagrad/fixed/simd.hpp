@@ -72,12 +72,13 @@ inline constexpr __mmask16 kAll = 0xFFFF;
 // e^x: n = round(x / ln 2), r = x - n ln 2, e^r by the same polynomial as math::exp, 2^n by scalef
 // (which also gives inf past the top and 0 past the bottom). min/max return their second operand
 // when either is NaN: the clamps keep NaN.
-inline F16 vexp(F16 x) {
-  __m512 c = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-104.f),
-                                 _mm512_maskz_min_ps(kAll, _mm512_set1_ps(89.f), (__m512)x));
-  __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+// e^(sign c) for c in [-104, 89] (or NaN); sign -1 computes e^-c without negating c first.
+template <int Sign = 1>
+inline F16 vexp_clamped(__m512 c) {
+  __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(c, _mm512_set1_ps(Sign * 1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
+  __m512 r = Sign > 0 ? _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c)   // c - n ln2_hi
+                      : _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693359375f), c);  // -c - n ln2_hi
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
   for (float k :
@@ -85,11 +86,14 @@ inline F16 vexp(F16 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
   return (F16)_mm512_maskz_scalef_ps(kAll, p, n);
 }
+inline __m512 clamp(__m512 x, float lo, float hi) {
+  return _mm512_maskz_max_ps(kAll, _mm512_set1_ps(lo), _mm512_maskz_min_ps(kAll, _mm512_set1_ps(hi), x));
+}
+inline F16 vexp(F16 x) { return vexp_clamped(clamp((__m512)x, -104.f, 89.f)); }
 // 1 / (1 + e^-x) with the reciprocal from rcp14 and one Newton step (~1 ulp).
 inline F16 vsigmoid(F16 x) {
-  __m512 c = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-87.f),
-                                 _mm512_maskz_min_ps(kAll, _mm512_set1_ps(88.f), (__m512)x));
-  __m512 d = _mm512_add_ps(_mm512_set1_ps(1.f), (__m512)vexp(-(F16)c));
+  __m512 c = clamp((__m512)x, -87.f, 88.f);  // e^-c stays finite: 1 + e^-c has a reciprocal
+  __m512 d = _mm512_add_ps(_mm512_set1_ps(1.f), (__m512)vexp_clamped<-1>(c));
   __m512 r = _mm512_maskz_rcp14_ps(kAll, d);
   __m512 e = _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.f));
   return (F16)_mm512_fmadd_ps(r, e, r);
