@@ -564,16 +564,12 @@ TEST_CASE("OPENCL: backward through a small MLP matches CPU", "[opencl]") {
     require_close(grads[1][i], grads[0][i], 1e-5, 1e-4, "grad " + std::to_string(i));
 }
 
-// Disagreements whose cause is outside the OPENCL device (reported; these pass once fixed).
-TEST_CASE("OPENCL: known bugs elsewhere", "[opencl][!mayfail]") {
+TEST_CASE("OPENCL: an 8x8 matmul and max reductions of all-negative integers agree with CPU", "[opencl]") {
   if (!opencl()) return;
-  // runtime/codegen/kernel.cpp: the matmul tile upcasts N by 8, which removes an axis of 8, then
-  // indexes first_reduce - 2 of the shrunken shape ("Kernel.upcast: axis of <garbage> by 4").
+  // Regressions: the matmul tile once indexed a shrunken shape ("Kernel.upcast: axis of <garbage>"),
+  // and a MAX accumulator once started at INT64_MIN whatever the dtype (1 for bool, 0 for int32).
   Tensor e = on_cpu(random_values(64, 30), {8, 8}, dtypes::float32);
-  CHECK_NOTHROW(agree([](const std::vector<Tensor>& x) { return x[0].matmul(x[0]); }, {e}, "8x8 matmul"));
-  // runtime/codegen/linearizer.cpp: a MAX accumulator starts at INT64_MIN whatever the dtype; the
-  // renderer's literal makes that 1 for bool and 0 for int8/int32 (-9223372036854775808 is an
-  // unsigned constant in C), so a row of all-false or all-negative values reduces wrongly (CLANG too).
+  agree([](const std::vector<Tensor>& x) { return x[0].matmul(x[0]); }, {e}, "8x8 matmul");
   for (DType d : {dtypes::bool_, dtypes::int8, dtypes::int32, dtypes::int64}) {
     std::vector<double> v =
         d == dtypes::bool_ ? std::vector<double>{0, 0, 0} : std::vector<double>{-5, -3, -7};
