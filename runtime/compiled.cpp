@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "metagrad/lazy.hpp"
+#include "metagrad/runtime/buffer_pool.hpp"
 
 namespace metagrad {
 
@@ -24,9 +25,24 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   }
 }
 
+Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime)
+    : pool_(std::make_shared<BufferPool>(
+          std::move(buffer), static_cast<std::size_t>(getenv_int("METAGRAD_POOL_MB", 1024)) << 20)),
+      codegen_(std::move(codegen)),
+      runtime_(std::move(runtime)) {}
+
+std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
+  return pool_->alloc(size, dtype);
+}
+
 const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype) {
+  return runner(ast, out_dtype, ast.buffers());
+}
+
+const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype,
+                                  const std::vector<LazyBufferPtr>& leaves) {
   static std::mutex mu;
-  std::string key = ast_key(ast, out_dtype);
+  std::string key = ast_key(ast, out_dtype, leaves);
   std::lock_guard lock(mu);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), out_dtype);
@@ -36,13 +52,17 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype) {
 }
 
 void Compiled::exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& output) {
-  const ASTRunner& r = runner(ast, output->dtype);
-  std::vector<std::shared_ptr<RawBuffer>> owned{output};
-  for (const auto& leaf : ast.buffers()) owned.push_back(leaf->base()->realized);
-  std::vector<RawBuffer*> bufs;
-  for (const auto& b : owned) bufs.push_back(b.get());
+  std::vector<LazyBufferPtr> leaves = ast.buffers();
+  const ASTRunner& r = runner(ast, output->dtype, leaves);
+  std::vector<RawBuffer*> bufs{output.get()};
+  bufs.reserve(leaves.size() + 1);
+  for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized.get());
   r.exec(bufs);
-  if (GlobalCounters::cache) GlobalCounters::cache->push_back({r, std::move(owned)});
+  if (GlobalCounters::cache) {  // the JIT's capture keeps every buffer the kernel touched alive
+    std::vector<std::shared_ptr<RawBuffer>> owned{output};
+    for (const auto& leaf : leaves) owned.push_back(leaf->base()->realized);
+    GlobalCounters::cache->push_back({r, std::move(owned)});
+  }
 }
 
 }  // namespace metagrad

@@ -106,22 +106,27 @@ struct CacheEntry {
   std::vector<std::shared_ptr<RawBuffer>> bufs;
 };
 
+class BufferPool;
+
 // A compiled device: a buffer type, a code generator (AST -> ASTRunner with source) and a
-// runtime (name, source -> Program). Kernels are cached in memory by their AST.
+// runtime (name, source -> Program). Kernels are cached in memory by their AST; freed buffers are
+// kept in a BufferPool and reused by size and dtype.
 class Compiled : public Backend {
  public:
   using BufferFactory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
   using Codegen = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
   using Runtime = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
-  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime)
-      : buffer_(std::move(buffer)), codegen_(std::move(codegen)), runtime_(std::move(runtime)) {}
-  std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override { return buffer_(size, dtype); }
+  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime);
+  std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override;
   void exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& output) override;
   // The compiled kernel for an AST (built on first use).
   const ASTRunner& runner(const LazyOp& ast, DType out_dtype);
+  const ASTRunner& runner(const LazyOp& ast, DType out_dtype,
+                          const std::vector<std::shared_ptr<LazyBuffer>>& leaves);  // ast.buffers()
+  BufferPool& pool() { return *pool_; }
 
  private:
-  BufferFactory buffer_;
+  std::shared_ptr<BufferPool> pool_;  // shared: buffers freed after the device return to it safely
   Codegen codegen_;
   Runtime runtime_;
   std::unordered_map<std::string, ASTRunner> cache_;
@@ -164,6 +169,9 @@ class Device {
   static Backend& get(const std::string& name);  // throws std::runtime_error naming what is available
   static std::vector<std::string> available();
   static std::string canonicalize(const std::string& name);  // "cpu" -> "CPU"
+
+ private:
+  static Backend& get_slow(const std::string& name);
 };
 
 }  // namespace metagrad

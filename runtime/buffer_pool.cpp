@@ -1,0 +1,63 @@
+// BufferPool: freed buffers by (size, dtype), handed out again before the device allocates.
+#include "metagrad/runtime/buffer_pool.hpp"
+
+#include <new>
+
+namespace metagrad {
+
+namespace {
+std::uint64_t key(std::size_t size, DType dtype) {
+  return static_cast<std::uint64_t>(size) << 4 | static_cast<std::uint64_t>(dtype.priority);
+}
+}  // namespace
+
+std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
+  std::shared_ptr<RawBuffer> inner;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = free_.find(key(size, dtype)); it != free_.end() && !it->second.empty()) {
+      inner = std::move(it->second.back());
+      it->second.pop_back();
+      stats_.pooled -= 1, stats_.pooled_bytes -= inner->nbytes(), stats_.reused += 1;
+    }
+  }
+  if (!inner) {
+    try {
+      inner = make_(size, dtype);
+    } catch (const std::exception&) {  // out of memory (host or device): free what is pooled, retry
+      if (stats().pooled == 0) throw;
+      clear();
+      inner = make_(size, dtype);
+    }
+    std::lock_guard lock(mu_);
+    stats_.fresh += 1;
+  }
+  RawBuffer* raw = inner.get();
+  return {raw, [pool = shared_from_this(), inner = std::move(inner)](RawBuffer*) mutable {
+            pool->give_back(std::move(inner));
+          }};
+}
+
+void BufferPool::give_back(std::shared_ptr<RawBuffer> b) {
+  std::unique_lock lock(mu_);
+  if (stats_.pooled_bytes + b->nbytes() > cap_) {
+    lock.unlock();  // freed here, outside the lock
+    return;
+  }
+  stats_.pooled += 1, stats_.pooled_bytes += b->nbytes();
+  free_[key(b->size, b->dtype)].push_back(std::move(b));
+}
+
+void BufferPool::clear() {
+  decltype(free_) dropped;
+  std::lock_guard lock(mu_);
+  dropped.swap(free_);
+  stats_.pooled = stats_.pooled_bytes = 0;
+}
+
+BufferPool::Stats BufferPool::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace metagrad
