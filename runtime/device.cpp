@@ -87,6 +87,16 @@ std::vector<std::string> Device::available() {
 }
 
 Backend& Device::get(const std::string& name) {
+  // Every tensor op asks: the last device this thread got needs no lock, map or canonical name.
+  thread_local std::string last_name;
+  thread_local Backend* last = nullptr;
+  if (last && name == last_name) return *last;
+  Backend& b = get_slow(name);
+  last_name = name, last = &b;
+  return b;
+}
+
+Backend& Device::get_slow(const std::string& name) {
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<Backend>> built;
   static std::map<std::string, std::string> failed;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -242,31 +243,55 @@ DType ast_dtype(const LazySrc& src) {
 }
 
 namespace {
-void key_of(const LazySrc& s, const std::vector<LazyBufferPtr>& bufs, std::string& out) {
-  if (auto* b = std::get_if<LazyBufferPtr>(&s)) {
-    auto i = std::find(bufs.begin(), bufs.end(), *b) - bufs.begin();
-    out += detail::cat("b", std::to_string(i), ":", (*b)->dtype.name, ":", to_string((*b)->st), " ");
-    return;
-  }
-  const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
-  out += to_string(op.op) + "(";
+// The key is binary (raw integers, the constant's bits): building it runs on every kernel launch.
+void put(std::string& out, std::int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+void put(std::string& out, const Dims& d) {
+  put(out, static_cast<std::int64_t>(d.size()));
+  for (std::int64_t x : d) put(out, x);
+}
+
+void put(std::string& out, const Pairs& p) {
+  put(out, static_cast<std::int64_t>(p.size()));
+  for (const auto& [a, b] : p) put(out, a), put(out, b);
+}
+
+void key_of(const LazyOp& op, const std::vector<LazyBufferPtr>& bufs, std::string& out) {
+  out += static_cast<char>(op.op.type), out += static_cast<char>(op.op.value), out += '(';
   if (auto* c = std::get_if<ConstArg>(&op.arg)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%a", c->value);  // exact: a constant is part of the source
-    out += detail::cat(buf, ":", c->dtype.name, ":", to_string(c->shape));
+    std::int64_t bits;
+    std::memcpy(&bits, &c->value, sizeof bits);  // exact: a constant is part of the source
+    put(out, bits), put(out, c->dtype.priority), put(out, c->shape);
   }
-  if (auto* d = std::get_if<Dims>(&op.arg)) out += to_string(*d);
-  if (auto* t = std::get_if<DType>(&op.arg)) out += t->name;
-  for (const LazySrc& x : op.src) key_of(x, bufs, out);
-  out += ")";
+  if (auto* d = std::get_if<Dims>(&op.arg)) put(out, *d);
+  if (auto* p = std::get_if<Pairs>(&op.arg)) put(out, *p);
+  if (auto* t = std::get_if<DType>(&op.arg)) put(out, t->priority);
+  for (const LazySrc& x : op.src) {
+    if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&x)) {
+      key_of(**o, bufs, out);
+      continue;
+    }
+    const LazyBufferPtr& b = std::get<LazyBufferPtr>(x);
+    out += 'b';
+    put(out, std::find(bufs.begin(), bufs.end(), b) - bufs.begin());
+    put(out, b->dtype.priority);
+    for (const View& v : b->st.views()) {
+      out += 'v';
+      put(out, v.shape), put(out, v.strides), put(out, v.offset), put(out, v.mask);
+    }
+  }
+  out += ')';
 }
 }  // namespace
 
-std::string ast_key(const LazyOp& ast, DType out_dtype) {
-  std::string out = detail::cat(out_dtype.name, ":");
-  key_of(std::make_shared<LazyOp>(ast), ast.buffers(), out);
+std::string ast_key(const LazyOp& ast, DType out_dtype, const std::vector<LazyBufferPtr>& leaves) {
+  std::string out;
+  out.reserve(256);
+  put(out, out_dtype.priority);
+  key_of(ast, leaves, out);
   return out;
 }
+
+std::string ast_key(const LazyOp& ast, DType out_dtype) { return ast_key(ast, out_dtype, ast.buffers()); }
 
 Dims ast_shape(const LazySrc& src) {
   if (auto* b = std::get_if<LazyBufferPtr>(&src)) return (*b)->shape();
@@ -561,6 +586,13 @@ void graph(const std::vector<Plan>& order) {
 LazyBuffer& LazyBuffer::realize() {
   LazyBufferPtr target = base();
   if (target->realized) return *this;
+  Plan first = make_plan(target);
+  bool graphing = getenv_int("GRAPH") >= 1;
+  if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
+    if (graphing) graph({first});
+    execute(first);
+    return *this;
+  }
   // Iterative post-order walk (deep graphs must not overflow the stack). A buffer may be pushed
   // by several consumers; the first time it is popped it runs after its own dependencies, and
   // later pops find it done.
@@ -568,6 +600,7 @@ LazyBuffer& LazyBuffer::realize() {
   std::unordered_set<LazyBuffer*> done;
   std::vector<std::pair<LazyBufferPtr, bool>> stack{{target, false}};
   std::unordered_map<LazyBuffer*, Plan> plans;
+  plans.emplace(target.get(), std::move(first));
   while (!stack.empty()) {
     auto [buf, expanded] = stack.back();
     stack.pop_back();
@@ -577,12 +610,14 @@ LazyBuffer& LazyBuffer::realize() {
       order.push_back(std::move(plans.at(buf.get())));
       continue;
     }
-    Plan& plan = plans.emplace(buf.get(), make_plan(buf)).first->second;
+    auto it = plans.find(buf.get());
+    if (it == plans.end()) it = plans.emplace(buf.get(), make_plan(buf)).first;
+    const Plan& plan = it->second;
     stack.emplace_back(buf, true);
     for (const auto& d : plan.deps)
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
-  if (getenv_int("GRAPH") >= 1) graph(order);
+  if (graphing) graph(order);
   for (Plan& p : order) execute(p);
   return *this;
 }

@@ -109,8 +109,11 @@ void write_from_double(RawBuffer& buf, const std::vector<double>& values);
 
 // The dtype and shape an AST node produces.
 DType ast_dtype(const LazySrc& src);
-// Identity of a kernel: ops, args, constants (exactly), and each leaf's dtype and views.
+// Identity of a kernel (binary, not for printing): ops, args, constants (exactly), and each leaf's
+// dtype and views.
 std::string ast_key(const LazyOp& ast, DType out_dtype);
+std::string ast_key(const LazyOp& ast, DType out_dtype,
+                    const std::vector<LazyBufferPtr>& leaves);  // ast.buffers()
 Dims ast_shape(const LazySrc& src);
 
 }  // namespace metagrad
