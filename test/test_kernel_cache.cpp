@@ -1,0 +1,129 @@
+// The CLANG disk kernel cache across processes: two processes started at once on a fresh
+// METAGRAD_CACHE both compile and compute correctly (objects appear by atomic rename, so neither
+// loads a half-written one), and a third process finds every kernel there and compiles nothing.
+// The processes are this test binary itself, running the hidden child test case below.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "metagrad/metagrad.hpp"
+
+using namespace metagrad;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kChild = "kernel cache child process";
+
+// Starts this binary running only the child test case, with `env` (NAME=value) overriding the environment.
+pid_t spawn_child(const std::vector<std::string>& env) {
+  std::vector<std::string> vars = env;
+  auto overridden = [&](const std::string& var) {
+    for (const auto& v : env)
+      if (var.compare(0, v.find('=') + 1, v, 0, v.find('=') + 1) == 0) return true;
+    return false;
+  };
+  for (char** e = environ; *e; ++e)
+    if (!overridden(*e)) vars.emplace_back(*e);
+  std::vector<char*> envp, argv;
+  for (auto& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  std::string self = fs::read_symlink("/proc/self/exe").string(), name = kChild;
+  argv = {self.data(), name.data(), nullptr};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execve(self.c_str(), argv.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int compiles_reported(const fs::path& file) {
+  std::ifstream f(file);
+  int n = -1;
+  f >> n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("kernel cache child process", "[.][kernel_cache]") {
+  const char* out = std::getenv("METAGRAD_TEST_CHILD_OUT");
+  if (!out) return;  // only as a child of the test below
+  Device::DEFAULT = "CLANG";
+  std::vector<float> va(100), vb(100);
+  for (std::size_t i = 0; i < va.size(); ++i)
+    va[i] = 0.25f * static_cast<float>(i) - 9, vb[i] = std::sin(static_cast<float>(i));
+  Tensor a(va, {10, 10}), b(vb, {10, 10});
+  auto relu = (a * b + 2).relu().to_vector<float>();
+  auto sum = (a - b).sum(1).to_vector<float>();
+  auto mm = a.matmul(b).to_vector<float>();
+  for (std::size_t i = 0; i < 100; ++i)
+    REQUIRE(relu[i] == Approx(std::max(0.0, static_cast<double>(va[i]) * vb[i] + 2)).margin(1e-5));
+  for (std::size_t r = 0; r < 10; ++r) {
+    double s = 0;
+    for (std::size_t j = 0; j < 10; ++j) s += va[r * 10 + j] - vb[r * 10 + j];
+    REQUIRE(sum[r] == Approx(s).margin(1e-4));
+    for (std::size_t c = 0; c < 10; ++c) {
+      double m = 0;
+      for (std::size_t k = 0; k < 10; ++k) m += static_cast<double>(va[r * 10 + k]) * vb[k * 10 + c];
+      REQUIRE(mm[r * 10 + c] == Approx(m).margin(1e-3));
+    }
+  }
+  std::ofstream(out) << ClangProgram::compiles.load() << "\n";
+}
+
+TEST_CASE("two processes share a fresh disk kernel cache, and a third compiles nothing", "[kernel_cache]") {
+  try {
+    Device::get("CLANG");
+  } catch (const std::exception& e) {
+    WARN("CLANG is not available, skipped: " << e.what());
+    return;
+  }
+  std::string tmpl = (fs::temp_directory_path() / "metagrad_cache_test_XXXXXX").string();
+  REQUIRE(::mkdtemp(tmpl.data()));
+  fs::path dir = tmpl;
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() { fs::remove_all(d); }
+  } cleanup{dir};
+  auto env = [&](const char* out) {
+    return std::vector<std::string>{"METAGRAD_CACHE=" + (dir / "cache").string(),
+                                    "METAGRAD_TEST_CHILD_OUT=" + (dir / out).string(), "THREADS=1"};
+  };
+  pid_t first = spawn_child(env("first")), second = spawn_child(env("second"));
+  REQUIRE(first > 0);
+  REQUIRE(second > 0);
+  REQUIRE(wait_for(first) == 0);
+  REQUIRE(wait_for(second) == 0);
+  int compiled = compiles_reported(dir / "first"), compiled2 = compiles_reported(dir / "second");
+  REQUIRE(compiled >= 0);
+  REQUIRE(compiled2 >= 0);
+  REQUIRE(compiled + compiled2 >= 3);  // the kernels were compiled, by one process or both
+  int objects = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "cache")) {
+    if (!e.is_regular_file()) continue;
+    INFO(e.path());
+    REQUIRE(e.path().extension() == ".so");  // no temporary source, log or half-renamed object left
+    REQUIRE(e.path().stem().string().find('.') == std::string::npos);
+    ++objects;
+  }
+  REQUIRE(objects >= 3);
+  pid_t third = spawn_child(env("third"));
+  REQUIRE(wait_for(third) == 0);
+  REQUIRE(compiles_reported(dir / "third") == 0);
+}
