@@ -19,6 +19,7 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
       inner = std::move(it->second.back());
       it->second.pop_back();
       stats_.pooled -= 1, stats_.pooled_bytes -= inner->nbytes(), stats_.reused += 1;
+      ++RawBuffer::live_count;  // in use again
     }
   }
   if (!inner) {
@@ -45,6 +46,7 @@ void BufferPool::give_back(std::shared_ptr<RawBuffer> b) {
     return;
   }
   stats_.pooled += 1, stats_.pooled_bytes += b->nbytes();
+  --RawBuffer::live_count;  // free memory now, though the object lives on
   free_[key(b->size, b->dtype)].push_back(std::move(b));
 }
 
@@ -52,6 +54,7 @@ void BufferPool::clear() {
   decltype(free_) dropped;
   std::lock_guard lock(mu_);
   dropped.swap(free_);
+  RawBuffer::live_count += static_cast<std::int64_t>(stats_.pooled);  // their destructors count them out
   stats_.pooled = stats_.pooled_bytes = 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "device_scope.hpp"
 #include "metagrad/metagrad.hpp"
 
 using namespace metagrad;
@@ -16,27 +17,6 @@ using Catch::Matchers::Contains;
 using i64 = std::int64_t;
 
 namespace {
-
-struct OnClang {
-  std::string saved = Device::DEFAULT;
-  bool ok = false;
-  OnClang() {
-    try {
-      Device::get("CLANG");
-      Device::DEFAULT = "CLANG";
-      ok = true;
-    } catch (const std::exception& e) { WARN("CLANG is not available, skipped: " << e.what()); }
-  }
-  ~OnClang() { Device::DEFAULT = saved; }
-};
-
-std::vector<double> random_values(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> d(-2, 2);
-  std::vector<double> v(n);
-  for (double& x : v) x = static_cast<double>(static_cast<float>(d(gen)));
-  return v;
-}
 
 Tensor f32(const std::vector<double>& v, const Dims& shape) {
   return Tensor(v, shape, {.dtype = dtypes::float32});
@@ -51,7 +31,7 @@ struct Mlp {
 }  // namespace
 
 TEST_CASE("TinyJit replays an elementwise and reduce step on new inputs", "[jit]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   int traced = 0;
   TinyJit jit([&](const Tensor& a, const Tensor& b) {
@@ -59,7 +39,7 @@ TEST_CASE("TinyJit replays an elementwise and reduce step on new inputs", "[jit]
     return std::vector<Tensor>{(a * b + 1).relu(), (a - b).sum(1)};
   });
   for (unsigned call = 0; call < 6; ++call) {
-    auto va = random_values(15, call), vb = random_values(15, 100 + call);
+    auto va = test::random_floats(15, call), vb = test::random_floats(15, 100 + call);
     // Even calls pass a transposed view: the JIT binds a copy of its elements (one more kernel).
     Tensor a = f32(va, {3, 5});
     if (call % 2 == 0) {
@@ -99,7 +79,7 @@ TEST_CASE("TinyJit replays an elementwise and reduce step on new inputs", "[jit]
 }
 
 TEST_CASE("TinyJit refuses arguments whose shape, dtype or device changed", "[jit]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   TinyJit jit([](const Tensor& a) { return a * 2; });
   for (int i = 0; i < 3; ++i) jit(Tensor::ones({4, 2}));
@@ -111,7 +91,7 @@ TEST_CASE("TinyJit refuses arguments whose shape, dtype or device changed", "[ji
 }
 
 TEST_CASE("TinyJit refuses an interpreted device and work a replay would not repeat", "[jit]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   TinyJit on_cpu([](const Tensor& a) { return a + 1; });
   REQUIRE_THROWS_WITH(on_cpu(Tensor::ones({3}, {.device = "CPU"})), Contains("interpreted"));
@@ -124,12 +104,12 @@ TEST_CASE("TinyJit refuses an interpreted device and work a replay would not rep
 }
 
 TEST_CASE("an MLP trained with TinyJit matches the same training without it", "[jit]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   const i64 batch = 8, steps = 12;
   std::vector<Tensor> xs, ys;
   for (i64 s = 0; s < 3; ++s) {  // three batches in turn; the label is the largest of 4 features
-    auto v = random_values(batch * 12, static_cast<unsigned>(s));
+    auto v = test::random_floats(batch * 12, static_cast<unsigned>(s));
     xs.push_back(f32(v, {batch, 12}).realize());
     std::vector<std::int32_t> labels;
     for (i64 i = 0; i < batch; ++i)

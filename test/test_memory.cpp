@@ -4,6 +4,7 @@
 #include <metagrad/metagrad.hpp>
 #include <metagrad/runtime/buffer_pool.hpp>
 
+#include "device_scope.hpp"
 #include "gradcheck.hpp"
 
 using namespace metagrad;
@@ -18,12 +19,8 @@ struct Mlp {
 
 TEST_CASE("10,000 training steps keep the live buffer counts flat", "[memory]") {
   // On CLANG: its per-step cost is scheduling, not interpreting (5 s, not 75 s, for the same check).
-  std::string saved = Device::DEFAULT;
-  Device::DEFAULT = "CLANG";
-  struct Restore {
-    std::string d;
-    ~Restore() { Device::DEFAULT = d; }
-  } restore{saved};
+  test::DeviceScope on_clang("CLANG");
+  if (!on_clang.ok) return;
   Tensor::manual_seed(7);
   Mlp model;
   nn::optim::SGD opt(nn::get_parameters(model), 0.05, 0.9);
@@ -56,12 +53,8 @@ TEST_CASE("10,000 training steps keep the live buffer counts flat", "[memory]") 
 }
 
 TEST_CASE("a compiled device reuses the memory of freed buffers", "[memory]") {
-  std::string saved = Device::DEFAULT;
-  Device::DEFAULT = "CLANG";
-  struct Restore {
-    std::string d;
-    ~Restore() { Device::DEFAULT = d; }
-  } restore{saved};
+  test::DeviceScope on_clang("CLANG");
+  if (!on_clang.ok) return;
   auto& dev = dynamic_cast<Compiled&>(Device::get("CLANG"));
   std::vector<float> va(1000), vb(1000), vc(1000);
   for (std::size_t i = 0; i < va.size(); ++i)
@@ -110,8 +103,10 @@ TEST_CASE("a buffer pool keeps at most its cap and empties itself when allocatio
   fail_next = 1;  // with nothing pooled, the failure reaches the caller
   REQUIRE_THROWS_AS(pool->alloc(60, dtypes::float64), std::bad_alloc);
   std::int64_t live = RawBuffer::live_count;
-  reused.reset();
-  REQUIRE(RawBuffer::live_count == live);  // pooled, not freed
+  reused.reset();  // pooled: free memory, no longer a live buffer
+  REQUIRE(RawBuffer::live_count == live - 1);
+  REQUIRE(pool->stats().pooled == 1);
   pool->clear();
   REQUIRE(RawBuffer::live_count == live - 1);
+  REQUIRE(pool->stats().pooled == 0);
 }

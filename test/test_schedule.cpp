@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include "device_scope.hpp"
 #include "metagrad/metagrad.hpp"
 
 using namespace metagrad;
@@ -22,33 +23,11 @@ using i64 = std::int64_t;
 
 namespace {
 
-// Runs the test body on CLANG (skipped with a printed reason where no C compiler runs).
-struct OnClang {
-  std::string saved = Device::DEFAULT;
-  bool ok = false;
-  OnClang() {
-    try {
-      Device::get("CLANG");
-      Device::DEFAULT = "CLANG";
-      ok = true;
-    } catch (const std::exception& e) { WARN("CLANG is not available, skipped: " << e.what()); }
-  }
-  ~OnClang() { Device::DEFAULT = saved; }
-};
-
 // Kernels launched while realizing t (its inputs realized beforehand).
 i64 kernels_for(Tensor t) {
   i64 before = GlobalCounters::kernel_count;
   t.realize();
   return GlobalCounters::kernel_count - before;
-}
-
-std::vector<double> random_values(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> d(-2, 2);
-  std::vector<double> v(n);
-  for (double& x : v) x = static_cast<double>(static_cast<float>(d(gen)));
-  return v;
 }
 
 Tensor on_device(const std::vector<double>& v, const Dims& shape) {
@@ -66,11 +45,12 @@ void require_close(const std::vector<float>& got, const std::vector<double>& wan
 }  // namespace
 
 TEST_CASE("(a*b+c).relu() is one kernel", "[schedule]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   for (unsigned seed = 0; seed < 4; ++seed) {
     const i64 n = 7 + 61 * seed;
-    auto va = random_values(n, seed), vb = random_values(n, seed + 10), vc = random_values(n, seed + 20);
+    auto va = test::random_floats(n, seed), vb = test::random_floats(n, seed + 10),
+         vc = test::random_floats(n, seed + 20);
     Tensor a = on_device(va, {n}), b = on_device(vb, {n}), c = on_device(vc, {n});
     Tensor out = (a * b + c).relu();
     REQUIRE(kernels_for(out) == 1);
@@ -81,11 +61,11 @@ TEST_CASE("(a*b+c).relu() is one kernel", "[schedule]") {
 }
 
 TEST_CASE("(a*b).sum(1) is one kernel", "[schedule]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   for (i64 rows : {1, 5, 33})
     for (i64 cols : {1, 16, 45}) {
-      auto va = random_values(rows * cols, 1), vb = random_values(rows * cols, 2);
+      auto va = test::random_floats(rows * cols, 1), vb = test::random_floats(rows * cols, 2);
       Tensor out = (on_device(va, {rows, cols}) * on_device(vb, {rows, cols})).sum(1);
       REQUIRE(kernels_for(out) == 1);
       std::vector<double> want(static_cast<std::size_t>(rows), 0.0);
@@ -96,11 +76,11 @@ TEST_CASE("(a*b).sum(1) is one kernel", "[schedule]") {
 }
 
 TEST_CASE("softmax over the last axis is at most 3 kernels", "[schedule]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   for (i64 rows : {1, 4, 17})
     for (i64 cols : {2, 10, 100}) {
-      auto v = random_values(rows * cols, static_cast<unsigned>(rows * cols));
+      auto v = test::random_floats(rows * cols, static_cast<unsigned>(rows * cols));
       Tensor out = on_device(v, {rows, cols}).softmax(-1);
       i64 k = kernels_for(out);
       INFO(rows << "x" << cols << ": " << k << " kernels");
@@ -117,10 +97,10 @@ TEST_CASE("softmax over the last axis is at most 3 kernels", "[schedule]") {
 }
 
 TEST_CASE("matmul is one kernel", "[schedule]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   for (auto [m, k, n] : std::vector<std::array<i64, 3>>{{1, 1, 1}, {16, 32, 8}, {9, 70, 13}}) {
-    auto va = random_values(m * k, 3), vb = random_values(k * n, 4);
+    auto va = test::random_floats(m * k, 3), vb = test::random_floats(k * n, 4);
     Tensor out = on_device(va, {m, k}).matmul(on_device(vb, {k, n}));
     REQUIRE(kernels_for(out) == 1);
     std::vector<double> want(static_cast<std::size_t>(m * n), 0.0);
@@ -137,7 +117,7 @@ TEST_CASE("matmul is one kernel", "[schedule]") {
 constexpr i64 kMlpStepKernels = 33;
 
 TEST_CASE("an MLP training step launches at most the documented number of kernels", "[schedule]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   Tensor::manual_seed(3);
   nn::Linear l1(784, 128), l2(128, 10);
@@ -163,14 +143,14 @@ TEST_CASE("an MLP training step launches at most the documented number of kernel
 }
 
 TEST_CASE("GRAPH=1 writes each realized buffer as a node of a DOT graph", "[schedule]") {
-  OnClang dev;
+  test::DeviceScope dev("CLANG");
   if (!dev.ok) return;
   std::string path =
       (std::filesystem::temp_directory_path() / ("metagrad_graph_" + std::to_string(::getpid()) + ".dot"))
           .string();
   std::filesystem::remove(path);
-  Tensor a = on_device(random_values(12, 1), {3, 4}), b = on_device(random_values(12, 2), {3, 4});
-  Tensor x = on_device(random_values(12, 3), {3, 4});
+  Tensor a = on_device(test::random_floats(12, 1), {3, 4}), b = on_device(test::random_floats(12, 2), {3, 4});
+  Tensor x = on_device(test::random_floats(12, 3), {3, 4});
   i64 kernels = 0;
   {
     struct Env {

@@ -3,7 +3,8 @@
 // allocator). A realize that repeats (an eager loop, a training step) gets back the memory its last
 // run freed: no page faults on fresh pages, no driver allocation. Bounded: it keeps at most `cap`
 // bytes (env METAGRAD_POOL_MB, default 1024) and frees what does not fit; an allocation that fails
-// empties the pool and is tried once more.
+// empties the pool and is tried once more. Pooled buffers are free memory, not counted in
+// RawBuffer::live_count.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +20,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   using Factory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
   BufferPool(Factory make, std::size_t cap_bytes) : make_(std::move(make)), cap_(cap_bytes) {}
+  ~BufferPool() { clear(); }
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
   // `size` elements of `dtype` (contents unspecified); back to the pool when its last owner drops it.
   // The pool must be owned by a shared_ptr: its buffers keep it alive.
   std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype);
