@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "device_scope.hpp"
 #include "gradcheck.hpp"
 
 using namespace metagrad;
@@ -283,12 +284,6 @@ struct MLP {
   nn::StateDict state_dict() const { return nn::state_dict({{"l1", l1}, {"l2", l2}}); }
 };
 
-struct DefaultDevice {
-  std::string prev = Device::DEFAULT;
-  explicit DefaultDevice(const std::string& d) { Device::DEFAULT = d; }
-  ~DefaultDevice() { Device::DEFAULT = prev; }
-};
-
 // Class of the largest logit per row, computed on the host (independent of Tensor::argmax).
 std::vector<std::int64_t> host_argmax(const Tensor& logits) {
   std::vector<float> v = logits.to_vector<float>();
@@ -305,7 +300,7 @@ std::vector<std::int64_t> host_argmax(const Tensor& logits) {
 // CPU device; the full 60000 images would double the time for about half a point.
 TEST_CASE("an MLP trained on the CPU device reaches 84% test accuracy", "[fashion_mnist][train]") {
   const auto& ds = dataset();
-  DefaultDevice cpu("CPU");
+  test::DeviceScope cpu("CPU");
   const std::int64_t subset = 30000, batch = 64, steps = (subset + batch - 1) / batch;
   const double lr = 0.004;
   Tensor::manual_seed(1337);
