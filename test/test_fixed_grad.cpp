@@ -11,6 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include <boost/mp11/algorithm.hpp>
+
 #include "alloc_count.hpp"
 #include "fixed_check.hpp"
 #include "metagrad/fixed.hpp"
@@ -27,10 +29,20 @@ using metagrad::test::random_tensor;
 namespace {
 
 // fixed::grad of loss (an expression reading params) against central differences of its value,
-// each parameter element moved in place by +-1e-6.
+// each parameter element moved in place by +-1e-6. The gradient expressions are evaluated first
+// (they read the parameters), each on its own and all into tensors (which must agree to rounding).
 template <class L, class... P>
 void check_fd(const L& loss, P&... params) {
-  auto grads = fx::grad(loss, params...);
+  auto grads = [&]<std::size_t... K>(std::index_sequence<K...>) {
+    auto g = fx::grad(loss, params...);
+    auto into = fx::eval(g);
+    std::tuple<fx::TensorOf<P>...> lazy{fx::eval(get<K>(g))...};
+    (metagrad::test::check_all(
+         std::get<K>(lazy), [&](index_t i) { return double(std::get<K>(into)[i]); }, 1e-12, 1e-15),
+     ...);
+    return lazy;
+  }
+  (std::index_sequence_for<P...>{});
   auto value = [&] { return fx::eval(loss)[0]; };
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     (
@@ -105,7 +117,7 @@ TEST_CASE("fixed grad: binary ops, broadcasting, scalars and where against finit
 
 TEST_CASE("fixed grad: ties of maximum share the gradient, as the dynamic path", "[fixed]") {
   fx::Tensor<double, 4> x{1, 2, 3, 4}, y{1, 0, 3, 5};
-  auto [gx, gy] = fx::grad(fx::maximum(x, y).sum(), x, y);
+  auto [gx, gy] = fx::eval(fx::grad(fx::maximum(x, y).sum(), x, y));
   for (index_t i = 0; i < 4; ++i) {
     double want_x = x[i] > y[i] ? 1 : x[i] == y[i] ? 0.5 : 0;
     REQUIRE(gx[i] == want_x);
@@ -117,7 +129,7 @@ TEST_CASE("fixed grad: cast passes the gradient back in the source type", "[fixe
   std::mt19937 rng(7);
   auto x = random_tensor<double, 2, 6>(rng);
   auto r = random_tensor<float, 2, 6>(rng);
-  auto [g] = fx::grad((x.cast<float>() * r).sum().cast<double>(), x);
+  auto [g] = fx::eval(fx::grad((x.cast<float>() * r).sum().cast<double>(), x));
   static_assert(std::is_same_v<decltype(g), fx::Tensor<double, 2, 6>>);
   for (index_t i = 0; i < 12; ++i) REQUIRE(g[i] == double(r[i]));
 }
@@ -141,7 +153,7 @@ TEST_CASE("fixed grad: reductions, softmax and log_softmax against finite differ
 
 TEST_CASE("fixed grad: max reduce shares the gradient among equal maxima", "[fixed]") {
   fx::Tensor<double, 2, 3> x{1, 5, 5, 2, 0, -1};
-  auto [g] = fx::grad(x.max<1>().sum(), x);
+  auto [g] = fx::eval(fx::grad(x.max<1>().sum(), x));
   const double want[] = {0, 0.5, 0.5, 1, 0, 0};
   for (index_t i = 0; i < 6; ++i) REQUIRE(g[i] == want[i]);
 }
@@ -198,7 +210,7 @@ TEST_CASE("fixed grad: shared subtrees and parameters used twice accumulate", "[
     check_fd((s * s.exp() + s * r).sum(), a, b);  // three equal copies of s: differentiated once
     check_fd(((a + b).sum<1>(fx::keepdim) * a + (a + b).sum<1>(fx::keepdim) * r).sum(), a, b);
     // two tensors of one shape are two parameters: identity, not type
-    auto [ga, gb] = fx::grad((a * r + b * b).sum(), a, b);
+    auto [ga, gb] = fx::eval(fx::grad((a * r + b * b).sum(), a, b));
     for (index_t i = 0; i < 12; ++i) {
       REQUIRE(close(ga[i], r[i], 1e-12, 0));
       REQUIRE(close(gb[i], 2 * b[i], 1e-12, 0));
@@ -249,8 +261,43 @@ using Grads = decltype(fx::grad(std::declval<Model&>().loss(std::declval<fx::Ten
                                                             std::declval<fx::Tensor<float, 8, 3>&>()),
                                 std::declval<Model&>().w1, std::declval<Model&>().b1,
                                 std::declval<Model&>().w2, std::declval<Model&>().b2));
-static_assert(std::is_same_v<Grads, std::tuple<fx::Tensor<float, 6, 5>, fx::Tensor<float, 5>,
-                                               fx::Tensor<float, 5, 3>, fx::Tensor<float, 3>>>);
+// Each gradient is an expression of its parameter's shape: a sum of terms, each gated by whether
+// the leaf it reached is that parameter (log_softmax reads the logits four times: four terms, the
+// copies switched off at run time). The terms are the mirror ops of the forward pass.
+template <class G>
+struct first_term;
+template <class C>
+struct first_term<fx::Expr<fx::op::Gate, C>> {
+  using type = C;
+};
+template <class A, class B>
+struct first_term<fx::Expr<fx::op::Map<fx::Fn::ADD>, A, B>> : first_term<A> {};
+template <std::size_t K>
+using Term = typename first_term<std::remove_cv_t<std::tuple_element_t<K, Grads>>>::type;
+template <std::size_t K>
+using TermOp = typename Term<K>::op_type;
+static_assert(std::tuple_size_v<Grads> == 4);
+static_assert(std::tuple_element_t<0, Grads>::shape::dims == metagrad::Dims{6, 5});
+static_assert(std::tuple_element_t<3, Grads>::shape::dims == metagrad::Dims{3});
+static_assert(std::is_same_v<TermOp<0>, fx::op::MatMul>);  // x^T @ (relu' * g)
+static_assert(std::is_same_v<TermOp<2>, fx::op::MatMul>);  // relu(h)^T @ g
+// b1 and b2 were broadcast over the batch (reshape, expand): their gradients sum over it
+static_assert(std::is_same_v<TermOp<1>, fx::op::Move<metagrad::MovementOps::RESHAPE, metagrad::Dims{5}>>);
+static_assert(std::is_same_v<typename boost::mp11::mp_front<typename Term<3>::children_types>::op_type,
+                             fx::op::Reduce<metagrad::ReduceOps::SUM, metagrad::Dims{0}>>);
+// An elementwise chain's gradient is elementwise too: one fused loop, nothing materialised.
+template <class E>
+struct all_fused;
+template <class Op, class... C>
+struct all_fused<fx::Expr<Op, C...>>
+    : std::bool_constant<!fx::detail::materialised<fx::Expr<Op, C...>> && (all_fused<C>::value && ...)> {};
+using ChainGrad =
+    std::tuple_element_t<0,
+                         decltype(fx::grad((std::declval<fx::Tensor<double, 3, 5>&>().exp().sin().sigmoid() *
+                                            std::declval<fx::Tensor<double, 3, 5>&>())
+                                               .sum(),
+                                           std::declval<fx::Tensor<double, 3, 5>&>()))>;
+static_assert(all_fused<std::remove_cv_t<ChainGrad>>::value);
 }  // namespace
 
 TEST_CASE("fixed grad: the static MLP matches the dynamic path on CPU: loss and gradients", "[fixed]") {
@@ -307,6 +354,45 @@ TEST_CASE("fixed grad: a W5 SGD step allocates nothing after the first and lower
   REQUIRE(last < first);
 }
 
+TEST_CASE(
+    "fixed grad: gradient expressions fuse into each parameter's update, allocating nothing after the "
+    "first step",
+    "[fixed]") {
+  constexpr index_t B = 64, In = 32, Out = 8;
+  std::mt19937 rng(11);
+  auto x = random_tensor<float, B, In>(rng);
+  auto y = random_tensor<float, B, Out>(rng);
+  auto w = random_tensor<float, In, Out>(rng, -0.3, 0.3);
+  auto b = random_tensor<float, Out>(rng, -0.3, 0.3);
+  fx::Tensor<float, In, Out> w_ref = w, gw;
+  fx::Tensor<float, Out> b_ref = b, gb;
+  auto loss = [&](const auto& w_, const auto& b_) {
+    return (fx::matmul(x, w_) + b_ - y).square().sum() * (1.f / float(B));
+  };
+  const float lr = 0.05f;
+  float first = 0, last = 0;
+  std::uint64_t before = 0;
+  for (int step = 0; step < 8; ++step) {
+    if (step == 1) before = metagrad::test::allocations();
+    float want = fx::grad_into(std::tie(gw, gb), loss(w_ref, b_ref), w_ref, b_ref);
+    w_ref -= lr * gw;
+    b_ref -= lr * gb;
+    // Neither gradient reads w or b (the gradient at the sum is materialised for the matmul), so
+    // the updates may run one after the other straight from the expressions.
+    auto g = fx::grad(loss(w, b), w, b);
+    REQUIRE(g.loss() == want);
+    w -= lr * get<0>(g);
+    b -= lr * get<1>(g);
+    (step == 0 ? first : last) = want;
+  }
+  REQUIRE(metagrad::test::allocations() - before == 0);
+  REQUIRE(last < first);
+  metagrad::test::check_all(
+      w, [&](index_t i) { return w_ref[i]; }, 1e-6, 1e-7);
+  metagrad::test::check_all(
+      b, [&](index_t i) { return b_ref[i]; }, 1e-6, 1e-7);
+}
+
 TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic path on CPU", "[fixed]") {
   for (int seed = 0; seed < kSeeds; ++seed) {
     std::mt19937 rng(700 + seed);
@@ -337,7 +423,7 @@ TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic pa
               .log_softmax<1>() *
           yf)
              .sum();
-    auto [gw, gcb, gw2] = fx::grad(lossf, wf, cbf, w2f);
+    auto [gw, gcb, gw2] = fx::eval(fx::grad(lossf, wf, cbf, w2f));
     auto dyn = [](const auto& t, bool param) {
       std::vector<float> v(t.begin(), t.end());
       return metagrad::Tensor(v, std::remove_cvref_t<decltype(t)>::shape::dims,

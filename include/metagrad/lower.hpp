@@ -115,6 +115,9 @@ class Lowering {
   Tensor make(const fixed::op::Cast<U>&, const Tensor& x) {
     return x.cast(dtype_of<U>);
   }
+  Tensor make(const fixed::op::Gate& op, const Tensor& x) {  // off: x is never realized
+    return op.on ? x : Tensor::zeros_like(x);
+  }
   template <ReduceOps R, Dims Axes>
   Tensor make(const fixed::op::Reduce<R, Axes>&, const Tensor& x) {
     return R == ReduceOps::SUM ? x.sum(vec(Axes), true) : x.max(vec(Axes), true);

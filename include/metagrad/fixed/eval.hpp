@@ -39,7 +39,7 @@ namespace mp = boost::mp11;
 
 template <class E>
 struct kind {
-  static constexpr bool leaf = false, constant = false, map = false, cast = false, move = false;
+  static constexpr bool leaf = false, constant = false, map = false, cast = false, move = false, gate = false;
 };
 template <class T, class S, class... C>
 struct kind<Expr<op::Leaf<T, S>, C...>> : kind<void> {
@@ -61,10 +61,14 @@ template <MovementOps M, auto Arg, class... C>
 struct kind<Expr<op::Move<M, Arg>, C...>> : kind<void> {
   static constexpr bool move = true;
 };
+template <class... C>
+struct kind<Expr<op::Gate, C...>> : kind<void> {
+  static constexpr bool gate = true;
+};
 // Everything else (reductions, matmul, ...) is computed whole by Materialise before the loop.
 template <class E>
 inline constexpr bool materialised =
-    !(kind<E>::leaf || kind<E>::constant || kind<E>::map || kind<E>::cast || kind<E>::move);
+    !(kind<E>::leaf || kind<E>::constant || kind<E>::map || kind<E>::cast || kind<E>::move || kind<E>::gate);
 
 // Movement ops in the order they apply (the one nearest the leaf first).
 template <class Ops>
@@ -120,6 +124,8 @@ struct plan<Ops, Expr<op::Map<F>, C...>> {
 };
 template <class Ops, class U, class C>
 struct plan<Ops, Expr<op::Cast<U>, C>> : plan<Ops, C> {};
+template <class Ops, class C>
+struct plan<Ops, Expr<op::Gate, C>> : plan<Ops, C> {};
 template <class Ops, MovementOps M, auto Arg, class C>
 struct plan<Ops, Expr<op::Move<M, Arg>, C>> {
   using inner = plan<mp::mp_push_front<Ops, op::Move<M, Arg>>, C>;
@@ -179,6 +185,11 @@ template <View M, class T, class C>
 struct BGuard {
   C c;
 };
+template <class T, class C>
+struct BGate {  // c is bound (and its materialised nodes computed) only when on
+  bool on;
+  C c;
+};
 
 template <View V, std::size_t R>
 METAGRAD_INLINE index_t offset_of(const index_t* pos, index_t j) {
@@ -221,6 +232,10 @@ METAGRAD_INLINE U get(const BCast<U, C>& b, const index_t* pos, index_t j) {
 template <std::size_t R, View M, class T, class C>
 METAGRAD_INLINE T get(const BGuard<M, T, C>& b, const index_t* pos, index_t j) {
   return valid_at<M, R>(pos, j) ? get<R>(b.c, pos, j) : T(0);
+}
+template <std::size_t R, class T, class C>
+METAGRAD_INLINE T get(const BGate<T, C>& b, const index_t* pos, index_t j) {
+  return b.on ? get<R>(b.c, pos, j) : T(0);
 }
 
 struct Ctx {
@@ -270,6 +285,9 @@ auto bind(const E& e, Ctx& ctx) {
   } else if constexpr (kind<E>::cast) {
     return BCast<T, decltype(bind<Ops>(std::get<0>(e.children()), ctx))>{
         bind<Ops>(std::get<0>(e.children()), ctx)};
+  } else if constexpr (kind<E>::gate) {
+    using C = decltype(bind<Ops>(std::get<0>(e.children()), ctx));
+    return BGate<T, C>{e.op.on, e.op.on ? bind<Ops>(std::get<0>(e.children()), ctx) : C{}};
   } else {
     using C = mp::mp_front<typename E::children_types>;
     using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
@@ -312,6 +330,8 @@ struct vector_form<BLeaf<T, V>>
                          (V.strides[0] == 0 || V.strides[0] == 1)> {};
 template <class T>
 struct vector_form<BConst<T>> : std::is_floating_point<T> {};
+template <class T, class C>
+struct vector_form<BGate<T, C>> : vector_form<C> {};
 template <Fn F, class... C>
 struct vector_form<BMap<F, C...>>
     : std::bool_constant<(F == Fn::NEG || F == Fn::ADD || F == Fn::SUB || F == Fn::MUL || F == Fn::DIV ||
@@ -325,6 +345,8 @@ struct vector_math : std::false_type {};
 template <Fn F, class... C>
 struct vector_math<BMap<F, C...>>
     : std::bool_constant<F == Fn::EXP || F == Fn::SIGMOID || (vector_math<C>::value || ...)> {};
+template <class T, class C>
+struct vector_math<BGate<T, C>> : vector_math<C> {};
 
 template <class T, View V>
 METAGRAD_INLINE auto vget(const BLeaf<T, V>& b, index_t j) {
@@ -336,6 +358,11 @@ METAGRAD_INLINE auto vget(const BLeaf<T, V>& b, index_t j) {
 template <class T>
 METAGRAD_INLINE auto vget(const BConst<T>& b, index_t) {
   return simd<T>::splat(b.v);
+}
+template <class T, class C>
+METAGRAD_INLINE auto vget(const BGate<T, C>& b, index_t j) {
+  if (b.on) return vget(b.c, j);
+  return simd<T>::splat(T(0));
 }
 template <Fn F, class... C>
 METAGRAD_INLINE auto vget(const BMap<F, C...>& b, index_t j) {

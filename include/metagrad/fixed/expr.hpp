@@ -84,6 +84,11 @@ struct Map {
 };
 template <class U>
 struct Cast {};
+// A switch known at run time: the child's value, or zeros without evaluating the child at all
+// (fixed::grad gates each gradient term by whether its leaf is the parameter).
+struct Gate {
+  bool on;
+};
 template <ReduceOps R, Dims Axes>
 struct Reduce {
   static constexpr ReduceOps kind = R;
@@ -142,6 +147,11 @@ struct node<op::Map<F>, C0, C...> {
 template <class U, class C>
 struct node<op::Cast<U>, C> {
   using value_type = U;
+  using shape = typename C::shape;
+};
+template <class C>
+struct node<op::Gate, C> {
+  using value_type = typename C::value_type;
   using shape = typename C::shape;
 };
 template <ReduceOps R, Dims Axes, class C>

@@ -1,31 +1,34 @@
 #pragma once
 // fixed::grad: reverse-mode differentiation of a static expression, planned at compile time.
 //
-//   auto [gw1, gb1, gw2] = fixed::grad(loss, w1, b1, w2);       // fixed::Tensors, the params' shapes
-//   T l = fixed::grad_into(std::tie(gw1, gb1, gw2), loss, w1, b1, w2);  // into existing tensors
+//   auto [gw1, gb1, gw2] = fixed::grad(loss, w1, b1, w2);  // gradient expressions, lazily evaluated
+//   w2 -= lr * gw2;                                        // ... e.g. fused into an update
+//   T l = fixed::grad_into(std::tie(tw1, tb1, tw2), loss, w1, b1, w2);  // into tensors
 //
 // The loss is one Expr tree (held by value, as every static expression). Its nodes are numbered
 // in preorder at compile time; each node's gradient is an expression type built by its Vjp
 // (vjp.hpp) from its parent's, and is evaluated only where it must be:
-// - at a parameter: a leaf whose data pointer is one of the parameters' (identity, not value: two
-//   tensors of one shape are different parameters); a parameter met twice accumulates;
 // - where it feeds two differentiable children, or a reduction or matmul: materialised once into
 //   the arena unless it is already a plain tensor read, so no sub-expression is recomputed per use;
-// - at a subtree that occurs more than once (log_softmax uses its input three times): equal copies
-//   (same type, same leaves and constants) are one node, whose gradients are summed in a buffer
-//   before it is differentiated once, after every node above it (deepest subtrees last).
-// Forward values the rules need come from the forward tree with each reduction or matmul replaced
-// by its value, computed once (equal copies share it). No runtime graph is built: the walk is
-// unrolled at compile time and its only state is a few pointer arrays on the stack. Temporaries
-// live in the per-thread arena, which stops allocating once it has grown to a step's high-water
-// mark, so a training step that reuses its gradient tensors allocates nothing after the first.
-// The results are tensors, not the final gradient expressions: those read such temporaries, which
-// live only as long as the call.
+// - at a shared subtree (log_softmax reads its input twice, once through max): equal copies (same
+//   type, same leaves and constants) are one node, whose gradients are summed in a buffer before
+//   it is differentiated once, after every node above it (deepest subtrees last);
+// - nowhere else: what reaches a leaf of a parameter's type is a term, an unevaluated expression.
+// A parameter's gradient is the sum of its terms, each gated (op::Gate) by whether its leaf is that
+// parameter (identity by data pointer, not type: two tensors of one shape are two parameters) and
+// counts (a later equal copy of a shared subtree hands its gradient to the first); an off gate
+// skips its term unevaluated. Forward values the rules need come from the forward tree with each
+// reduction or matmul replaced by its value, computed once (equal copies share it). No runtime
+// graph is built: the walk is unrolled at compile time and its only state is a few pointer arrays.
+// Temporaries live in the per-thread arena, which stops allocating once it has grown to a step's
+// high-water mark, so a training step allocates nothing after the first.
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include <boost/mp11/algorithm.hpp>
 
@@ -79,6 +82,28 @@ const auto& at(const E& e) {
   }
 }
 
+// The parent and the child slot of every node below E (numbered from Id), in preorder.
+template <class E>
+constexpr void link(std::size_t id, std::size_t* parent, std::size_t* slot) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((parent[id + child_offset<E, I>] = id, slot[id + child_offset<E, I>] = I,
+      link<mp::mp_at_c<typename E::children_types, I>>(id + child_offset<E, I>, parent, slot)),
+     ...);
+  }
+  (std::make_index_sequence<arity_of<E>>{});
+}
+template <class R>
+struct links {
+  struct arrays {
+    std::array<std::size_t, count<R>> parent{}, slot{};
+  };
+  static constexpr arrays value = [] {
+    arrays a;
+    link<R>(0, a.parent.data(), a.slot.data());
+    return a;
+  }();
+};
+
 template <class E>
 struct height;
 template <class Op, class... C>
@@ -111,36 +136,75 @@ auto leaf(const T* p) {
   return Expr<op::Leaf<T, S>>(op::Leaf<T, S>{p});
 }
 
+// A gradient that reached a leaf of a parameter's type: its expression, the leaf's data, and
+// whether it counts (a later equal copy of a shared subtree hands its gradient to the first copy).
+template <class L, class G>
+struct Term {
+  using leaf_type = L;
+  G g;
+  const void* at;
+  bool on;
+};
+template <class Terms>
+void switch_off(Terms& terms) {
+  std::apply([](auto&... t) { ((t.on = false), ...); }, terms);
+}
+template <class... Tuples>
+auto concat(std::tuple<Tuples...>&& parts) {
+  return std::apply([](auto&&... t) { return std::tuple_cat(std::move(t)...); }, std::move(parts));
+}
+
 template <class R, class... P>
 class Backward {
+ public:  // the plan's types are public: Mp11's algorithms instantiate them from outside
   using Ns = nodes_t<R>;
   static constexpr std::size_t N = count<R>;
   template <std::size_t Id>
   using node_t = mp::mp_at_c<Ns, Id>;
+  // Only subtrees with a leaf of some parameter's type are differentiated: which leaf is which
+  // parameter is known only at run time (by data pointer), so each such leaf gets a gated term.
+  using param_leaves = mp::mp_list<decltype(std::declval<const P&>().expr())...>;
+  template <class E>
+  using is_candidate = std::bool_constant<kind<E>::leaf && mp::mp_contains<param_leaves, E>::value>;
+  template <class E>
+  static constexpr bool reaches = mp::mp_any_of<nodes_t<E>, is_candidate>::value;
+  // A node is shared when, with equal copies taken as one node, it has two parents (or is two
+  // children of one): the edges into its copies, as (its type, its parent's type, which child),
+  // are not all the same. Its gradients are then summed before it is differentiated, once.
   template <class Id>
-  using is_shared =
-      std::bool_constant<Id::value != 0 && !kind<node_t<Id::value>>::leaf && has_leaf<node_t<Id::value>> &&
-                         (mp::mp_count<Ns, node_t<Id::value>>::value > 1)>;
+  using edge = mp::mp_list<node_t<Id::value>, node_t<links<R>::value.parent[Id::value]>,
+                           mp::mp_size_t<links<R>::value.slot[Id::value]>>;
+  using edges = mp::mp_transform<edge, mp::mp_pop_front<mp::mp_iota_c<N>>>;
+  template <class E>
+  struct edge_into {
+    template <class Edge>
+    using fn = std::is_same<mp::mp_front<Edge>, E>;
+  };
+  template <class E>
+  static constexpr bool fan_in = mp::mp_size<mp::mp_unique<mp::mp_copy_if_q<edges, edge_into<E>>>>::value > 1;
+  template <class Id>
+  using is_shared = std::bool_constant<Id::value != 0 && !kind<node_t<Id::value>>::leaf &&
+                                       reaches<node_t<Id::value>> && fan_in<node_t<Id::value>>>;
   template <class Id>
   using is_stored = std::bool_constant<is_shared<Id>::value || materialised<node_t<Id::value>>>;
+  // Shared subtrees deepest last; equal heights by preorder, so a first copy precedes its equals.
   template <class A, class B>
-  using higher = std::bool_constant<(height<node_t<A::value>>::value > height<node_t<B::value>>::value)>;
-  // Nodes whose equal copies are found at run time, and the shared ones deepest-subtree last.
+  using before = std::bool_constant<(height<node_t<A::value>>::value > height<node_t<B::value>>::value) ||
+                                    (height<node_t<A::value>>::value == height<node_t<B::value>>::value &&
+                                     A::value < B::value)>;
   using stored = mp::mp_copy_if<mp::mp_iota_c<N>, is_stored>;
-  using shared_order = mp::mp_sort<mp::mp_copy_if<mp::mp_iota_c<N>, is_shared>, higher>;
+  using shared_order = mp::mp_sort<mp::mp_copy_if<mp::mp_iota_c<N>, is_shared>, before>;
   template <std::size_t Id>
   struct same_as {
     template <class J>
     using fn = std::is_same<node_t<J::value>, node_t<Id>>;
   };
-
- public:
   using T = typename R::value_type;
-  using Out = std::tuple<TensorOf<P>&...>;
 
-  Backward(const R& root, Out out, const P&... params) : root_(root), out_(out), params_(params...) {}
+  Backward(const R& root, const P&... params) : root_(root), params_(params...) {}
 
-  T run() {
+  // The loss, and every term in the order the walk meets them.
+  auto run() {
     mp::mp_for_each<stored>([&](auto id) {  // equal copies point at the first one
       constexpr std::size_t Id = decltype(id)::value;
       rep_[Id] = Id;
@@ -152,19 +216,42 @@ class Backward {
     });
     T loss;
     detail::assign(&loss, cached<0>(root_));
-    back<0>(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}));
-    mp::mp_for_each<shared_order>([&](auto id) {
-      constexpr std::size_t Id = decltype(id)::value;
-      using E = node_t<Id>;
-      if (rep_[Id] == Id && grad_[Id])
-        expand<Id>(at<Id>(root_), leaf<typename E::value_type, typename E::shape>(
-                                      static_cast<const typename E::value_type*>(grad_[Id])));
-    });
-    [&]<std::size_t... K>(std::index_sequence<K...>) {  // parameters the loss does not read
-      ((written_[K] ? void() : std::fill(std::get<K>(out_).begin(), std::get<K>(out_).end(), T(0))), ...);
+    auto top = back<0>(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}));
+    auto below = concat(expand_shared(std::tuple<>{}, shared_order{}));
+    return std::pair{loss, std::tuple_cat(std::move(top), std::move(below))};
+  }
+
+  // d loss / d parameter K from the terms: the sum of those reaching a leaf that is parameter K,
+  // each gated by that test, which skips the others unevaluated (zeros where no term can).
+  template <std::size_t K, class Terms>
+  auto gradient(const Terms& terms) const {
+    using Param = mp::mp_at_c<mp::mp_list<P...>, K>;
+    using S = typename Param::shape;
+    using Mine = mp::mp_copy_if_q<mp::mp_iota_c<std::tuple_size_v<Terms>>, reaching<K, Terms>>;
+    if constexpr (mp::mp_empty<Mine>::value) {
+      return Expr<op::Const<T, S>>(op::Const<T, S>{T(0)});
+    } else {
+      const void* p = std::get<K>(params_).data();
+      return
+          [&]<class... I>(mp::mp_list<I...>) { return (... + gate(std::get<I::value>(terms), p)); }(Mine{});
     }
-    (std::index_sequence_for<P...>{});
-    return loss;
+  }
+  // The same into a tensor: the counting terms assigned and added, without gates.
+  template <std::size_t K, class Terms, class Out>
+  void gradient_into(const Terms& terms, Out& out) const {
+    using Mine = mp::mp_copy_if_q<mp::mp_iota_c<std::tuple_size_v<Terms>>, reaching<K, Terms>>;
+    const void* p = std::get<K>(params_).data();
+    bool written = false;
+    mp::mp_for_each<Mine>([&](auto i) {
+      const auto& t = std::get<decltype(i)::value>(terms);
+      if (!counts(t, p)) return;
+      if (written)
+        out += t.g;
+      else
+        out = t.g;
+      written = true;
+    });
+    if (!written) std::fill(out.begin(), out.end(), T(0));
   }
 
   // Node Id as the rules see it: its value and its children's (reductions already computed).
@@ -174,6 +261,7 @@ class Backward {
     const E& e;
     template <std::size_t I>
     using child_t = mp::mp_at_c<typename E::children_types, I>;
+    const auto& op() const { return e.op; }
     auto out() const { return b.template cached<Id>(e); }
     template <std::size_t I>
     auto x() const {
@@ -200,6 +288,21 @@ class Backward {
   }
 
  private:
+  template <std::size_t K, class Terms>
+  struct reaching {
+    template <class I>
+    using fn =
+        std::is_same<typename std::tuple_element_t<I::value, Terms>::leaf_type, mp::mp_at_c<param_leaves, K>>;
+  };
+  template <class Term>
+  static bool counts(const Term& t, const void* param) {
+    return t.on && t.at == param;
+  }
+  template <class Term>
+  static auto gate(const Term& t, const void* param) {
+    return Expr<op::Gate, decltype(t.g)>(op::Gate{counts(t, param)}, t.g);
+  }
+
   template <std::size_t Id, class E>
   auto rebuild(const E& e) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -208,27 +311,6 @@ class Backward {
       return Node(e.op, cached<Id + child_offset<E, I>>(std::get<I>(e.children()))...);
     }
     (std::make_index_sequence<arity_of<E>>{});
-  }
-
-  // Is some parameter a leaf below e?
-  template <class E>
-  bool needs(const E& e) const {
-    if constexpr (kind<E>::leaf) {
-      return [&]<std::size_t... K>(std::index_sequence<K...>) { return (is_param<K>(e) || ...); }
-      (std::index_sequence_for<P...>{});
-    } else if constexpr (!has_leaf<E>) {
-      return false;
-    } else {
-      return std::apply([&](const auto&... c) { return (needs(c) || ...); }, e.children());
-    }
-  }
-
-  template <std::size_t K, class E>
-  bool is_param(const E& e) const {
-    if constexpr (std::is_same_v<decltype(std::get<K>(params_).expr()), E>)
-      return std::get<K>(params_).data() == e.op.data;
-    else
-      return false;
   }
 
   template <class G>
@@ -240,16 +322,14 @@ class Backward {
   }
 
   template <std::size_t Id, class E, class G>
-  void back(const E& e, const G& g) {
-    if constexpr (std::is_same_v<G, none> || !has_leaf<E>) {
-      return;
+  auto back(const E& e, const G& g) {
+    if constexpr (std::is_same_v<G, none> || !reaches<E>) {
+      return std::tuple<>{};
     } else if constexpr (kind<E>::leaf) {
-      [&]<std::size_t... K>(std::index_sequence<K...>) { (to_param<K>(e, g), ...); }
-      (std::index_sequence_for<P...>{});
+      return std::tuple<Term<E, G>>{{g, e.op.data, true}};
     } else {
       static_assert(std::is_same_v<typename G::shape, typename E::shape>,
                     "fixed::grad: a rule gave a gradient of the wrong shape");
-      if (!needs(e)) return;
       if constexpr (is_shared<mp::mp_size_t<Id>>::value) {  // summed now, differentiated once later
         using V = typename E::value_type;
         const std::size_t r = rep_[Id];
@@ -261,50 +341,74 @@ class Backward {
           V* buf = static_cast<V*>(grad_[r]);
           detail::assign(buf, leaf<V, typename E::shape>(buf) + g);
         }
+        return std::tuple<>{};
       } else {
-        expand<Id>(e, g);
+        return expand<Id>(e, g);
       }
     }
   }
 
   template <std::size_t Id, class E, class G>
-  void expand(const E& e, const G& g) {
+  auto expand(const E& e, const G& g) {
     constexpr std::size_t differentiable = []<std::size_t... I>(std::index_sequence<I...>) {
-      return (std::size_t{0} + ... + (has_leaf<mp::mp_at_c<typename E::children_types, I>> ? 1 : 0));
+      return (std::size_t{0} + ... + (reaches<mp::mp_at_c<typename E::children_types, I>> ? 1 : 0));
     }
     (std::make_index_sequence<arity_of<E>>{});
     if constexpr (!cheap<G>::value && (differentiable > 1 || materialised<E>)) {
-      expand<Id>(e, stash(g));
+      return expand<Id>(e, stash(g));
     } else {
       NodeRef<Id, E> n{*this, e};
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (back<Id + child_offset<E, I>>(std::get<I>(e.children()),
-                                       Vjp<typename E::op_type>::template grad<I>(n, g)),
-         ...);
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {  // braces: children left to right
+        return concat(std::tuple<decltype(child<Id, I>(n, g))...>{child<Id, I>(n, g)...});
       }
       (std::make_index_sequence<arity_of<E>>{});
     }
   }
+  template <std::size_t Id, std::size_t I, class E, class G>
+  auto child(const NodeRef<Id, E>& n, const G& g) {
+    using C = mp::mp_at_c<typename E::children_types, I>;
+    if constexpr (reaches<C>)
+      return back<Id + child_offset<E, I>>(std::get<I>(n.e.children()),
+                                           Vjp<typename E::op_type>::template grad<I>(n, g));
+    else
+      return std::tuple<>{};
+  }
 
-  template <std::size_t K, class E, class G>
-  void to_param(const E& e, const G& g) {
-    using Param = std::tuple_element_t<K, std::tuple<P...>>;
-    if constexpr (std::is_same_v<decltype(std::declval<const Param&>().expr()), E>) {
-      static_assert(std::is_same_v<typename G::shape, typename Param::shape>,
-                    "fixed::grad: a gradient's shape differs from its parameter's");
-      if (!is_param<K>(e)) return;
-      if (written_[K])
-        std::get<K>(out_) += g;
-      else
-        std::get<K>(out_) = g;
-      written_[K] = true;
+  // Each shared subtree, once its gradient is summed: `done` holds the terms of those before it.
+  template <class Done>
+  auto expand_shared(Done done, mp::mp_list<>) {
+    return done;
+  }
+  template <class Done, class Id, class... Rest>
+  auto expand_shared(Done done, mp::mp_list<Id, Rest...>) {
+    constexpr std::size_t I = Id::value;
+    using E = node_t<I>;
+    using V = typename E::value_type;
+    using Terms = decltype(expand<I>(at<I>(root_), leaf<V, typename E::shape>(nullptr)));
+    std::optional<Terms> mine;
+    if (rep_[I] == I) {
+      V* g = static_cast<V*>(grad_[I]);
+      if (!g) {  // no gradient reached it: zeros keep the terms' reads valid; they do not count
+        g = Arena::local().alloc<V>(E::shape::size);
+        std::fill(g, g + E::shape::size, V(0));
+      }
+      mine.emplace(expand<I>(at<I>(root_), leaf<V, typename E::shape>(g)));
+      if (!grad_[I]) switch_off(*mine);
+    } else {  // an equal copy: its gradient was summed into the first copy's, which counts it
+      using Pos = mp::mp_iota_c<std::tuple_size_v<Done>>;
+      mp::mp_for_each<Pos>([&](auto k) {
+        using J = mp::mp_at_c<shared_order, decltype(k)::value>;
+        if constexpr (std::is_same_v<node_t<J::value>, E>)
+          if (rep_[I] == J::value) mine.emplace(std::get<decltype(k)::value>(done));
+      });
+      switch_off(*mine);
     }
+    return expand_shared(std::tuple_cat(std::move(done), std::tuple<Terms>{std::move(*mine)}),
+                         mp::mp_list<Rest...>{});
   }
 
   const R& root_;
-  Out out_;
   std::tuple<const P&...> params_;
-  std::array<bool, sizeof...(P)> written_{};
   std::array<std::size_t, N> rep_{};
   std::array<const void*, N> value_{};  // forward values of reductions and matmuls (by rep_)
   std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
@@ -316,29 +420,110 @@ template <class T, index_t... D>
 struct is_tensor<Tensor<T, D...>> : std::true_type {};
 }  // namespace detail::ad
 
+// The gradients of a loss with respect to parameters, as expression types (tuple-like:
+// `auto [gw, gb] = fixed::grad(loss, w, b);`, or `get<K>(g)`), and the loss's value. Building it
+// runs the forward pass and the backward pass up to each gradient's last fused expression; the
+// intermediates it keeps live in the per-thread arena until it is destroyed, so it is neither
+// copied nor moved (it lives where fixed::grad's result is bound). The expressions read the loss's
+// tensors when evaluated: evaluate them (into tensors, or into the update of their own parameter)
+// before writing any tensor the loss reads.
+template <class E, class... P>
+class Gradients {
+  using Plan = detail::ad::Backward<E, P...>;
+  using Result = decltype(std::declval<Plan&>().run());
+  template <std::size_t K>
+  using Param = boost::mp11::mp_at_c<boost::mp11::mp_list<P...>, K>;
+  template <std::size_t K>
+  using Expression = decltype(std::declval<const Plan&>().template gradient<K>(
+      std::declval<const typename Result::second_type&>()));
+
+ public:
+  using value_type = typename E::value_type;
+  static constexpr std::size_t size = sizeof...(P);
+
+  Gradients(const E& loss, const P&... params)
+      : plan_(loss, params...), result_(plan_.run()), exprs_(gradients(std::index_sequence_for<P...>{})) {}
+  Gradients(const Gradients&) = delete;
+  Gradients& operator=(const Gradients&) = delete;
+
+  value_type loss() const { return result_.first; }
+  template <std::size_t K>
+  const auto& get() const {
+    return std::get<K>(exprs_);
+  }
+  // Gradient K into a tensor of its parameter's type: the terms assigned one by one, ungated.
+  template <std::size_t K>
+  void into(TensorOf<Param<K>>& out) const {
+    plan_.template gradient_into<K>(result_.second, out);
+  }
+
+ private:
+  template <std::size_t... K>
+  static auto types(std::index_sequence<K...>) -> std::tuple<Expression<K>...>;
+  template <std::size_t... K>
+  auto gradients(std::index_sequence<K...>) const {
+    return decltype(types(std::index_sequence_for<P...>{})){plan_.template gradient<K>(result_.second)...};
+  }
+
+  detail::Arena::Scope scope_;  // first: everything below allocates in it
+  Plan plan_;
+  Result result_;
+  decltype(types(std::index_sequence_for<P...>{})) exprs_;
+};
+
+template <std::size_t K, class E, class... P>
+const auto& get(const Gradients<E, P...>& g) {
+  return g.template get<K>();
+}
+
+namespace detail::ad {
+template <Operand L, class... P>
+void check_grad_args() {
+  using E = expr_t<L>;
+  static_assert(E::shape::size == 1, "fixed::grad: the loss must be a single value (sum or mean it)");
+  static_assert(std::is_floating_point_v<typename E::value_type>,
+                "fixed::grad: the loss must be floating-point");
+  static_assert((is_tensor<P>::value && ...), "fixed::grad: parameters must be fixed::Tensors");
+  static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
+                "fixed::grad: parameters must have the loss's element type");
+}
+}  // namespace detail::ad
+
+// d loss / d params as gradient expressions (see Gradients).
+template <Operand L, class... P>
+Gradients<expr_t<L>, P...> grad(const L& loss, const P&... params) {
+  detail::ad::check_grad_args<L, P...>();
+  return Gradients<expr_t<L>, P...>(loss.expr(), params...);
+}
+
 // d loss / d params into `out` (a tuple of references to tensors of the parameters' types, e.g.
 // std::tie(gw, gb), none of them a parameter); returns the loss. Parameters the loss does not read
 // get zeros.
 template <Operand L, class... P>
 typename expr_t<L>::value_type grad_into(std::tuple<TensorOf<P>&...> out, const L& loss, const P&... params) {
-  using E = expr_t<L>;
-  static_assert(E::shape::size == 1, "fixed::grad: the loss must be a single value (sum or mean it)");
-  static_assert(std::is_floating_point_v<typename E::value_type>,
-                "fixed::grad: the loss must be floating-point");
-  static_assert((detail::ad::is_tensor<P>::value && ...), "fixed::grad: parameters must be fixed::Tensors");
-  static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
-                "fixed::grad: parameters must have the loss's element type");
-  detail::Arena::Scope scope;
-  const E& root = loss.expr();
-  return detail::ad::Backward<E, P...>(root, out, params...).run();
+  detail::ad::check_grad_args<L, P...>();
+  Gradients<expr_t<L>, P...> g(loss.expr(), params...);
+  [&]<std::size_t... K>(std::index_sequence<K...>) { (g.template into<K>(std::get<K>(out)), ...); }
+  (std::index_sequence_for<P...>{});
+  return g.loss();
 }
 
-// The gradients of loss with respect to params, as a std::tuple of tensors of their types.
-template <Operand L, class... P>
-std::tuple<TensorOf<P>...> grad(const L& loss, const P&... params) {
-  std::tuple<TensorOf<P>...> g;
-  std::apply([&](auto&... t) { grad_into(std::tie(t...), loss, params...); }, g);
-  return g;
+// The gradients evaluated: a std::tuple of tensors of the parameters' types.
+template <class E, class... P>
+std::tuple<TensorOf<P>...> eval(const Gradients<E, P...>& g) {
+  std::tuple<TensorOf<P>...> out;
+  [&]<std::size_t... K>(std::index_sequence<K...>) { (g.template into<K>(std::get<K>(out)), ...); }
+  (std::index_sequence_for<P...>{});
+  return out;
 }
 
 }  // namespace metagrad::fixed
+
+template <class E, class... P>
+struct std::tuple_size<metagrad::fixed::Gradients<E, P...>>
+    : std::integral_constant<std::size_t, sizeof...(P)> {};
+template <std::size_t K, class E, class... P>
+struct std::tuple_element<K, metagrad::fixed::Gradients<E, P...>> {
+  using type =
+      std::remove_reference_t<decltype(get<K>(std::declval<const metagrad::fixed::Gradients<E, P...>&>()))>;
+};

@@ -1,8 +1,9 @@
 #pragma once
 // Type-level mlops: the backward rule of every static op, as a function from types to types.
 // `Vjp<Op>::grad<I>(n, g)` is the expression of d loss / d child I, given the incoming gradient
-// expression g (the node's shape) and the node n (n.out(): its forward value, n.x<I>(): child I's),
-// or `none` where child I gets no gradient (comparisons, a where's condition). The rules are the
+// expression g (the node's shape) and the node n (n.out(): its forward value, n.x<I>(): child I's,
+// n.op(): its op, for ops with run-time data), or `none` where child I gets no gradient
+// (comparisons, a where's condition). The rules are the
 // dynamic path's (runtime/mlops.cpp), so both paths agree to rounding.
 #include <cstddef>
 #include <numbers>
@@ -113,6 +114,14 @@ struct Vjp<op::Cast<U>> {
       return g.template cast<From>();
     else
       return none{};
+  }
+};
+
+template <>
+struct Vjp<op::Gate> {  // the same switch on the gradient
+  template <std::size_t I, class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return Expr<op::Gate, G>(n.op(), g);
   }
 };
 
