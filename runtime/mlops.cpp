@@ -62,6 +62,15 @@ LB Exp::forward(const LB& x) {
 }
 std::vector<LB> Exp::backward(const LB& g) { return {ret->e(BinaryOps::MUL, g)}; }
 
+LB Sigmoid::forward(const LB& x) {
+  LB e = x->e(BinaryOps::MUL, x->const_like(-1 / std::numbers::ln2))->e(UnaryOps::EXP2);
+  return ret = x->const_like(1)->e(BinaryOps::DIV, x->const_like(1)->e(BinaryOps::ADD, e));
+}
+// s (1 - s): finite everywhere, where the formula's own chain rule gives inf / inf at large -x.
+std::vector<LB> Sigmoid::backward(const LB& g) {
+  return {ret->e(BinaryOps::MUL, ret->const_like(1)->e(BinaryOps::SUB, ret))->e(BinaryOps::MUL, g)};
+}
+
 LB Sum::forward(const LB& x, const Dims& new_shape) {
   input_shape = x->shape();
   return x->r(ReduceOps::SUM, new_shape);

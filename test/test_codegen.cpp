@@ -200,16 +200,26 @@ TEST_CASE("codegen: blocked paths are the ones taken on the host devices", "[cod
 }
 
 TEST_CASE("codegen: common subexpressions are emitted once", "[codegen]") {
-  // sigmoid(x) = a / (a + b), a = exp(-max(-x, 0)), b = exp(-max(x, 0)): two exps, not three.
+  // a / (a + b), a = exp(-max(-x, 0)), b = exp(-max(x, 0)): two exps, not three.
+  auto two_exps = [](const Tensor& x) {
+    Tensor a = (-(-x).maximum(0)).exp(), b = (-x.maximum(0)).exp();
+    return a / (a + b);
+  };
   for (const std::string& dev : compiled_devices()) {
     if (dev != "CLANG" && dev != "OPENCL") continue;
     Tensor x = rnd({1000}, 90).to(dev);
     x.realize();
-    std::vector<std::string> src = kernel_sources(x.sigmoid());
+    std::vector<std::string> src = kernel_sources(two_exps(x));
     REQUIRE(src.size() == 1);
     std::string body = src[0].substr(src[0].find("void E_"));
     INFO(body);
     CHECK(count(body, dev == "CLANG" ? "mg_exp2f(" : "exp2(") == 2);
+    // sigmoid() is the one-exp formula 1 / (1 + exp(-x)), as fast as spelling it out.
+    src = kernel_sources(x.sigmoid());
+    REQUIRE(src.size() == 1);
+    body = src[0].substr(src[0].find("void E_"));
+    INFO(body);
+    CHECK(count(body, dev == "CLANG" ? "mg_exp2f(" : "exp2(") == 1);
     // (x*y + x*y) * (x*y): one multiply of x by y
     Tensor y = rnd({1000}, 91).to(dev);
     y.realize();
@@ -222,8 +232,46 @@ TEST_CASE("codegen: common subexpressions are emitted once", "[codegen]") {
   for (const std::string& dev : compiled_devices())
     agree(
         dev, "shared subtrees",
-        [](auto& x) { return (x[0] * x[1] + x[0] * x[1]) * (x[0] * x[1]) + x[0].sigmoid(); },
+        [&](auto& x) {
+          return (x[0] * x[1] + x[0] * x[1]) * (x[0] * x[1]) + two_exps(x[0]) + x[1].sigmoid();
+        },
         {rnd({333}, 92), rnd({333}, 93)}, 10);
+}
+
+TEST_CASE("codegen: sigmoid and tanh are finite, with finite gradients, at every input", "[codegen]") {
+  // sigmoid's one exp overflows to inf for x < -88 (float): its value is then 1 / inf = 0, and its
+  // gradient s (1 - s) comes from the output, never from inf / inf.
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> v = {-inf, -1e4, -1000, -104, -88.7, -87,  -30, -17,  -1,  -1e-3, 0,
+                           1e-3, 1,    17,    30,   87,    88.7, 104, 1000, 1e4, inf};
+  for (double x : random_values(200, 96, -120, 120)) v.push_back(x);
+  auto sig = [](double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); };
+  std::vector<std::string> devs = compiled_devices();
+  devs.push_back("CPU");
+  for (const std::string& dev : devs) {
+    for (DType dt : {dtypes::float32, dtypes::float64}) {
+      INFO(dev << " " << dt.name);
+      Tensor x = Tensor(v, {static_cast<i64>(v.size())}, {.device = dev}).cast(dt).detach();
+      x.requires_grad_();
+      Tensor s = x.sigmoid(), t = x.tanh();
+      (s + t).sum().backward();
+      std::vector<double> sv = s.to_vector<double>(), tv = t.to_vector<double>(),
+                          g = x.grad->to_vector<double>();
+      // The exponent's rounding makes the error relative to |x|; below the smallest normal number
+      // exp(-x) has overflowed and sigmoid is 0.
+      bool f32 = dt == dtypes::float32;
+      double eps = f32 ? 1e-6 : 1e-14, tiny = f32 ? 0x1p-126 : 0x1p-1022;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        double want_s = sig(v[i]), want_t = std::tanh(v[i]);
+        double want_g = want_s * (1 - want_s) + (1 - want_t * want_t);
+        INFO("x = " << v[i] << ": sigmoid " << sv[i] << ", tanh " << tv[i] << ", gradient " << g[i]);
+        REQUIRE(std::isfinite(g[i]));
+        CHECK(std::abs(sv[i] - want_s) <= eps * (1 + std::min(std::abs(v[i]), 1e4)) * want_s + tiny);
+        CHECK(std::abs(tv[i] - want_t) <= 2 * eps);
+        CHECK(std::abs(g[i] - want_g) <= 4 * eps);
+      }
+    }
+  }
 }
 
 TEST_CASE("codegen: the inline exp2 matches the C library's to a few ulp", "[codegen]") {

@@ -79,6 +79,12 @@ METAGRAD_MLOP(Exp, 1) {
   LazyBufferPtr forward(const LazyBufferPtr& x);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
 };
+// 1 / (1 + exp(-x)) with one exp (overflow gives 1 / inf = 0); the backward uses the output only.
+METAGRAD_MLOP(Sigmoid, 1) {
+  LazyBufferPtr ret;
+  LazyBufferPtr forward(const LazyBufferPtr& x);
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
+};
 // Reductions take the output shape: same rank, reduced axes 1.
 METAGRAD_MLOP(Sum, 1) {
   Dims input_shape;

@@ -173,13 +173,8 @@ Tensor Tensor::reciprocal() const { return 1.0 / *this; }
 // the backward pass), the same function is written so every exp sees a non-positive argument. Their
 // smooth parts split at 0 with maximum/minimum, whose tie rule (half the gradient to each side)
 // gives the exact derivative there; relu's subgradient 0 would not.
-// sigmoid(x) = a / (a + b) with a = exp(-max(-x, 0)), b = exp(-max(x, 0)): 1 / (1 + exp(-x)) with
-// its overflow removed; a + b >= 1.
-Tensor Tensor::sigmoid() const {
-  Tensor x = floating(*this);
-  Tensor a = (-(-x).maximum(0)).exp(), b = (-x.maximum(0)).exp();
-  return a / (a + b);
-}
+// sigmoid is an mlop: one exp whose overflow is harmless forward, and a backward from its output.
+Tensor Tensor::sigmoid() const { return mlops::Sigmoid::apply(floating(*this)); }
 Tensor Tensor::elu(double alpha) const {
   Tensor x = floating(*this);
   return x.maximum(0) + alpha * (x.minimum(0).exp() - 1);
