@@ -71,18 +71,23 @@ static inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0
 static inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
 static inline long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
 static inline long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
+#if defined(__FMA__) || defined(__FP_FAST_FMAF)
+#define mg_fma(a,b,c) __builtin_fmaf(a,b,c)
+#else
+#define mg_fma(a,b,c) ((a)*(b)+(c))
+#endif
 static inline float mg_exp2f(float x) {
   /* 2^x in straight-line code the compiler vectorizes (exp2f is a library call): x = n + r with
      |r| <= 1/2, 2^r by its Taylor polynomial to r^7 (error < 1e-8), 2^n in two exponent steps so
-     results between 2^-151 and 2^129 round to subnormals, 0 or inf as exp2f's do. NaN passes. */
-  float c = x == x ? x : 0.0f, n, r, p, s1, s2; int i, h; unsigned int b1, b2;
-  c = c < -151.0f ? -151.0f : c; /* one select a statement: gcc if-converts (vectorizes) these */
-  c = c > 129.0f ? 129.0f : c;
-  n = (c + 12582912.0f) - 12582912.0f; r = c - n; p = 1.5252733804059841e-05f;
-  p = p * r + 1.5403530393381610e-04f; p = p * r + 1.3333558146428443e-03f;
-  p = p * r + 9.6181291076284772e-03f; p = p * r + 5.5504108664821580e-02f;
-  p = p * r + 2.4022650695910071e-01f; p = p * r + 6.9314718055994531e-01f; p = p * r + 1.0f;
-  i = (int)n; h = i / 2; b1 = (unsigned int)(h + 127) << 23; b2 = (unsigned int)(i - h + 127) << 23;
+     results between 2^-151 and 2^129 round to subnormals, 0 or inf as exp2f's do. NaN passes.
+     Every step is one vector instruction: selects that clamp (NaN to -151), rint, FMAs, shifts. */
+  float c = x > -151.0f ? x : -151.0f, n, r, p, s1, s2; int i, h; unsigned int b1, b2;
+  c = c < 129.0f ? c : 129.0f; /* one select a statement: gcc if-converts (vectorizes) these */
+  n = __builtin_rintf(c); r = c - n; p = 1.5252733804059841e-05f;
+  p = mg_fma(p, r, 1.5403530393381610e-04f); p = mg_fma(p, r, 1.3333558146428443e-03f);
+  p = mg_fma(p, r, 9.6181291076284772e-03f); p = mg_fma(p, r, 5.5504108664821580e-02f);
+  p = mg_fma(p, r, 2.4022650695910071e-01f); p = mg_fma(p, r, 6.9314718055994531e-01f); p = mg_fma(p, r, 1.0f);
+  i = (int)n; h = i >> 1; b1 = (unsigned int)(h + 127) << 23; b2 = (unsigned int)(i - h + 127) << 23;
   __builtin_memcpy(&s1, &b1, 4); __builtin_memcpy(&s2, &b2, 4); p = p * s1 * s2;
   return x == x ? p : x; }
 static inline float mg_h2f(unsigned short h) { unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u; float f;

@@ -216,23 +216,22 @@ struct Renderer {
   llvm::Value* exp2f(llvm::Value* x) {
     auto f = [&](double v) { return llvm::ConstantFP::get(b.getFloatTy(), v); };
     llvm::Type* i32 = b.getInt32Ty();
-    llvm::Value* is_num = b.CreateFCmpORD(x, x);
-    llvm::Value* c =
-        b.CreateSelect(b.CreateFCmpOLT(x, f(-151)), f(-151),
-                       b.CreateSelect(b.CreateFCmpOGT(x, f(129)), f(129), b.CreateSelect(is_num, x, f(0))));
-    llvm::Value* n = b.CreateFSub(b.CreateFAdd(c, f(12582912.0)), f(12582912.0));
+    llvm::Value* c = b.CreateSelect(b.CreateFCmpOGT(x, f(-151)), x, f(-151));  // NaN -> -151
+    c = b.CreateSelect(b.CreateFCmpOLT(c, f(129)), c, f(129));
+    llvm::Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, c);
     llvm::Value* r = b.CreateFSub(c, n);
     llvm::Value* p = f(1.5252733804059841e-05);
     for (double k : {1.5403530393381610e-04, 1.3333558146428443e-03, 9.6181291076284772e-03,
                      5.5504108664821580e-02, 2.4022650695910071e-01, 6.9314718055994531e-01, 1.0})
-      p = b.CreateFAdd(b.CreateFMul(p, r), f(k));
+      p = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b.getFloatTy()},
+                            {p, r, f(k)});  // FMA where there is one
     llvm::Value* i = b.CreateFPToSI(n, i32);
-    llvm::Value* h = b.CreateSDiv(i, b.getInt32(2));
+    llvm::Value* h = b.CreateAShr(i, b.getInt32(1));
     auto scale = [&](llvm::Value* e) {
       return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, b.getInt32(127)), 23), b.getFloatTy());
     };
     llvm::Value* y = b.CreateFMul(b.CreateFMul(p, scale(h)), scale(b.CreateSub(i, h)));
-    return b.CreateSelect(is_num, y, x);
+    return b.CreateSelect(b.CreateFCmpORD(x, x), y, x);
   }
 
   // op on values of dtype `in` (already converted); the result has dtype `out`.
