@@ -1018,7 +1018,7 @@ int parent_main() {
       "device at 2 threads as a speed-up over Eigen and as a fraction of the limit, each taken at its\n"
       "better of 1 and 2 threads (times: reference time / its time). CPU(interp): the interpreter;\n"
       "W3 on 1024x1024, not 4096. Targets (2 threads) from BENCHMARKS.md; \"static\" ones are for the\n"
-      "static path, not measured here. W2: sigmoid() is metagrad's (overflow-free, two exps) against\n"
+      "static path, not measured here. W2: sigmoid() is metagrad's (one exp, overflow harmless) against\n"
       "Eigen's logistic(); W2 1/(1+exp(-a)) is the formula on both. W6 replay: the step a + b called\n"
       "through TinyJit after its capture, us per captured kernel.\n\n",
       kMlpFlops * 1e-6);
