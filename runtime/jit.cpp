@@ -4,6 +4,8 @@
 
 #include <unordered_map>
 
+#include "metagrad/runtime/ops_clang.hpp"
+
 namespace metagrad {
 
 namespace {
@@ -142,12 +144,25 @@ void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
   }
   c.device = inputs.empty() ? (outputs.empty() ? Device::DEFAULT : outputs[0].device()) : inputs[0].device();
   captured_ = std::move(c);
-  bound_.clear(), uses_.assign(captured_->slots.size(), {});
+  bound_.clear(), uses_.assign(captured_->slots.size(), {}), launches_.clear(), ptrs_.clear();
+  ops_ = mem_ = 0;
+  // Host kernels (CLANG, LLVM) replay as direct calls of their functions on pointers kept current
+  // by bind(); DEBUG >= 2 (per-kernel timing) and other devices go through ASTRunner::exec.
+  bool direct = getenv_int("DEBUG") < 2;
+  for (const auto& k : captured_->kernels)
+    direct =
+        direct && dynamic_cast<const HostProgram*>(k.runner.clprg.get()) && k.runner.global_size.size() == 1;
   for (std::size_t k = 0; k < captured_->kernels.size(); ++k) {
+    const CapturedStep::Kernel& ck = captured_->kernels[k];
     bound_.emplace_back();
-    for (std::size_t j = 0; j < captured_->kernels[k].slots.size(); ++j) {
-      std::size_t s = captured_->kernels[k].slots[j];
+    if (direct)
+      launches_.push_back({static_cast<const HostProgram&>(*ck.runner.clprg).fn(), ptrs_.size(),
+                           ck.slots.size(), ck.runner.global_size[0], ck.runner.op_estimate});
+    ops_ += ck.runner.op_estimate, mem_ += ck.runner.mem_estimate;
+    for (std::size_t j = 0; j < ck.slots.size(); ++j) {
+      std::size_t s = ck.slots[j];
       bound_.back().push_back(captured_->slots[s].buf.get());
+      if (direct) ptrs_.push_back(host_pointer(captured_->device.c_str(), captured_->slots[s].buf.get()));
       uses_[s].emplace_back(k, j);
     }
   }
@@ -160,7 +175,11 @@ void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
 
 void JitCore::bind(std::size_t slot, const std::shared_ptr<RawBuffer>& buf) {
   captured_->slots[slot].buf = buf;
-  for (auto [k, j] : uses_[slot]) bound_[k][j] = buf.get();
+  void* p = launches_.empty() ? nullptr : host_pointer(captured_->device.c_str(), buf.get());
+  for (auto [k, j] : uses_[slot]) {
+    bound_[k][j] = buf.get();
+    if (p) ptrs_[launches_[k].first + j] = p;
+  }
 }
 
 std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
@@ -178,14 +197,23 @@ std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
                                       "; a new shape needs a new TinyJit"));
     if (!c.inputs[i]) continue;
     const LazyBufferPtr& lb = t.lazydata;
-    bind(*c.inputs[i], is_whole_base(lb) ? lb->realized : whole(t).lazydata.get()->realized);
+    if (!is_whole_base(lb))
+      bind(*c.inputs[i], whole(t).lazydata.get()->realized);
+    else if (lb->realized != c.slots[*c.inputs[i]].buf)  // the same tensor again: nothing to rebind
+      bind(*c.inputs[i], lb->realized);
   }
   for (const auto& u : c.state)
     if (auto h = u.holder.lock(); h && h->realized != c.slots[u.read].buf)
       throw std::runtime_error(cat("TinyJit: a tensor the step updates (",
                                    describe(h->shape(), h->dtype, h->device),
                                    ") was replaced outside the step; make a new TinyJit"));
-  for (std::size_t k = 0; k < c.kernels.size(); ++k) c.kernels[k].runner.exec(bound_[k]);
+  if (launches_.empty()) {
+    for (std::size_t k = 0; k < c.kernels.size(); ++k) c.kernels[k].runner.exec(bound_[k]);
+  } else {
+    for (const Launch& l : launches_) run_host(l.fn, ptrs_.data() + l.first, l.count, l.global, l.ops);
+    GlobalCounters::kernel_count += static_cast<std::int64_t>(launches_.size());
+    GlobalCounters::global_ops += ops_, GlobalCounters::global_mem += mem_;
+  }
   std::vector<Tensor> out;
   for (std::size_t i = 0; i < c.outputs.size(); ++i)
     out.emplace_back(

@@ -105,6 +105,8 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
     throw std::runtime_error(detail::cat("CLANG: no function ", name_, " in the compiled kernel:\n", src));
 }
 
+HostProgram::~HostProgram() = default;
+
 ClangProgram::~ClangProgram() {
   if (lib_) ::dlclose(lib_);
 }
@@ -113,9 +115,7 @@ void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, cons
                               const std::vector<RawBuffer*>& bufs) {
   std::vector<void*> ptrs = host_pointers("CLANG", name_, bufs);
   if (global_size.empty()) return kCallers.first[ptrs.size()](fn_, ptrs.data());
-  run_split(global_size[0], op_estimate, [&](std::int64_t s, std::int64_t e) {
-    kCallers.second[ptrs.size()](fn_, ptrs.data(), static_cast<int>(s), static_cast<int>(e));
-  });
+  run_host(fn_, ptrs.data(), ptrs.size(), global_size[0], op_estimate);
 }
 
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
@@ -127,23 +127,26 @@ ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
 
 std::vector<void*> host_pointers(const char* device, const std::string& name,
                                  const std::vector<RawBuffer*>& bufs) {
-  if (bufs.size() > 32)
+  if (bufs.size() > kMaxArgs)
     throw std::runtime_error(detail::cat(device, ": ", name, " takes ", std::to_string(bufs.size()),
                                          " buffers; at most 32 are supported"));
   std::vector<void*> ptrs;
-  for (RawBuffer* b : bufs) {
-    auto* m = dynamic_cast<RawMallocBuffer*>(b);
-    if (!m) throw std::invalid_argument(detail::cat(device, ": buffers must be RawMallocBuffers"));
-    ptrs.push_back(m->data());
-  }
+  for (RawBuffer* b : bufs) ptrs.push_back(host_pointer(device, b));
   return ptrs;
 }
 
-void run_split(std::int64_t n, std::int64_t op_estimate,
-               const std::function<void(std::int64_t, std::int64_t)>& f) {
+void* host_pointer(const char* device, RawBuffer* b) {
+  auto* m = dynamic_cast<RawMallocBuffer*>(b);
+  if (!m) throw std::invalid_argument(detail::cat(device, ": buffers must be RawMallocBuffers"));
+  return m->data();
+}
+
+void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate) {
+  auto call = kCallers.second[count];
   // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
-  if (op_estimate < (1 << 18)) return f(0, n);
-  parallel_for(n, f);
+  if (op_estimate < (1 << 18)) return call(fn, ptrs, 0, static_cast<int>(n));
+  parallel_for(
+      n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, static_cast<int>(s), static_cast<int>(e)); });
 }
 
 std::unique_ptr<Backend> make_clang_backend() {

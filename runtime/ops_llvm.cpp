@@ -16,7 +16,6 @@
 #include <llvm/Target/TargetMachine.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,7 +26,6 @@
 #include "metagrad/codegen/llvmir.hpp"
 #include "metagrad/codegen/lower.hpp"
 #include "metagrad/runtime/ops_clang.hpp"
-#include "metagrad/runtime/threadpool.hpp"
 
 namespace metagrad {
 
@@ -123,21 +121,6 @@ std::unique_ptr<llvm::MemoryBuffer> compile(Jit& j, const std::string& name, con
   return llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(obj.data(), obj.size()), name);
 }
 
-// Calls fn with the buffer pointers and the range, for up to kMaxArgs buffers.
-constexpr std::size_t kMaxArgs = 32;
-template <std::size_t... I>
-void call_range(void* fn, void* const* a, int s, int e, std::index_sequence<I...>) {
-  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))..., int, int)>(fn)(a[I]..., s, e);
-}
-template <std::size_t... N>
-constexpr auto make_callers(std::index_sequence<N...>) {
-  using Range = void (*)(void*, void* const*, int, int);
-  return std::array<Range, sizeof...(N)>{[](void* f, void* const* a, int s, int e) {
-    call_range(f, a, s, e, std::make_index_sequence<N>{});
-  }...};
-}
-constexpr auto kCallers = make_callers(std::make_index_sequence<kMaxArgs + 1>{});
-
 }  // namespace
 
 struct LLVMProgram::Linked {
@@ -209,9 +192,7 @@ LLVMProgram::~LLVMProgram() = default;
 void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
   std::vector<void*> ptrs = host_pointers("LLVM", name_, bufs);
-  run_split(global_size.empty() ? 1 : global_size[0], op_estimate, [&](std::int64_t s, std::int64_t e) {
-    kCallers[ptrs.size()](fn_, ptrs.data(), static_cast<int>(s), static_cast<int>(e));
-  });
+  run_host(fn_, ptrs.data(), ptrs.size(), global_size.empty() ? 1 : global_size[0], op_estimate);
 }
 
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {

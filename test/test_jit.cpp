@@ -3,6 +3,8 @@
 // describes the step, and what cannot be replayed is refused with a clear error.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,6 +78,58 @@ TEST_CASE("TinyJit replays an elementwise and reduce step on new inputs", "[jit]
     REQUIRE(c.slots[*c.inputs[i]].role == CapturedStep::Role::Input);
     REQUIRE(c.slots[c.outputs[i]].role == CapturedStep::Role::Output);
   }
+}
+
+TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner under DEBUG=2", "[jit]") {
+  // A small kernel (one thread) and a large one (split across the pool); the same tensors again,
+  // new ones, and a state that moves between buffers on every call. DEBUG=2 at capture takes the
+  // ASTRunner path (timed and printed); both must compute the same and count the same work.
+  const char* saved = std::getenv("DEBUG");
+  std::string restore = saved ? saved : "";
+  for (const char* device : {"CLANG", "LLVM"}) {
+    test::DeviceScope dev(device);
+    if (!dev.ok) continue;
+    for (const char* debug : {"0", "2"}) {
+      INFO(device << ", DEBUG=" << debug);
+      setenv("DEBUG", debug, 1);
+      constexpr i64 n = 1 << 17;
+      Tensor acc = Tensor::zeros({4});
+      acc.realize();
+      TinyJit jit([&](const Tensor& small, const Tensor& big) {
+        acc.assign(acc + small);
+        return std::vector<Tensor>{small * 3 - 1, (big * big + big).exp2() * 0.5};
+      });
+      std::vector<double> want_acc(4, 0.0);
+      std::vector<double> vs, vb;
+      std::optional<Tensor> s, b;
+      for (unsigned call = 0; call < 7; ++call) {
+        if (call % 3 != 2) {  // every third call passes the previous call's tensors again
+          vs = test::random_floats(4, call), vb = test::random_floats(static_cast<std::size_t>(n), 50 + call);
+          s = f32(vs, {4}).realize(), b = f32(vb, {n}).realize();
+        }
+        i64 kernels = GlobalCounters::kernel_count, ops = GlobalCounters::global_ops;
+        std::vector<Tensor> out = jit(*s, *b);
+        if (call >= 2) {
+          REQUIRE(GlobalCounters::kernel_count - kernels == static_cast<i64>(jit.captured()->kernels.size()));
+          i64 step_ops = 0;
+          for (const auto& k : jit.captured()->kernels) step_ops += k.runner.op_estimate;
+          REQUIRE(GlobalCounters::global_ops - ops == step_ops);
+        }
+        for (std::size_t i = 0; i < 4; ++i) want_acc[i] += vs[i];
+        auto r0 = out[0].to_vector<float>(), r1 = out[1].to_vector<float>(), ra = acc.to_vector<float>();
+        for (std::size_t i = 0; i < 4; ++i) {
+          REQUIRE(r0[i] == Approx(vs[i] * 3 - 1).margin(1e-6));
+          REQUIRE(ra[i] == Approx(want_acc[i]).margin(1e-5));
+        }
+        for (std::size_t i = 0; i < vb.size(); i += 997)
+          REQUIRE(r1[i] == Approx(std::exp2(vb[i] * vb[i] + vb[i]) * 0.5).epsilon(1e-6));
+      }
+    }
+  }
+  if (saved)
+    setenv("DEBUG", restore.c_str(), 1);
+  else
+    unsetenv("DEBUG");
 }
 
 TEST_CASE("TinyJit refuses arguments whose shape, dtype or device changed", "[jit]") {

@@ -87,6 +87,16 @@ class JitCore {
   std::optional<CapturedStep> captured_;
   std::vector<std::vector<RawBuffer*>> bound_;                          // per kernel, its buffers
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> uses_;  // per slot: (kernel, argument)
+  // Host kernels replay as direct calls: per kernel its function, launch size and pointers' place
+  // in ptrs_ (which bind keeps current). Empty where a kernel runs elsewhere, or DEBUG >= 2.
+  struct Launch {
+    void* fn;
+    std::size_t first, count;
+    std::int64_t global, ops;
+  };
+  std::vector<Launch> launches_;
+  std::vector<void*> ptrs_;
+  std::int64_t ops_ = 0, mem_ = 0;  // the step's GlobalCounters estimates
 };
 
 // TinyJit over a callable of Tensors that returns a Tensor or a std::vector<Tensor>.

@@ -2,16 +2,29 @@
 // CLANG: C source compiled by the system C compiler (`cc`, or env CC) into a shared object and
 // loaded with dlopen (the seed's runtime/ops_clang.py). Objects are cached on disk by source hash
 // under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing.
-#include <functional>
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "metagrad/codegen/cstyle.hpp"
 #include "metagrad/ops.hpp"
 
 namespace metagrad {
 
-class ClangProgram : public Program {
+// A kernel that runs on the host (CLANG, LLVM): fn(buffer pointers..., int start, int end), which
+// TinyJit's replay calls directly through run_host.
+class HostProgram : public Program {
+ public:
+  ~HostProgram() override;  // defined in libmetagrad: one type_info, also for the LLVM plugin's
+  void* fn() const { return fn_; }
+
+ protected:
+  void* fn_ = nullptr;
+};
+
+class ClangProgram : public HostProgram {
  public:
   // Compiles (or finds in the disk cache) `src` and looks up the function `name`. A compile
   // error throws std::runtime_error carrying the source and the compiler's message.
@@ -27,19 +40,20 @@ class ClangProgram : public Program {
  private:
   std::string name_;
   void* lib_ = nullptr;
-  void* fn_ = nullptr;
 };
 
 struct ClangCodegen {
   static inline const codegen::CStyleLanguage lang{"", "", " restrict", true, "", false};
 };
 
-// Shared by the devices whose kernels run on the host (CLANG, LLVM): the buffers' pointers, checked
-// to be host memory, and a run of f over [0, n) split across the thread pool when it is big enough.
+// Shared by the devices whose kernels run on the host (CLANG, LLVM) and TinyJit's replay of them:
+// the buffers' pointers, checked to be host memory (at most 32), and a run of the kernel
+// fn(ptrs[0..count)..., int start, int end) over [0, n), split across the thread pool when
+// op_estimate is big enough.
 std::vector<void*> host_pointers(const char* device, const std::string& name,
                                  const std::vector<RawBuffer*>& bufs);
-void run_split(std::int64_t n, std::int64_t op_estimate,
-               const std::function<void(std::int64_t, std::int64_t)>& f);
+void* host_pointer(const char* device, RawBuffer* b);
+void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate);
 // AST -> C-style source in `lang`, through codegen::lower (also used by OPENCL).
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
                           const codegen::CStyleLanguage& lang,

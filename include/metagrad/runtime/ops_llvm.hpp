@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "metagrad/ops.hpp"
+#include "metagrad/runtime/ops_clang.hpp"
 
 namespace metagrad {
 
@@ -18,7 +18,7 @@ namespace codegen {
 struct LinearizedKernel;
 }
 
-class LLVMProgram : public Program {
+class LLVMProgram : public HostProgram {
  public:
   // Parses textual IR `src`, verifies it, optimises it and JIT-links the function `name` (whose
   // signature is render_llvm's). Bad IR throws std::runtime_error with the message and the IR.
@@ -34,7 +34,6 @@ class LLVMProgram : public Program {
   struct Linked;  // the JIT state this program holds
   std::string name_;
   std::unique_ptr<Linked> linked_;
-  void* fn_ = nullptr;
 };
 
 // The LLVM device's halves (Compiled's Codegen and Runtime): an AST becomes an ASTRunner whose
