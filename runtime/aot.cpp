@@ -17,6 +17,7 @@
 
 #include "metagrad/codegen/cstyle.hpp"
 #include "metagrad/lazy.hpp"
+#include "metagrad/runtime/ops_clang.hpp"
 
 namespace metagrad::aot {
 
@@ -127,18 +128,17 @@ struct Generator::Impl {
 
 int Generator::Impl::kernel(const ASTRunner& r) {
   if (auto it = kernel_ids.find(r.prg); it != kernel_ids.end()) return it->second;
+  // A CLANG kernel is the renderer's prelude, then its function: [gcc attributes] void NAME(...) {...}.
+  const std::string& pre = codegen::c_prelude(ClangCodegen::lang);
   std::string head = detail::cat("void ", r.name, "(");
-  std::size_t at = r.prg.find(head);
-  if (at == std::string::npos)
-    throw std::runtime_error(detail::cat("aot: kernel ", r.name, " has no function of its name:\n", r.prg));
-  // The prelude ends at the function's line; what precedes `void` on it (gcc attributes) stays.
-  std::size_t line = r.prg.rfind('\n', at) == std::string::npos ? 0 : r.prg.rfind('\n', at) + 1;
-  std::string pre = r.prg.substr(0, line);
-  if (prelude.empty()) prelude = pre;
-  if (pre != prelude) throw std::runtime_error("aot: kernels rendered with different preludes");
+  std::size_t at = r.prg.find(head, pre.size());
+  if (r.prg.compare(0, pre.size(), pre) != 0 || at == std::string::npos)
+    throw std::runtime_error(detail::cat("aot: kernel ", r.name, " is not the C renderer's:\n", r.prg));
+  prelude = pre;
   int id = static_cast<int>(kernels.size());
-  kernels.push_back(detail::cat("/* ", r.name, " */\n", r.prg.substr(line, at - line), "static void ", prefix,
-                                "_k", std::to_string(id), "(", r.prg.substr(at + head.size())));
+  kernels.push_back(detail::cat("/* ", r.name, " */\n", r.prg.substr(pre.size(), at - pre.size()),
+                                "static void ", prefix, "_k", std::to_string(id), "(",
+                                r.prg.substr(at + head.size())));
   kernel_ids.emplace(r.prg, id);
   return id;
 }

@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "gradcheck.hpp"
+#include "kernel_sources.hpp"
 #include "metagrad/codegen/kernel.hpp"
 
 using namespace metagrad;
 using Catch::Matchers::Contains;
+using metagrad::test::kernel_sources;
 using metagrad::test::random_values;
 using metagrad::test::require_close;
 using i64 = std::int64_t;
@@ -47,17 +49,6 @@ void agree(const std::string& dev, const std::string& what, const Fn& f, const s
   REQUIRE(got.shape() == want.shape());
   double tol = (want.dtype() == dtypes::float64 ? 1e-13 : 2e-6) * k;
   require_close(got.to_vector<double>(), want.to_vector<double>(), tol, tol, dev + " " + what);
-}
-
-// The sources of the kernels that realizing t runs.
-std::vector<std::string> kernel_sources(Tensor t) {
-  GlobalCounters::cache.emplace();
-  t.realize();
-  std::vector<CacheEntry> ran = std::move(*GlobalCounters::cache);
-  GlobalCounters::cache.reset();
-  std::vector<std::string> out;
-  for (const CacheEntry& e : ran) out.push_back(e.prg.prg);
-  return out;
 }
 
 std::size_t count(const std::string& s, const std::string& what) {

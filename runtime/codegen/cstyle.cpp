@@ -94,7 +94,8 @@ static inline float mg_h2f(unsigned short h) { unsigned int s = (h & 0x8000u) <<
   if (e == 0x1f) u = s | 0x7f800000u | (m << 13); else if (e == 0) { f = (float)m * (1.0f / 16777216.0f); return s ? -f : f; } else u = s | ((e + 112) << 23) | (m << 13);
   __builtin_memcpy(&f, &u, 4); return f; }
 static inline unsigned short mg_f2h(float f) { unsigned int x, s, e, m, r, rem; int ex; __builtin_memcpy(&x, &f, 4); s = (x >> 16) & 0x8000u; e = (x >> 23) & 0xffu; m = x & 0x7fffffu;
-  if (e == 0xff) return (unsigned short)(s | 0x7c00u | (m ? 0x200u : 0u)); ex = (int)e - 112;
+  if (e == 0xff) return (unsigned short)(s | 0x7c00u | (m ? 0x200u : 0u));
+  ex = (int)e - 112;
   if (ex >= 31) return (unsigned short)(s | 0x7c00u);
   if (ex <= 0) { unsigned int sh, half; if (ex < -10) return (unsigned short)s; m |= 0x800000u; sh = (unsigned)(14 - ex); r = m >> sh; rem = m & ((1u << sh) - 1); half = 1u << (sh - 1); if (rem > half || (rem == half && (r & 1u))) ++r; return (unsigned short)(s | r); }
   r = ((unsigned)ex << 10) | (m >> 13); rem = m & 0x1fffu; if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r; return (unsigned short)(s | r); }
@@ -162,7 +163,8 @@ struct Renderer {
     }
     if (op == BinaryOps::ADD) return detail::cat("(", v[0], "+", v[1], ")");
     if (op == BinaryOps::SUB) return detail::cat("(", v[0], "-", v[1], ")");
-    if (op == BinaryOps::MUL) return detail::cat("(", v[0], "*", v[1], ")");
+    // bool * bool is their and: `*` on them draws gcc's -Wint-in-bool-context.
+    if (op == BinaryOps::MUL) return detail::cat("(", v[0], in == dtypes::bool_ ? "&&" : "*", v[1], ")");
     if (op == BinaryOps::DIV)
       return fl ? detail::cat("(", v[0], "/", v[1], ")") : detail::cat("mg_idiv(", v[0], ",", v[1], ")");
     if (op == BinaryOps::POW)
@@ -190,9 +192,8 @@ struct Renderer {
     return detail::cat(buf, "[", idx, "] = ", v, ";");
   }
 
-  std::string render() const {
-    std::string src = opencl() ? kPreludeCL : kPreludeC;
-    if (opencl()) src += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  std::string function() const {
+    std::string src;
     // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
     // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
@@ -287,8 +288,18 @@ struct Renderer {
 
 }  // namespace
 
+const std::string& c_prelude(const CStyleLanguage& lang) {
+  static const std::string c = kPreludeC,
+                           cl = std::string(kPreludeCL) + "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  return lang.global_id.empty() ? c : cl;
+}
+
+std::string render_cstyle_function(const LinearizedKernel& k, const CStyleLanguage& lang) {
+  return Renderer{k, lang}.function();
+}
+
 std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang) {
-  return Renderer{k, lang}.render();
+  return c_prelude(lang) + render_cstyle_function(k, lang);
 }
 
 }  // namespace metagrad::codegen

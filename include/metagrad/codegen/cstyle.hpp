@@ -16,8 +16,12 @@ struct CStyleLanguage {
   bool half_native = false;     // the language has a `half` type
 };
 
-// The source of one kernel function named k.name.
+// The source of one kernel function named k.name: c_prelude(lang), then render_cstyle_function.
 std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang);
+// What every kernel in `lang` starts with: its helper functions and macros (mg_exp2f, mg_max...).
+const std::string& c_prelude(const CStyleLanguage& lang);
+// The kernel function alone: `void NAME(...) {...}`, gcc attributes before `void` where it has them.
+std::string render_cstyle_function(const LinearizedKernel& k, const CStyleLanguage& lang);
 // The type a buffer of `d` is stored as in C (OpenCL C when `opencl`): the kernels' parameter types.
 std::string c_storage_type(DType d, bool opencl = false);
 // A symbolic index in C: floor division and modulo stay Python's where a numerator can be negative.
