@@ -218,6 +218,22 @@ TEST_CASE("fixed grad: shared subtrees and parameters used twice accumulate", "[
   }
 }
 
+TEST_CASE("fixed grad: an off Gate gives zeros without evaluating its child; an on Gate is its child",
+          "[fixed]") {
+  using Dangling = fx::Expr<fx::op::Leaf<float, fx::Shape<64, 8>>>;  // reading it would crash
+  auto bad = (Dangling(fx::op::Leaf<float, fx::Shape<64, 8>>{nullptr}).exp().sum<0>() + 1.f).sqrt();
+  using B = decltype(bad);
+  fx::Tensor<float, 8> out = fx::Tensor<float, 8>::full(3);
+  out = fx::Expr<fx::op::Gate, B>(fx::op::Gate{false}, bad) * 2.f + 1.f;
+  for (float v : out) REQUIRE(v == 1.f);
+  std::mt19937 rng(5);
+  auto x = random_tensor<float, 64, 8>(rng);
+  auto good = (x.exp().sum<0>() + 1.f).sqrt();
+  fx::Tensor<float, 8> want = good * 2.f + 1.f;
+  out = fx::Expr<fx::op::Gate, decltype(good)>(fx::op::Gate{true}, good) * 2.f + 1.f;
+  for (index_t i = 0; i < 8; ++i) REQUIRE(close(out[i], want[i], 1e-6, 0));
+}
+
 TEST_CASE("fixed grad: a parameter the loss does not read gets zeros; the loss value is returned",
           "[fixed]") {
   std::mt19937 rng(9);
