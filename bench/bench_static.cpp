@@ -1,8 +1,11 @@
 // The static path's inline evaluation on the workloads of BENCHMARKS.md (W1-W4), next to Eigen on
 // the same shapes (Map/Array: these sizes are too big for Eigen's fixed-size types) and the triad
-// bandwidth measured in the same run, one thread each. After Google Benchmark's own table it prints
-// each row's figure, the ratio to Eigen and (W1 2^24) to triad, and the target.
-// Run: build/bench/bench_static   (BENCH_FILTER-style selection: --benchmark_filter=W4)
+// bandwidth measured in the same run, at 1 and at 2 threads (fixed::set_threads and
+// Eigen::setNbThreads: Eigen threads its products with OpenMP; its elementwise ops and reductions
+// stay on one thread, which is what Eigen gives a user). After Google Benchmark's own table it prints
+// each row's figure, the ratio to Eigen and (W1 2^24) to triad, and the target, per thread count.
+// 1-thread rows are timed in CPU time, 2-thread rows in wall time (the workers' time counts).
+// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad' or 'W1_20.*1t')
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -53,15 +56,18 @@ void set_rate(benchmark::State& s, double units_per_iter) {
       benchmark::Counter(units_per_iter * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// L1: STREAM triad a = b + s*c over 2^24 floats (12 bytes per element), the W1 2^24 arrays' size.
+// L1: STREAM triad a = b + s*c over 2^24 floats (12 bytes per element), the W1 2^24 arrays' size, on
+// fixed::threads() threads.
 void Triad(benchmark::State& s) {
   constexpr index_t n = index_t{1} << 24;
   std::vector<float> a(n), b(n, 1.f), c(n, 2.f);
   for (auto _ : s) {
-    float* __restrict pa = a.data();
-    const float* __restrict pb = b.data();
-    const float* __restrict pc = c.data();
-    for (index_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.f * pc[i];
+    fx::detail::parallel_for(n, 16, n / 16, [&](index_t lo, index_t hi) {
+      float* __restrict pa = a.data();
+      const float* __restrict pb = b.data();
+      const float* __restrict pc = c.data();
+      for (index_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.f * pc[i];
+    });
     benchmark::ClobberMemory();
   }
   set_rate(s, 12.0 * n);
@@ -195,40 +201,56 @@ bool verify() {
          same(rows.data(), cols.data(), 500, 1e-5, "W3b");
 }
 
-// Keeps each run's rate for the summary.
+// Keeps each run's rate for the summary (under its name without "/real_time").
 class Collect : public benchmark::ConsoleReporter {
  public:
   std::map<std::string, double> rate;
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       auto it = r.counters.find("rate");
-      if (it != r.counters.end()) rate[r.benchmark_name()] = it->second.value;
+      std::string name = r.benchmark_name();
+      if (auto at = name.find("/real_time"); at != std::string::npos) name.erase(at);
+      if (it != r.counters.end()) rate[name] = it->second.value;
     }
     ConsoleReporter::ReportRuns(runs);
   }
 };
 
+// Registers name/1t and name/2t: f with that many threads on both sides.
+void row(const std::string& name, void (*f)(benchmark::State&), benchmark::TimeUnit unit) {
+  for (int t : {1, 2}) {
+    auto* b = benchmark::RegisterBenchmark((name + "/" + std::to_string(t) + "t").c_str(),
+                                           [f, t](benchmark::State& s) {
+                                             fx::set_threads(t);
+                                             Eigen::setNbThreads(t);
+                                             f(s);
+                                           });
+    b->Unit(unit);
+    if (t > 1) b->UseRealTime();
+  }
+}
+
 }  // namespace
 
-BENCHMARK(Triad)->Unit(benchmark::kMillisecond);
-BENCHMARK(W1Static<index_t{1} << 24>)->Name("W1_24/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W1Eigen<index_t{1} << 24>)->Name("W1_24/Eigen")->Unit(benchmark::kMillisecond);
-BENCHMARK(W1Static<index_t{1} << 20>)->Name("W1_20/static");
-BENCHMARK(W1Eigen<index_t{1} << 20>)->Name("W1_20/Eigen");
-BENCHMARK(W2Static)->Name("W2/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W2Eigen)->Name("W2/Eigen")->Unit(benchmark::kMillisecond);
-BENCHMARK(W3Static<0>)->Name("W3a/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W3Eigen<0>)->Name("W3a/Eigen")->Unit(benchmark::kMillisecond);
-BENCHMARK(W3Static<1>)->Name("W3b/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W3Eigen<1>)->Name("W3b/Eigen")->Unit(benchmark::kMillisecond);
-BENCHMARK(W3Static<2>)->Name("W3c/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W3Eigen<2>)->Name("W3c/Eigen")->Unit(benchmark::kMillisecond);
-BENCHMARK(W4Static<512>)->Name("W4_512/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W4Eigen<512>)->Name("W4_512/Eigen")->Unit(benchmark::kMillisecond);
-BENCHMARK(W4Static<1024>)->Name("W4_1024/static")->Unit(benchmark::kMillisecond);
-BENCHMARK(W4Eigen<1024>)->Name("W4_1024/Eigen")->Unit(benchmark::kMillisecond);
-
 int main(int argc, char** argv) {
+  const auto ms = benchmark::kMillisecond, ns = benchmark::kNanosecond;
+  row("Triad", Triad, ms);
+  row("W1_24/static", W1Static<index_t{1} << 24>, ms);
+  row("W1_24/Eigen", W1Eigen<index_t{1} << 24>, ms);
+  row("W1_20/static", W1Static<index_t{1} << 20>, ns);
+  row("W1_20/Eigen", W1Eigen<index_t{1} << 20>, ns);
+  row("W2/static", W2Static, ms);
+  row("W2/Eigen", W2Eigen, ms);
+  row("W3a/static", W3Static<0>, ms);
+  row("W3a/Eigen", W3Eigen<0>, ms);
+  row("W3b/static", W3Static<1>, ms);
+  row("W3b/Eigen", W3Eigen<1>, ms);
+  row("W3c/static", W3Static<2>, ms);
+  row("W3c/Eigen", W3Eigen<2>, ms);
+  row("W4_512/static", W4Static<512>, ms);
+  row("W4_512/Eigen", W4Eigen<512>, ms);
+  row("W4_1024/static", W4Static<1024>, ms);
+  row("W4_1024/Eigen", W4Eigen<1024>, ms);
   benchmark::Initialize(&argc, argv);
   if (!verify()) return 1;
   Collect collect;
@@ -247,21 +269,24 @@ int main(int argc, char** argv) {
     auto it = collect.rate.find(name);
     return it == collect.rate.end() ? 0.0 : it->second;
   };
-  double triad = get("Triad");
-  std::printf("\nstatic inline vs Eigen 3.4, 1 thread; triad %.1f GB/s\n", triad);
-  std::printf("%-18s %8s %9s %9s %8s %8s  %s\n", "workload", "unit", "static", "Eigen", "xEigen", "xTriad",
-              "target");
-  for (const Row& r : rows) {
-    double st = get(std::string(r.key) + "/static"), ei = get(std::string(r.key) + "/Eigen");
-    if (st == 0) continue;
-    double xe = ei > 0 ? st / ei : 0, xt = r.triad_target > 0 && triad > 0 ? st / triad : 0;
-    bool met = xe >= r.eigen_target && (r.triad_target == 0 || xt >= r.triad_target);
-    std::string target =
-        ">= " + std::to_string(r.eigen_target).substr(0, 3) + "x Eigen" +
-        (r.triad_target > 0 ? ", >= " + std::to_string(r.triad_target).substr(0, 4) + " triad" : "");
-    std::printf("%-18s %8s %9.2f %9.2f %8.2f %8s  %s: %s\n", r.text, r.unit, st, ei, xe,
-                xt > 0 ? std::to_string(xt).substr(0, 4).c_str() : "-", target.c_str(),
-                met ? "met" : "NOT met");
+  for (const char* t : {"/1t", "/2t"}) {
+    double triad = get(std::string("Triad") + t);
+    std::printf("\nstatic inline vs Eigen 3.4, %c thread%s; triad %.1f GB/s\n", t[1], t[1] == '1' ? "" : "s",
+                triad);
+    std::printf("%-18s %8s %9s %9s %8s %8s  %s\n", "workload", "unit", "static", "Eigen", "xEigen", "xTriad",
+                "target");
+    for (const Row& r : rows) {
+      double st = get(std::string(r.key) + "/static" + t), ei = get(std::string(r.key) + "/Eigen" + t);
+      if (st == 0) continue;
+      double xe = ei > 0 ? st / ei : 0, xt = r.triad_target > 0 && triad > 0 ? st / triad : 0;
+      bool met = xe >= r.eigen_target && (r.triad_target == 0 || xt >= r.triad_target);
+      std::string target =
+          ">= " + std::to_string(r.eigen_target).substr(0, 3) + "x Eigen" +
+          (r.triad_target > 0 ? ", >= " + std::to_string(r.triad_target).substr(0, 4) + " triad" : "");
+      std::printf("%-18s %8s %9.2f %9.2f %8.2f %8s  %s: %s\n", r.text, r.unit, st, ei, xe,
+                  xt > 0 ? std::to_string(xt).substr(0, 4).c_str() : "-", target.c_str(),
+                  met ? "met" : "NOT met");
+    }
   }
   benchmark::Shutdown();
 }

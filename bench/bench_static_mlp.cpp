@@ -1,8 +1,9 @@
 // W5 on the static path: one SGD step of the 784 -> 512 relu -> 10 MLP (batch 128, log-softmax +
 // NLL) as fixed:: expression types (fixed::MLP::step: forward, fixed::grad, update), next to the
-// same step written by hand with Eigen (eigen_mlp.hpp), both on one thread. Prints ms/step and the
-// ratio (Eigen's time / the static path's: above 1 is faster than Eigen). The dynamic path's W5
-// rows are in bench_workloads.
+// same step written by hand with Eigen (eigen_mlp.hpp), at 1 and 2 threads on both sides
+// (fixed::set_threads, Eigen::setNbThreads: Eigen threads its products). Prints ms/step (wall time)
+// and the ratio (Eigen's time / the static path's: above 1 is faster than Eigen). The dynamic
+// path's W5 rows are in bench_workloads. Run: build/bench/bench_static_mlp [--benchmark_filter=1t]
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -62,7 +63,9 @@ struct StaticStep {
 std::map<std::string, double> ms_per_step;
 
 template <class Step>
-void run(benchmark::State& state, const char* name) {
+void run(benchmark::State& state, const std::string& name, int threads) {
+  fx::set_threads(threads);
+  Eigen::setNbThreads(threads);
   Data d = data();
   Step s = [&] {
     if constexpr (std::is_same_v<Step, StaticStep>)
@@ -79,11 +82,6 @@ void run(benchmark::State& state, const char* name) {
   state.counters["ms/step"] = ms_per_step[name];
 }
 
-void BM_W5_static(benchmark::State& state) { run<StaticStep>(state, "static"); }
-void BM_W5_eigen(benchmark::State& state) { run<metagrad::bench::EigenMlp>(state, "Eigen"); }
-BENCHMARK(BM_W5_static)->Unit(benchmark::kMillisecond)->MinTime(2);
-BENCHMARK(BM_W5_eigen)->Unit(benchmark::kMillisecond)->MinTime(2);
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,10 +95,27 @@ int main(int argc, char** argv) {
     std::printf("W5 initial loss: static %.6f, Eigen %.6f%s\n", a, b,
                 std::abs(a - b) > 1e-4f * std::max(1.f, std::abs(b)) ? "  (DIFFER)" : "");
   }
+  for (int t : {1, 2}) {
+    std::string n = std::to_string(t) + "t";
+    benchmark::RegisterBenchmark(("BM_W5_static/" + n).c_str(),
+                                 [t, n](benchmark::State& s) { run<StaticStep>(s, "static/" + n, t); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(
+        ("BM_W5_eigen/" + n).c_str(),
+        [t, n](benchmark::State& s) { run<metagrad::bench::EigenMlp>(s, "Eigen/" + n, t); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2)
+        ->UseRealTime();
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  if (ms_per_step.count("static") && ms_per_step.count("Eigen"))
-    std::printf("W5 MLP step, 1 thread: static %.3f ms, Eigen %.3f ms, xEigen %.2f\n", ms_per_step["static"],
-                ms_per_step["Eigen"], ms_per_step["Eigen"] / ms_per_step["static"]);
+  for (const char* n : {"1t", "2t"}) {
+    std::string st = std::string("static/") + n, ei = std::string("Eigen/") + n;
+    if (ms_per_step.count(st) && ms_per_step.count(ei))
+      std::printf("W5 MLP step, %s: static %.3f ms, Eigen %.3f ms, xEigen %.2f\n", n, ms_per_step[st],
+                  ms_per_step[ei], ms_per_step[ei] / ms_per_step[st]);
+  }
 }

@@ -11,7 +11,8 @@
 //    every leaf view can follow, so contiguous operands give a single `p[i]` loop.
 // 3. Bind (run time): the Expr becomes a tree of B* nodes holding only pointers and constants, the
 //    Views are template arguments. 4. Loop: outer axes by an odometer, the innermost axis a plain
-//    loop whose body the compiler inlines and vectorises.
+//    loop whose body the compiler inlines and vectorises. A large loop is cut into contiguous
+//    ranges (the flat range of a 1-D loop, else outer rows), one per thread (parallel.hpp).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -25,6 +26,7 @@
 
 #include "metagrad/fixed/arena.hpp"
 #include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/simd.hpp"
 
 #if defined(__GNUC__)
@@ -303,21 +305,29 @@ auto bind(const E& e, Ctx& ctx) {
   }
 }
 
-// Runs body(o, pos) for each position of the outer axes of I (o: their flat index); the body loops
-// over the innermost axis itself.
+// Runs body(o, pos) for each position o in [lo, hi) of the outer axes of I (o: their flat index);
+// the body loops over the innermost axis itself.
 template <Dims I, class Body>
-METAGRAD_INLINE void for_outer(Body&& body) {
+METAGRAD_INLINE void for_outer(index_t lo, index_t hi, Body&& body) {
   constexpr std::size_t R = I.size();
-  constexpr index_t outer = prod(I) / (I[R - 1] ? I[R - 1] : 1);
   if constexpr (prod(I) == 0) return;
   index_t pos[R] = {};
-  for (index_t o = 0; o < outer; ++o) {
+  for (std::size_t d = R - 1, rest = static_cast<std::size_t>(lo); d-- > 0;)
+    pos[d] = static_cast<index_t>(rest % static_cast<std::size_t>(I[d])),
+    rest /= static_cast<std::size_t>(I[d]);
+  for (index_t o = lo; o < hi; ++o) {
     body(o, static_cast<const index_t*>(pos));
     for (std::size_t d = R - 1; d-- > 0;) {
       if (++pos[d] < I[d]) break;
       pos[d] = 0;
     }
   }
+}
+template <Dims I>
+inline constexpr index_t outer_count = prod(I) / (I[I.size() - 1] ? I[I.size() - 1] : 1);
+template <Dims I, class Body>
+METAGRAD_INLINE void for_outer(Body&& body) {
+  for_outer<I>(0, outer_count<I>, body);
 }
 
 // ---- the contiguous 1-D loop per vector (when every leaf is read at stride 1 or 0, and each Fn
@@ -399,35 +409,59 @@ METAGRAD_INLINE auto vget(const BMap<F, C...>& b, index_t j) {
   }
 }
 
-// Restrict: the destination is not read (the compiler then needs no overlap checks).
+// Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I. Restrict: the destination
+// is not read (the compiler then needs no overlap checks).
 template <Dims I, bool Restrict, class B, class T>
-void run_assign(const B& b, T* out) {
+void run_assign(const B& b, T* out, index_t lo, index_t hi) {
   constexpr std::size_t R = I.size();
   constexpr index_t n = I[R - 1];
   if constexpr (R == 1 && vector_form<B>::value) {
     constexpr index_t W = simd<T>::W;
     constexpr bool big = n * sizeof(T) >= (std::size_t{32} << 20);  // an L3 of its own: stream it
     if constexpr (vector_math<B>::value || big) {
-      constexpr index_t body = n / W * W;
-      if (big && reinterpret_cast<std::uintptr_t>(out) % kVectorBytes == 0) {
-        for (index_t j = 0; j < body; j += W) stream(out + j, vget(b, j));
+      index_t body = lo + (hi - lo) / W * W;
+      if (big && reinterpret_cast<std::uintptr_t>(out + lo) % kVectorBytes == 0) {
+        for (index_t j = lo; j < body; j += W) stream(out + j, vget(b, j));
         stream_fence();
       } else {
-        for (index_t j = 0; j < body; j += W) simd<T>::store(out + j, vget(b, j));
+        for (index_t j = lo; j < body; j += W) simd<T>::store(out + j, vget(b, j));
       }
-      for (index_t j = body; j < n; ++j) out[j] = get<1>(b, nullptr, j);
+      for (index_t j = body; j < hi; ++j) out[j] = get<1>(b, nullptr, j);
       return;
     }
   }
-  for_outer<I>([&](index_t o, const index_t* pos) {
+  if constexpr (R == 1) {
     if constexpr (Restrict) {
-      T* __restrict row = out + o * n;
-      for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+      T* __restrict row = out;
+      for (index_t j = lo; j < hi; ++j) row[j] = get<1>(b, nullptr, j);
     } else {
-      T* row = out + o * n;
-      for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+      for (index_t j = lo; j < hi; ++j) out[j] = get<1>(b, nullptr, j);
     }
-  });
+  } else {
+    for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
+      if constexpr (Restrict) {
+        T* __restrict row = out + o * n;
+        for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+      } else {
+        T* row = out + o * n;
+        for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+      }
+    });
+  }
+}
+// The whole loop, split across threads when it is big enough (parallel.hpp).
+template <Dims I, bool Restrict, class B, class T>
+void run_assign(const B& b, T* out) {
+  constexpr std::size_t R = I.size();
+  constexpr index_t range = R == 1 ? I[0] : outer_count<I>;
+  if constexpr (prod(I) >= kParallelElements) {
+    constexpr index_t align = R == 1 ? kVectorBytes / static_cast<index_t>(sizeof(T)) : 1;
+    constexpr index_t grain = std::max<index_t>(1, kParallelElements / 2 / (prod(I) / range));
+    parallel_for(range, align, grain,
+                 [&](index_t lo, index_t hi) { run_assign<I, Restrict>(b, out, lo, hi); });
+  } else {
+    run_assign<I, Restrict>(b, out, 0, range);
+  }
 }
 
 template <class E>

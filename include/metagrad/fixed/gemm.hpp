@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "metagrad/fixed/arena.hpp"
+#include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/fixed/simd.hpp"
 
@@ -59,6 +60,8 @@ struct Gemm {
   }
 
   // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
+  // Above kParallelMacs, each B panel is packed by all threads, then each computes its own rows of
+  // C (whole MR strips) packing its own A blocks: every element is the same sum as on one thread.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc) {
     if (k == 0) {
@@ -67,21 +70,46 @@ struct Gemm {
     }
     Arena::Scope scope;
     T* bp = Arena::local().alloc<T>(KC * (std::min(n, NC) + NR));
-    T* ap = Arena::local().alloc<T>((MC + MR) * KC);
+    const index_t strips = (m + MR - 1) / MR;
+    const int parts =
+        m * n * k >= kParallelMacs ? static_cast<int>(std::min<index_t>(Pool::get().size(), strips)) : 1;
     for (index_t jc = 0; jc < n; jc += NC) {
       index_t nc = std::min(NC, n - jc);
       for (index_t pc = 0; pc < k; pc += KC) {
         index_t kc = std::min(KC, k - pc);
-        pack(bp, kc, nc, NR, b + pc * brs + jc * bcs, brs, bcs);  // strips of NR columns, row p then p+1
-        for (index_t ic = 0; ic < m; ic += MC) {
-          index_t mc = std::min(MC, m - ic);
-          pack(ap, kc, mc, MR, a + ic * ars + pc * acs, acs, ars);  // strips of MR rows, column p then p+1
-          for (index_t jr = 0; jr < nc; jr += NR)
-            for (index_t ir = 0; ir < mc; ir += MR)
-              tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
-                   std::min<index_t>(MR, mc - ir), std::min<index_t>(NR, nc - jr), pc > 0);
+        const T* bsrc = b + pc * brs + jc * bcs;
+        if (parts == 1) {
+          pack(bp, kc, nc, NR, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
+          rows(0, m, kc, nc, a + pc * acs, ars, acs, bp, c + jc, ldc, pc > 0);
+          continue;
         }
+        const index_t bstrips = (nc + NR - 1) / NR;
+        parallel_parts(parts, [&](int p, int np) {
+          index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
+          if (s0 < s1)
+            pack(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, NR, bsrc + s0 * NR * bcs, brs, bcs);
+        });
+        parallel_parts(parts, [&](int p, int np) {
+          index_t r0 = strips * p / np * MR, r1 = std::min(m, strips * (p + 1) / np * MR);
+          if (r0 < r1) rows(r0, r1, kc, nc, a + pc * acs, ars, acs, bp, c + jc, ldc, pc > 0);
+        });
       }
+    }
+  }
+
+  // Rows [r0, r1) of the kc x nc step: A blocks of MC rows packed into this thread's arena (strips
+  // of MR rows, column p then p+1), each times every packed B strip.
+  static void rows(index_t r0, index_t r1, index_t kc, index_t nc, const T* a, index_t ars, index_t acs,
+                   const T* bp, T* c, index_t ldc, bool acc) {
+    Arena::Scope scope;
+    T* ap = Arena::local().alloc<T>((MC + MR) * KC);
+    for (index_t ic = r0; ic < r1; ic += MC) {
+      index_t mc = std::min(MC, r1 - ic);
+      pack(ap, kc, mc, MR, a + ic * ars, acs, ars);
+      for (index_t jr = 0; jr < nc; jr += NR)
+        for (index_t ir = 0; ir < mc; ir += MR)
+          tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
+               std::min<index_t>(NR, nc - jr), acc);
     }
   }
 

@@ -3,6 +3,7 @@
 // softmax and log_softmax, and their inline evaluation: a reduction is materialised once into a
 // temporary (so an elementwise op that broadcasts it back never recomputes it), accumulating along
 // the innermost axis in 256 bytes of independent lanes, which the compiler keeps in vector registers.
+// Large ones are split across threads as parallel.hpp describes.
 #include <limits>
 
 #include "metagrad/fixed/eval.hpp"
@@ -28,6 +29,25 @@ METAGRAD_INLINE T combine(T a, T b) {
     return a < b ? b : a;
 }
 
+template <class T>
+inline constexpr index_t kLanes = 256 / sizeof(T);  // 256 bytes of accumulators: 4 AVX-512 registers
+// Combines elements [lo, hi) of the innermost axis at pos (lo a multiple of kLanes) in kLanes
+// independent lanes, then the lanes pairwise.
+template <ReduceOps R, std::size_t Rank, class B>
+METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, index_t hi) {
+  using T = decltype(get<Rank>(b, pos, 0));
+  constexpr index_t lanes = kLanes<T>;
+  T acc[lanes];
+  for (index_t l = 0; l < lanes; ++l) acc[l] = reduce_identity<R, T>();
+  index_t j = lo;
+  for (; j + lanes <= hi; j += lanes)
+    for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
+  for (index_t l = 0; j + l < hi; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
+  for (index_t w = lanes / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+  return acc[0];
+}
+
 template <ReduceOps R, Dims Axes>
 struct Materialise<op::Reduce<R, Axes>> {
   template <class T, class C>
@@ -43,26 +63,49 @@ struct Materialise<op::Reduce<R, Axes>> {
     std::fill(out, out + S::size, reduce_identity<R, T>());
     Ctx ctx;
     auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(std::get<0>(e.children()), ctx);
+    constexpr index_t outer = outer_count<I>;
+    constexpr bool par = C::shape::size >= kParallelElements;
     if constexpr (ov.strides[rank - 1] == 0 && n > 1) {  // along the innermost axis: lanes, then one sum
-      constexpr index_t lanes = 256 / sizeof(T);
-      for_outer<I>([&](index_t, const index_t* pos) {
-        T acc[lanes];
-        for (index_t l = 0; l < lanes; ++l) acc[l] = reduce_identity<R, T>();
-        index_t j = 0;
-        for (; j + lanes <= n; j += lanes)
-          for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<rank>(b, pos, j + l));
-        for (index_t l = 0; j + l < n; ++l) acc[l] = combine<R>(acc[l], get<rank>(b, pos, j + l));
-        for (index_t w = lanes / 2; w > 0; w /= 2)
-          for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
-        T& o = out[offset_of<ov, rank>(pos, 0)];
-        o = combine<R>(o, acc[0]);
-      });
+      // Does every outer position have its own output (no outer axis is reduced)?
+      constexpr bool own_rows = [](const View& v) {
+        for (std::size_t d = 0; d + 1 < rank; ++d)
+          if (v.strides[d] == 0) return false;
+        return true;
+      }(ov);
+      auto rows = [&](index_t lo, index_t hi) {
+        for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
+          T& o = out[offset_of<ov, rank>(pos, 0)];
+          o = combine<R>(o, reduce_lanes<R, rank>(b, pos, 0, n));
+        });
+      };
+      if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
+        T part[kMaxThreads];
+        int parts = static_cast<int>(std::min<index_t>(Pool::get().size(), n / (kParallelElements / 2)));
+        parallel_parts(parts, [&](int p, int np) {
+          auto cut = [&](int q) { return q == np ? n : n * q / np / kLanes<T> * kLanes<T>; };
+          const index_t origin[rank] = {};
+          part[p] = reduce_lanes<R, rank>(b, origin, cut(p), cut(p + 1));
+        });
+        T acc = part[0];
+        for (int p = 1; p < parts; ++p) acc = combine<R>(acc, part[p]);
+        out[0] = combine<R>(out[0], acc);
+      } else if constexpr (par && own_rows && outer > 1) {  // output rows
+        parallel_for(outer, 1, std::max<index_t>(1, kParallelElements / 2 / n), rows);
+      } else {
+        rows(0, outer);
+      }
     } else {  // the innermost axis is kept: a vector of outputs accumulates each input row
-      for_outer<I>([&](index_t, const index_t* pos) {
-        T* row = out + offset_of<ov, rank>(pos, 0);
-        for (index_t j = 0; j < n; ++j)
-          row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
-      });
+      auto cols = [&](index_t lo, index_t hi) {
+        for_outer<I>([&](index_t, const index_t* pos) {
+          T* row = out + offset_of<ov, rank>(pos, 0);
+          for (index_t j = lo; j < hi; ++j)
+            row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
+        });
+      };
+      if constexpr (par)  // column ranges
+        parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), cols);
+      else
+        cols(0, n);
     }
   }
 };

@@ -1,0 +1,172 @@
+#pragma once
+// Threads for inline evaluation: one process-wide pool of persistent workers, header-only.
+//
+// Size: env THREADS (as the dynamic path) else every core; fixed::set_threads(n) changes it.
+// Dispatch is a function pointer and a void* (no allocation): the caller publishes the job by
+// bumping a generation counter, runs part 0 itself, and spins until every worker has acknowledged
+// it. Workers spin a little after a job (the next one of a training step is usually microseconds
+// away), then sleep on the counter (a futex). Each part runs in its worker's own arena Scope.
+// A call made from inside a part, or while another thread's job runs, runs its parts inline.
+//
+// How the kernels split their work (always into contiguous ranges, so per-element results do not
+// depend on which thread computes them), each only above a size threshold:
+//   elementwise (eval.hpp)  the flat range (1-D loops; chunks start on 64-byte boundaries) or the
+//                           outer rows; bitwise the same as one thread.
+//   matmul (gemm.hpp)       rows of C, in whole MR-row strips; each worker packs its own A blocks,
+//                           the shared B panel is packed by all first; bitwise the same.
+//   reductions (reduce.hpp) along the innermost axis: output rows (W3a); everything into one
+//                           value: one partial per part, combined in part order (W3c: deterministic
+//                           for a thread count, rounded differently from one thread); the innermost
+//                           axis kept: column ranges (W3b), bitwise the same. Other axis sets: one
+//                           thread.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "metagrad/fixed/arena.hpp"
+
+namespace metagrad::fixed {
+
+namespace detail {
+
+inline constexpr int kMaxThreads = 64;
+// Below these sizes one thread is faster than waking another: elements written (elementwise) or
+// read (reductions), multiply-adds (matmul).
+inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
+inline constexpr std::int64_t kParallelMacs = std::int64_t{1} << 20;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+class Pool {
+ public:
+  using Fn = void (*)(void* ctx, int part, int parts);
+
+  static Pool& get() {
+    static Pool pool(default_size());
+    return pool;
+  }
+  ~Pool() { stop(); }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  void resize(int n) {
+    std::lock_guard lock(busy_);
+    stop();
+    start(std::clamp(n, 1, kMaxThreads));
+  }
+
+  // fn(ctx, p, parts) for each p in [0, parts) (parts <= size()); returns when all are done.
+  void run(int parts, Fn fn, void* ctx) {
+    if (parts <= 1 || inside() || !busy_.try_lock()) {
+      for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
+      return;
+    }
+    std::lock_guard lock(busy_, std::adopt_lock);
+    parts = std::min(parts, size());
+    fn_ = fn, ctx_ = ctx, parts_ = parts;
+    pending_.store(size() - 1, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+    gen_.notify_all();
+    inside() = true;
+    fn(ctx, 0, parts);
+    inside() = false;
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin)
+      if (spin < kSpin)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+  }
+
+ private:
+  static constexpr int kSpin = 1 << 14;  // pauses (~0.1-0.5 ms) before a worker sleeps
+
+  explicit Pool(int n) { start(std::clamp(n, 1, kMaxThreads)); }
+  static int default_size() {
+    const char* v = std::getenv("THREADS");
+    long n = v && *v ? std::strtol(v, nullptr, 10) : static_cast<long>(std::thread::hardware_concurrency());
+    return static_cast<int>(std::clamp<long>(n, 1, kMaxThreads));
+  }
+  static bool& inside() {  // this thread is running a part: nested calls run inline
+    thread_local bool in = false;
+    return in;
+  }
+  void start(int n) {
+    stop_ = false;
+    int g = gen_.load(std::memory_order_relaxed);  // before any bump the new workers must see
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, g] { work(i, g); });
+  }
+  void stop() {
+    if (workers_.empty()) return;
+    stop_ = true;
+    pending_.store(size() - 1, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+    gen_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+  void work(int index, int seen) {
+    inside() = true;
+    for (;;) {
+      for (int spin = 0; gen_.load(std::memory_order_acquire) == seen; ++spin)
+        if (spin < kSpin)
+          cpu_relax();
+        else
+          gen_.wait(seen, std::memory_order_acquire);
+      seen = gen_.load(std::memory_order_acquire);
+      if (stop_) return;
+      if (index < parts_) {
+        Arena::Scope scope;
+        fn_(ctx_, index, parts_);
+      }
+      pending_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex busy_;  // one job at a time
+  // Written by the caller before the release bump of gen_, read by workers after acquiring it; the
+  // next job waits until every worker has acknowledged this one.
+  Fn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int parts_ = 0;
+  bool stop_ = false;
+  alignas(64) std::atomic<int> gen_{0};
+  alignas(64) std::atomic<int> pending_{0};
+};
+
+// f(part, parts) on `parts` threads (the caller among them).
+template <class F>
+void parallel_parts(int parts, F&& f) {
+  using G = std::remove_reference_t<F>;
+  Pool::get().run(
+      parts, [](void* c, int p, int n) { (*static_cast<G*>(c))(p, n); },
+      const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+// f(begin, end) over [0, n) cut into at most one range per thread, each at least `grain` long and
+// starting at a multiple of `align`; with one range, f(0, n) on the caller.
+template <class F>
+void parallel_for(std::int64_t n, std::int64_t align, std::int64_t grain, F&& f) {
+  int parts =
+      static_cast<int>(std::min<std::int64_t>(Pool::get().size(), n / std::max<std::int64_t>(grain, 1)));
+  if (parts <= 1) return f(std::int64_t{0}, n);
+  parallel_parts(parts, [&](int p, int np) {
+    auto cut = [&](int q) { return q == np ? n : n * q / np / align * align; };
+    if (cut(p) < cut(p + 1)) f(cut(p), cut(p + 1));
+  });
+}
+
+}  // namespace detail
+
+// The number of threads inline evaluation uses (the caller included).
+inline int threads() { return detail::Pool::get().size(); }
+// Sets it (clamped to 1..64); not while another thread is evaluating.
+inline void set_threads(int n) { detail::Pool::get().resize(n); }
+
+}  // namespace metagrad::fixed
