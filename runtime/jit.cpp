@@ -144,7 +144,7 @@ void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
   }
   c.device = inputs.empty() ? (outputs.empty() ? Device::DEFAULT : outputs[0].device()) : inputs[0].device();
   captured_ = std::move(c);
-  bound_.clear(), uses_.assign(captured_->slots.size(), {}), launches_.clear(), ptrs_.clear();
+  bound_.clear(), uses_.assign(captured_->slots.size(), {}), launches_.clear(), ptrs_.clear(), outs_.clear();
   ops_ = mem_ = 0;
   // Host kernels (CLANG, LLVM) replay as direct calls of their functions on pointers kept current
   // by bind(); DEBUG >= 2 (per-kernel timing) and other devices go through ASTRunner::exec.
@@ -215,9 +215,17 @@ std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
     GlobalCounters::global_ops += ops_, GlobalCounters::global_mem += mem_;
   }
   std::vector<Tensor> out;
-  for (std::size_t i = 0; i < c.outputs.size(); ++i)
-    out.emplace_back(
-        LazyBuffer::from_raw(c.slots[c.outputs[i]].buf, c.output_shapes[i], c.output_devices[i]));
+  out.reserve(c.outputs.size());
+  outs_.resize(c.outputs.size());
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+    const auto& buf = c.slots[c.outputs[i]].buf;
+    // The last call's LazyBuffer of this output, when nothing else holds it any more, is what a new
+    // one would be: it is returned again, saving its allocations.
+    LazyBufferPtr& lb = outs_[i];
+    if (!lb || lb.use_count() != 1 || lb->realized != buf)
+      lb = LazyBuffer::from_raw(buf, c.output_shapes[i], c.output_devices[i]);
+    out.emplace_back(lb);
+  }
   for (const auto& u : c.state) {
     auto next = c.slots[u.write].buf, cur = c.slots[u.read].buf;
     if (auto h = u.holder.lock()) h->realized = next;

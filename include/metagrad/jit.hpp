@@ -96,7 +96,8 @@ class JitCore {
   };
   std::vector<Launch> launches_;
   std::vector<void*> ptrs_;
-  std::int64_t ops_ = 0, mem_ = 0;  // the step's GlobalCounters estimates
+  std::int64_t ops_ = 0, mem_ = 0;   // the step's GlobalCounters estimates
+  std::vector<LazyBufferPtr> outs_;  // per output, the LazyBuffer the last replay returned
 };
 
 // TinyJit over a callable of Tensors that returns a Tensor or a std::vector<Tensor>.
