@@ -101,7 +101,7 @@ TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner u
       });
       std::vector<double> want_acc(4, 0.0);
       std::vector<double> vs, vb;
-      std::optional<Tensor> s, b;
+      std::optional<Tensor> s, b, kept;
       for (unsigned call = 0; call < 7; ++call) {
         if (call % 3 != 2) {  // every third call passes the previous call's tensors again
           vs = test::random_floats(4, call), vb = test::random_floats(static_cast<std::size_t>(n), 50 + call);
@@ -115,6 +115,14 @@ TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner u
           for (const auto& k : jit.captured()->kernels) step_ops += k.runner.op_estimate;
           REQUIRE(GlobalCounters::global_ops - ops == step_ops);
         }
+        // An output still held from the last call keeps its own LazyBuffer (one nothing holds is
+        // returned again); both name the JIT's memory, which this call overwrote.
+        if (kept) {
+          REQUIRE(kept->lazydata.get() != out[0].lazydata.get());
+          REQUIRE(kept->lazydata->realized == out[0].lazydata->realized);
+          REQUIRE(kept->shape() == Dims{4});
+        }
+        kept = call % 2 ? std::optional<Tensor>(out[0]) : std::nullopt;
         for (std::size_t i = 0; i < 4; ++i) want_acc[i] += vs[i];
         auto r0 = out[0].to_vector<float>(), r1 = out[1].to_vector<float>(), ra = acc.to_vector<float>();
         for (std::size_t i = 0; i < 4; ++i) {
