@@ -5,7 +5,8 @@
 // stay on one thread, which is what Eigen gives a user). After Google Benchmark's own table it prints
 // each row's figure, the ratio to Eigen and (W1 2^24) to triad, and the target, per thread count.
 // 1-thread rows are timed in CPU time, 2-thread rows in wall time (the workers' time counts).
-// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad' or 'W1_20.*1t')
+// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad' or 'W1_20.*1t';
+// medians: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true)
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -201,16 +202,19 @@ bool verify() {
          same(rows.data(), cols.data(), 500, 1e-5, "W3b");
 }
 
-// Keeps each run's rate for the summary (under its name without "/real_time").
+// Keeps each run's rate for the summary (under its name without "/real_time"); with
+// --benchmark_repetitions=N, the median.
 class Collect : public benchmark::ConsoleReporter {
  public:
   std::map<std::string, double> rate;
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       auto it = r.counters.find("rate");
-      std::string name = r.benchmark_name();
+      if (it == r.counters.end() || (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median"))
+        continue;
+      std::string name = r.run_name.str();
       if (auto at = name.find("/real_time"); at != std::string::npos) name.erase(at);
-      if (it != r.counters.end()) rate[name] = it->second.value;
+      rate[name] = it->second.value;
     }
     ConsoleReporter::ReportRuns(runs);
   }

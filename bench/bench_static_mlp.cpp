@@ -4,9 +4,11 @@
 // (fixed::set_threads, Eigen::setNbThreads: Eigen threads its products). Prints ms/step (wall time)
 // and the ratio (Eigen's time / the static path's: above 1 is faster than Eigen). The dynamic
 // path's W5 rows are in bench_workloads. Run: build/bench/bench_static_mlp [--benchmark_filter=1t]
+// [--benchmark_repetitions=5: medians]
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -60,7 +62,19 @@ struct StaticStep {
   float step() { return m->step(x, y, 0.01f); }
 };
 
-std::map<std::string, double> ms_per_step;
+// (iterations, ms/step) of every call; Google Benchmark's shorter probe calls come first.
+std::map<std::string, std::vector<std::pair<std::int64_t, double>>> ms_per_step;
+// The median over the calls with the most iterations (one per --benchmark_repetitions).
+double median(const std::vector<std::pair<std::int64_t, double>>& runs, std::size_t* count = nullptr) {
+  std::int64_t most = 0;
+  for (const auto& r : runs) most = std::max(most, r.first);
+  std::vector<double> v;
+  for (const auto& r : runs)
+    if (r.first == most) v.push_back(r.second);
+  std::sort(v.begin(), v.end());
+  if (count) *count = v.size();
+  return v[v.size() / 2];
+}
 
 template <class Step>
 void run(benchmark::State& state, const std::string& name, int threads) {
@@ -78,8 +92,9 @@ void run(benchmark::State& state, const std::string& name, int threads) {
   auto start = std::chrono::steady_clock::now();
   for (auto _ : state) benchmark::DoNotOptimize(s.step());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ms_per_step[name] = 1e3 * secs / double(state.iterations());
-  state.counters["ms/step"] = ms_per_step[name];
+  double ms = 1e3 * secs / double(state.iterations());
+  ms_per_step[name].emplace_back(state.iterations(), ms);
+  state.counters["ms/step"] = ms;
 }
 
 }  // namespace
@@ -114,8 +129,11 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   for (const char* n : {"1t", "2t"}) {
     std::string st = std::string("static/") + n, ei = std::string("Eigen/") + n;
-    if (ms_per_step.count(st) && ms_per_step.count(ei))
-      std::printf("W5 MLP step, %s: static %.3f ms, Eigen %.3f ms, xEigen %.2f\n", n, ms_per_step[st],
-                  ms_per_step[ei], ms_per_step[ei] / ms_per_step[st]);
+    if (ms_per_step.count(st) && ms_per_step.count(ei)) {
+      std::size_t runs = 0;
+      double a = median(ms_per_step[st], &runs), b = median(ms_per_step[ei]);
+      std::printf("W5 MLP step, %s (median of %zu): static %.3f ms, Eigen %.3f ms, xEigen %.2f\n", n, runs, a,
+                  b, b / a);
+    }
   }
 }

@@ -270,6 +270,27 @@ TEST_CASE("fixed threads: aliased assignments stay safe", "[fixed]") {
     check_all(
         x, [&](index_t i) { return double(orig[i] * 2.f + 1.f); }, 0, 0);
     orig = x;
+    auto w = random_tensor<float, 400, 400>(rng);
+    x = fx::matmul(x, w);  // a matmul reading its destination: not computed into it
+    check_all(
+        x,
+        [&](index_t i) {
+          double s = 0;
+          for (index_t p = 0; p < 400; ++p) s += double(orig[i / 400 * 400 + p]) * w[p * 400 + i % 400];
+          return s;
+        },
+        1.6e-5 * 20, 1.6e-5 * 20);
+    orig = x;
+    x = x.sum<0>(fx::keepdim).expand<400, 400>() - x;
+    check_all(
+        x,
+        [&](index_t i) {
+          double s = 0;
+          for (index_t r = 0; r < 400; ++r) s += orig[r * 400 + i % 400];
+          return s - orig[i];
+        },
+        1e-5, 1e-3);
+    orig = x;
     x = x.flip<0>() - x;
     check_all(
         x, [&](index_t i) { return double(orig[(399 - i / 400) * 400 + i % 400] - orig[i]); }, 0, 0);

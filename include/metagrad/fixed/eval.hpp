@@ -5,8 +5,9 @@
 //    each leaf's row-major View with the shared View code, so every leaf ends up as one View of the
 //    output's index space: movement costs nothing at run time. A node the loop cannot read element
 //    by element (a reduction; a reshape no View can express) is materialised: evaluated first into
-//    an arena temporary that is then a leaf. Below a PAD, elementwise nodes and constants are
-//    guarded by the pad's mask (f(0) need not be 0).
+//    an arena temporary that is then a leaf (or, at the root, straight into the destination when the
+//    expression does not read it). Below a PAD, elementwise nodes and constants are guarded by the
+//    pad's mask (f(0) need not be 0).
 // 2. Iteration shape (compile time). Size-1 axes are dropped and neighbouring axes merged while
 //    every leaf view can follow, so contiguous operands give a single `p[i]` loop.
 // 3. Bind (run time): the Expr becomes a tree of B* nodes holding only pointers and constants, the
@@ -464,11 +465,22 @@ void run_assign(const B& b, T* out) {
   }
 }
 
+// Does e read the tensor at p?
+template <class E>
+bool reads(const E& e, const void* p) {
+  if constexpr (kind<E>::leaf)
+    return e.op.data == p;
+  else
+    return std::apply([&](const auto&... c) { return (reads(c, p) || ... || false); }, e.children());
+}
+
 template <class E>
 void assign(typename E::value_type* out, const E& e) {
   using T = typename E::value_type;
   using S = typename E::shape;
   Arena::Scope scope;
+  if constexpr (materialised<E>)  // a matmul or reduction computed straight into out, when it may be
+    if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);
   constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
   Ctx ctx{out};
   auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);

@@ -24,28 +24,30 @@ struct Gemm {
   static constexpr index_t KC = 256, MC = MR * (160 / MR), NC = 2048;
   static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
-  // One MR x NR tile of C (+)= packed A strip (kc x MR) times packed B strip (kc x NR).
+  // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times packed B strip (kc x NR); rows x
+  // cols of it are stored.
+  template <int Rows, int Nv>
   static void tile(index_t kc, const T* a, const T* b, T* c, index_t ldc, index_t rows, index_t cols,
                    bool acc) {
-    V sum[MR][NV];
+    V sum[Rows][Nv];
 #pragma GCC unroll 32
-    for (int r = 0; r < MR; ++r)
+    for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) sum[r][v] = V{};
+      for (int v = 0; v < Nv; ++v) sum[r][v] = V{};
     for (index_t k = 0; k < kc; ++k, a += MR, b += NR) {
-      V bv[NV];
+      V bv[Nv];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const V*>(b + v * W);
+      for (int v = 0; v < Nv; ++v) bv[v] = *reinterpret_cast<const V*>(b + v * W);
 #pragma GCC unroll 32
-      for (int r = 0; r < MR; ++r) {
+      for (int r = 0; r < Rows; ++r) {
         V av = V{} + a[r];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
+        for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
       }
     }
-    if (rows == MR && cols == NR) {
-      for (int r = 0; r < MR; ++r)
-        for (int v = 0; v < NV; ++v) {
+    if (rows == Rows && cols == Nv * W) {
+      for (int r = 0; r < Rows; ++r)
+        for (int v = 0; v < Nv; ++v) {
           T* p = c + r * ldc + v * W;
           V cur;
           if (acc) std::memcpy(&cur, p, sizeof(V)), sum[r][v] += cur;
@@ -53,10 +55,28 @@ struct Gemm {
         }
       return;
     }
-    alignas(kVectorBytes) T part[MR][NR];
+    alignas(kVectorBytes) T part[Rows][Nv * W];
     std::memcpy(part, sum, sizeof(part));
     for (index_t r = 0; r < rows; ++r)
       for (index_t j = 0; j < cols; ++j) c[r * ldc + j] = acc ? c[r * ldc + j] + part[r][j] : part[r][j];
+  }
+  // The smallest tile covering rows x cols: edge strips (m or n not a multiple of the tile, as
+  // W5's 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
+  static void tile(index_t kc, const T* a, const T* b, T* c, index_t ldc, index_t rows, index_t cols,
+                   bool acc) {
+    constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
+    auto by_rows = [&]<int Nv>() {
+      if (rows > R2)
+        tile<MR, Nv>(kc, a, b, c, ldc, rows, cols, acc);
+      else if (rows > R4)
+        tile<R2, Nv>(kc, a, b, c, ldc, rows, cols, acc);
+      else
+        tile<R4, Nv>(kc, a, b, c, ldc, rows, cols, acc);
+    };
+    if (cols > W)
+      by_rows.template operator()<NV>();
+    else
+      by_rows.template operator()<1>();
   }
 
   // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
@@ -73,13 +93,14 @@ struct Gemm {
     const index_t strips = (m + MR - 1) / MR;
     const int parts =
         m * n * k >= kParallelMacs ? static_cast<int>(std::min<index_t>(Pool::get().size(), strips)) : 1;
+    const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
     for (index_t jc = 0; jc < n; jc += NC) {
       index_t nc = std::min(NC, n - jc);
-      for (index_t pc = 0; pc < k; pc += KC) {
-        index_t kc = std::min(KC, k - pc);
+      for (index_t pc = 0; pc < k; pc += ks) {
+        index_t kc = std::min(ks, k - pc);
         const T* bsrc = b + pc * brs + jc * bcs;
         if (parts == 1) {
-          pack(bp, kc, nc, NR, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
+          pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
           rows(0, m, kc, nc, a + pc * acs, ars, acs, bp, c + jc, ldc, pc > 0);
           continue;
         }
@@ -87,7 +108,7 @@ struct Gemm {
         parallel_parts(parts, [&](int p, int np) {
           index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
           if (s0 < s1)
-            pack(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, NR, bsrc + s0 * NR * bcs, brs, bcs);
+            pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
         });
         parallel_parts(parts, [&](int p, int np) {
           index_t r0 = strips * p / np * MR, r1 = std::min(m, strips * (p + 1) / np * MR);
@@ -105,7 +126,7 @@ struct Gemm {
     T* ap = Arena::local().alloc<T>((MC + MR) * KC);
     for (index_t ic = r0; ic < r1; ic += MC) {
       index_t mc = std::min(MC, r1 - ic);
-      pack(ap, kc, mc, MR, a + ic * ars, acs, ars);
+      pack<MR>(ap, kc, mc, a + ic * ars, acs, ars);
       for (index_t jr = 0; jr < nc; jr += NR)
         for (index_t ir = 0; ir < mc; ir += MR)
           tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
@@ -113,19 +134,21 @@ struct Gemm {
     }
   }
 
-  // dst[strip][p][w] = src[p * step + (strip * width + w) * across], zero past `count`.
-  static void pack(T* dst, index_t kc, index_t count, index_t width, const T* src, index_t step,
-                   index_t across) {
-    for (index_t s = 0; s < count; s += width) {
-      index_t w_end = std::min(width, count - s);
-      for (index_t p = 0; p < kc; ++p, dst += width) {
-        const T* row = src + p * step + s * across;
-        if (across == 1)
-          std::copy(row, row + w_end, dst);
-        else
-          for (index_t w = 0; w < w_end; ++w) dst[w] = row[w * across];
-        std::fill(dst + w_end, dst + width, T(0));
+  // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. A strip whose
+  // Width elements are contiguous is copied row by row (a constant-size copy); otherwise each of
+  // its columns is read along p, so the source is read in its own order.
+  template <int Width>
+  static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
+    for (index_t s = 0; s < count; s += Width, dst += Width * kc) {
+      index_t w_end = std::min<index_t>(Width, count - s);
+      const T* from = src + s * across;
+      if (across == 1 && w_end == Width) {
+        for (index_t p = 0; p < kc; ++p)
+          for (int w = 0; w < Width; ++w) dst[p * Width + w] = from[p * step + w];
+        continue;
       }
+      for (index_t w = 0; w < Width; ++w)
+        for (index_t p = 0; p < kc; ++p) dst[p * Width + w] = w < w_end ? from[w * across + p * step] : T(0);
     }
   }
 };

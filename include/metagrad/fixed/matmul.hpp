@@ -44,12 +44,30 @@ requires(strided<C>::exists) struct strided<Expr<op::Move<M, Arg>, C>> {
   static auto data(const Expr<op::Move<M, Arg>, C>& e) { return strided<C>::data(std::get<0>(e.children())); }
 };
 
+// A permuted expression (a gradient's h.transpose()): evaluated in its own row-major order, then
+// read through the permutation, so neither the evaluation nor the packing reads across rows.
+template <class E>
+struct permuted {
+  static constexpr bool exists = false;
+};
+template <auto Arg, class C>
+requires(!strided<C>::exists) struct permuted<Expr<op::Move<MovementOps::PERMUTE, Arg>, C>> {
+  static constexpr std::optional<View> v = op::Move<MovementOps::PERMUTE, Arg>::apply(View(C::shape::dims));
+  static constexpr bool exists = v.has_value();
+  static constexpr View view = v ? *v : View(Dims{});
+};
+
 // An operand's data and View: in place if it is strided, else evaluated into the arena.
 template <class E>
 std::pair<const typename E::value_type*, View> operand_data(const E& e) {
   if constexpr (strided<E>::exists)
     return {strided<E>::data(e), strided<E>::view};
-  else {
+  else if constexpr (permuted<E>::exists) {
+    using C = std::remove_cvref_t<decltype(std::get<0>(e.children()))>;
+    auto* tmp = Arena::local().alloc<typename C::value_type>(C::shape::size);
+    assign(tmp, std::get<0>(e.children()));
+    return {tmp, permuted<E>::view};
+  } else {
     auto* tmp = Arena::local().alloc<typename E::value_type>(E::shape::size);
     assign(tmp, e);
     return {tmp, View(E::shape::dims)};
