@@ -1,8 +1,8 @@
 #pragma once
-// The backward rule of conv2d as two materialised ops: the gradient of the input (the incoming
-// gradient scattered back through the weights, a transposed convolution) and of the weights (the
-// incoming gradient correlated with the input's windows). Each is one loop nest over the output
-// positions; the padding is skipped by bounds, as the forward's im2col fills it with zeros.
+// The backward rule of conv2d as two materialised ops, each one product by the blocked matmul kernel
+// over the whole batch, as the forward (conv2d.hpp): the weights' gradient is the incoming gradient
+// times the input's windows (im2col), the input's is the weights times the incoming gradient
+// scattered back onto the pixels each window read (col2im). Temporaries live in the arena.
 #include <algorithm>
 
 #include "metagrad/fixed/conv2d.hpp"
@@ -29,62 +29,65 @@ struct node<op::Conv2dGradWeight<S, P, KH, KW>, X, G> {
   using shape = Shape<G::shape::dims[1], X::shape::dims[1], KH, KW>;
 };
 
-// For every output position (b, co, y, z) and kernel tap (ci, i, j) inside the image:
-// f(g offset, w offset, x offset).
-template <index_t S, index_t P, Dims X, Dims Wt, Dims G, class F>
-void for_each_tap(F&& f) {
-  constexpr index_t n = X[0], c = X[1], h = X[2], w = X[3], cout = Wt[0], kh = Wt[2], kw = Wt[3];
-  constexpr index_t oh = G[2], ow = G[3];
-  for (index_t b = 0; b < n; ++b)
-    for (index_t co = 0; co < cout; ++co)
-      for (index_t y = 0; y < oh; ++y)
-        for (index_t z = 0; z < ow; ++z) {
-          index_t go = ((b * cout + co) * oh + y) * ow + z;
-          for (index_t ci = 0; ci < c; ++ci)
-            for (index_t i = 0; i < kh; ++i) {
-              index_t iy = y * S + i - P;
-              if (iy < 0 || iy >= h) continue;
-              for (index_t j = 0; j < kw; ++j) {
-                index_t iz = z * S + j - P;
-                if (iz >= 0 && iz < w)
-                  f(go, ((co * c + ci) * kh + i) * kw + j, ((b * c + ci) * h + iy) * w + iz);
-              }
-            }
-        }
-}
-
-// Both rules are one loop: out = 0, then at every tap out[the input's or the weight's position] +=
-// g * the other operand there. E's children are (g, w) for the input's rule, (x, g) for the weight's.
-template <index_t S, index_t P, bool ToInput, class T, class E>
-void scatter_taps(T* out, const E& e) {
-  using A = boost::mp11::mp_at_c<typename E::children_types, 0>;
-  using B = boost::mp11::mp_at_c<typename E::children_types, 1>;
-  using G = std::conditional_t<ToInput, A, B>;
-  constexpr Dims x = ToInput ? E::shape::dims : A::shape::dims, w = ToInput ? B::shape::dims : E::shape::dims;
-  Arena::Scope scope;
-  const T* a = contiguous_data(std::get<0>(e.children()));
-  const T* b = contiguous_data(std::get<1>(e.children()));
-  std::fill(out, out + E::shape::size, T(0));
-  for_each_tap<S, P, x, w, G::shape::dims>([&](index_t go, index_t wo, index_t xo) {
-    if constexpr (ToInput)
-      out[xo] += a[go] * b[wo];
-    else
-      out[wo] += b[go] * a[xo];
-  });
-}
-
-template <index_t S, index_t P, index_t H, index_t W>
-struct Materialise<op::Conv2dGradInput<S, P, H, W>> {
-  template <class T, class E>
-  static void run(T* out, const E& e) {
-    scatter_taps<S, P, true>(out, e);
+// The incoming gradient g (N, Cout, OH, OW) as a (Cout x N*OH*OW) matrix: column (b, y, z).
+template <class G>
+const typename G::value_type* channels_major(const G& g) {
+  constexpr Dims d = G::shape::dims;
+  if constexpr (d[0] == 1) {
+    return contiguous_data(g);
+  } else {
+    constexpr Dims nc_hw{d[0], d[1], d[2] * d[3]}, order{1, 0, 2};
+    auto* tmp = Arena::local().alloc<typename G::value_type>(G::shape::size);
+    assign(tmp, move<decltype(move<G, MovementOps::RESHAPE, nc_hw>(g)), MovementOps::PERMUTE, order>(
+                    move<G, MovementOps::RESHAPE, nc_hw>(g)));
+    return tmp;
   }
-};
+}
+
+// dW (Cout x Cin*KH*KW) = g (Cout x N*OH*OW) @ cols, cols the (N*OH*OW x Cin*KH*KW) windows of x.
 template <index_t S, index_t P, index_t KH, index_t KW>
 struct Materialise<op::Conv2dGradWeight<S, P, KH, KW>> {
-  template <class T, class E>
-  static void run(T* out, const E& e) {
-    scatter_taps<S, P, false>(out, e);
+  template <class T, class X, class G>
+  static void run(T* out, const Expr<op::Conv2dGradWeight<S, P, KH, KW>, X, G>& e) {
+    constexpr Dims dx = X::shape::dims, dw = node<op::Conv2dGradWeight<S, P, KH, KW>, X, G>::shape::dims;
+    constexpr index_t n = dx[0], chw = dx[1] * dx[2] * dx[3], cout = dw[0], k = dw[1] * KH * KW;
+    constexpr index_t hw = G::shape::dims[2] * G::shape::dims[3];
+    Arena::Scope scope;
+    const T* x = contiguous_data(std::get<0>(e.children()));
+    const T* g = channels_major(std::get<1>(e.children()));
+    T* cols = Arena::local().alloc<T>(n * hw * k);
+    for (index_t b = 0; b < n; ++b) {
+      const T* img = x + b * chw;
+      T* rows = cols + b * hw * k;
+      for_each_tap<S, P, dx, dw, false>(
+          [&](index_t tap, index_t pos, index_t xo) { rows[pos * k + tap] = xo >= 0 ? img[xo] : T(0); });
+    }
+    Gemm<T>::run(cout, k, n * hw, g, n * hw, 1, cols, k, 1, out, k);
+  }
+};
+
+// dx = col2im(g^T (N*OH*OW x Cout) @ W (Cout x Cin*KH*KW)): each window's gradient added back to
+// the pixels it read; the padding's share is dropped.
+template <index_t S, index_t P, index_t H, index_t W>
+struct Materialise<op::Conv2dGradInput<S, P, H, W>> {
+  template <class T, class G, class Wt>
+  static void run(T* out, const Expr<op::Conv2dGradInput<S, P, H, W>, G, Wt>& e) {
+    constexpr Dims dx = node<op::Conv2dGradInput<S, P, H, W>, G, Wt>::shape::dims, dw = Wt::shape::dims;
+    constexpr index_t n = dx[0], chw = dx[1] * H * W, cout = dw[0], k = dw[1] * dw[2] * dw[3];
+    constexpr index_t hw = G::shape::dims[2] * G::shape::dims[3];
+    Arena::Scope scope;
+    const T* g = channels_major(std::get<0>(e.children()));
+    const T* wt = contiguous_data(std::get<1>(e.children()));
+    T* cols = Arena::local().alloc<T>(n * hw * k);
+    Gemm<T>::run(n * hw, k, cout, g, 1, n * hw, wt, k, 1, cols, k);
+    std::fill(out, out + n * chw, T(0));
+    for (index_t b = 0; b < n; ++b) {
+      T* img = out + b * chw;
+      const T* rows = cols + b * hw * k;
+      for_each_tap<S, P, dx, dw, false>([&](index_t tap, index_t pos, index_t xo) {
+        if (xo >= 0) img[xo] += rows[pos * k + tap];
+      });
+    }
   }
 };
 }  // namespace detail
