@@ -1,33 +1,12 @@
 #pragma once
 // The hlops a small CNN or MLP needs beyond elementwise and matmul, composed from static ops (so
-// every evaluator and fixed::grad sees only the core op tags): pooling with a window equal to its
-// stride, nll_loss and sparse_categorical_crossentropy on integer (or integral float) labels.
+// every evaluator and fixed::grad sees only the core op tags): pooling (pool.hpp), nll_loss and
+// sparse_categorical_crossentropy on integer (or integral float) labels.
+#include "metagrad/fixed/pool.hpp"
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/tensor.hpp"
 
 namespace metagrad::fixed {
-
-namespace detail {
-// (N, C, H, W) seen as (N, C, H / K, K, W / K, K): each K x K window on axes 3 and 5.
-template <index_t K, Operand X>
-auto windows(const X& x) {
-  using S = typename expr_t<X>::shape;
-  constexpr bool ok = S::rank == 4 && K > 0 && S::dims[2] % K == 0 && S::dims[3] % K == 0;
-  static_assert(shapes_fit<ok, err::pool, S, Args<K>>,
-                "fixed: max_pool2d / avg_pool2d: (N, C, H, W) with H and W multiples of the window");
-  if constexpr (ok) return x.template reshape<S::dims[0], S::dims[1], S::dims[2] / K, K, S::dims[3] / K, K>();
-}
-}  // namespace detail
-
-// (N, C, H, W) -> (N, C, H / K, W / K): the max (or mean) of each K x K window.
-template <index_t K, Operand X>
-auto max_pool2d(const X& x) {
-  return detail::windows<K>(x).template max<3, 5>();
-}
-template <index_t K, Operand X>
-auto avg_pool2d(const X& x) {
-  return detail::windows<K>(x).template mean<3, 5>();
-}
 
 namespace detail {
 // 0, 1, ..., C - 1 as a tensor that lives as long as the program: a leaf for one-hot comparisons.
