@@ -1,12 +1,17 @@
-// The static path's CNN ops: conv2d forward and both gradients (im2col + the blocked matmul) and
-// pooling (any window and stride) against the dynamic Tensor path on the CPU device in float (1e-4 relative
-// plus 1e-5 absolute: the paths sum in different orders), and against central finite differences in double
-// (step 1e-6; 1e-5 relative plus 1e-6 absolute), over many shapes, strides, paddings and seeds.
+// The static path's CNN ops and elementwise hlops: conv2d forward and both gradients (im2col +
+// the blocked matmul), pooling with any window and stride, floor, ceil, celu and the other hlops,
+// against the dynamic Tensor path on the CPU device in float (1e-4 relative plus 1e-5 absolute: the
+// paths sum in different orders) and central finite differences in double (step 1e-6; 1e-5
+// relative plus 1e-6 absolute), over many shapes, strides, paddings and seeds.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "fixed_check.hpp"
@@ -38,7 +43,7 @@ void same(const Tn& got, const metagrad::Tensor& want, const char* what) {
 // fixed::grad of loss against central differences, each parameter element moved by +-1e-6.
 template <class L, class... P>
 void check_fd(const L& loss, P&... params) {
-  auto grads = fx::grad(loss, params...);
+  auto grads = fx::eval(fx::grad(loss, params...));  // tensors: the expressions read the params
   auto value = [&] { return fx::eval(loss)[0]; };
   auto one = [&](auto& p, const auto& g, int which) {
     for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
@@ -65,13 +70,13 @@ template <index_t N, index_t C, index_t H, index_t W, index_t CO, index_t KH, in
           index_t P>
 struct Conv {};
 
-// Forward and both gradients of sum(r * f(conv2d(x, w))), f relu (a gradient expression the
-// backward evaluates) or the identity, on both paths.
+// Forward and both gradients of sum(r * relu(conv2d(x, w))) (the incoming gradient an expression
+// the backward evaluates), on both paths.
 template <index_t N, index_t C, index_t H, index_t W, index_t CO, index_t KH, index_t KW, index_t S,
           index_t P>
-void conv_vs_dynamic(Conv<N, C, H, W, CO, KH, KW, S, P>, std::mt19937& rng, bool relu) {
+void conv_vs_dynamic(Conv<N, C, H, W, CO, KH, KW, S, P>, std::mt19937& rng) {
   INFO("x (" << N << ", " << C << ", " << H << ", " << W << "), w (" << CO << ", " << C << ", " << KH << ", "
-             << KW << "), stride " << S << ", padding " << P << (relu ? ", relu" : ""));
+             << KW << "), stride " << S << ", padding " << P);
   auto x = random_tensor<float, N, C, H, W>(rng);
   auto w = random_tensor<float, CO, C, KH, KW>(rng);
   auto y = fx::conv2d<S, P>(x, w);
@@ -80,16 +85,10 @@ void conv_vs_dynamic(Conv<N, C, H, W, CO, KH, KW, S, P>, std::mt19937& rng, bool
   metagrad::Tensor dx = dyn(x, true), dw = dyn(w, true);
   metagrad::Tensor dy = dx.conv2d(dw, std::nullopt, 1, {S}, {1}, {P});
   same(fx::eval(y), dy, "forward");
-  auto check = [&](const auto& loss, metagrad::Tensor dloss) {
-    dloss.backward();
-    auto [gx, gw] = fx::grad(loss, x, w);
-    same(gw, *dw.grad, "weight gradient");
-    same(gx, *dx.grad, "input gradient");
-  };
-  if (relu)
-    check((y.relu() * r).sum(), (dy.relu() * dyn(r)).sum());
-  else
-    check((y * r).sum(), (dy * dyn(r)).sum());
+  (dy.relu() * dyn(r)).sum().backward();
+  auto [gx, gw] = fx::eval(fx::grad((y.relu() * r).sum(), x, w));
+  same(gw, *dw.grad, "weight gradient");
+  same(gx, *dx.grad, "input gradient");
 }
 
 template <index_t N, index_t C, index_t H, index_t W, index_t CO, index_t KH, index_t KW, index_t S,
@@ -111,7 +110,7 @@ const auto conv_cases = std::make_tuple(
     Conv<1, 1, 5, 5, 1, 3, 3, 1, 0>{}, Conv<2, 3, 9, 11, 4, 3, 3, 1, 1>{}, Conv<3, 2, 8, 8, 5, 3, 3, 2, 1>{},
     Conv<2, 3, 9, 11, 5, 5, 2, 3, 2>{}, Conv<1, 4, 7, 6, 3, 1, 1, 1, 0>{},
     Conv<4, 1, 12, 12, 6, 5, 5, 1, 0>{}, Conv<2, 2, 6, 7, 3, 2, 3, 2, 0>{}, Conv<2, 3, 5, 5, 2, 4, 4, 1, 2>{},
-    Conv<2, 2, 4, 5, 3, 1, 1, 3, 1>{}, Conv<1, 6, 12, 12, 16, 5, 5, 1, 0>{});
+    Conv<2, 2, 4, 5, 3, 1, 1, 3, 1>{});
 
 template <class Shape, index_t KH, index_t KW, index_t SH, index_t SW>
 struct Pool {};
@@ -122,7 +121,7 @@ auto random_of(fx::Shape<D...>, std::mt19937& rng) {
 }
 
 // max_pool2d and avg_pool2d forward and their gradients (through fixed::grad, under a random
-// weighting) against the dynamic path; the gradients also against finite differences in double.
+// weighting) against the dynamic path.
 template <class Shape, index_t KH, index_t KW, index_t SH, index_t SW>
 void pool_vs_dynamic(Pool<Shape, KH, KW, SH, SW>, std::mt19937& rng) {
   INFO("input " << metagrad::to_string(Shape::dims) << ", window (" << KH << ", " << KW << "), stride (" << SH
@@ -136,15 +135,19 @@ void pool_vs_dynamic(Pool<Shape, KH, KW, SH, SW>, std::mt19937& rng) {
   same(fx::eval(mp), dm, "max_pool2d");
   same(fx::eval(ap), da, "avg_pool2d");
   (dm * dyn(r)).sum().backward();
-  same(std::get<0>(fx::grad((mp * r).sum(), x)), *dx.grad, "max_pool2d gradient");
+  same(std::get<0>(fx::eval(fx::grad((mp * r).sum(), x))), *dx.grad, "max_pool2d gradient");
   metagrad::Tensor dx2 = dyn(x, true);
   (dx2.avg_pool2d({KH, KW}, {SH, SW}) * dyn(r)).sum().backward();
-  same(std::get<0>(fx::grad((ap * r).sum(), x)), *dx2.grad, "avg_pool2d gradient");
-
-  auto xd = fx::eval(x.template cast<double>());
-  auto rd = fx::eval(r.template cast<double>());
-  check_fd((fx::max_pool2d<KH, KW, SH, SW>(xd) * rd).sum(), xd);
-  check_fd((fx::avg_pool2d<KH, KW, SH, SW>(xd) * rd).sum(), xd);
+  same(std::get<0>(fx::eval(fx::grad((ap * r).sum(), x))), *dx2.grad, "avg_pool2d gradient");
+}
+// Both poolings' gradients against finite differences in double.
+template <class Shape, index_t KH, index_t KW, index_t SH, index_t SW>
+void pool_fd(Pool<Shape, KH, KW, SH, SW>, std::mt19937& rng) {
+  auto x = fx::eval(random_of(Shape{}, rng).template cast<double>());
+  auto r = fx::eval(
+      random_of(typename decltype(fx::max_pool2d<KH, KW, SH, SW>(x))::shape{}, rng).template cast<double>());
+  check_fd((fx::max_pool2d<KH, KW, SH, SW>(x) * r).sum(), x);
+  check_fd((fx::avg_pool2d<KH, KW, SH, SW>(x) * r).sum(), x);
 }
 
 // Window = stride (the old form), overlapping windows (window > stride), gaps (window < stride, the
@@ -154,14 +157,14 @@ const auto pool_cases =
                     Pool<fx::Shape<2, 1, 8, 9>, 2, 3, 1, 2>{}, Pool<fx::Shape<2, 2, 5, 5>, 2, 2, 3, 3>{},
                     Pool<fx::Shape<3, 7, 6>, 3, 3, 1, 1>{}, Pool<fx::Shape<5, 5>, 5, 5, 5, 5>{},
                     Pool<fx::Shape<2, 1, 9, 10>, 3, 2, 2, 3>{}, Pool<fx::Shape<1, 2, 2, 6, 7>, 1, 4, 2, 1>{},
-                    Pool<fx::Shape<1, 1, 10, 10>, 3, 3, 3, 3>{}, Pool<fx::Shape<2, 3, 11, 8>, 4, 3, 3, 2>{});
+                    Pool<fx::Shape<2, 3, 11, 8>, 4, 3, 3, 2>{});
 
 }  // namespace
 
 TEST_CASE("fixed conv2d forward and gradients agree with the dynamic path on the CPU device", "[fixed]") {
   std::mt19937 rng(2001);
   for (int seed = 0; seed < 3; ++seed)
-    std::apply([&](auto... c) { (conv_vs_dynamic(c, rng, seed % 2 == 1), ...); }, conv_cases);
+    std::apply([&](auto... c) { (conv_vs_dynamic(c, rng), ...); }, conv_cases);
 }
 
 TEST_CASE("fixed conv2d gradients against finite differences", "[fixed]") {
@@ -185,6 +188,9 @@ TEST_CASE("fixed pooling with any window and stride agrees with the dynamic path
   std::mt19937 rng(2004);
   for (int seed = 0; seed < 3; ++seed)
     std::apply([&](auto... c) { (pool_vs_dynamic(c, rng), ...); }, pool_cases);
+  pool_fd(Pool<fx::Shape<1, 2, 7, 7>, 3, 3, 2, 2>{}, rng);   // overlapping
+  pool_fd(Pool<fx::Shape<2, 2, 5, 5>, 2, 2, 3, 3>{}, rng);   // gaps
+  pool_fd(Pool<fx::Shape<2, 1, 9, 10>, 3, 2, 2, 3>{}, rng);  // rectangular, mixed
   // the short forms: a K x K window, stride K or S
   auto x = random_tensor<float, 1, 1, 7, 7>(rng);
   static_assert(std::is_same_v<decltype(fx::max_pool2d<2>(x).eval()), fx::Tensor<float, 1, 1, 3, 3>>);
