@@ -1,70 +1,21 @@
-// The static path's CNN ops and elementwise hlops: conv2d forward and both gradients (im2col +
-// the blocked matmul), pooling with any window and stride, floor, ceil, celu and the other hlops,
-// against the dynamic Tensor path on the CPU device in float (1e-4 relative plus 1e-5 absolute: the
-// paths sum in different orders) and central finite differences in double (step 1e-6; 1e-5
-// relative plus 1e-6 absolute), over many shapes, strides, paddings and seeds.
+// The static path's CNN ops: conv2d forward and both gradients (im2col + the blocked matmul) and
+// pooling with any window and stride, against the dynamic Tensor path on the CPU device in float
+// and central finite differences in double (tolerances in fixed_grad_check.hpp), over many shapes,
+// strides, paddings and seeds.
 #include <catch2/catch.hpp>
 
-#include <cmath>
-#include <cstdint>
 #include <optional>
 #include <random>
-#include <stdexcept>
 #include <tuple>
 #include <type_traits>
-#include <vector>
 
-#include "fixed_check.hpp"
+#include "fixed_grad_check.hpp"
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/nn.hpp"
 
 using namespace metagrad::test;
 
 namespace {
-
-// A dynamic CPU Tensor holding t's values, optionally requiring grad.
-template <class Tn>
-metagrad::Tensor dyn(const Tn& t, bool param = false) {
-  std::vector<float> v(t.begin(), t.end());
-  return metagrad::Tensor(v, Tn::shape::dims, {.device = "CPU", .requires_grad = param});
-}
-
-// got (a fixed tensor) equals want (a dynamic one), element by element.
-template <class Tn>
-void same(const Tn& got, const metagrad::Tensor& want, const char* what) {
-  std::vector<float> w = want.to_vector<float>();
-  REQUIRE(w.size() == static_cast<std::size_t>(Tn::size));
-  for (index_t i = 0; i < Tn::size; ++i) {
-    INFO(what << ", flat index " << i << ": static " << got[i] << ", dynamic " << w[std::size_t(i)]);
-    REQUIRE(close(got[i], w[std::size_t(i)], 1e-4, 1e-5));
-  }
-}
-
-// fixed::grad of loss against central differences, each parameter element moved by +-1e-6.
-template <class L, class... P>
-void check_fd(const L& loss, P&... params) {
-  auto grads = fx::eval(fx::grad(loss, params...));  // tensors: the expressions read the params
-  auto value = [&] { return fx::eval(loss)[0]; };
-  auto one = [&](auto& p, const auto& g, int which) {
-    for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
-      double keep = p[i], h = 1e-6;
-      p[i] = keep + h;
-      double up = value();
-      p[i] = keep - h;
-      double down = value();
-      p[i] = keep;
-      INFO("parameter " << which << ", flat index " << i << ": grad " << g[i] << ", finite difference "
-                        << (up - down) / (2 * h));
-      REQUIRE(close(g[i], (up - down) / (2 * h), 1e-5, 1e-6));
-    }
-  };
-  std::apply(
-      [&](const auto&... g) {
-        int k = 0;
-        (one(params, g, k++), ...);
-      },
-      grads);
-}
 
 template <index_t N, index_t C, index_t H, index_t W, index_t CO, index_t KH, index_t KW, index_t S,
           index_t P>

@@ -3,7 +3,10 @@
 // on the host), broadcasting per numpy through explicit RESHAPE/EXPAND nodes, scalar operands on
 // either side, the operators, where, and the elementwise hlops built from them (as the dynamic path).
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numbers>
+#include <stdexcept>
 #include <type_traits>
 
 #include <boost/mp11/algorithm.hpp>
@@ -317,6 +320,42 @@ template <class D>
 auto ExprBase<D>::softsign() const {
   return self() / (1 + self().abs());
 }
+template <class D>
+auto ExprBase<D>::celu(double alpha) const {
+  if (alpha == 0) throw std::invalid_argument("fixed: celu: alpha must not be 0 (it divides x)");
+  return maximum(self(), 0) + alpha * ((minimum(self(), 0) * (1 / alpha)).exp() - 1);
+}
+
+namespace detail {
+// floor (Up false) or ceil (Up true) as the dynamic path's: a truncating cast of x clipped to where
+// every value is whole (so it never saturates), one comparison, and x - clip(x) for what lies
+// beyond (inf stays inf, NaN NaN). Casts to an integer and comparisons pass no gradient, and
+// x - clip(x) passes 1 - 1: the gradient is 0, as in PyTorch. Integers are their own floor.
+template <bool Up, class E>
+auto round_toward(const E& x) {
+  using T = typename E::value_type;
+  if constexpr (!std::is_floating_point_v<T>) {
+    return x.expr();
+  } else {
+    constexpr double lim = std::numeric_limits<T>::digits == 24 ? 0x1p23 : 0x1p52;
+    auto y = x.clip(-lim, lim);
+    auto t = y.template cast<std::int64_t>().template cast<T>();
+    if constexpr (Up)
+      return t + (y > t).template cast<T>() + (x - y);
+    else
+      return t - (y < t).template cast<T>() + (x - y);
+  }
+}
+}  // namespace detail
+template <class D>
+auto ExprBase<D>::floor() const {
+  return detail::round_toward<false>(self());
+}
+template <class D>
+auto ExprBase<D>::ceil() const {
+  return detail::round_toward<true>(self());
+}
+
 template <class D>
 template <class U>
 auto ExprBase<D>::cast() const {

@@ -237,6 +237,9 @@ struct ExprBase {
   auto softplus(double beta = 1) const;
   auto mish() const;
   auto softsign() const;
+  auto floor() const;
+  auto ceil() const;
+  auto celu(double alpha = 1) const;
   template <class U>
   auto cast() const;
 
