@@ -95,30 +95,35 @@ void check_rows(std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("fixed threads: the pool runs each part once, on distinct threads, and nests inline", "[fixed]") {
+TEST_CASE("fixed threads: the pool runs each part once, each thread when asked, and nests inline",
+          "[fixed]") {
   for (int n : {1, 2, 3, 5}) {
     Threads t(n);
     REQUIRE(fx::threads() == n);
     std::thread::id ids[8];
-    int hits[8] = {}, seen_parts[8] = {};
-    std::int64_t covered[8] = {};
-    bool inline_nested[8] = {};
-    fx::detail::parallel_parts(n, [&](int p, int parts) {  // no Catch2 macros off the main thread
-      seen_parts[p] = parts;
-      ids[p] = std::this_thread::get_id();
-      ++hits[p];
-      inline_nested[p] = true;  // a nested split runs inline on this thread
-      fx::detail::parallel_for(1000, 8, 1, [&](std::int64_t lo, std::int64_t hi) {
-        inline_nested[p] = inline_nested[p] && std::this_thread::get_id() == ids[p];
-        covered[p] += hi - lo;
-      });
-    });
+    fx::detail::parallel_parts(
+        n, [&](int p, int) { ids[p] = std::this_thread::get_id(); }, true);
     std::set<std::thread::id> distinct(ids, ids + n);
     REQUIRE(distinct.size() == static_cast<std::size_t>(n));
     REQUIRE(ids[0] == std::this_thread::get_id());
-    for (int p = 0; p < n; ++p) {
+
+    constexpr int kParts = 23;  // claimed by whichever thread is free: each exactly once
+    int hits[kParts] = {}, seen_parts[kParts] = {};
+    std::int64_t covered[kParts] = {};
+    bool inline_nested[kParts] = {};
+    fx::detail::parallel_parts(kParts, [&](int p, int parts) {  // no Catch2 macros off the main thread
+      seen_parts[p] = parts;
+      ++hits[p];
+      inline_nested[p] = true;  // a nested split runs inline on this thread
+      std::thread::id self = std::this_thread::get_id();
+      fx::detail::parallel_for(1000, 8, 1, [&](std::int64_t lo, std::int64_t hi) {
+        inline_nested[p] = inline_nested[p] && std::this_thread::get_id() == self;
+        covered[p] += hi - lo;
+      });
+    });
+    for (int p = 0; p < kParts; ++p) {
       REQUIRE(hits[p] == 1);
-      REQUIRE(seen_parts[p] == n);
+      REQUIRE(seen_parts[p] == kParts);
       REQUIRE(covered[p] == 1000);
       REQUIRE(inline_nested[p]);
     }
@@ -312,7 +317,8 @@ TEST_CASE("fixed threads: a W5 step equals one thread's and allocates nothing af
     float first = m->step(x, y, 0.1f);  // warm-up: every thread's arena grows to its high-water mark
     std::uint64_t counts[4] = {};
     auto read = [&](std::uint64_t* into) {
-      fx::detail::parallel_parts(n, [&](int p, int) { into[p] = metagrad::test::allocations(); });
+      fx::detail::parallel_parts(
+          n, [&](int p, int) { into[p] = metagrad::test::allocations(); }, true);
     };
     read(counts);
     std::uint64_t after[4] = {};

@@ -80,8 +80,10 @@ struct Gemm {
   }
 
   // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
-  // Above kParallelMacs, each B panel is packed by all threads, then each computes its own rows of
-  // C (whole MR strips) packing its own A blocks: every element is the same sum as on one thread.
+  // Above kParallelMacs, each B panel is packed by all threads, then the threads compute parts of C's
+  // rows (whole MR strips), each part packing its A blocks into its own buffer (from the caller's
+  // arena, so a step allocates nothing on any thread once grown): every element is the same sum as
+  // on one thread.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc) {
     if (k == 0) {
@@ -90,9 +92,10 @@ struct Gemm {
     }
     Arena::Scope scope;
     T* bp = Arena::local().alloc<T>(KC * (std::min(n, NC) + NR));
+    constexpr index_t ablock = (MC + MR) * KC;
     const index_t strips = (m + MR - 1) / MR;
-    const int parts =
-        m * n * k >= kParallelMacs ? static_cast<int>(std::min<index_t>(Pool::get().size(), strips)) : 1;
+    const int parts = m * n * k >= kParallelMacs ? parts_for(strips, 1) : 1;
+    T* ap = Arena::local().alloc<T>(parts * ablock);  // each part's A blocks: no worker allocates
     const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
     for (index_t jc = 0; jc < n; jc += NC) {
       index_t nc = std::min(NC, n - jc);
@@ -101,7 +104,7 @@ struct Gemm {
         const T* bsrc = b + pc * brs + jc * bcs;
         if (parts == 1) {
           pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
-          rows(0, m, kc, nc, a + pc * acs, ars, acs, bp, c + jc, ldc, pc > 0);
+          rows(0, m, kc, nc, a + pc * acs, ars, acs, bp, ap, c + jc, ldc, pc > 0);
           continue;
         }
         const index_t bstrips = (nc + NR - 1) / NR;
@@ -112,18 +115,16 @@ struct Gemm {
         });
         parallel_parts(parts, [&](int p, int np) {
           index_t r0 = strips * p / np * MR, r1 = std::min(m, strips * (p + 1) / np * MR);
-          if (r0 < r1) rows(r0, r1, kc, nc, a + pc * acs, ars, acs, bp, c + jc, ldc, pc > 0);
+          if (r0 < r1) rows(r0, r1, kc, nc, a + pc * acs, ars, acs, bp, ap + p * ablock, c + jc, ldc, pc > 0);
         });
       }
     }
   }
 
-  // Rows [r0, r1) of the kc x nc step: A blocks of MC rows packed into this thread's arena (strips
-  // of MR rows, column p then p+1), each times every packed B strip.
+  // Rows [r0, r1) of the kc x nc step: A blocks of MC rows packed into ap (strips of MR rows,
+  // column p then p+1), each times every packed B strip.
   static void rows(index_t r0, index_t r1, index_t kc, index_t nc, const T* a, index_t ars, index_t acs,
-                   const T* bp, T* c, index_t ldc, bool acc) {
-    Arena::Scope scope;
-    T* ap = Arena::local().alloc<T>((MC + MR) * KC);
+                   const T* bp, T* ap, T* c, index_t ldc, bool acc) {
     for (index_t ic = r0; ic < r1; ic += MC) {
       index_t mc = std::min(MC, r1 - ic);
       pack<MR>(ap, kc, mc, a + ic * ars, acs, ars);

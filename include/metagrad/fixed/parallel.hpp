@@ -3,17 +3,20 @@
 //
 // Size: env THREADS (as the dynamic path) else every core; fixed::set_threads(n) changes it.
 // Dispatch is a function pointer and a void* (no allocation): the caller publishes the job by
-// bumping a generation counter, runs part 0 itself, and spins until every worker has acknowledged
-// it. Workers spin a little after a job (the next one of a training step is usually microseconds
-// away), then sleep on the counter (a futex). Each part runs in its worker's own arena Scope.
-// A call made from inside a part, or while another thread's job runs, runs its parts inline.
+// bumping a generation counter, then every thread, the caller included, claims parts from an
+// atomic counter until none is left (a worker the OS has descheduled leaves its share to the
+// others), and the caller spins until every worker has acknowledged the job. Workers spin a little
+// after a job (the next one of a training step is usually microseconds away), then sleep on the
+// counter (a futex). A call made from inside a part, or while another thread's job runs, runs its
+// parts inline. Parts take their scratch memory from the caller's arena, never their own, so which
+// thread runs which part cannot make a later step allocate.
 //
-// How the kernels split their work (always into contiguous ranges, so per-element results do not
-// depend on which thread computes them), each only above a size threshold:
-//   elementwise (eval.hpp)  the flat range (1-D loops; chunks start on 64-byte boundaries) or the
+// How the kernels split their work (into kPartsPerThread contiguous ranges per thread, so
+// per-element results do not depend on which thread computes them), each above a size threshold:
+//   elementwise (eval.hpp)  the flat range (1-D loops; ranges start on 64-byte boundaries) or the
 //                           outer rows; bitwise the same as one thread.
-//   matmul (gemm.hpp)       rows of C, in whole MR-row strips; each worker packs its own A blocks,
-//                           the shared B panel is packed by all first; bitwise the same.
+//   matmul (gemm.hpp)       rows of C, in whole MR-row strips, each part packing its own A blocks
+//                           after the shared B panel is packed by all; bitwise the same.
 //   reductions (reduce.hpp) along the innermost axis: output rows (W3a); everything into one
 //                           value: one partial per part, combined in part order (W3c: deterministic
 //                           for a thread count, rounded differently from one thread); the innermost
@@ -34,6 +37,7 @@ namespace metagrad::fixed {
 namespace detail {
 
 inline constexpr int kMaxThreads = 64;
+inline constexpr int kPartsPerThread = 4;  // parts per thread where the split is free to choose
 // Below these sizes one thread is faster than waking another: elements written (elementwise) or
 // read (reductions), multiply-adds (matmul).
 inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
@@ -61,20 +65,24 @@ class Pool {
     start(std::clamp(n, 1, kMaxThreads));
   }
 
-  // fn(ctx, p, parts) for each p in [0, parts) (parts <= size()); returns when all are done.
-  void run(int parts, Fn fn, void* ctx) {
-    if (parts <= 1 || inside() || !busy_.try_lock()) {
+  // fn(ctx, p, parts) once for each p in [0, parts), on whichever thread claims it; with each_thread
+  // (parts == size()), part p on thread p (0: the caller). Returns when all are done.
+  void run(int parts, Fn fn, void* ctx, bool each_thread = false) {
+    if (parts <= 1 || size() == 1 || inside() || !busy_.try_lock()) {
       for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
       return;
     }
     std::lock_guard lock(busy_, std::adopt_lock);
-    parts = std::min(parts, size());
-    fn_ = fn, ctx_ = ctx, parts_ = parts;
+    fn_ = fn, ctx_ = ctx, parts_ = parts, each_ = each_thread;
+    next_.store(each_thread ? parts : 0, std::memory_order_relaxed);
     pending_.store(size() - 1, std::memory_order_relaxed);
     gen_.fetch_add(1, std::memory_order_release);
     gen_.notify_all();
     inside() = true;
-    fn(ctx, 0, parts);
+    if (each_thread)
+      fn(ctx, 0, parts);
+    else
+      claim();
     inside() = false;
     for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin)
       if (spin < kSpin)
@@ -110,6 +118,9 @@ class Pool {
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
+  void claim() {
+    for (int p; (p = next_.fetch_add(1, std::memory_order_relaxed)) < parts_;) fn_(ctx_, p, parts_);
+  }
   void work(int index, int seen) {
     inside() = true;
     for (;;) {
@@ -120,9 +131,12 @@ class Pool {
           gen_.wait(seen, std::memory_order_acquire);
       seen = gen_.load(std::memory_order_acquire);
       if (stop_) return;
-      if (index < parts_) {
+      {
         Arena::Scope scope;
-        fn_(ctx_, index, parts_);
+        if (!each_)
+          claim();
+        else if (index < parts_)
+          fn_(ctx_, index, parts_);
       }
       pending_.fetch_sub(1, std::memory_order_release);
     }
@@ -135,26 +149,34 @@ class Pool {
   Fn fn_ = nullptr;
   void* ctx_ = nullptr;
   int parts_ = 0;
-  bool stop_ = false;
+  bool each_ = false, stop_ = false;
+  alignas(64) std::atomic<int> next_{0};
   alignas(64) std::atomic<int> gen_{0};
   alignas(64) std::atomic<int> pending_{0};
 };
 
-// f(part, parts) on `parts` threads (the caller among them).
+// f(part, parts) for each part, spread over the threads (the caller among them); with each_thread,
+// f(p, threads()) on every thread p (tests read per-thread state so).
 template <class F>
-void parallel_parts(int parts, F&& f) {
+void parallel_parts(int parts, F&& f, bool each_thread = false) {
   using G = std::remove_reference_t<F>;
   Pool::get().run(
       parts, [](void* c, int p, int n) { (*static_cast<G*>(c))(p, n); },
-      const_cast<void*>(static_cast<const void*>(&f)));
+      const_cast<void*>(static_cast<const void*>(&f)), each_thread);
 }
 
-// f(begin, end) over [0, n) cut into at most one range per thread, each at least `grain` long and
-// starting at a multiple of `align`; with one range, f(0, n) on the caller.
+// Parts for n units of work at least `grain` each: kPartsPerThread per thread, fewer when small.
+inline int parts_for(std::int64_t n, std::int64_t grain) {
+  int threads = Pool::get().size();
+  if (threads == 1) return 1;
+  return static_cast<int>(
+      std::min<std::int64_t>(std::int64_t{threads} * kPartsPerThread, n / std::max<std::int64_t>(grain, 1)));
+}
+// f(begin, end) over [0, n) cut into parts_for(n, grain) ranges, each starting at a multiple of
+// `align`; with one range, f(0, n) on the caller.
 template <class F>
 void parallel_for(std::int64_t n, std::int64_t align, std::int64_t grain, F&& f) {
-  int parts =
-      static_cast<int>(std::min<std::int64_t>(Pool::get().size(), n / std::max<std::int64_t>(grain, 1)));
+  int parts = parts_for(n, grain);
   if (parts <= 1) return f(std::int64_t{0}, n);
   parallel_parts(parts, [&](int p, int np) {
     auto cut = [&](int q) { return q == np ? n : n * q / np / align * align; };

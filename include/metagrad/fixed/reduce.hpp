@@ -93,7 +93,7 @@ struct Materialise<op::Reduce<R, Axes>> {
       };
       if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
         T part[kMaxThreads];
-        int parts = static_cast<int>(std::min<index_t>(Pool::get().size(), n / (kParallelElements / 2)));
+        int parts = std::min(kMaxThreads, parts_for(n, kParallelElements / 2));
         parallel_parts(parts, [&](int p, int np) {
           auto cut = [&](int q) { return q == np ? n : n * q / np / kLanes<T> * kLanes<T>; };
           const index_t origin[rank] = {};
