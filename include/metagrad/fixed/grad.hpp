@@ -182,9 +182,10 @@ class Backward {
   };
   template <class E>
   static constexpr bool fan_in = mp::mp_size<mp::mp_unique<mp::mp_copy_if_q<edges, edge_into<E>>>>::value > 1;
+  template <class E>
+  static constexpr bool shared = !kind<E>::leaf && reaches<E> && fan_in<E>;  // the root has no edge
   template <class Id>
-  using is_shared = std::bool_constant<Id::value != 0 && !kind<node_t<Id::value>>::leaf &&
-                                       reaches<node_t<Id::value>> && fan_in<node_t<Id::value>>>;
+  using is_shared = std::bool_constant<shared<node_t<Id::value>>>;
   template <class Id>
   using is_stored = std::bool_constant<is_shared<Id>::value || materialised<node_t<Id::value>>>;
   // Shared subtrees deepest last; equal heights by preorder, so a first copy precedes its equals.
@@ -215,8 +216,8 @@ class Backward {
       });
     });
     T loss;
-    detail::assign(&loss, cached<0>(root_));
-    auto top = back<0>(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}));
+    detail::assign(&loss, cached(root_, 0));
+    auto top = back(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}), 0);
     auto below = concat(expand_shared(std::tuple<>{}, shared_order{}));
     return std::pair{loss, std::tuple_cat(std::move(top), std::move(below))};
   }
@@ -254,36 +255,38 @@ class Backward {
     if (!written) std::fill(out.begin(), out.end(), T(0));
   }
 
-  // Node Id as the rules see it: its value and its children's (reductions already computed).
-  template <std::size_t Id, class E>
+  // Node `id` as the rules see it: its value and its children's (reductions already computed).
+  // Node numbers are run-time values, so equal subtrees share one instantiation of the walk.
+  template <class E>
   struct NodeRef {
     Backward& b;
     const E& e;
+    std::size_t id;
     template <std::size_t I>
     using child_t = mp::mp_at_c<typename E::children_types, I>;
     const auto& op() const { return e.op; }
-    auto out() const { return b.template cached<Id>(e); }
+    auto out() const { return b.cached(e, id); }
     template <std::size_t I>
     auto x() const {
-      return b.template cached<Id + child_offset<E, I>>(std::get<I>(e.children()));
+      return b.cached(std::get<I>(e.children()), id + child_offset<E, I>);
     }
   };
 
-  template <std::size_t Id, class E>
-  auto cached(const E& e) {
+  template <class E>
+  auto cached(const E& e, std::size_t id) {
     if constexpr (kind<E>::leaf || kind<E>::constant) {
       return e;
     } else if constexpr (materialised<E>) {
       using V = typename E::value_type;
-      const std::size_t r = rep_[Id];
+      const std::size_t r = rep_[id];
       if (!value_[r]) {
         V* buf = Arena::local().alloc<V>(E::shape::size);
-        Materialise<typename E::op_type>::run(buf, rebuild<Id>(e));
+        Materialise<typename E::op_type>::run(buf, rebuild(e, id));
         value_[r] = buf;
       }
       return leaf<V, typename E::shape>(static_cast<const V*>(value_[r]));
     } else {
-      return rebuild<Id>(e);
+      return rebuild(e, id);
     }
   }
 
@@ -303,12 +306,11 @@ class Backward {
     return Expr<op::Gate, decltype(t.g)>(op::Gate{counts(t, param)}, t.g);
   }
 
-  template <std::size_t Id, class E>
-  auto rebuild(const E& e) {
+  template <class E>
+  auto rebuild(const E& e, std::size_t id) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      using Node =
-          Expr<typename E::op_type, decltype(cached<Id + child_offset<E, I>>(std::get<I>(e.children())))...>;
-      return Node(e.op, cached<Id + child_offset<E, I>>(std::get<I>(e.children()))...);
+      using Node = Expr<typename E::op_type, decltype(cached(std::get<I>(e.children()), id))...>;
+      return Node(e.op, cached(std::get<I>(e.children()), id + child_offset<E, I>)...);
     }
     (std::make_index_sequence<arity_of<E>>{});
   }
@@ -321,8 +323,8 @@ class Backward {
     return leaf<V, typename G::shape>(buf);
   }
 
-  template <std::size_t Id, class E, class G>
-  auto back(const E& e, const G& g) {
+  template <class E, class G>
+  auto back(const E& e, const G& g, std::size_t id) {
     if constexpr (std::is_same_v<G, none> || !reaches<E>) {
       return std::tuple<>{};
     } else if constexpr (kind<E>::leaf) {
@@ -330,9 +332,9 @@ class Backward {
     } else {
       static_assert(std::is_same_v<typename G::shape, typename E::shape>,
                     "fixed::grad: a rule gave a gradient of the wrong shape");
-      if constexpr (is_shared<mp::mp_size_t<Id>>::value) {  // summed now, differentiated once later
+      if constexpr (shared<E>) {  // summed now, differentiated once later
         using V = typename E::value_type;
-        const std::size_t r = rep_[Id];
+        const std::size_t r = rep_[id];
         if (!grad_[r]) {
           V* buf = Arena::local().alloc<V>(E::shape::size);
           detail::assign(buf, g);
@@ -343,33 +345,33 @@ class Backward {
         }
         return std::tuple<>{};
       } else {
-        return expand<Id>(e, g);
+        return expand(e, g, id);
       }
     }
   }
 
-  template <std::size_t Id, class E, class G>
-  auto expand(const E& e, const G& g) {
+  template <class E, class G>
+  auto expand(const E& e, const G& g, std::size_t id) {
     constexpr std::size_t differentiable = []<std::size_t... I>(std::index_sequence<I...>) {
       return (std::size_t{0} + ... + (reaches<mp::mp_at_c<typename E::children_types, I>> ? 1 : 0));
     }
     (std::make_index_sequence<arity_of<E>>{});
     if constexpr (!cheap<G>::value && (differentiable > 1 || materialised<E>)) {
-      return expand<Id>(e, stash(g));
+      return expand(e, stash(g), id);
     } else {
-      NodeRef<Id, E> n{*this, e};
+      NodeRef<E> n{*this, e, id};
       return [&]<std::size_t... I>(std::index_sequence<I...>) {  // braces: children left to right
-        return concat(std::tuple<decltype(child<Id, I>(n, g))...>{child<Id, I>(n, g)...});
+        return concat(std::tuple<decltype(child<I>(n, g))...>{child<I>(n, g)...});
       }
       (std::make_index_sequence<arity_of<E>>{});
     }
   }
-  template <std::size_t Id, std::size_t I, class E, class G>
-  auto child(const NodeRef<Id, E>& n, const G& g) {
+  template <std::size_t I, class E, class G>
+  auto child(const NodeRef<E>& n, const G& g) {
     using C = mp::mp_at_c<typename E::children_types, I>;
     if constexpr (reaches<C>)
-      return back<Id + child_offset<E, I>>(std::get<I>(n.e.children()),
-                                           Vjp<typename E::op_type>::template grad<I>(n, g));
+      return back(std::get<I>(n.e.children()), Vjp<typename E::op_type>::template grad<I>(n, g),
+                  n.id + child_offset<E, I>);
     else
       return std::tuple<>{};
   }
@@ -384,7 +386,7 @@ class Backward {
     constexpr std::size_t I = Id::value;
     using E = node_t<I>;
     using V = typename E::value_type;
-    using Terms = decltype(expand<I>(at<I>(root_), leaf<V, typename E::shape>(nullptr)));
+    using Terms = decltype(expand(at<I>(root_), leaf<V, typename E::shape>(nullptr), I));
     std::optional<Terms> mine;
     if (rep_[I] == I) {
       V* g = static_cast<V*>(grad_[I]);
@@ -392,7 +394,7 @@ class Backward {
         g = Arena::local().alloc<V>(E::shape::size);
         std::fill(g, g + E::shape::size, V(0));
       }
-      mine.emplace(expand<I>(at<I>(root_), leaf<V, typename E::shape>(g)));
+      mine.emplace(expand(at<I>(root_), leaf<V, typename E::shape>(g), I));
       if (!grad_[I]) switch_off(*mine);
     } else {  // an equal copy: its gradient was summed into the first copy's, which counts it
       using Pos = mp::mp_iota_c<std::tuple_size_v<Done>>;
