@@ -254,16 +254,20 @@ struct Materialise;
 template <class E>
 void assign(typename E::value_type* out, const E& e);
 
+// b masked by the pads in Ops. A function, not a lambda in bind: its view is computed only for
+// the constants and elementwise nodes it wraps, never for a movement node whose view may not exist.
+template <class Ops, class S, class T, class B>
+auto guarded(B b) {
+  if constexpr (has_pad<Ops>)
+    return BGuard<*apply_moves<Ops>(View(S::dims)), T, B>{b};
+  else
+    return b;
+}
+
 template <class Ops, class E>
 auto bind(const E& e, Ctx& ctx) {
   using T = typename E::value_type;
   using S = typename E::shape;
-  constexpr auto guarded = [](auto b) {
-    if constexpr (has_pad<Ops>)
-      return BGuard<*apply_moves<Ops>(View(S::dims)), T, decltype(b)>{b};
-    else
-      return b;
-  };
   if constexpr (kind<E>::leaf || materialised<E>) {
     constexpr View v = *apply_moves<Ops>(View(S::dims));
     const T* p;
@@ -278,9 +282,9 @@ auto bind(const E& e, Ctx& ctx) {
     }
     return BLeaf<T, v>{p};
   } else if constexpr (kind<E>::constant) {
-    return guarded(BConst<T>{e.op.value});
+    return guarded<Ops, S, T>(BConst<T>{e.op.value});
   } else if constexpr (kind<E>::map) {
-    return guarded(std::apply(
+    return guarded<Ops, S, T>(std::apply(
         [&](const auto&... c) {
           return BMap<E::op_type::fn, decltype(bind<Ops>(c, ctx))...>{std::tuple{bind<Ops>(c, ctx)...}};
         },

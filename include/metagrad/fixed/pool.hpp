@@ -122,19 +122,7 @@ auto max_pool2d(const X& x) {
 }
 template <index_t KH, index_t KW, index_t SH, index_t SW, Operand X>
 auto avg_pool2d(const X& x) {
-  // The windows pass through a sum over a new unit axis, a materialised node, and are scaled above
-  // it, so fixed::grad stores their gradient (not a plain read then) in a buffer before the
-  // movement ops take it apart: lazily, an expanded gradient under them trips eval.hpp's pad guard.
-  auto w = detail::windows<KH, KW, SH, SW>(x);
-  using S = typename decltype(w)::shape;
-  constexpr Dims unit = [] {
-    Dims d = S::dims;
-    d.push_back(1);
-    return d;
-  }();
-  using T = typename decltype(w)::value_type;
-  auto barrier = detail::move<decltype(w), MovementOps::RESHAPE, unit>(w).template sum<-1>(keepdim);
-  return (barrier * (T(1) / T(KH * KW))).template sum<-3, -2, -1>();
+  return detail::windows<KH, KW, SH, SW>(x).template mean<-2, -1>();
 }
 // A K x K window, stride S (by default K: windows side by side).
 template <index_t K, index_t S = K, Operand X>
