@@ -6,6 +6,7 @@
 // to 1e-5 relative plus 1e-6 absolute).
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fixed_check.hpp"
@@ -32,10 +33,21 @@ void same(const Tn& got, const metagrad::Tensor& want, const char* what) {
   }
 }
 
-// fixed::grad of loss against central differences, each parameter element moved by +-1e-6.
+// fixed::grad of loss against central differences, each parameter element moved by +-1e-6. The
+// gradient expressions are evaluated first (they read the parameters), each on its own and all
+// into tensors by fx::eval (the two must agree to rounding).
 template <class L, class... P>
 void check_fd(const L& loss, P&... params) {
-  auto grads = fx::eval(fx::grad(loss, params...));  // tensors: the expressions read the params
+  auto grads = [&]<std::size_t... K>(std::index_sequence<K...>) {
+    auto g = fx::grad(loss, params...);
+    auto into = fx::eval(g);
+    std::tuple<fx::TensorOf<P>...> lazy{fx::eval(get<K>(g))...};
+    (check_all(
+         std::get<K>(lazy), [&](index_t i) { return double(std::get<K>(into)[i]); }, 1e-12, 1e-15),
+     ...);
+    return lazy;
+  }
+  (std::index_sequence_for<P...>{});
   auto value = [&] { return fx::eval(loss)[0]; };
   auto one = [&](auto& p, const auto& g, int which) {
     for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {

@@ -14,7 +14,7 @@
 #include <boost/mp11/algorithm.hpp>
 
 #include "alloc_count.hpp"
-#include "fixed_check.hpp"
+#include "fixed_grad_check.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/mlp.hpp"
@@ -23,47 +23,11 @@
 
 namespace fx = metagrad::fixed;
 using fx::index_t;
+using metagrad::test::check_fd;
 using metagrad::test::close;
 using metagrad::test::random_tensor;
 
 namespace {
-
-// fixed::grad of loss (an expression reading params) against central differences of its value,
-// each parameter element moved in place by +-1e-6. The gradient expressions are evaluated first
-// (they read the parameters), each on its own and all into tensors (which must agree to rounding).
-template <class L, class... P>
-void check_fd(const L& loss, P&... params) {
-  auto grads = [&]<std::size_t... K>(std::index_sequence<K...>) {
-    auto g = fx::grad(loss, params...);
-    auto into = fx::eval(g);
-    std::tuple<fx::TensorOf<P>...> lazy{fx::eval(get<K>(g))...};
-    (metagrad::test::check_all(
-         std::get<K>(lazy), [&](index_t i) { return double(std::get<K>(into)[i]); }, 1e-12, 1e-15),
-     ...);
-    return lazy;
-  }
-  (std::index_sequence_for<P...>{});
-  auto value = [&] { return fx::eval(loss)[0]; };
-  [&]<std::size_t... K>(std::index_sequence<K...>) {
-    (
-        [&](auto& p, const auto& g) {
-          for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
-            double keep = p[i], h = 1e-6;
-            p[i] = keep + h;
-            double up = value();
-            p[i] = keep - h;
-            double down = value();
-            p[i] = keep;
-            double want = (up - down) / (2 * h);
-            INFO("parameter " << K << ", flat index " << i << ": grad " << g[i] << ", finite difference "
-                              << want);
-            REQUIRE(close(g[i], want, 1e-5, 1e-6));
-          }
-        }(params, std::get<K>(grads)),
-        ...);
-  }
-  (std::index_sequence_for<P...>{});
-}
 
 constexpr int kSeeds = 4;  // random cases per op
 
