@@ -228,7 +228,7 @@ class Backward {
   auto gradient(const Terms& terms) const {
     using Param = mp::mp_at_c<mp::mp_list<P...>, K>;
     using S = typename Param::shape;
-    using Mine = mp::mp_copy_if_q<mp::mp_iota_c<std::tuple_size_v<Terms>>, reaching<K, Terms>>;
+    using Mine = terms_of<K, Terms>;
     if constexpr (mp::mp_empty<Mine>::value) {
       return Expr<op::Const<T, S>>(op::Const<T, S>{T(0)});
     } else {
@@ -240,10 +240,9 @@ class Backward {
   // The same into a tensor: the counting terms assigned and added, without gates.
   template <std::size_t K, class Terms, class Out>
   void gradient_into(const Terms& terms, Out& out) const {
-    using Mine = mp::mp_copy_if_q<mp::mp_iota_c<std::tuple_size_v<Terms>>, reaching<K, Terms>>;
     const void* p = std::get<K>(params_).data();
     bool written = false;
-    mp::mp_for_each<Mine>([&](auto i) {
+    mp::mp_for_each<terms_of<K, Terms>>([&](auto i) {
       const auto& t = std::get<decltype(i)::value>(terms);
       if (!counts(t, p)) return;
       if (written)
@@ -297,6 +296,9 @@ class Backward {
     using fn =
         std::is_same<typename std::tuple_element_t<I::value, Terms>::leaf_type, mp::mp_at_c<param_leaves, K>>;
   };
+  // The positions of the terms that may reach parameter K (a leaf of its type).
+  template <std::size_t K, class Terms>
+  using terms_of = mp::mp_copy_if_q<mp::mp_iota_c<std::tuple_size_v<Terms>>, reaching<K, Terms>>;
   template <class Term>
   static bool counts(const Term& t, const void* param) {
     return t.on && t.at == param;
@@ -434,14 +436,11 @@ class Gradients {
   using Plan = detail::ad::Backward<E, P...>;
   using Result = decltype(std::declval<Plan&>().run());
   template <std::size_t K>
-  using Param = boost::mp11::mp_at_c<boost::mp11::mp_list<P...>, K>;
-  template <std::size_t K>
   using Expression = decltype(std::declval<const Plan&>().template gradient<K>(
       std::declval<const typename Result::second_type&>()));
 
  public:
   using value_type = typename E::value_type;
-  static constexpr std::size_t size = sizeof...(P);
 
   Gradients(const E& loss, const P&... params)
       : plan_(loss, params...), result_(plan_.run()), exprs_(gradients(std::index_sequence_for<P...>{})) {}
@@ -453,10 +452,13 @@ class Gradients {
   const auto& get() const {
     return std::get<K>(exprs_);
   }
-  // Gradient K into a tensor of its parameter's type: the terms assigned one by one, ungated.
-  template <std::size_t K>
-  void into(TensorOf<Param<K>>& out) const {
-    plan_.template gradient_into<K>(result_.second, out);
+  // The gradients into tensors of their parameters' types: each one's terms assigned one by one,
+  // ungated.
+  void into(std::tuple<TensorOf<P>&...> out) const {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (plan_.template gradient_into<K>(result_.second, std::get<K>(out)), ...);
+    }
+    (std::index_sequence_for<P...>{});
   }
 
  private:
@@ -505,8 +507,7 @@ template <Operand L, class... P>
 typename expr_t<L>::value_type grad_into(std::tuple<TensorOf<P>&...> out, const L& loss, const P&... params) {
   detail::ad::check_grad_args<L, P...>();
   Gradients<expr_t<L>, P...> g(loss.expr(), params...);
-  [&]<std::size_t... K>(std::index_sequence<K...>) { (g.template into<K>(std::get<K>(out)), ...); }
-  (std::index_sequence_for<P...>{});
+  g.into(out);
   return g.loss();
 }
 
@@ -514,8 +515,7 @@ typename expr_t<L>::value_type grad_into(std::tuple<TensorOf<P>&...> out, const 
 template <class E, class... P>
 std::tuple<TensorOf<P>...> eval(const Gradients<E, P...>& g) {
   std::tuple<TensorOf<P>...> out;
-  [&]<std::size_t... K>(std::index_sequence<K...>) { (g.template into<K>(std::get<K>(out)), ...); }
-  (std::index_sequence_for<P...>{});
+  std::apply([&](auto&... t) { g.into(std::tie(t...)); }, out);
   return out;
 }
 
