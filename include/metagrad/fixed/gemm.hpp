@@ -1,16 +1,27 @@
 #pragma once
-// The inline matmul kernel: C = A B for strided A (m x k) and B (k x n), row-major C, blocked as
-// GotoBLAS does. Panels of B (KC x NR strips) and A (MC x KC, MR-row strips) are packed into arena
-// memory; a register tile of MR rows x NV vectors (simd.hpp) accumulates with FMA.
+// The matmul kernel of both paths: C = A B for strided A (m x k) and B (k x n), row-major C, blocked
+// as GotoBLAS and BLIS do. Panels of B (KC x NR strips) and A (MC x KC, MR-row strips) are packed
+// into arena memory; a register tile of MR rows x NV vectors (simd.hpp) accumulates with FMA. The
+// static path instantiates it for the ISA it is compiled for; the runtime library compiles it once
+// per ISA (generic, AVX2, AVX-512) and picks one by CPUID (runtime/gemm/).
 #include <algorithm>
 #include <cstring>
 
 #include "metagrad/fixed/arena.hpp"
+#include "metagrad/fixed/cpu.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/fixed/simd.hpp"
 
-namespace metagrad::fixed::detail {
+namespace metagrad::fixed {
+
+// GEMM cache blocking (see Gemm::blocking): rows of A, the reduce and columns of B per block.
+struct GemmBlocking {
+  std::int64_t mc = 0, kc = 0, nc = 0;
+  friend bool operator==(const GemmBlocking&, const GemmBlocking&) = default;
+};
+
+namespace detail {
 inline namespace METAGRAD_FIXED_ISA {
 
 // Register tile rows: MR x 2 accumulators in 28 of AVX-512's 32 registers, 12 of AVX's 16.
@@ -21,7 +32,6 @@ struct Gemm {
   using V = typename simd<T>::V;
   static constexpr int W = simd<T>::W;
   static constexpr int MR = kTileRows, NV = 2, NR = NV * W;
-  static constexpr index_t KC = 256, MC = MR * (160 / MR), NC = 2048;
   static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
   // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times packed B strip (kc x NR); rows x
@@ -34,29 +44,37 @@ struct Gemm {
     for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < Nv; ++v) sum[r][v] = V{};
+    // C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick)
+#pragma GCC unroll 32
+    for (int r = 0; r < Rows; ++r) __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
     for (index_t k = 0; k < kc; ++k, a += MR, b += NR) {
       V bv[Nv];
 #pragma GCC unroll 4
       for (int v = 0; v < Nv; ++v) bv[v] = *reinterpret_cast<const V*>(b + v * W);
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
-        V av = V{} + a[r];
+        V av = simd<T>::broadcast(a + r);
 #pragma GCC unroll 4
         for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
       }
     }
+    // The accumulators leave by value only: were their address taken, g++ may keep them in memory
+    // through the k loop (it did for AVX2: half speed).
     if (rows == Rows && cols == Nv * W) {
+#pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
         for (int v = 0; v < Nv; ++v) {
           T* p = c + r * ldc + v * W;
-          V cur;
-          if (acc) std::memcpy(&cur, p, sizeof(V)), sum[r][v] += cur;
-          std::memcpy(p, &sum[r][v], sizeof(V));
+          simd<T>::store(p, acc ? sum[r][v] + simd<T>::load(p) : sum[r][v]);
         }
       return;
     }
     alignas(kVectorBytes) T part[Rows][Nv * W];
-    std::memcpy(part, sum, sizeof(part));
+#pragma GCC unroll 32
+    for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) simd<T>::store(part[r] + v * W, sum[r][v]);
     for (index_t r = 0; r < rows; ++r)
       for (index_t j = 0; j < cols; ++j) c[r * ldc + j] = acc ? c[r * ldc + j] + part[r][j] : part[r][j];
   }
@@ -79,59 +97,89 @@ struct Gemm {
       by_rows.template operator()<1>();
   }
 
+  // Cache blocking, by default derived from the host's caches (cpu.hpp). A KC x NR strip of packed
+  // B, reused by every A strip of a block, takes a quarter of the L2 (it streams from there: one
+  // B vector per MR FMAs asks little bandwidth, and a long KC halves the passes over C, which
+  // decide large products); an MC x KC block of packed A half the L2; a KC x NC panel of B a
+  // quarter of the L3. BEAM search (runtime/gemm) tunes them per shape.
+  static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
+    auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo, std::int64_t hi) {
+      return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi);
+    };
+    constexpr std::int64_t S = sizeof(T);
+    GemmBlocking b;
+    b.kc = fit(c.l2 / 4, NR * S, 16, 128, 512);
+    b.mc = fit(c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
+    b.nc = fit(c.l3 / 4, b.kc * S, NR, NR, 8192);
+    return b;
+  }
+  static const GemmBlocking& host_blocking() {
+    static const GemmBlocking b = blocking();
+    return b;
+  }
+
   // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
-  // Above kParallelMacs, each B panel is packed by all threads, then the threads compute parts of C's
-  // rows (whole MR strips), each part packing its A blocks into its own buffer (from the caller's
-  // arena, so a step allocates nothing on any thread once grown): every element is the same sum as
-  // on one thread.
+  // Above kParallelMacs the work of each KC step is cut into parts over C's row strips and, where
+  // there are too few of those (a 6- or 16-row product), its column strips too: the B panel is
+  // packed by all parts, then each part packs the A blocks of its rows into its own buffer (from
+  // the caller's arena, so no worker allocates) and multiplies them by its column strips. Every
+  // element is the same sum whatever the split. `threads` caps the parts (0: the pool's size).
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                  index_t brs, index_t bcs, T* c, index_t ldc) {
+                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking()) {
+    if (m == 0 || n == 0) return;
     if (k == 0) {
       for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
       return;
     }
+    const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR, NC = std::max<index_t>(bk.nc / NR, 1) * NR;
     Arena::Scope scope;
-    T* bp = Arena::local().alloc<T>(KC * (std::min(n, NC) + NR));
-    constexpr index_t ablock = (MC + MR) * KC;
-    const index_t strips = (m + MR - 1) / MR;
-    const int parts = m * n * k >= kParallelMacs ? parts_for(strips, 1) : 1;
-    T* ap = Arena::local().alloc<T>(parts * ablock);  // each part's A blocks: no worker allocates
     const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
+    const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
+    T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
+    const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
+    // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
+    const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
+    const int cparts = std::max(1, parts / rparts);
+    const index_t ablock = (std::min(MC, rstrips * MR) + MR) * ks;
+    T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
     for (index_t jc = 0; jc < n; jc += NC) {
-      index_t nc = std::min(NC, n - jc);
+      const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
       for (index_t pc = 0; pc < k; pc += ks) {
-        index_t kc = std::min(ks, k - pc);
+        const index_t kc = std::min(ks, k - pc);
         const T* bsrc = b + pc * brs + jc * bcs;
-        if (parts == 1) {
+        const T* asrc = a + pc * acs;
+        if (rparts * cparts == 1) {
           pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
-          rows(0, m, kc, nc, a + pc * acs, ars, acs, bp, ap, c + jc, ldc, pc > 0);
+          rows(0, m, 0, nc, kc, MC, asrc, ars, acs, bp, ap, c + jc, ldc, pc > 0);
           continue;
         }
-        const index_t bstrips = (nc + NR - 1) / NR;
-        parallel_parts(parts, [&](int p, int np) {
+        parallel_parts(rparts * cparts, [&](int p, int np) {
           index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
           if (s0 < s1)
             pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
         });
-        parallel_parts(parts, [&](int p, int np) {
-          index_t r0 = strips * p / np * MR, r1 = std::min(m, strips * (p + 1) / np * MR);
-          if (r0 < r1) rows(r0, r1, kc, nc, a + pc * acs, ars, acs, bp, ap + p * ablock, c + jc, ldc, pc > 0);
+        parallel_parts(rparts * cparts, [&](int p, int) {
+          const int rp = p / cparts, cp = p % cparts;
+          index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
+          index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
+          if (r0 < r1 && c0 < c1)
+            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, bp, ap + p * ablock, c + jc, ldc, pc > 0);
         });
       }
     }
   }
 
-  // Rows [r0, r1) of the kc x nc step: A blocks of MC rows packed into ap (strips of MR rows,
-  // column p then p+1), each times every packed B strip.
-  static void rows(index_t r0, index_t r1, index_t kc, index_t nc, const T* a, index_t ars, index_t acs,
-                   const T* bp, T* ap, T* c, index_t ldc, bool acc) {
+  // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
+  // (strips of MR rows, column p then p+1), each times the packed B strips of the columns.
+  static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a, index_t ars,
+                   index_t acs, const T* bp, T* ap, T* c, index_t ldc, bool acc) {
     for (index_t ic = r0; ic < r1; ic += MC) {
       index_t mc = std::min(MC, r1 - ic);
       pack<MR>(ap, kc, mc, a + ic * ars, acs, ars);
-      for (index_t jr = 0; jr < nc; jr += NR)
+      for (index_t jr = c0; jr < c1; jr += NR)
         for (index_t ir = 0; ir < mc; ir += MR)
           tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
-               std::min<index_t>(NR, nc - jr), acc);
+               std::min<index_t>(NR, c1 - jr), acc);
     }
   }
 
@@ -155,4 +203,5 @@ struct Gemm {
 };
 
 }  // namespace METAGRAD_FIXED_ISA
-}  // namespace metagrad::fixed::detail
+}  // namespace detail
+}  // namespace metagrad::fixed

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstring>
 
-#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -44,6 +44,25 @@ struct simd {
   }
   static void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
   static V splat(T x) { return V{} + x; }
+  // *p in every lane as one broadcast load (V{} + x would add a zero first: an extra ALU op that
+  // the compiler may not drop, since -0 + 0 is +0).
+  static V broadcast(const T* p) {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(T) == 4)
+      return (V)_mm512_set1_ps(*p);
+    else
+      return (V)_mm512_set1_pd(*p);
+#elif defined(__AVX__)
+    if constexpr (sizeof(T) == 4)
+      return (V)_mm256_broadcast_ss(p);
+    else
+      return (V)_mm256_broadcast_sd(p);
+#else
+    V v;
+    for (int i = 0; i < W; ++i) v[i] = *p;
+    return v;
+#endif
+  }
 
   static V fma(V a, V b, V c) {  // a * b + c, fused where the ISA has it (ISO C++ mode does not contract)
 #if defined(__AVX512F__)
