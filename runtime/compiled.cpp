@@ -46,8 +46,10 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype,
   std::lock_guard lock(mu);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), out_dtype);
-  r.clprg = runtime_(r.name, r.prg);
-  r.clprg->op_estimate = r.op_estimate;
+  if (!r.clprg) {  // (a contraction on a host device comes with its program: the runtime GEMM)
+    r.clprg = runtime_(r.name, r.prg);
+    r.clprg->op_estimate = r.op_estimate;
+  }
   return cache_.emplace(std::move(key), std::move(r)).first->second;
 }
 

@@ -11,7 +11,9 @@
 #include <sstream>
 #include <utility>
 
+#include "metagrad/codegen/gemm.hpp"
 #include "metagrad/codegen/lower.hpp"
+#include "metagrad/runtime/gemm_program.hpp"
 #include "metagrad/runtime/threadpool.hpp"
 
 namespace metagrad {
@@ -125,6 +127,15 @@ ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
       opts);
 }
 
+ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
+                     const Compiled::Runtime& compile) {
+  if (out_dtype == dtypes::float32) {
+    codegen::Kernel k(ast, out_dtype);
+    if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile);
+  }
+  return codegen::lower(ast, out_dtype, render);
+}
+
 std::vector<void*> host_pointers(const char* device, const std::string& name,
                                  const std::vector<RawBuffer*>& bufs) {
   if (bufs.size() > kMaxArgs)
@@ -156,7 +167,9 @@ std::unique_ptr<Backend> make_clang_backend() {
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
       [](const std::shared_ptr<LazyOp>& ast, DType dt) {
-        return lower_to_runner(ast, dt, ClangCodegen::lang);
+        return lower_host(
+            ast, dt, [](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, ClangCodegen::lang); },
+            [](const std::string& name, const std::string& src) { return std::make_shared<ClangProgram>(name, src); });
       },
       [](const std::string& name, const std::string& src) {
         return std::make_shared<ClangProgram>(name, src);

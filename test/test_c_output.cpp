@@ -35,9 +35,10 @@ std::vector<std::pair<std::string, Tensor>> representative() {
       {"max over an axis", a.max(0)},
       {"full sum", a.sum()},
       {"column sums", big.sum(0)},
-      {"small matmul", a.matmul(b)},
-      {"matmul register tile", m.matmul(n)},
-      {"blocked matmul", big.matmul(big)},
+      // (float64: a float32 contraction runs the runtime GEMM, with no kernel source)
+      {"small matmul", a.cast(dtypes::float64).matmul(b.cast(dtypes::float64))},
+      {"matmul register tile", m.cast(dtypes::float64).matmul(n.cast(dtypes::float64))},
+      {"blocked matmul", big.cast(dtypes::float64).matmul(big.cast(dtypes::float64))},
       {"where and comparisons", (a < c).where(a, c) + a.eq(c).cast(dtypes::float32)},
       {"bool products and sums",
        ((a < c) * (c < a)).cast(dtypes::float32) + ((a < c) + (c > a)).cast(dtypes::float32)},

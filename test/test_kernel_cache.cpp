@@ -14,6 +14,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "child_process.hpp"
+
 #include "metagrad/metagrad.hpp"
 
 using namespace metagrad;
@@ -22,35 +24,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kChild = "kernel cache child process";
-
-// Starts this binary running only the child test case, with `env` (NAME=value) overriding the environment.
-pid_t spawn_child(const std::vector<std::string>& env) {
-  std::vector<std::string> vars = env;
-  auto overridden = [&](const std::string& var) {
-    for (const auto& v : env)
-      if (var.compare(0, v.find('=') + 1, v, 0, v.find('=') + 1) == 0) return true;
-    return false;
-  };
-  for (char** e = environ; *e; ++e)
-    if (!overridden(*e)) vars.emplace_back(*e);
-  std::vector<char*> envp, argv;
-  for (auto& v : vars) envp.push_back(v.data());
-  envp.push_back(nullptr);
-  std::string self = fs::read_symlink("/proc/self/exe").string(), name = kChild;
-  argv = {self.data(), name.data(), nullptr};
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(self.c_str(), argv.data(), envp.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int wait_for(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 int compiles_reported(const fs::path& file) {
   std::ifstream f(file);
@@ -94,22 +67,18 @@ TEST_CASE("two processes share a fresh disk kernel cache, and a third compiles n
     WARN("CLANG is not available, skipped: " << e.what());
     return;
   }
-  std::string tmpl = (fs::temp_directory_path() / "metagrad_cache_test_XXXXXX").string();
-  REQUIRE(::mkdtemp(tmpl.data()));
-  fs::path dir = tmpl;
-  struct Cleanup {
-    fs::path d;
-    ~Cleanup() { fs::remove_all(d); }
-  } cleanup{dir};
+  test::TempDir tmp("metagrad_cache_test");
+  REQUIRE(!tmp.path.empty());
+  const fs::path& dir = tmp.path;
   auto env = [&](const char* out) {
     return std::vector<std::string>{"METAGRAD_CACHE=" + (dir / "cache").string(),
                                     "METAGRAD_TEST_CHILD_OUT=" + (dir / out).string(), "THREADS=1"};
   };
-  pid_t first = spawn_child(env("first")), second = spawn_child(env("second"));
+  pid_t first = test::spawn_child(kChild, env("first")), second = test::spawn_child(kChild, env("second"));
   REQUIRE(first > 0);
   REQUIRE(second > 0);
-  REQUIRE(wait_for(first) == 0);
-  REQUIRE(wait_for(second) == 0);
+  REQUIRE(test::wait_for(first) == 0);
+  REQUIRE(test::wait_for(second) == 0);
   int compiled = compiles_reported(dir / "first"), compiled2 = compiles_reported(dir / "second");
   REQUIRE(compiled >= 0);
   REQUIRE(compiled2 >= 0);
@@ -123,7 +92,7 @@ TEST_CASE("two processes share a fresh disk kernel cache, and a third compiles n
     ++objects;
   }
   REQUIRE(objects >= 3);
-  pid_t third = spawn_child(env("third"));
-  REQUIRE(wait_for(third) == 0);
+  pid_t third = test::spawn_child(kChild, env("third"));
+  REQUIRE(test::wait_for(third) == 0);
   REQUIRE(compiles_reported(dir / "third") == 0);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "metagrad/codegen/cstyle.hpp"
+#include "metagrad/codegen/lower.hpp"
 #include "metagrad/ops.hpp"
 
 namespace metagrad {
@@ -58,6 +59,11 @@ void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, st
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
                           const codegen::CStyleLanguage& lang,
                           const codegen::Opts& opts = codegen::Opts::host());
+
+// AST -> runner for a host device: a float32 contraction runs the runtime GEMM (its program comes
+// with the runner), anything else is rendered by `render` through codegen::lower.
+ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
+                     const Compiled::Runtime& compile);
 
 // The directory of the on-disk kernel cache.
 std::string kernel_cache_dir();

@@ -1,0 +1,257 @@
+// Dense products (W4 and the shapes around it): every path of metagrad next to OpenBLAS
+// (cblas_sgemm), Eigen 3.4 and the machine's FMA peak, at 1 and 2 threads, from one run.
+//
+// Rows: square n = 64 ... 2048 with odd sizes (127, 1000), a batched product, a 6-row and a 16-row
+// product (LeNet's conv layers as GEMMs) and W5's first layer. Paths:
+//   static   fixed::matmul into a fixed::Tensor (header-only, this file's -march=native)
+//   dynamic  Tensor::matmul realized on each compiled host device (its float contractions run the
+//            runtime GEMM picked by CPUID or METAGRAD_ISA)
+//   OpenBLAS, Eigen (noalias product), peak (FMA throughput in the ISA metagrad uses).
+// The targets (ratios to OpenBLAS at the same thread count): static >= 1.0, dynamic >= 0.9 (0.8 for
+// odd sizes), and at 1024 on 1 thread >= 0.8 of the peak. A row that misses one says NOT met.
+//
+// Run: build/bench/bench_gemm (METAGRAD_ISA=avx2 for the AVX2 kernels on an AVX-512 machine;
+// BENCH_REP_MS=N per repetition, default 150). The parent re-runs itself with THREADS=1 and 2.
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "metagrad/fixed.hpp"
+#include "metagrad/metagrad.hpp"
+#include "metagrad/runtime/gemm.hpp"
+
+namespace {
+
+namespace fx = metagrad::fixed;
+using metagrad::Tensor;
+using Clock = std::chrono::steady_clock;
+
+double rep_seconds() { return std::max(1L, std::strtol(std::getenv("BENCH_REP_MS") ? std::getenv("BENCH_REP_MS") : "150", nullptr, 10)) * 1e-3; }
+
+// Median over 5 repetitions of seconds per call, each repetition long enough to time.
+double time_op(const std::function<void()>& op) {
+  op();
+  auto t0 = Clock::now();
+  op();
+  double one = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count());
+  long calls = std::max(1L, static_cast<long>(rep_seconds() / one));
+  std::vector<double> reps;
+  for (int r = 0; r < 5; ++r) {
+    t0 = Clock::now();
+    for (long i = 0; i < calls; ++i) op();
+    reps.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(calls));
+  }
+  std::sort(reps.begin(), reps.end());
+  return reps[2];
+}
+
+// FMA peak of one core in the ISA metagrad's GEMM uses: 16 independent accumulators.
+template <class V, V (*Fma)(V, V, V)>
+double peak_of(long iters) {
+  V acc[16], m = V{} + 0.999999f, c = V{} + 1e-6f;
+  for (int i = 0; i < 16; ++i) acc[i] = V{} + static_cast<float>(i);
+  auto t0 = Clock::now();
+  for (long it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = Fma(acc[i], m, c);
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  float sink = 0;
+  for (auto& a : acc) sink += a[0];
+  volatile float keep = sink;
+  (void)keep;
+  return 16.0 * 2 * sizeof(V) / sizeof(float) * static_cast<double>(iters) / s * 1e-9;
+}
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
+__attribute__((target("avx2,fma"))) V8 fma8(V8 a, V8 b, V8 c) { return (V8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+__attribute__((target("avx512f"))) V16 fma16(V16 a, V16 b, V16 c) {
+  return (V16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+}
+__attribute__((target("avx2,fma"))) double peak8(long n) { return peak_of<V8, fma8>(n); }
+__attribute__((target("avx512f"))) double peak16(long n) { return peak_of<V16, fma16>(n); }
+double core_peak() {
+  bool wide = metagrad::gemm::isa() == metagrad::gemm::Isa::avx512;
+  double best = 0;
+  for (int r = 0; r < 5; ++r) best = std::max(best, wide ? peak16(20'000'000) : peak8(20'000'000));
+  return best;
+}
+
+struct Shape {
+  std::string key;
+  std::int64_t batch, m, k, n;
+  bool odd;  // the 0.8 target
+};
+
+std::vector<float> random_data(std::size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// The static path needs its shapes at compile time: one instantiation per row.
+template <std::int64_t B, std::int64_t M, std::int64_t K, std::int64_t N>
+std::function<void()> static_op(const std::vector<float>& a, const std::vector<float>& b) {
+  struct S {
+    std::conditional_t<B == 1, fx::Tensor<float, M, K>, fx::Tensor<float, B, M, K>> a;
+    std::conditional_t<B == 1, fx::Tensor<float, K, N>, fx::Tensor<float, B, K, N>> b;
+    std::conditional_t<B == 1, fx::Tensor<float, M, N>, fx::Tensor<float, B, M, N>> c;
+  };
+  auto s = std::make_shared<S>();
+  std::copy(a.begin(), a.end(), s->a.data());
+  std::copy(b.begin(), b.end(), s->b.data());
+  return [s] { s->c = fx::matmul(s->a, s->b); };
+}
+
+struct Row {
+  Shape shape;
+  std::function<std::function<void()>(const std::vector<float>&, const std::vector<float>&)> make_static;
+};
+std::vector<Row> rows() {
+  return {
+      {{"64", 1, 64, 64, 64, false}, static_op<1, 64, 64, 64>},
+      {{"127", 1, 127, 127, 127, true}, static_op<1, 127, 127, 127>},
+      {{"256", 1, 256, 256, 256, false}, static_op<1, 256, 256, 256>},
+      {{"512", 1, 512, 512, 512, false}, static_op<1, 512, 512, 512>},
+      {{"1000", 1, 1000, 1000, 1000, true}, static_op<1, 1000, 1000, 1000>},
+      {{"1024", 1, 1024, 1024, 1024, false}, static_op<1, 1024, 1024, 1024>},
+      {{"2048", 1, 2048, 2048, 2048, false}, static_op<1, 2048, 2048, 2048>},
+      {{"8x256", 8, 256, 256, 256, false}, static_op<8, 256, 256, 256>},
+      {{"6x25x36864", 1, 6, 25, 36864, true}, static_op<1, 6, 25, 36864>},    // LeNet conv1, batch 64
+      {{"16x150x4096", 1, 16, 150, 4096, true}, static_op<1, 16, 150, 4096>},  // conv2
+      {{"128x784x512", 1, 128, 784, 512, false}, static_op<1, 128, 784, 512>}, // W5 layer 1
+  };
+}
+
+// The child: one line per (row, path): "R row path GFLOP/s", or "P peak".
+int child() {
+  int threads = metagrad::thread_count();
+  fx::set_threads(threads);
+  openblas_set_num_threads(threads);
+  Eigen::setNbThreads(threads);
+  std::printf("P %.6g\n", core_peak() * threads);
+  std::fflush(stdout);
+  std::vector<std::string> devices;
+  for (const auto& d : metagrad::Device::available())
+    if (d == "CLANG" || d == "LLVM") devices.push_back(d);
+  for (const auto& r : rows()) {
+    const Shape& s = r.shape;
+    auto a = random_data(static_cast<std::size_t>(s.batch * s.m * s.k), 1);
+    auto b = random_data(static_cast<std::size_t>(s.batch * s.k * s.n), 2);
+    std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
+    double flops = 2.0 * static_cast<double>(s.batch * s.m * s.k * s.n);
+    auto emit = [&](const char* path, const std::function<void()>& op) {
+      std::printf("R %s %s %.6g\n", s.key.c_str(), path, flops / time_op(op) * 1e-9);
+      std::fflush(stdout);
+    };
+    emit("OpenBLAS", [&] {
+      for (std::int64_t i = 0; i < s.batch; ++i)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(s.m), static_cast<int>(s.n),
+                    static_cast<int>(s.k), 1.f, a.data() + i * s.m * s.k, static_cast<int>(s.k),
+                    b.data() + i * s.k * s.n, static_cast<int>(s.n), 0.f, c.data() + i * s.m * s.n,
+                    static_cast<int>(s.n));
+    });
+    {
+      using M = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+      emit("Eigen", [&] {
+        for (std::int64_t i = 0; i < s.batch; ++i) {
+          Eigen::Map<M> C(c.data() + i * s.m * s.n, s.m, s.n);
+          C.noalias() = Eigen::Map<M>(a.data() + i * s.m * s.k, s.m, s.k) * Eigen::Map<M>(b.data() + i * s.k * s.n, s.k, s.n);
+        }
+      });
+    }
+    emit("static", r.make_static(a, b));
+    for (const auto& dev : devices) {
+      metagrad::Dims da = s.batch == 1 ? metagrad::Dims{s.m, s.k} : metagrad::Dims{s.batch, s.m, s.k};
+      metagrad::Dims db = s.batch == 1 ? metagrad::Dims{s.k, s.n} : metagrad::Dims{s.batch, s.k, s.n};
+      Tensor ta(a, da, {.device = dev}), tb(b, db, {.device = dev});
+      ta.realize(), tb.realize();
+      emit(dev.c_str(), [&] { ta.matmul(tb).realize(); });
+    }
+  }
+  return 0;
+}
+
+struct Result {
+  double peak = 0;
+  std::map<std::string, std::map<std::string, double>> g;  // row -> path -> GFLOP/s
+};
+
+Result run_child(int threads) {
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string cmd = "BENCH_CHILD=1 THREADS=" + std::to_string(threads) + " OMP_NUM_THREADS=" + std::to_string(threads) +
+                    " OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " '" + exe + "'";
+  std::fprintf(stderr, "[bench_gemm] %d thread(s)\n", threads);
+  Result res;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return res;
+  char line[512];
+  while (std::fgets(line, sizeof line, p)) {
+    std::istringstream in(line);
+    std::string kind, row, path;
+    double v;
+    in >> kind;
+    if (kind == "P" && in >> v) res.peak = v;
+    if (kind == "R" && in >> row >> path >> v) res.g[row][path] = v;
+  }
+  pclose(p);
+  return res;
+}
+
+}  // namespace
+
+int main() {
+  if (std::getenv("BENCH_CHILD")) return child();
+  std::printf("metagrad GEMM ISA: %s (best on this CPU: %s); FMA peak measured in that ISA\n",
+              metagrad::gemm::to_string(metagrad::gemm::isa()).c_str(),
+              metagrad::gemm::to_string(metagrad::gemm::best_isa()).c_str());
+  auto bk = metagrad::gemm::default_blocking();
+  const auto& caches = fx::host_caches();
+  std::printf("caches L1d %lld KiB, L2 %lld KiB, L3 %lld MiB; default blocking MC %lld KC %lld NC %lld\n",
+              static_cast<long long>(caches.l1 >> 10), static_cast<long long>(caches.l2 >> 10),
+              static_cast<long long>(caches.l3 >> 20), static_cast<long long>(bk.mc), static_cast<long long>(bk.kc),
+              static_cast<long long>(bk.nc));
+  int misses = 0;
+  for (int t : {1, 2}) {
+    Result r = run_child(t);
+    std::printf("\n%d thread%s: GFLOP/s, and x OpenBLAS; FMA peak %.0f GFLOP/s\n", t, t > 1 ? "s" : "", r.peak);
+    std::printf("%-13s %9s %9s %9s %9s %9s   %-8s %-8s %-8s %-7s  %s\n", "row", "OpenBLAS", "Eigen", "static", "CLANG",
+                "LLVM", "static", "CLANG", "LLVM", "xpeak", "targets");
+    for (const auto& row : rows()) {
+      auto& g = r.g[row.shape.key];
+      double ob = g.count("OpenBLAS") ? g["OpenBLAS"] : 0;
+      auto fig = [&](const char* p) { return g.count(p) ? g[p] : 0.0; };
+      auto ratio = [&](const char* p) { return ob > 0 && g.count(p) ? g[p] / ob : 0.0; };
+      double best_dyn = std::max(ratio("CLANG"), ratio("LLVM"));
+      double dyn_target = row.shape.odd ? 0.8 : 0.9, stat_target = row.shape.odd ? 0.8 : 1.0;
+      std::string verdict;
+      if (ratio("static") < stat_target) verdict += "static NOT met; ";
+      if (best_dyn < dyn_target) verdict += "dynamic NOT met; ";
+      double xpeak = r.peak > 0 ? std::max({fig("static"), fig("CLANG"), fig("LLVM")}) / r.peak : 0;
+      if (row.shape.key == "1024" && t == 1 && xpeak < 0.8) verdict += "peak NOT met; ";
+      if (verdict.empty()) verdict = "met";
+      misses += verdict != "met";
+      std::printf("%-13s %9.1f %9.1f %9.1f %9.1f %9.1f   %-8.2f %-8.2f %-8.2f %-7.2f  %s\n", row.shape.key.c_str(), ob,
+                  fig("Eigen"), fig("static"), fig("CLANG"), fig("LLVM"), ratio("static"), ratio("CLANG"),
+                  ratio("LLVM"), xpeak, verdict.c_str());
+    }
+  }
+  std::printf("\ntargets: static >= 1.0x OpenBLAS (odd shapes 0.8), dynamic best device >= 0.9x (odd 0.8), "
+              "1024 on 1 thread >= 0.8 of peak; rows missing one: %d\n",
+              misses);
+  return 0;
+}

@@ -1,0 +1,33 @@
+#pragma once
+// Contractions that run as a GEMM. A kernel whose reduce is a multiply-accumulate (FusedOps::MULACC)
+// of two float32 buffers read through plain strided views (matmul, batched matmul, linear) is a
+// batch of products C = A B. The host devices run those through the runtime's blocked kernel
+// (runtime/gemm.hpp) instead of rendering loops for them: no compile, and BLAS speed whatever
+// the shape. Ops above the reduce (a bias, an activation) become an elementwise epilogue kernel
+// that reads C from a scratch buffer.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "metagrad/codegen/kernel.hpp"
+
+namespace metagrad::codegen {
+
+struct GemmPlan {
+  std::size_t a = 0, b = 0;  // kernel buffer indices (0 is the output) of the operands
+  std::int64_t m = 1, n = 1, k = 1;
+  // Element strides and offsets: A[i][p] = a[a_offset + i * ars + p * acs], B[p][j] likewise,
+  // C[i][j] = c[c_offset + i * ldc + j] (column stride 1).
+  std::int64_t ars = 0, acs = 0, brs = 0, bcs = 0, ldc = 0;
+  std::int64_t a_offset = 0, b_offset = 0, c_offset = 0;
+  struct Loop {
+    std::int64_t size, a, b, c;  // a batch axis: its size and the three strides
+  };
+  std::vector<Loop> batch;  // outermost first
+  bool epilogue = false;    // the AST has ops above the reduce
+};
+
+// The plan for `k` when it is such a contraction (before hand_coded_optimizations).
+std::optional<GemmPlan> match_gemm(const Kernel& k);
+
+}  // namespace metagrad::codegen

@@ -1,0 +1,49 @@
+#pragma once
+// The runtime's matrix product: the static path's blocked kernel (fixed/gemm.hpp) compiled once per
+// ISA into the library and chosen by CPUID, or by env METAGRAD_ISA=generic|avx2|avx512 (to see
+// what an AVX2-only processor gets, on an AVX-512 one). The compiled devices run every float32
+// contraction kernel through it (codegen/gemm.hpp finds them).
+//
+// Cache blocking: the ISA's default derived from the host's caches, or, with env BEAM=n (n > 0), the
+// fastest of a search over candidates timed on the machine for that shape and thread count; the
+// choice is kept in the kernel cache directory keyed by the CPU, and reused by every later process.
+#include <cstdint>
+#include <string>
+
+#include "metagrad/fixed/gemm.hpp"
+
+namespace metagrad::gemm {
+
+enum class Isa : std::uint8_t { generic, avx2, avx512 };
+std::string to_string(Isa isa);
+Isa best_isa();  // the widest this CPU runs
+Isa isa();       // the one in use: METAGRAD_ISA if set (std::runtime_error if the CPU lacks it), else best_isa()
+
+using fixed::GemmBlocking;
+
+// C (m x n, row stride ldc) = A B, A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
+struct Problem {
+  std::int64_t m, n, k;
+  const float* a;
+  std::int64_t ars, acs;
+  const float* b;
+  std::int64_t brs, bcs;
+  float* c;
+  std::int64_t ldc;
+};
+
+// Runs p with `isa`'s kernel and blocking `bk` ({} means the blocking chosen for p's shape).
+void sgemm(const Problem& p, const GemmBlocking& bk = {}, Isa isa = gemm::isa());
+
+// The blocking for an m x n x k product on this machine: a BEAM result from memory or disk, a new
+// search when BEAM > 0, else the ISA's default.
+GemmBlocking choose_blocking(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa = gemm::isa());
+GemmBlocking default_blocking(Isa isa = gemm::isa());
+
+// What the tuner did in this process: searches run, choices read from disk.
+struct TuneStats {
+  std::int64_t searches = 0, disk_hits = 0;
+};
+TuneStats tune_stats();
+
+}  // namespace metagrad::gemm

@@ -1,0 +1,42 @@
+#pragma once
+// A contraction kernel on a host device (codegen/gemm.hpp): the runtime GEMM over the kernel's
+// buffers for every batch index, then the epilogue kernel, if there is one, over C.
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "metagrad/codegen/gemm.hpp"
+#include "metagrad/codegen/lower.hpp"
+#include "metagrad/ops.hpp"
+
+namespace metagrad {
+
+// Ops above the reduce: a kernel over C (in a scratch buffer laid out as the output) and the
+// kernel's buffers; `inputs[i]` is the kernel buffer its buffer i + 1 reads (-1: C).
+struct GemmEpilogue {
+  ASTRunner runner;
+  std::vector<int> inputs;
+  std::int64_t c_size = 0;  // elements of C
+};
+
+class GemmProgram : public Program {
+ public:
+  GemmProgram(codegen::GemmPlan plan, std::optional<GemmEpilogue> epilogue)
+      : plan_(std::move(plan)), epilogue_(std::move(epilogue)) {}
+  void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
+                  const std::vector<RawBuffer*>& bufs) override;
+  const codegen::GemmPlan& plan() const { return plan_; }
+
+ private:
+  void products(float* c, const std::vector<RawBuffer*>& bufs) const;
+  codegen::GemmPlan plan_;
+  std::optional<GemmEpilogue> epilogue_;
+};
+
+// The runner of a kernel that `plan` covers: a readable description (and the epilogue's source)
+// as its source, the kernel's estimates, and a GemmProgram. `render` and `compile` build the
+// epilogue kernel on the device.
+ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan, const codegen::Renderer& render,
+                      const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile);
+
+}  // namespace metagrad

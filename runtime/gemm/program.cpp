@@ -1,0 +1,100 @@
+#include "metagrad/runtime/gemm_program.hpp"
+
+#include <unordered_map>
+
+#include "metagrad/helpers.hpp"
+#include "metagrad/lazy.hpp"
+#include "metagrad/runtime/gemm.hpp"
+#include "metagrad/runtime/ops_clang.hpp"  // host_pointer
+
+namespace metagrad {
+
+namespace {
+
+// C for an epilogue: one buffer per size and thread, reused by every later call.
+RawBuffer* scratch(std::int64_t elements) {
+  thread_local std::unordered_map<std::int64_t, std::unique_ptr<RawMallocBuffer>> bufs;
+  auto& b = bufs[elements];
+  if (!b) b = std::make_unique<RawMallocBuffer>(static_cast<std::size_t>(elements), dtypes::float32);
+  return b.get();
+}
+
+// A copy of `op` with the node `target` replaced by `leaf`.
+std::shared_ptr<LazyOp> replace(const LazyOp& op, const LazyOp* target, const LazySrc& leaf) {
+  auto out = std::make_shared<LazyOp>(op);
+  for (LazySrc& s : out->src)
+    if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s)) s = o->get() == target ? leaf : LazySrc(replace(**o, target, leaf));
+  return out;
+}
+
+}  // namespace
+
+void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const {
+  const codegen::GemmPlan& p = plan_;
+  c += p.c_offset;
+  auto* a = static_cast<const float*>(host_pointer("GEMM", bufs.at(p.a))) + p.a_offset;
+  auto* b = static_cast<const float*>(host_pointer("GEMM", bufs.at(p.b))) + p.b_offset;
+  const gemm::GemmBlocking bk = gemm::choose_blocking(p.m, p.n, p.k);
+  // The batch loops as an odometer over p.batch (outermost first).
+  std::vector<std::int64_t> at(p.batch.size(), 0);
+  for (;;) {
+    std::int64_t oa = 0, ob = 0, oc = 0;
+    for (std::size_t d = 0; d < at.size(); ++d)
+      oa += at[d] * p.batch[d].a, ob += at[d] * p.batch[d].b, oc += at[d] * p.batch[d].c;
+    gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, bk);
+    std::size_t d = at.size();
+    while (d > 0 && ++at[d - 1] == p.batch[d - 1].size) at[--d] = 0;
+    if (d == 0) break;
+  }
+}
+
+void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                             const std::vector<RawBuffer*>& bufs) {
+  if (!epilogue_) return products(static_cast<float*>(host_pointer("GEMM", bufs.at(0))), bufs);
+  RawBuffer* c = scratch(epilogue_->c_size);
+  products(static_cast<float*>(host_pointer("GEMM", c)), bufs);
+  std::vector<RawBuffer*> epi{bufs.at(0)};
+  for (int i : epilogue_->inputs) epi.push_back(i < 0 ? c : bufs.at(static_cast<std::size_t>(i)));
+  const ASTRunner& r = epilogue_->runner;
+  (*r.clprg)(r.global_size, r.local_size, epi);  // counted as part of this kernel
+}
+
+ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
+                      const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile) {
+  ASTRunner r;
+  std::int64_t batch = 1;
+  for (const auto& l : p.batch) batch *= l.size;
+  auto str = [](std::int64_t v) { return std::to_string(v); };
+  r.name = detail::cat("gemm_", str(batch), "x", str(p.m), "x", str(p.n), "x", str(p.k));
+  r.prg = detail::cat("// ", r.name, ": C[", str(p.m), "][", str(p.n), "] = A[", str(p.m), "][", str(p.k), "] B[",
+                      str(p.k), "][", str(p.n), "]", batch > 1 ? " for " + str(batch) + " batch indices" : "",
+                      ", by the runtime GEMM (", gemm::to_string(gemm::isa()), "): no source to compile\n",
+                      "// A = buffer ", str(static_cast<std::int64_t>(p.a)), " strides (", str(p.ars), ", ",
+                      str(p.acs), "), B = buffer ", str(static_cast<std::int64_t>(p.b)), " strides (", str(p.brs),
+                      ", ", str(p.bcs), "), C row stride ", str(p.ldc), "\n");
+  r.op_estimate = k.op_estimate;
+  for (std::size_t i = 0; i < k.sts.size(); ++i)
+    r.mem_estimate += (i == 0 ? prod(k.output_shape) * k.out_dtype.itemsize
+                              : k.bufs[i - 1]->base()->st.size() * k.bufs[i - 1]->dtype.itemsize);
+  std::optional<GemmEpilogue> epi;
+  if (p.epilogue) {
+    // The AST with the reduce replaced by a leaf reading C (contiguous, the output's shape).
+    auto c = std::make_shared<LazyBuffer>("", ShapeTracker(k.output_shape), dtypes::float32, nullptr);
+    auto ast = replace(*k.ast, k.reduceop, c);
+    epi.emplace();
+    epi->runner = codegen::lower(ast, k.out_dtype, render);
+    epi->runner.clprg = compile(epi->runner.name, epi->runner.prg);
+    epi->runner.clprg->op_estimate = epi->runner.op_estimate;
+    epi->c_size = prod(k.output_shape);
+    for (const auto& leaf : ast->buffers()) {
+      auto it = std::find(k.bufs.begin(), k.bufs.end(), leaf);
+      epi->inputs.push_back(leaf == c ? -1 : static_cast<int>(it - k.bufs.begin()) + 1);
+    }
+    r.prg += "// then the epilogue over C:\n" + epi->runner.prg;
+  }
+  r.clprg = std::make_shared<GemmProgram>(p, std::move(epi));
+  r.clprg->op_estimate = r.op_estimate;
+  return r;
+}
+
+}  // namespace metagrad

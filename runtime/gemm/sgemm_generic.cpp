@@ -1,0 +1,2 @@
+// The generic kernel (flags set in CMakeLists.txt).
+#include "sgemm_isa.inc"

@@ -1,0 +1,207 @@
+// The runtime GEMM (runtime/gemm.hpp): every ISA's kernel this CPU runs against a double-precision
+// reference over random shapes, strides, offsets and blockings (edges of every tile and block);
+// thread splits bitwise equal to one thread; the host devices' contractions (matmul, transposed,
+// batched, broadcast, matrix-vector) run it and agree with CPU; BEAM's choice gives the same
+// results as the default blocking, and a second process reuses it without searching.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "child_process.hpp"
+#include "device_scope.hpp"
+#include "gradcheck.hpp"
+#include "kernel_sources.hpp"
+#include "metagrad/fixed/parallel.hpp"
+#include "metagrad/metagrad.hpp"
+#include "metagrad/runtime/gemm.hpp"
+
+using namespace metagrad;
+namespace fs = std::filesystem;
+using i64 = std::int64_t;
+
+namespace {
+
+std::vector<gemm::Isa> isas() {
+  std::vector<gemm::Isa> out;
+  for (gemm::Isa i : {gemm::Isa::generic, gemm::Isa::avx2, gemm::Isa::avx512})
+    if (i <= gemm::best_isa()) out.push_back(i);
+  return out;
+}
+
+// A random product with random strides (row-major or transposed operands, padded rows) and offsets,
+// checked against a double-precision sum.
+struct Case {
+  i64 m, n, k;
+  bool ta, tb;
+  i64 pad_a, pad_b, pad_c, off;
+  std::vector<float> a, b;
+  std::vector<float> c;
+  gemm::Problem problem() {
+    i64 lda = (ta ? m : k) + pad_a, ldb = (tb ? k : n) + pad_b;
+    return {m,      n,      k,      a.data() + off,  ta ? 1 : lda, ta ? lda : 1, b.data() + off, tb ? 1 : ldb,
+            tb ? ldb : 1, c.data() + off, n + pad_c};
+  }
+};
+Case random_case(std::mt19937& g, i64 max_dim) {
+  std::uniform_int_distribution<i64> dim(1, max_dim), pad(0, 5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Case c{dim(g), dim(g), dim(g), g() % 2 == 0, g() % 2 == 0, pad(g), pad(g), pad(g), pad(g), {}, {}, {}};
+  i64 lda = (c.ta ? c.m : c.k) + c.pad_a, ldb = (c.tb ? c.k : c.n) + c.pad_b;
+  c.a.resize(static_cast<std::size_t>(c.off + (c.ta ? c.k : c.m) * lda));
+  c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
+  c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);  // 7: written over, or padding kept
+  for (auto& x : c.a) x = u(g);
+  for (auto& x : c.b) x = u(g);
+  return c;
+}
+void check(Case& c, const std::string& what) {
+  gemm::Problem p = c.problem();
+  for (i64 i = 0; i < c.m; ++i)
+    for (i64 j = 0; j < c.n + c.pad_c; ++j) {
+      float got = p.c[i * p.ldc + j];
+      if (j >= c.n) {
+        if (got != 7.f) FAIL(what << ": C padding written at (" << i << ", " << j << ")");
+        continue;
+      }
+      double want = 0;
+      for (i64 q = 0; q < c.k; ++q) want += double(p.a[i * p.ars + q * p.acs]) * p.b[q * p.brs + j * p.bcs];
+      if (std::abs(got - want) > 1e-5 * static_cast<double>(c.k) + 1e-5)
+        FAIL(what << ": C(" << i << ", " << j << ") = " << got << ", want " << want);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gemm: every ISA's kernel over random shapes, strides and blockings", "[gemm]") {
+  std::mt19937 g(2026);
+  for (gemm::Isa isa : isas()) {
+    for (int t = 0; t < 60; ++t) {
+      Case c = random_case(g, t < 50 ? 70 : 300);
+      gemm::GemmBlocking bk = gemm::default_blocking(isa);
+      if (t % 3 == 1) bk = {std::uniform_int_distribution<i64>(1, 50)(g), std::uniform_int_distribution<i64>(1, 40)(g),
+                            std::uniform_int_distribution<i64>(1, 80)(g)};
+      std::string what = gemm::to_string(isa) + " case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                         " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " blocking " +
+                         std::to_string(bk.mc) + "/" + std::to_string(bk.kc) + "/" + std::to_string(bk.nc);
+      gemm::sgemm(c.problem(), bk, isa);
+      check(c, what);
+    }
+  }
+}
+
+TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {
+  std::mt19937 g(7);
+  int saved = fixed::threads();
+  for (i64 m : {6, 16, 200}) {
+    Case c{m, 300, 150, false, false, 0, 0, 0, 0, {}, {}, {}};
+    c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(300 * 150), c.c.resize(static_cast<std::size_t>(m * 300));
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& x : c.a) x = u(g);
+    for (auto& x : c.b) x = u(g);
+    fixed::set_threads(1);
+    gemm::sgemm(c.problem());
+    std::vector<float> one = c.c;
+    for (int t : {2, 3}) {
+      fixed::set_threads(t);
+      std::fill(c.c.begin(), c.c.end(), 0.f);
+      gemm::sgemm(c.problem(), gemm::default_blocking());
+      INFO("m = " << m << ", " << t << " threads");
+      REQUIRE(c.c == one);
+    }
+  }
+  fixed::set_threads(saved);
+}
+
+TEST_CASE("gemm: the host devices' float32 contractions run it and agree with CPU", "[gemm]") {
+  using test::require_close;
+  std::mt19937 g(11);
+  auto rnd = [&](const Dims& s) {
+    return Tensor(test::random_values(prod(s), g()), s, {.device = "CPU"}).cast(dtypes::float32).realize();
+  };
+  struct Form {
+    const char* what;
+    std::function<Tensor(const Tensor&, const Tensor&)> f;
+    Dims a, b;
+  };
+  std::uniform_int_distribution<i64> d(1, 40);
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    for (int t = 0; t < 8; ++t) {
+      i64 m = d(g), n = d(g), k = 1 + d(g), bt = 1 + t % 3;  // (k = 1 is no reduce: elementwise)
+      const Form forms[] = {
+          {"a @ b", [](auto& a, auto& b) { return a.matmul(b); }, {m, k}, {k, n}},
+          {"a.T @ b", [](auto& a, auto& b) { return a.permute({1, 0}).matmul(b); }, {k, m}, {k, n}},
+          {"a @ b.T", [](auto& a, auto& b) { return a.matmul(b.permute({1, 0})); }, {m, k}, {n, k}},
+          {"(a @ b).T", [](auto& a, auto& b) { return a.matmul(b).permute({1, 0}).contiguous(); }, {m, k}, {k, n}},
+          {"batched", [](auto& a, auto& b) { return a.matmul(b); }, {bt, m, k}, {bt, k, n}},
+          {"broadcast b", [](auto& a, auto& b) { return a.matmul(b); }, {bt, m, k}, {k, n}},
+          {"matrix-vector", [](auto& a, auto& b) { return a.matmul(b); }, {m, k}, {k}},
+          {"vector-matrix", [](auto& a, auto& b) { return a.matmul(b); }, {k}, {k, n}},
+          {"flipped slice", [m, k](auto& a, auto& b) { return a.flip(0).shrink({{1, m + 1}, {0, k}}).matmul(b); },
+           {m + 2, k}, {k, n}},
+      };
+      for (const Form& f : forms) {
+        INFO(dev << " " << f.what << " m=" << m << " n=" << n << " k=" << k << " batch=" << bt);
+        Tensor a = rnd(f.a), b = rnd(f.b);
+        Tensor want = f.f(a, b), got = f.f(a.to(dev), b.to(dev));
+        auto src = test::kernel_sources(got);
+        bool gemm_ran = false;
+        for (const auto& s : src) gemm_ran |= s.rfind("// gemm_", 0) == 0;
+        CHECK(gemm_ran);
+        require_close(got.to_vector<double>(), want.to_vector<double>(), 1e-5 * k, 1e-5 * k, f.what);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm BEAM child process", "[.][gemm]") {
+  const char* out = std::getenv("METAGRAD_TEST_CHILD_OUT");
+  if (!out) return;  // only as a child of the test below
+  std::vector<float> a(300 * 200), b(200 * 250), c1(300 * 250), c2(300 * 250);
+  std::mt19937 g(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : a) x = u(g);
+  for (auto& x : b) x = u(g);
+  gemm::Problem p{300, 250, 200, a.data(), 200, 1, b.data(), 250, 1, c1.data(), 250};
+  gemm::GemmBlocking chosen = gemm::choose_blocking(300, 250, 200);
+  gemm::sgemm(p, chosen);
+  p.c = c2.data();
+  gemm::sgemm(p, gemm::default_blocking());
+  double worst = 0;
+  for (std::size_t i = 0; i < c1.size(); ++i) worst = std::max(worst, double(std::abs(c1[i] - c2[i])));
+  auto s = gemm::tune_stats();
+  std::ofstream(out) << s.searches << " " << s.disk_hits << " " << worst << " " << chosen.mc << " " << chosen.kc
+                     << " " << chosen.nc << "\n";
+}
+
+TEST_CASE("gemm: BEAM's choice matches the default's results and a second process reuses it", "[gemm]") {
+  test::TempDir dir("metagrad_beam_test");
+  auto run = [&](const char* name) {
+    pid_t pid = test::spawn_child("gemm BEAM child process",
+                                  {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
+                                   "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(), "BEAM=2", "THREADS=1"});
+    REQUIRE(pid > 0);
+    REQUIRE(test::wait_for(pid) == 0);
+    std::ifstream f(dir.path / name);
+    long searches = -1, hits = -1;
+    double worst = 1;
+    gemm::GemmBlocking b;
+    f >> searches >> hits >> worst >> b.mc >> b.kc >> b.nc;
+    CHECK(worst < 1e-3);  // another blocking sums in another order: close, not equal
+    return std::tuple{searches, hits, b};
+  };
+  auto [s1, h1, b1] = run("first");
+  auto [s2, h2, b2] = run("second");
+  CHECK(s1 == 1);
+  CHECK(h1 == 0);
+  CHECK(s2 == 0);  // the choice came from disk
+  CHECK(h2 == 1);
+  CHECK(b1 == b2);
+}
