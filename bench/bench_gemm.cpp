@@ -32,6 +32,7 @@
 #include "metagrad/fixed.hpp"
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/gemm.hpp"
+#include "metagrad/runtime/threadpool.hpp"
 
 namespace {
 

@@ -31,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <metagrad/metagrad.hpp>
+#include <metagrad/runtime/gemm.hpp>
 #include <metagrad/runtime/threadpool.hpp>
 #include <optional>
 #include <random>
@@ -120,6 +121,7 @@ std::vector<Row> rows() {
   };
   if (large()) out.push_back({"W4_2048", "W4 matmul 2048", "GFLOP/s", true, Limit::Peak, eig05, lim90});
   out.push_back({"W5", "W5 MLP step", "ms", false, Limit::MlpPeak, none, mlp});
+  out.push_back({"W5j", "W5 step, TinyJit", "ms", false, Limit::MlpPeak, none, mlp});
   out.push_back({"W6", "W6 16-elem add", "us/op", false, Limit::None, none, eager});
   out.push_back({"W6r", "W6 replay", "us/kern", false, Limit::None, none, replay});
   return out;
@@ -177,8 +179,7 @@ __attribute__((target("avx2,fma"))) float read_kernel(const float* a, std::size_
 }
 
 // 12 independent accumulators (FMA latency 4 x 2 pipes needs >= 8): 12 FMAs of 8 lanes per trip.
-constexpr double kFmaFlopsPerIter = 12 * 8 * 2;
-__attribute__((target("avx2,fma"))) float fma_kernel(long iters) {
+__attribute__((target("avx2,fma"))) float fma_kernel_avx2(long iters) {
   __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
   __m256 a0 = _mm256_set1_ps(0.0f), a1 = _mm256_set1_ps(0.1f), a2 = _mm256_set1_ps(0.2f),
          a3 = _mm256_set1_ps(0.3f), a4 = _mm256_set1_ps(0.4f), a5 = _mm256_set1_ps(0.5f),
@@ -205,6 +206,24 @@ __attribute__((target("avx2,fma"))) float fma_kernel(long iters) {
   _mm256_store_ps(lanes, s);
   return lanes[0] + lanes[7];
 }
+
+// The same in AVX-512 (16 lanes), the limit wherever metagrad's GEMM runs AVX-512 kernels.
+__attribute__((target("avx512f"))) float fma_kernel_avx512(long iters) {
+  __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f), a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(0.1f * static_cast<float>(j));
+  for (long i = 0; i < iters; ++i)
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  __m512 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  return lanes[0] + lanes[15];
+}
+// The FMA peak is measured in the widest ISA metagrad's GEMM uses (METAGRAD_ISA=avx2 lowers it).
+bool wide_fma() { return metagrad::gemm::isa() == metagrad::gemm::Isa::avx512; }
+const double kFmaFlopsPerIter = 12 * 2 * (wide_fma() ? 16 : 8);
+float fma_kernel(long iters) { return wide_fma() ? fma_kernel_avx512(iters) : fma_kernel_avx2(iters); }
 
 // Runs body(begin, end) on `threads` std::threads over [0, n) split in 64-element-aligned chunks,
 // `passes` times each; seconds for all.
@@ -741,6 +760,26 @@ class Child {
     for (const auto& dev : devices_) cands.push_back(mg(dev, make, ms));
     cands.push_back(mg("CPU", make, ms));  // the interpreter: the baseline later devices beat
     row("W5", "ms", cands);
+    // W5j: the same step captured by TinyJit on its second call and replayed (no scheduling).
+    cands.resize(2);  // the limit and Eigen
+    auto jitted = [&](const std::string& dev) -> Op {
+      Net n = mlp_net(d, dev);
+      auto opt = std::make_shared<metagrad::nn::optim::SGD>(n.p, 0.01);
+      auto step = [n, opt](const Tensor& x, const Tensor& y) {
+        Net m = n;
+        m.x = x, m.y = y;
+        Tensor l = mlp_loss(m);
+        opt->zero_grad();
+        l.backward();
+        opt->step();
+        return l;
+      };
+      auto jit = std::make_shared<metagrad::TinyJit<decltype(step)>>(step);
+      return [n, jit] { (*jit)(n.x, n.y).realize(); };
+    };
+    for (const auto& dev : devices_)
+      if (dev != "OPENCL") cands.push_back(mg(dev, jitted, ms));
+    row("W5j", "ms", cands);
     // The same initial loss as Eigen's: the bench measures the right computation.
     float eigen_loss0 = EigenMlp(d).forward();
     for (const auto& dev : devices_) {
@@ -931,7 +970,7 @@ int parent_main() {
   lim("L1 copy a = b (DRAM)", L.copy, "GB/s");
   lim("L1 read sum(a) (DRAM)", L.read, "GB/s");
   lim("L1 a*b+c 2^20 by hand (in cache)", L.w1_cache, "GB/s");
-  lim("L2 peak fp32 AVX2 FMA, 12 acc", L.peak, "GFLOP/s");
+  lim(wide_fma() ? "L2 peak fp32 AVX-512 FMA, 12 acc" : "L2 peak fp32 AVX2 FMA, 12 acc", L.peak, "GFLOP/s");
   std::printf("\n");
 
   auto get = [&](int t, const std::string& row, const std::string& path) -> std::optional<double> {
@@ -1012,7 +1051,7 @@ int parent_main() {
     std::printf("%s\n", line.c_str());
   }
   std::printf(
-      "\nlimit: measured in the same row, interleaved with its paths (std::thread, hand-written AVX2):\n"
+      "\nlimit: measured in the same row, interleaved with its paths (std::thread, hand-written AVX2; the FMA peak in AVX-512 where the GEMM uses it):\n"
       "W1 2^24 STREAM triad over 4x L3 arrays; W1 2^20 a*b+c by hand in cache; W3 read bandwidth (sum);\n"
       "W4 FMA peak; W5 the step's %.0f MFLOP at FMA peak, in ms. xEigen, xLimit: the best compiled\n"
       "device at 2 threads as a speed-up over Eigen and as a fraction of the limit, each taken at its\n"
