@@ -32,8 +32,11 @@ inline std::int64_t sysfs_cache(int level) {
 }
 inline CacheSizes read_cache_sizes() {
   CacheSizes c;
+  // sysfs first: under a hypervisor, the CPUID leaves sysconf reads may report the host's caches
+  // (a 2-vCPU guest saw a 384 MiB L3 where sysfs had 32 MiB).
   auto pick = [](std::int64_t& out, long conf, int level) {
-    std::int64_t v = conf > 0 ? conf : sysfs_cache(level);
+    std::int64_t v = sysfs_cache(level);
+    if (v < 4096) v = conf;
     if (v >= 4096) out = v;
   };
 #if defined(_SC_LEVEL1_DCACHE_SIZE)

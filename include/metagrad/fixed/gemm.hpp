@@ -75,8 +75,14 @@ struct Gemm {
     for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < Nv; ++v) simd<T>::store(part[r] + v * W, sum[r][v]);
-    for (index_t r = 0; r < rows; ++r)
-      for (index_t j = 0; j < cols; ++j) c[r * ldc + j] = acc ? c[r * ldc + j] + part[r][j] : part[r][j];
+    for (index_t r = 0; r < rows; ++r) {  // each row's columns contiguous: the copy vectorises
+      T* __restrict out = c + r * ldc;
+      const T* in = part[r];
+      if (acc)
+        for (index_t j = 0; j < cols; ++j) out[j] += in[j];
+      else
+        std::memcpy(out, in, static_cast<std::size_t>(cols) * sizeof(T));
+    }
   }
   // The smallest tile covering rows x cols: edge strips (m or n not a multiple of the tile, as
   // W5's 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
@@ -194,6 +200,13 @@ struct Gemm {
       if (across == 1 && w_end == Width) {
         for (index_t p = 0; p < kc; ++p)
           for (int w = 0; w < Width; ++w) dst[p * Width + w] = from[p * step + w];
+        continue;
+      }
+      if (across == 1) {  // a partial strip of contiguous rows (n = 25): still row by row
+        for (index_t p = 0; p < kc; ++p) {
+          for (index_t w = 0; w < w_end; ++w) dst[p * Width + w] = from[p * step + w];
+          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
+        }
         continue;
       }
       for (index_t w = 0; w < Width; ++w)
