@@ -1,12 +1,19 @@
 #pragma once
-// The static-shape path: fixed::Tensor<T, Dims...>, expression types and inline evaluation.
+// The static-shape path, all of it: fixed::Tensor<T, Dims...>, expression types and inline evaluation,
+// type-level gradients (fx::grad, fx::grad_into), the CNN ops and pooling, the MLP training step and
+// the thread-pool controls (fx::set_threads). Header-only: link metagrad::headers.
 #include "metagrad/fixed/conv2d.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/expr.hpp"
+#include "metagrad/fixed/grad.hpp"
+#include "metagrad/fixed/math.hpp"
 #include "metagrad/fixed/matmul.hpp"
+#include "metagrad/fixed/mlp.hpp"
 #include "metagrad/fixed/movement.hpp"
 #include "metagrad/fixed/nn.hpp"
+#include "metagrad/fixed/parallel.hpp"
+#include "metagrad/fixed/pool.hpp"
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/fixed/tensor.hpp"

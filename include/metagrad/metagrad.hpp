@@ -1,9 +1,15 @@
 #pragma once
-// Everything a user of metagrad names, in namespace metagrad.
+// Everything a user of metagrad names, in namespace metagrad: the dynamic path (Tensor, nn, optim,
+// TinyJit, devices), the static path (metagrad/fixed.hpp), lowering of static expressions to the
+// dynamic graph (metagrad::lower) and ahead-of-time generators (metagrad::aot), plus the version
+// macros. Device-specific headers (runtime/ops_llvm.hpp, runtime/ops_opencl.hpp) stay separate.
+#include "metagrad/aot.hpp"
 #include "metagrad/datasets/fashion_mnist.hpp"
+#include "metagrad/fixed.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/jit.hpp"
 #include "metagrad/lazy.hpp"
+#include "metagrad/lower.hpp"
 #include "metagrad/mlops.hpp"
 #include "metagrad/nn.hpp"
 #include "metagrad/nn/optim.hpp"
@@ -15,3 +21,4 @@
 #include "metagrad/shape/symbolic.hpp"
 #include "metagrad/shape/view.hpp"
 #include "metagrad/tensor.hpp"
+#include "metagrad/version.hpp"
