@@ -95,6 +95,28 @@ TEST_CASE("gemm: every ISA's kernel over random shapes, strides and blockings", 
   }
 }
 
+TEST_CASE("gemm: deep products (k >> m, n) as dot products, and B read in place", "[gemm]") {
+  std::mt19937 g(99);
+  std::uniform_int_distribution<i64> small(1, 12), deep(200, 3000);
+  for (gemm::Isa isa : isas())
+    for (int t = 0; t < 24; ++t) {
+      // t even: A row-major and B transposed (both contiguous along k: the dot-product path);
+      // t odd: B row-major with one strip of A's rows (B read in place, its last strip packed)
+      Case c = random_case(g, 2);
+      c.m = small(g), c.n = t % 2 ? small(g) * 5 : small(g), c.k = deep(g), c.ta = false, c.tb = t % 2 == 0;
+      i64 lda = c.k + c.pad_a, ldb = (c.tb ? c.k : c.n) + c.pad_b;
+      c.a.assign(static_cast<std::size_t>(c.off + c.m * lda), 0.5f);
+      c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (auto& x : c.a) x = u(g);
+      for (auto& x : c.b) x = u(g);
+      c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);
+      gemm::sgemm(c.problem(), gemm::default_blocking(isa), isa);
+      check(c, gemm::to_string(isa) + " deep case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                   " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+    }
+}
+
 TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {
   std::mt19937 g(7);
   int saved = fixed::threads();

@@ -34,10 +34,10 @@ struct Gemm {
   static constexpr int MR = kTileRows, NV = 2, NR = NV * W;
   static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
-  // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times packed B strip (kc x NR); rows x
-  // cols of it are stored.
+  // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
+  // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored.
   template <int Rows, int Nv>
-  static void tile(index_t kc, const T* a, const T* b, T* c, index_t ldc, index_t rows, index_t cols,
+  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows, index_t cols,
                    bool acc) {
     V sum[Rows][Nv];
 #pragma GCC unroll 32
@@ -47,10 +47,10 @@ struct Gemm {
     // C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick)
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r) __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
-    for (index_t k = 0; k < kc; ++k, a += MR, b += NR) {
+    for (index_t k = 0; k < kc; ++k, a += MR, b += bs) {
       V bv[Nv];
 #pragma GCC unroll 4
-      for (int v = 0; v < Nv; ++v) bv[v] = *reinterpret_cast<const V*>(b + v * W);
+      for (int v = 0; v < Nv; ++v) bv[v] = simd<T>::load(b + v * W);
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
         V av = simd<T>::broadcast(a + r);
@@ -86,16 +86,16 @@ struct Gemm {
   }
   // The smallest tile covering rows x cols: edge strips (m or n not a multiple of the tile, as
   // W5's 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
-  static void tile(index_t kc, const T* a, const T* b, T* c, index_t ldc, index_t rows, index_t cols,
+  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows, index_t cols,
                    bool acc) {
     constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
     auto by_rows = [&]<int Nv>() {
       if (rows > R2)
-        tile<MR, Nv>(kc, a, b, c, ldc, rows, cols, acc);
+        tile<MR, Nv>(kc, a, b, bs, c, ldc, rows, cols, acc);
       else if (rows > R4)
-        tile<R2, Nv>(kc, a, b, c, ldc, rows, cols, acc);
+        tile<R2, Nv>(kc, a, b, bs, c, ldc, rows, cols, acc);
       else
-        tile<R4, Nv>(kc, a, b, c, ldc, rows, cols, acc);
+        tile<R4, Nv>(kc, a, b, bs, c, ldc, rows, cols, acc);
     };
     if (cols > W)
       by_rows.template operator()<NV>();
@@ -137,16 +137,22 @@ struct Gemm {
       for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
       return;
     }
+    if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W) return dots(m, n, k, a, ars, b, bcs, c, ldc);
     const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR, NC = std::max<index_t>(bk.nc / NR, 1) * NR;
     Arena::Scope scope;
     const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
     const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
     T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
+    // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it
+    // sits in half the L2: small products (64 x 64, a conv's per-image product) pay no packing.
+    // So is a B that only one strip of A's rows reads (nothing would reuse the packed copy).
+    const bool direct =
+        bcs == 1 && (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
     const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
     // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
     const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
     const int cparts = std::max(1, parts / rparts);
-    const index_t ablock = (std::min(MC, rstrips * MR) + MR) * ks;
+    const index_t apack = (std::min(MC, rstrips * MR) + MR) * ks, ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
     T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
     for (index_t jc = 0; jc < n; jc += NC) {
       const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
@@ -154,12 +160,13 @@ struct Gemm {
         const index_t kc = std::min(ks, k - pc);
         const T* bsrc = b + pc * brs + jc * bcs;
         const T* asrc = a + pc * acs;
+        const Panel panel{direct ? bsrc : bp, direct ? brs : 0, nc};
         if (rparts * cparts == 1) {
-          pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
-          rows(0, m, 0, nc, kc, MC, asrc, ars, acs, bp, ap, c + jc, ldc, pc > 0);
+          if (!direct) pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
+          rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
           continue;
         }
-        parallel_parts(rparts * cparts, [&](int p, int np) {
+        if (!direct) parallel_parts(rparts * cparts, [&](int p, int np) {
           index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
           if (s0 < s1)
             pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
@@ -169,23 +176,84 @@ struct Gemm {
           index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
           index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
           if (r0 < r1 && c0 < c1)
-            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, bp, ap + p * ablock, c + jc, ldc, pc > 0);
+            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack, c + jc, ldc,
+                 pc > 0);
         });
       }
     }
   }
 
+  // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
+  // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
+  // of A's rows times vectors of B's columns, nothing packed (packing would write B's k x NR panel,
+  // read once), then one horizontal sum per element.
+  static constexpr index_t kDotDepth = 16;
+  static constexpr int DI = 6, DJ = 4;
+  static void dots(index_t m, index_t n, index_t k, const T* a, index_t ars, const T* b, index_t bcs, T* c,
+                   index_t ldc) {
+    const index_t bi = (m + DI - 1) / DI, bj = (n + DJ - 1) / DJ;
+    auto block = [&](index_t blk) {
+      const index_t i0 = blk / bj * DI, j0 = blk % bj * DJ;
+      const T* ar[DI];
+      const T* br[DJ];
+      for (int i = 0; i < DI; ++i) ar[i] = a + std::min(i0 + i, m - 1) * ars;  // past the edge: a repeat, dropped
+      for (int j = 0; j < DJ; ++j) br[j] = b + std::min(j0 + j, n - 1) * bcs;
+      V sum[DI][DJ] = {};
+      index_t p = 0;
+      for (; p + W <= k; p += W) {
+        V bv[DJ];
+#pragma GCC unroll 4
+        for (int j = 0; j < DJ; ++j) bv[j] = simd<T>::load(br[j] + p);
+#pragma GCC unroll 6
+        for (int i = 0; i < DI; ++i) {
+          V av = simd<T>::load(ar[i] + p);
+#pragma GCC unroll 4
+          for (int j = 0; j < DJ; ++j) sum[i][j] = fma(av, bv[j], sum[i][j]);
+        }
+      }
+      for (int i = 0; i < DI && i0 + i < m; ++i)
+        for (int j = 0; j < DJ && j0 + j < n; ++j) {
+          T t = 0;
+          for (int l = 0; l < W; ++l) t += sum[i][j][l];
+          for (index_t q = p; q < k; ++q) t += ar[i][q] * br[j][q];
+          c[(i0 + i) * ldc + j0 + j] = t;
+        }
+    };
+    const int parts = m * n * k >= kParallelMacs ? parts_for(bi * bj, 1) : 1;
+    if (parts <= 1) {
+      for (index_t blk = 0; blk < bi * bj; ++blk) block(blk);
+      return;
+    }
+    parallel_parts(parts, [&](int q, int np) {
+      for (index_t blk = bi * bj * q / np; blk < bi * bj * (q + 1) / np; ++blk) block(blk);
+    });
+  }
+
+  // The kc x nc step's B: packed strips (stride 0) or, direct, B's own rows at `stride`.
+  struct Panel {
+    const T* b;
+    index_t stride, nc;
+  };
+
   // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
-  // (strips of MR rows, column p then p+1), each times the packed B strips of the columns.
+  // (strips of MR rows, column p then p+1), each times the B strips of the columns. Read in place,
+  // the last strip is packed when it ends inside a vector (its loads would pass B's end).
   static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a, index_t ars,
-                   index_t acs, const T* bp, T* ap, T* c, index_t ldc, bool acc) {
+                   index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
     for (index_t ic = r0; ic < r1; ic += MC) {
       index_t mc = std::min(MC, r1 - ic);
       pack<MR>(ap, kc, mc, a + ic * ars, acs, ars);
-      for (index_t jr = c0; jr < c1; jr += NR)
+      for (index_t jr = c0; jr < c1; jr += NR) {
+        const T* bj = B.b + jr * kc;
+        index_t bs = NR;
+        if (B.stride > 0 && jr + NR <= B.nc)
+          bj = B.b + jr, bs = B.stride;
+        else if (B.stride > 0)
+          pack<NR>(edge, kc, B.nc - jr, B.b + jr, B.stride, 1), bj = edge;
         for (index_t ir = 0; ir < mc; ir += MR)
-          tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
+          tile(kc, ap + ir * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
                std::min<index_t>(NR, c1 - jr), acc);
+      }
     }
   }
 
@@ -209,8 +277,18 @@ struct Gemm {
         }
         continue;
       }
-      for (index_t w = 0; w < Width; ++w)
-        for (index_t p = 0; p < kc; ++p) dst[p * Width + w] = w < w_end ? from[w * across + p * step] : T(0);
+      // A transpose (row-major A, a transposed B): blocks of 16 along p keep the Width x 16 patch of
+      // dst in L1 while each source row is read 16 contiguous elements at a time.
+      constexpr index_t kB = 16;
+      for (index_t p0 = 0; p0 < kc; p0 += kB) {
+        const index_t p1 = std::min(kc, p0 + kB);
+        for (index_t w = 0; w < w_end; ++w) {
+          const T* row = from + w * across;
+          for (index_t p = p0; p < p1; ++p) dst[p * Width + w] = row[p * step];
+        }
+        for (index_t p = p0; p < p1; ++p)
+          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
+      }
     }
   }
 };
