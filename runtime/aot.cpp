@@ -17,6 +17,7 @@
 
 #include "metagrad/codegen/cstyle.hpp"
 #include "metagrad/lazy.hpp"
+#include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/ops_clang.hpp"
 
 namespace metagrad::aot {
@@ -232,6 +233,7 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
           std::exchange(GlobalCounters::cache, std::vector<CacheEntry>{});
       ~Restore() { GlobalCounters::cache = std::move(saved); }
     } restore;
+    gemm::Rendered rendered;  // contractions as C kernels too: the library carries no GEMM
     for (const auto* list : {&outputs, &updates})
       for (const Arg& a : *list) {
         const LazyBufferPtr& lb = a.tensor.lazydata;

@@ -6,6 +6,7 @@
 
 #include "metagrad/lazy.hpp"
 #include "metagrad/runtime/buffer_pool.hpp"
+#include "metagrad/runtime/gemm.hpp"
 
 namespace metagrad {
 
@@ -43,6 +44,7 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype,
                                   const std::vector<LazyBufferPtr>& leaves) {
   static std::mutex mu;
   std::string key = ast_key(ast, out_dtype, leaves);
+  if (!gemm::enabled()) key += '\x01';  // rendered even where a host device would run the GEMM
   std::lock_guard lock(mu);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), out_dtype);

@@ -13,6 +13,7 @@
 
 #include "metagrad/codegen/gemm.hpp"
 #include "metagrad/codegen/lower.hpp"
+#include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/gemm_program.hpp"
 #include "metagrad/runtime/threadpool.hpp"
 
@@ -129,7 +130,7 @@ ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
 
 ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
                      const Compiled::Runtime& compile) {
-  if (out_dtype == dtypes::float32) {
+  if (out_dtype == dtypes::float32 && gemm::enabled()) {
     codegen::Kernel k(ast, out_dtype);
     if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile);
   }

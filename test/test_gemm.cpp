@@ -42,10 +42,13 @@ struct Case {
   i64 pad_a, pad_b, pad_c, off;
   std::vector<float> a, b;
   std::vector<float> c;
+  bool flip_b = false;  // B's rows read last to first (a negative row stride, as flip(0) gives)
   gemm::Problem problem() {
     i64 lda = (ta ? m : k) + pad_a, ldb = (tb ? k : n) + pad_b;
-    return {m,      n,      k,      a.data() + off,  ta ? 1 : lda, ta ? lda : 1, b.data() + off, tb ? 1 : ldb,
-            tb ? ldb : 1, c.data() + off, n + pad_c};
+    gemm::Problem p{m,      n,      k,      a.data() + off,  ta ? 1 : lda, ta ? lda : 1, b.data() + off, tb ? 1 : ldb,
+                    tb ? ldb : 1, c.data() + off, n + pad_c};
+    if (flip_b) p.b += (k - 1) * p.brs, p.brs = -p.brs;
+    return p;
   }
 };
 Case random_case(std::mt19937& g, i64 max_dim) {
@@ -58,6 +61,7 @@ Case random_case(std::mt19937& g, i64 max_dim) {
   c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);  // 7: written over, or padding kept
   for (auto& x : c.a) x = u(g);
   for (auto& x : c.b) x = u(g);
+  c.flip_b = g() % 4 == 0;
   return c;
 }
 void check(Case& c, const std::string& what) {

@@ -160,7 +160,7 @@ struct Gemm {
         const index_t kc = std::min(ks, k - pc);
         const T* bsrc = b + pc * brs + jc * bcs;
         const T* asrc = a + pc * acs;
-        const Panel panel{direct ? bsrc : bp, direct ? brs : 0, nc};
+        const Panel panel{direct ? bsrc : bp, direct, brs, nc};
         if (rparts * cparts == 1) {
           if (!direct) pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
           rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
@@ -229,9 +229,10 @@ struct Gemm {
     });
   }
 
-  // The kc x nc step's B: packed strips (stride 0) or, direct, B's own rows at `stride`.
+  // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride.
   struct Panel {
     const T* b;
+    bool direct;
     index_t stride, nc;
   };
 
@@ -246,9 +247,9 @@ struct Gemm {
       for (index_t jr = c0; jr < c1; jr += NR) {
         const T* bj = B.b + jr * kc;
         index_t bs = NR;
-        if (B.stride > 0 && jr + NR <= B.nc)
+        if (B.direct && jr + NR <= B.nc)
           bj = B.b + jr, bs = B.stride;
-        else if (B.stride > 0)
+        else if (B.direct)
           pack<NR>(edge, kc, B.nc - jr, B.b + jr, B.stride, 1), bj = edge;
         for (index_t ir = 0; ir < mc; ir += MR)
           tile(kc, ap + ir * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
