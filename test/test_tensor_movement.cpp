@@ -242,7 +242,8 @@ TEST_CASE("the six movement mlops match index references, on contiguous and non-
     require_equal(x.permute({-1, 0, -2}), ref_permute(r, {2, 0, 1}), "permute negative");
     require_equal(x.flip(1), ref_flip(r, {1}), "flip 1");
     require_equal(x.flip({-1, 0}), ref_flip(r, {2, 0}), "flip -1 0");
-    require_equal(x.flip({}), ref_flip(r, {0, 1, 2}), "flip all");
+    require_equal(x.flip(AllAxes), ref_flip(r, {0, 1, 2}), "flip all");
+    require_equal(x.flip({}), r, "flip no axes");
     require_equal(x.pad({{1, 2}, {0, 0}, {3, 1}}), ref_pad(r, {{1, 2}, {0, 0}, {3, 1}}), "pad");
     require_equal(x.shrink({{1, 2}, {0, s[1]}, {1, 3}}), ref_shrink(r, {{1, 2}, {0, s[1]}, {1, 3}}),
                   "shrink");

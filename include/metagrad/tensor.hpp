@@ -63,15 +63,21 @@ struct TensorOptions {
   std::optional<bool> requires_grad = {};
 };
 
-// Axes of a reduction: one axis, a list, or none (= all). Negative axes count from the end.
+// The axes a reduction or flip acts on: one axis, a list, or every axis. Negative axes count from
+// the end. A list means exactly its axes, so an empty one is no axis, as numpy's and tinygrad's
+// axis=(): x.flip({}) is x and x.sum({}) reduces nothing. Every axis (Python's axis=None) has its
+// own spelling, AllAxes: x.sum(AllAxes), which is also the reductions' default (x.sum()).
+struct AllAxesT {};
+inline constexpr AllAxesT AllAxes{};
 struct Axes {
   std::vector<std::int64_t> axes;
-  bool all = true;
-  Axes() = default;
-  Axes(std::int64_t a) : axes{a}, all(false) {}        // NOLINT
+  bool all = false;
+  Axes() = default;                                    // no axes
+  Axes(AllAxesT) : all(true) {}                        // NOLINT: every axis
+  Axes(std::int64_t a) : axes{a} {}                    // NOLINT
   Axes(int a) : Axes(static_cast<std::int64_t>(a)) {}  // NOLINT
-  Axes(std::initializer_list<std::int64_t> a) : axes(a), all(a.size() == 0) {}
-  Axes(std::vector<std::int64_t> a) : axes(std::move(a)), all(axes.empty()) {}  // NOLINT
+  Axes(std::initializer_list<std::int64_t> a) : axes(a) {}
+  Axes(std::vector<std::int64_t> a) : axes(std::move(a)) {}  // NOLINT
 };
 
 // One entry of a subscript, numpy style: an integer (removes the axis), a Slice, NewAxis, Ellipsis.
@@ -180,7 +186,7 @@ class Tensor {
   Tensor reshape(const std::vector<std::int64_t>& shape) const;  // one entry may be -1
   Tensor expand(const std::vector<std::int64_t>& shape) const;   // -1 keeps a size
   Tensor permute(const std::vector<std::int64_t>& order) const;
-  Tensor flip(const Axes& axes) const;
+  Tensor flip(const Axes& axes) const;  // flip({}) flips nothing, flip(AllAxes) every axis
   Tensor pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg, double value = 0) const;
   Tensor pad2d(const std::vector<std::int64_t>& padding,
                double value = 0) const;  // (left, right, top, bottom)
@@ -201,12 +207,12 @@ class Tensor {
   Tensor triu(std::int64_t k = 0) const;
   Tensor tril(std::int64_t k = 0) const;
 
-  // ---- reductions ----
-  Tensor sum(const Axes& axis = {}, bool keepdim = false) const;
-  Tensor max(const Axes& axis = {}, bool keepdim = false) const;
-  Tensor min(const Axes& axis = {}, bool keepdim = false) const;
-  Tensor mean(const Axes& axis = {}, bool keepdim = false) const;
-  Tensor std(const Axes& axis = {}, bool keepdim = false, std::int64_t correction = 1) const;
+  // ---- reductions (over AllAxes unless told; see Axes) ----
+  Tensor sum(const Axes& axis = AllAxes, bool keepdim = false) const;
+  Tensor max(const Axes& axis = AllAxes, bool keepdim = false) const;
+  Tensor min(const Axes& axis = AllAxes, bool keepdim = false) const;
+  Tensor mean(const Axes& axis = AllAxes, bool keepdim = false) const;
+  Tensor std(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
   Tensor softmax(std::int64_t axis = -1) const;
   Tensor log_softmax(std::int64_t axis = -1) const;
   Tensor argmax(std::optional<std::int64_t> axis = {}, bool keepdim = false) const;  // int64
@@ -350,7 +356,7 @@ std::string to_string(const Tensor& t);  // "<Tensor shape=(2, 3) dtype=float32 
 template <class T>
 Tensor::Tensor(const std::vector<T>& data, const Dims& shape, TensorOptions opts)
     : Tensor(std::make_shared<detail::TensorState>()) {
-  if (static_cast<std::int64_t>(data.size()) != prod(shape))
+  if (static_cast<std::int64_t>(data.size()) != check_shape("Tensor", shape))
     throw std::invalid_argument(
         detail::cat("Tensor: ", std::to_string(data.size()), " values cannot have shape ", to_string(shape)));
   auto host =

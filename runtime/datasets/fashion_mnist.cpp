@@ -94,13 +94,15 @@ IdxFile read_idx(const std::string& path, std::uint32_t magic) {
   for (std::size_t d = 0; d < ndim; ++d) {
     std::uint32_t n = big_endian(head + 4 + 4 * d);
     out.shape.push_back(n);
-    total *= n;
-    if (total > (std::uint64_t{1} << 40))
+    // Overflow-checked: the running product (up to 2^40) times a size (up to 2^32) can pass 2^64,
+    // and 2^20 x 2^20 x 2^24 wrapped to 0 bytes, an empty file for an enormous shape.
+    if (__builtin_mul_overflow(total, std::uint64_t{n}, &total) || total > (std::uint64_t{1} << 40))
       fail(path, detail::cat("dimensions ", to_string(out.shape), " are implausibly large"));
   }
-  // Grows with the data actually read, so a corrupt header cannot make us allocate terabytes.
+  // Grows with the data actually read, so a corrupt header cannot make us allocate terabytes (nor
+  // zero 64 MB for a file of a few bytes: the start is 1 MB, doubled as data comes).
   std::size_t want = static_cast<std::size_t>(total);
-  out.data.resize(std::min<std::size_t>(want, std::size_t{64} << 20));
+  out.data.resize(std::min<std::size_t>(want, std::size_t{1} << 20));
   std::size_t have = 0;
   while (have < want) {
     if (have == out.data.size()) out.data.resize(std::min(want, 2 * out.data.size()));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <stdexcept>
 #include <string_view>
 
@@ -320,11 +321,17 @@ SafeFile open_safetensors(const std::string& path) {
   return f;
 }
 
+// A non-negative integer written as such: no sign, fraction or exponent, and within 64 bits (a
+// size like 1e30 or 10^30 is an error, not 0 or a truncation).
 std::uint64_t as_count(const Json& v, const std::string& what, const std::string& field) {
   std::uint64_t x = 0;
   const char* end = v.text.data() + v.text.size();
-  if (v.kind != Json::Number || std::from_chars(v.text.data(), end, x).ptr != end)
-    throw std::runtime_error(cat(what, ": ", field, " must hold non-negative integers"));
+  auto [ptr, ec] = std::from_chars(v.text.data(), end, x);
+  if (v.kind != Json::Number || ptr != end || v.text.empty())
+    throw std::runtime_error(cat(what, ": ", field, " must hold non-negative integers, not ",
+                                 v.kind == Json::Number ? v.text : std::string("a non-number")));
+  if (ec != std::errc())
+    throw std::runtime_error(cat(what, ": ", field, " holds ", v.text, ", too large for 64 bits"));
   return x;
 }
 
@@ -334,51 +341,103 @@ const Json* member(const Json& obj, const std::string& key) {
   return nullptr;
 }
 
-Tensor load_tensor(const SafeFile& f, const std::string& name, const Json& info) {
-  std::string what = cat(f.what, ": tensor '", name, "'");
+// One tensor's header entry, checked: a known dtype, a shape whose byte size fits, and offsets
+// inside the data section that hold exactly that many bytes.
+struct SafeEntry {
+  std::string name, what;
+  const SafeDType* sd = nullptr;
+  Dims dims;
+  std::uint64_t begin = 0, end = 0;
+};
+
+SafeEntry parse_entry(const SafeFile& f, const std::string& name, const Json& info) {
+  SafeEntry e;
+  e.name = name, e.what = cat(f.what, ": tensor '", name, "'");
+  const std::string& what = e.what;
   if (info.kind != Json::Object) throw std::runtime_error(cat(what, ": its entry is not an object"));
   const Json *dt = member(info, "dtype"), *shape = member(info, "shape"),
              *offs = member(info, "data_offsets");
   if (!dt || !shape || !offs)
     throw std::runtime_error(cat(what, ": needs \"dtype\", \"shape\" and \"data_offsets\""));
   if (dt->kind != Json::String) throw std::runtime_error(cat(what, ": \"dtype\" must be a string"));
-  const SafeDType* sd = nullptr;
   for (const SafeDType& s : kSafeDTypes)
-    if (dt->text == s.name) sd = &s;
-  if (!sd)
+    if (dt->text == s.name) e.sd = &s;
+  if (!e.sd)
     throw std::runtime_error(
         cat(what, ": unknown dtype \"", dt->text, "\" (known: BOOL, I8, U8, I32, I64, F16, F32, F64)"));
   if (shape->kind != Json::Array || shape->items.size() > kMaxDims)
     throw std::runtime_error(
         cat(what, ": \"shape\" must be an array of at most ", std::to_string(kMaxDims), " sizes"));
-  Dims dims;
-  std::uint64_t numel = 1;
-  constexpr std::uint64_t kLimit = std::uint64_t{1} << 62;
+  std::string written = "(";
+  for (const Json& d : shape->items) written += cat(written.size() > 1 ? ", " : "", d.text);
+  written += shape->items.size() == 1 ? ",)" : ")";
+  // The byte size, overflow-checked (a shape of 2^61 F64 must not wrap to a small allocation); the
+  // shape must also be one the library takes (check_shape).
+  std::uint64_t nbytes = static_cast<std::uint64_t>(e.sd->dtype.itemsize);
   for (const Json& d : shape->items) {
     std::uint64_t x = as_count(d, what, "\"shape\"");
-    if (x >= kLimit || (x && numel > kLimit / x))
-      throw std::runtime_error(cat(what, ": the shape is too large"));
-    numel *= x;
-    dims.push_back(static_cast<std::int64_t>(x));
+    if (x > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+        __builtin_mul_overflow(nbytes, x, &nbytes))
+      throw std::runtime_error(
+          cat(what, ": the shape is too large: ", e.sd->name, " ", written, " needs 2^64 bytes or more"));
+    e.dims.push_back(static_cast<std::int64_t>(x));
   }
+  try {
+    check_shape("safe_load", e.dims);
+  } catch (const std::invalid_argument& err) { throw std::runtime_error(cat(what, ": ", err.what())); }
   if (offs->kind != Json::Array || offs->items.size() != 2)
     throw std::runtime_error(cat(what, ": \"data_offsets\" must be [begin, end]"));
-  std::uint64_t begin = as_count(offs->items[0], what, "\"data_offsets\"");
-  std::uint64_t end = as_count(offs->items[1], what, "\"data_offsets\"");
-  std::uint64_t avail = f.data.size() - f.data_start,
-                nbytes = numel * static_cast<std::uint64_t>(sd->dtype.itemsize);
-  if (begin > end || end > avail)
-    throw std::runtime_error(cat(what, ": data_offsets [", std::to_string(begin), ", ", std::to_string(end),
-                                 "] out of range: the data section has ", std::to_string(avail), " bytes"));
-  if (end - begin != nbytes)
-    throw std::runtime_error(cat(what, ": data_offsets [", std::to_string(begin), ", ", std::to_string(end),
-                                 "] hold ", std::to_string(end - begin), " bytes but ", sd->name, " ",
-                                 to_string(dims), " needs ", std::to_string(nbytes)));
-  std::string bytes = f.data.substr(f.data_start + begin, nbytes);
-  to_little_endian(bytes, static_cast<std::size_t>(sd->dtype.itemsize));
-  auto raw = std::make_shared<RawMallocBuffer>(static_cast<std::size_t>(numel), sd->dtype);
+  e.begin = as_count(offs->items[0], what, "\"data_offsets\"");
+  e.end = as_count(offs->items[1], what, "\"data_offsets\"");
+  std::uint64_t avail = f.data.size() - f.data_start;
+  if (e.begin > e.end || e.end > avail)
+    throw std::runtime_error(cat(what, ": data_offsets [", std::to_string(e.begin), ", ",
+                                 std::to_string(e.end), "] out of range: the data section has ",
+                                 std::to_string(avail), " bytes"));
+  if (e.end - e.begin != nbytes)
+    throw std::runtime_error(cat(what, ": data_offsets [", std::to_string(e.begin), ", ",
+                                 std::to_string(e.end), "] hold ", std::to_string(e.end - e.begin),
+                                 " bytes but ", e.sd->name, " ", to_string(e.dims), " needs ",
+                                 std::to_string(nbytes)));
+  return e;
+}
+
+// The format's rule: the tensors' byte ranges, in order, cover the data section exactly, with no
+// overlap and no gap.
+void check_layout(const SafeFile& f, std::vector<const SafeEntry*> entries) {
+  std::sort(entries.begin(), entries.end(), [](const SafeEntry* a, const SafeEntry* b) {
+    return std::pair(a->begin, a->end) < std::pair(b->begin, b->end);
+  });
+  std::uint64_t at = 0, avail = f.data.size() - f.data_start;
+  const SafeEntry* prev = nullptr;
+  for (const SafeEntry* e : entries) {
+    if (e->begin < at)
+      throw std::runtime_error(cat(e->what, ": data_offsets [", std::to_string(e->begin), ", ",
+                                   std::to_string(e->end), "] overlap those of '", prev->name, "'"));
+    if (e->begin > at)
+      throw std::runtime_error(cat(e->what, ": data_offsets [", std::to_string(e->begin), ", ",
+                                   std::to_string(e->end), "] leave the bytes [", std::to_string(at), ", ",
+                                   std::to_string(e->begin), ") of the data section unused"));
+    at = e->end, prev = e;
+  }
+  if (at != avail)
+    throw std::runtime_error(cat(f.what, ": the tensors' data ends at byte ", std::to_string(at),
+                                 " of the data section, which has ", std::to_string(avail), " bytes"));
+}
+
+Tensor load_tensor(const SafeFile& f, const SafeEntry& e) {
+  std::size_t itemsize = static_cast<std::size_t>(e.sd->dtype.itemsize),
+              nbytes = static_cast<std::size_t>(e.end - e.begin);
+  std::string bytes = f.data.substr(f.data_start + static_cast<std::size_t>(e.begin), nbytes);
+  if (e.sd->dtype == dtypes::bool_)
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      if (bytes[i] != 0 && bytes[i] != 1)
+        throw std::runtime_error(cat(e.what, ": BOOL element ", std::to_string(i), " is the byte ",
+                                     std::to_string(static_cast<unsigned char>(bytes[i])), ", not 0 or 1"));
+  to_little_endian(bytes, itemsize);
+  auto raw = std::make_shared<RawMallocBuffer>(nbytes / itemsize, e.sd->dtype);
   raw->copyin(bytes.data());
-  return Tensor(LazyBuffer::from_raw(raw, dims, "CPU")).to(Device::DEFAULT);
+  return Tensor(LazyBuffer::from_raw(raw, e.dims, "CPU")).to(Device::DEFAULT);
 }
 
 }  // namespace
@@ -424,13 +483,21 @@ void safe_save(const StateDict& tensors, const std::string& path,
 
 StateDict safe_load(const std::string& path) {
   SafeFile f = open_safetensors(path);
-  StateDict out;
+  // Every entry and the layout are checked before any data is copied.
+  std::vector<SafeEntry> entries;
+  std::set<std::string> names;
   for (std::size_t i = 0; i < f.header.keys.size(); ++i) {
     const std::string& name = f.header.keys[i];
     if (name == "__metadata__") continue;
-    if (out.contains(name)) throw std::runtime_error(cat(f.what, ": the tensor '", name, "' is there twice"));
-    out.add(name, load_tensor(f, name, f.header.items[i]));
+    if (!names.insert(name).second)
+      throw std::runtime_error(cat(f.what, ": the tensor '", name, "' is there twice"));
+    entries.push_back(parse_entry(f, name, f.header.items[i]));
   }
+  std::vector<const SafeEntry*> order;
+  for (const SafeEntry& e : entries) order.push_back(&e);
+  check_layout(f, order);
+  StateDict out;
+  for (const SafeEntry& e : entries) out.add(e.name, load_tensor(f, e));
   return out;
 }
 

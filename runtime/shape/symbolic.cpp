@@ -144,14 +144,18 @@ Node mod(const Node& a, i64 b) {
       if (a.b() % b == 0) return mod(a.a(), b);
       break;
     case NodeKind::Sum: {
-      // Drop what b divides: multiples of b, x%k with b | k (becomes x), numbers reduced mod b.
+      // Reduce every term modulo b, as tinygrad does: numbers and coefficients to their floor
+      // remainders ((x*7 + y) % 6 is (x + y) % 6; multiples of b drop out), and x%k with b | k
+      // becomes x. Each step changes the sum by a multiple of b. The recursion then drops the
+      // modulo when the reduced sum's bounds lie in [0, b) (the q == q check above).
       std::vector<Node> terms;
       bool changed = false;
       for (const Node& t : a.nodes()) {
         if (t.is_num() && floormod(t.b(), b) != t.b()) {
           terms.push_back(floormod(t.b(), b));
           changed = true;
-        } else if (t.is<MulNode>() && t.b() % b == 0) {
+        } else if (t.is<MulNode>() && floormod(t.b(), b) != t.b()) {
+          terms.push_back(mul(t.a(), floormod(t.b(), b)));
           changed = true;
         } else if (t.is<ModNode>() && t.b() % b == 0) {
           terms.push_back(t.a());

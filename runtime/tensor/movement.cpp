@@ -58,18 +58,20 @@ Tensor Tensor::reshape(const std::vector<std::int64_t>& new_shape) const {
     } else if (new_shape[i] < 0) {
       throw std::invalid_argument(
           detail::cat("reshape of ", to_string(shape()), " to ", str(new_shape), ": negative size"));
-    } else {
-      known *= new_shape[i];
+    } else if (new_shape[i] != 0 && __builtin_mul_overflow(known, new_shape[i], &known)) {
+      throw std::invalid_argument(detail::cat("reshape of ", to_string(shape()), " to ", str(new_shape),
+                                              ": has more elements than int64 holds"));
     }
     s.push_back(new_shape[i]);
   }
+  bool zero = std::find(new_shape.begin(), new_shape.end(), 0) != new_shape.end();
   if (infer >= 0) {
-    if (known == 0 || numel() % known != 0)
+    if (zero || numel() % known != 0)
       throw std::invalid_argument(
           detail::cat("reshape of ", to_string(shape()), " to ", str(new_shape), ": cannot infer the -1"));
     s[static_cast<std::size_t>(infer)] = numel() / known;
   }
-  if (prod(s) != numel())
+  if (check_shape("reshape", s) != numel())
     throw std::invalid_argument(
         detail::cat("reshape of ", to_string(shape()), " to ", to_string(s), ": element counts differ"));
   return s == shape() ? *this : mlops::Reshape::apply(*this, s);
@@ -91,6 +93,7 @@ Tensor Tensor::expand(const std::vector<std::int64_t>& new_shape) const {
     s.push_back(new_shape[i] == -1 ? lead[i] : new_shape[i]);
     if (s.back() != lead[i] && lead[i] != 1) fail("only size-1 dimensions can expand");
   }
+  check_shape("expand", s);
   Tensor x = reshape(lead);
   return s == x.shape() ? x : mlops::Expand::apply(x, s);
 }
@@ -134,10 +137,19 @@ Tensor Tensor::pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg
   if (p.size() != shape().size())
     throw std::invalid_argument(detail::cat("pad of shape ", to_string(shape()), " with ", to_string(p),
                                             ": one (before, after) per dimension"));
-  for (auto [b, e] : p)
+  Dims grown;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    auto [b, e] = p[i];
+    std::int64_t size = 0;
     if (b < 0 || e < 0)
       throw std::invalid_argument(detail::cat("pad of shape ", to_string(shape()), " with ", to_string(p),
                                               ": padding must be non-negative"));
+    if (__builtin_add_overflow(shape()[i], b, &size) || __builtin_add_overflow(size, e, &size))
+      throw std::invalid_argument(
+          detail::cat("pad of shape ", to_string(shape()), " with ", to_string(p), ": a size leaves int64"));
+    grown.push_back(size);
+  }
+  check_shape("pad", grown);
   if (noop) return *this;
   Tensor ret = mlops::Pad::apply(*this, p);
   if (value == 0) return ret;
@@ -196,7 +208,11 @@ Tensor Tensor::pad2d(const std::vector<std::int64_t>& padding, double value) con
     auto d = static_cast<std::size_t>(ndim() - 1 - k);
     std::int64_t b = padding[static_cast<std::size_t>(2 * k)],
                  e = padding[static_cast<std::size_t>(2 * k + 1)];
-    if (shape()[d] + b + e < 0)
+    std::int64_t grown = 0;
+    if (__builtin_add_overflow(shape()[d], b, &grown) || __builtin_add_overflow(grown, e, &grown))
+      throw std::invalid_argument(detail::cat("pad2d of shape ", to_string(shape()), " with ", str(padding),
+                                              ": a size leaves int64"));
+    if (grown < 0)
       throw std::invalid_argument(detail::cat("pad2d of shape ", to_string(shape()), " with ", str(padding),
                                               ": crops dimension ", std::to_string(d), " below zero"));
     grow[d] = {std::max<std::int64_t>(b, 0), std::max<std::int64_t>(e, 0)};
@@ -308,7 +324,9 @@ Tensor Tensor::cat(const std::vector<Tensor>& others, std::int64_t dim) const {
                                               to_string(t.shape()), " does not match ", to_string(shape()),
                                               " outside that dim"));
     dt = promote_types(dt, t.dtype());
-    total += t.shape()[d];
+    if (__builtin_add_overflow(total, t.shape()[d], &total))
+      throw std::invalid_argument(
+          detail::cat("cat along dim ", std::to_string(dim), ": the total size leaves int64"));
   }
   if (all.size() == 1) return *this;
   Tensor ret = *this;
@@ -347,8 +365,13 @@ Tensor Tensor::repeat(const std::vector<std::int64_t>& repeats) const {
   for (std::size_t i = 0; i < base.size(); ++i) {
     split.push_back(1), split.push_back(base[i]);
     expanded.push_back(repeats[i]), expanded.push_back(base[i]);
-    final_shape.push_back(repeats[i] * base[i]);
+    std::int64_t n = 0;
+    if (__builtin_mul_overflow(repeats[i], base[i], &n))
+      throw std::invalid_argument(detail::cat("repeat of shape ", to_string(shape()), " with ", str(repeats),
+                                              ": a size leaves int64"));
+    final_shape.push_back(n);
   }
+  check_shape("repeat", Dims(final_shape));
   return reshape(split).expand(expanded).reshape(final_shape);
 }
 

@@ -104,10 +104,12 @@ Tensor::Tensor(std::initializer_list<std::initializer_list<std::initializer_list
 // ---- creation ----
 
 Tensor Tensor::empty(const Dims& shape, TensorOptions opts) {
+  check_shape("Tensor.empty", shape);
   return Tensor(LazyBuffer::loadop(LoadOps::EMPTY, shape, dtype_of_opts(opts), device_of(opts)),
                 opts.requires_grad);
 }
 Tensor Tensor::full(const Dims& shape, double value, TensorOptions opts) {
+  check_shape("Tensor.full", shape);
   return Tensor(LazyBuffer::full(shape, value, dtype_of_opts(opts), device_of(opts)), opts.requires_grad);
 }
 Tensor Tensor::zeros(const Dims& shape, TensorOptions opts) { return full(shape, 0, opts); }
@@ -123,7 +125,12 @@ Tensor Tensor::ones_like(const Tensor& t, TensorOptions opts) { return full_like
 Tensor Tensor::arange(double stop, TensorOptions opts) { return arange(0, stop, 1, opts); }
 Tensor Tensor::arange(double start, double stop, double step, TensorOptions opts) {
   if (step == 0) throw std::invalid_argument("Tensor.arange: step must not be 0");
-  auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((stop - start) / step)));
+  double count = std::ceil((stop - start) / step);
+  if (std::isnan(count) || count > 0x1p62)
+    throw std::invalid_argument(detail::cat("Tensor.arange(", std::to_string(start), ", ",
+                                            std::to_string(stop), ", ", std::to_string(step),
+                                            "): not a countable number of elements"));
+  auto n = static_cast<std::int64_t>(std::max(0.0, count));
   std::vector<double> v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * step;
   DType dt = dtype_of_opts(opts);
@@ -133,6 +140,7 @@ Tensor Tensor::arange(double start, double stop, double step, TensorOptions opts
 
 Tensor Tensor::eye(std::int64_t n, TensorOptions opts) {
   if (n < 0) throw std::invalid_argument("Tensor.eye: n must be non-negative, got " + std::to_string(n));
+  check_shape("Tensor.eye", {n, n});
   std::vector<float> v(static_cast<std::size_t>(n * n), 0.f);
   for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i * n + i)] = 1.f;
   return from_host(v, {n, n}, opts);
@@ -141,6 +149,7 @@ Tensor Tensor::eye(std::int64_t n, TensorOptions opts) {
 void Tensor::manual_seed(std::uint64_t seed) { global_rng().seed(seed); }
 
 Tensor Tensor::rand(const Dims& shape, TensorOptions opts) {
+  check_shape("Tensor.rand", shape);
   auto seed = static_cast<double>(global_rng()() >> 12);  // 52 bits: exact as the RAND op's double argument
   auto lb = LazyBuffer::loadop(LoadOps::RAND, shape, dtypes::float32, device_of(opts),
                                ConstArg{seed, dtypes::int64});
@@ -149,7 +158,7 @@ Tensor Tensor::rand(const Dims& shape, TensorOptions opts) {
 
 Tensor Tensor::randn(const Dims& shape, TensorOptions opts) {
   // Box-Muller on the host generator: the same numbers on every device.
-  std::vector<float> v(static_cast<std::size_t>(prod(shape)));
+  std::vector<float> v(static_cast<std::size_t>(check_shape("Tensor.randn", shape)));
   auto u = [] { return (static_cast<double>(global_rng()() >> 11) + 0.5) * 0x1.0p-53; };
   for (float& x : v)
     x = static_cast<float>(std::sqrt(-2 * std::log(u())) * std::cos(2 * std::numbers::pi * u()));
@@ -166,16 +175,18 @@ Tensor Tensor::uniform(const Dims& shape, double low, double high, TensorOptions
   return Tensor(r.lazydata.get(), opts.requires_grad);
 }
 Tensor Tensor::scaled_uniform(const Dims& shape, TensorOptions opts) {
-  double s = std::pow(static_cast<double>(prod(shape)), -0.5);
+  double s = std::pow(static_cast<double>(check_shape("Tensor.scaled_uniform", shape)), -0.5);
   return uniform(shape, -s, s, opts);
 }
 Tensor Tensor::glorot_uniform(const Dims& shape, TensorOptions opts) {
+  check_shape("Tensor.glorot_uniform", shape);
   double fan =
       static_cast<double>(shape.empty() ? 1 : shape[0] + prod(shape) / std::max<std::int64_t>(shape[0], 1));
   double s = std::sqrt(6.0 / fan);
   return uniform(shape, -s, s, opts);
 }
 Tensor Tensor::kaiming_uniform(const Dims& shape, double a, TensorOptions opts) {
+  check_shape("Tensor.kaiming_uniform", shape);
   double fan_in = static_cast<double>(shape.size() < 2 ? 1 : prod(shape) / shape[0]);
   double bound = std::sqrt(3.0) * std::sqrt(2.0 / (1 + a * a)) / std::sqrt(fan_in);
   return uniform(shape, -bound, bound, opts);

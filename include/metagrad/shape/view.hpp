@@ -3,6 +3,7 @@
 // It is a literal, structural type and every movement op is constexpr, so the static-shape path
 // computes views in constant expressions with exactly the code the dynamic path runs.
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -53,10 +54,38 @@ inline std::string to_string(const Pairs& pairs) {
   });
 }
 
+namespace detail {
+// Not constexpr: only reached on bad input, where constant evaluation must fail.
+[[noreturn]] inline void shape_error(const char* op, const Dims& shape, const std::string& why) {
+  throw std::invalid_argument(cat(op, ": shape ", to_string(shape), " ", why));
+}
+}  // namespace detail
+
+// The element count. Shapes are checked where they enter (check_shape), so this cannot overflow
+// for them; a product past int64 still throws rather than wrap.
 constexpr std::int64_t prod(const Dims& dims) {
   std::int64_t p = 1;
-  for (std::int64_t d : dims) p *= d;
+  for (std::int64_t d : dims)
+    if (__builtin_mul_overflow(p, d, &p))
+      detail::shape_error("prod", dims, "has more elements than int64 holds");
   return p;
+}
+
+// Every shape that enters the library (a creation, a reshape, expand or pad, a loaded file) is
+// checked here once: each size non-negative, and the product of the non-zero sizes within int64,
+// so the element count and every stride and flat index derived from the shape are exact. Returns
+// the element count; otherwise throws std::invalid_argument naming `op` and the shape.
+constexpr std::int64_t check_shape(const char* op, const Dims& shape) {
+  std::int64_t nonzero = 1;
+  bool empty = false;
+  for (std::int64_t d : shape) {
+    if (d < 0) detail::shape_error(op, shape, "has a negative size");
+    if (d == 0)
+      empty = true;
+    else if (__builtin_mul_overflow(nonzero, d, &nonzero))
+      detail::shape_error(op, shape, "has more elements than int64 holds");
+  }
+  return empty ? 0 : nonzero;
 }
 
 // Row-major strides; a size-1 dimension gets stride 0 (it is never stepped along).
@@ -106,6 +135,13 @@ struct View {
   }
 
   constexpr std::size_t ndim() const { return shape.size(); }
+  // Whether the product of the non-zero sizes fits in int64 (check_shape's rule, without throwing).
+  static constexpr bool fits(const Dims& s) {
+    std::int64_t p = 1;
+    for (std::int64_t d : s)
+      if (d > 0 && __builtin_mul_overflow(p, d, &p)) return false;
+    return true;
+  }
   constexpr std::int64_t size() const { return prod(shape); }
 
   // Flat buffer index and validity of one position (for evaluators that run without symbolic).
@@ -147,6 +183,8 @@ struct View {
       st[i] = 0;
       if (!m.empty()) m[i] = m[i] == Pair{0, 1} ? Pair{0, new_shape[i]} : Pair{0, 0};
     }
+    if (!fits(new_shape))
+      detail::movement_error("expand", shape, to_string(new_shape), "more elements than int64 holds");
     return View(new_shape, st, offset, m);
   }
 
@@ -161,7 +199,10 @@ struct View {
       auto [b, e] = arg[i];
       if (b < 0 || e < 0)
         detail::movement_error("pad", shape, to_string(arg), "padding must be non-negative");
-      s.push_back(shape[i] + b + e);
+      std::int64_t size = 0;
+      if (__builtin_add_overflow(shape[i], b, &size) || __builtin_add_overflow(size, e, &size))
+        detail::movement_error("pad", shape, to_string(arg), "a size leaves int64");
+      s.push_back(size);
       off -= b * strides[i];
       Pair old = mask.empty() ? Pair{0, shape[i]} : mask[i];
       m.push_back({old.first + b, old.second + b});
@@ -200,14 +241,20 @@ struct View {
     Pairs m;
     std::int64_t off = offset;
     for (std::size_t i = 0; i < ndim(); ++i) {
-      std::int64_t k = mul[i], a = k < 0 ? -k : k, n = shape[i];
-      if (k == 0) detail::movement_error("stride", shape, to_string(mul), "a step cannot be 0");
-      s.push_back((n + a - 1) / a);
-      st.push_back(strides[i] * k);
+      std::int64_t k = mul[i], n = shape[i];
+      if (k == 0 || k == std::numeric_limits<std::int64_t>::min())
+        detail::movement_error("stride", shape, to_string(mul), "a step cannot be 0 or -2^63");
+      std::int64_t a = k < 0 ? -k : k;
+      s.push_back(n / a + (n % a != 0));
+      std::int64_t step = 0;  // a dimension of one element never steps: its stride is 0 anyway
+      if (s.back() > 1 && __builtin_mul_overflow(strides[i], k, &step))
+        detail::movement_error("stride", shape, to_string(mul), "a stride leaves int64");
+      st.push_back(step);
       if (k < 0 && n > 0) off += (n - 1) * strides[i];
       if (!mask.empty()) {
         auto [lo, hi] = mask[i];
-        m.push_back({((k > 0 ? lo : n - hi) + a - 1) / a, ((k > 0 ? hi : n - lo) + a - 1) / a});
+        auto up = [a](std::int64_t x) { return x / a + (x % a > 0); };  // ceil(x / a), x >= 0, no overflow
+        m.push_back({up(k > 0 ? lo : n - hi), up(k > 0 ? hi : n - lo)});
       }
     }
     return View(s, st, off, m);
@@ -218,6 +265,8 @@ struct View {
   constexpr std::optional<View> reshape(const Dims& new_shape) const {
     for (std::int64_t d : new_shape)
       if (d < 0) detail::movement_error("reshape", shape, to_string(new_shape), "sizes must be non-negative");
+    if (!fits(new_shape))
+      detail::movement_error("reshape", shape, to_string(new_shape), "more elements than int64 holds");
     if (prod(new_shape) != size())
       detail::movement_error("reshape", shape, to_string(new_shape), "element counts differ");
     if (new_shape == shape) return *this;

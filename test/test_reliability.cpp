@@ -1,0 +1,120 @@
+// Issue 13 (reliability), the tensor and shape layers: shapes are checked once where they enter
+// (negative sizes, products past int64), and an empty axis list means no axes.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "metagrad/shape/shapetracker.hpp"
+#include "metagrad/shape/symbolic.hpp"
+#include "metagrad/tensor.hpp"
+
+using namespace metagrad;
+using Catch::Matchers::Contains;
+using i64 = std::int64_t;
+
+namespace {
+constexpr i64 k2p32 = i64{1} << 32, k2p62 = i64{1} << 62;
+constexpr i64 kMax = std::numeric_limits<i64>::max();
+}  // namespace
+
+// ---- 7: shape products and negative sizes --------------------------------------------------------
+
+TEST_CASE("shapes: creation rejects negative sizes and element counts past int64", "[reliability]") {
+  // ones({2^32, 2^32}).sum() was 0: the product wrapped
+  REQUIRE_THROWS_AS(Tensor::ones({k2p32, k2p32}), std::invalid_argument);
+  REQUIRE_THROWS_WITH(Tensor::ones({k2p32, k2p32}),
+                      Contains("Tensor.full") && Contains("(4294967296, 4294967296)") && Contains("int64"));
+  REQUIRE_THROWS_WITH(Tensor::rand({-2, -3}),
+                      Contains("Tensor.rand") && Contains("(-2, -3)") && Contains("negative"));
+  REQUIRE_THROWS_WITH(Tensor::randn({-2, -3}), Contains("Tensor.randn") && Contains("negative"));
+  REQUIRE_THROWS_AS(Tensor::empty({-1}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::zeros({3, -1}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::uniform({-4}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::kaiming_uniform({k2p62, 8}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::glorot_uniform({k2p62, 8}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::scaled_uniform({k2p62, 8}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::eye(k2p32), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::arange(0, 1e30), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor(std::vector<float>{}, {-1, 0}), std::invalid_argument);
+  // a zero size makes no element, but the other sizes still derive strides: they must fit too
+  REQUIRE_THROWS_AS(Tensor::zeros({0, k2p62, 4}), std::invalid_argument);
+  // the largest shapes that fit stay fine (nothing is allocated for a constant)
+  REQUIRE(Tensor::zeros({0, k2p62}).numel() == 0);
+  REQUIRE(Tensor::zeros({k2p32, 1 << 30}).numel() == k2p62);
+}
+
+TEST_CASE("shapes: movement ops reject results past int64", "[reliability]") {
+  // zeros({0}).reshape({2^62, 4}) was accepted: 2^64 wrapped to 0 elements
+  REQUIRE_THROWS_WITH(Tensor::zeros({0}).reshape({k2p62, 4}),
+                      Contains("reshape") && Contains("(4611686018427387904, 4)"));
+  REQUIRE_THROWS_AS(Tensor::zeros({0}).reshape({k2p62, 4, 0}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::zeros({0}).reshape({k2p62, -1, 4}), std::invalid_argument);
+  REQUIRE_THROWS_AS(Tensor::zeros({0}).reshape({0, -1}), std::invalid_argument);  // -1 cannot be inferred
+  REQUIRE(Tensor::zeros({0}).reshape({k2p62, 0}).numel() == 0);
+  Tensor big = Tensor::ones({k2p32, 1});
+  REQUIRE_THROWS_WITH(big.expand({k2p32, k2p32}), Contains("expand") && Contains("int64"));
+  REQUIRE_THROWS_WITH(Tensor::ones({k2p62}).pad({{k2p62, k2p62}}), Contains("pad"));
+  REQUIRE_THROWS_WITH(Tensor::ones({2}).pad({{kMax, 1}}), Contains("pad") && Contains("int64"));
+  REQUIRE_THROWS_AS(Tensor::ones({2}).pad2d({0, kMax}), std::invalid_argument);
+  REQUIRE_THROWS_WITH(Tensor::ones({k2p32}).repeat({k2p32}), Contains("repeat"));
+  REQUIRE_THROWS_WITH(Tensor::ones({2}).repeat({kMax}), Contains("repeat") && Contains("int64"));
+  REQUIRE_THROWS_AS(Tensor::ones({k2p62}).cat({Tensor::ones({k2p62}), Tensor::ones({k2p62})}),
+                    std::invalid_argument);
+  // Views check too, and prod() itself never wraps
+  REQUIRE_THROWS_AS(prod(Dims{k2p32, k2p32}), std::invalid_argument);
+  REQUIRE_THROWS_WITH(check_shape("op", Dims{3, -1}), Contains("op") && Contains("(3, -1)"));
+  REQUIRE(check_shape("op", Dims{}) == 1);
+  REQUIRE(check_shape("op", Dims{kMax, 0}) == 0);
+}
+
+// ---- 6: an empty axis list is no axes; every axis is AllAxes -------------------------------------
+
+TEST_CASE("flip and reductions: {} is no axes, AllAxes every axis", "[movement]") {
+  Tensor x(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  REQUIRE(x.flip({}).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.flip(Axes{}).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.flip(std::vector<i64>{}).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.flip(AllAxes).to_vector<float>() == std::vector<float>{6, 5, 4, 3, 2, 1});
+  REQUIRE(x.flip(0).to_vector<float>() == std::vector<float>{4, 5, 6, 1, 2, 3});
+
+  // reductions: the default and AllAxes reduce everything, an empty list nothing (numpy's axis=())
+  REQUIRE(x.sum().item<float>() == 21);
+  REQUIRE(x.sum(AllAxes).item<float>() == 21);
+  Tensor none = x.sum({});
+  REQUIRE(none.shape() == Dims{2, 3});
+  REQUIRE(none.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.max(std::vector<i64>{}, true).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.min(Axes{}).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.mean({}).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  REQUIRE(x.mean().item<float>() == 3.5f);
+  REQUIRE(x.max(AllAxes, true).shape() == Dims{1, 1});
+}
+
+// ---- symbolic: a modulo of a sum reduces each coefficient modulo the divisor ----------------------
+
+TEST_CASE("symbolic: (x*7 + y) % 6 is (x + y) % 6, and the modulo goes when the bounds allow", "[symbolic]") {
+  using symbolic::Node;
+  using symbolic::Variable;
+  Node x = Variable("x", 0, 9), y = Variable("y", 0, 9);
+  REQUIRE((x * 7 + y) % 6 == (x + y) % 6);
+  REQUIRE(((x * 7 + y) % 6).render() == "((x+y)%6)");
+  REQUIRE((x * -5 + y + 13) % 6 == (x + y + 1) % 6);  // floor remainders: -5 -> 1, 13 -> 1
+  Node i = Variable("i", 0, 1), j = Variable("j", 0, 4);
+  REQUIRE(((i * 7 + j) % 6).render() == "(i+j)");  // i + j lies in [0, 6)
+  for (std::int64_t a = -4; a <= 4; ++a)
+    for (std::int64_t b = 0; b <= 9; ++b) {
+      Node n = (Variable("a", -4, 4) * 13 + Variable("b", 0, 9) * -8 + 5) % 6;
+      REQUIRE(n.evaluate({{"a", a}, {"b", b}}) == symbolic::floormod(a * 13 - b * 8 + 5, 6));
+    }
+}
+
+TEST_CASE("ShapeTracker: simplify merges a stack whose index needs the modulo rule", "[shapetracker]") {
+  // Above reads flat = 7i + j of an expanded (2, 6) view, whose index is flat % 6 = (i + j) % 6 = i + j.
+  const View below = View(Dims{1, 6}).expand(Dims{2, 6});
+  const View above(Dims{2, 5}, Dims{7, 1});
+  ShapeTracker st(std::vector<View>{below, above});
+  st.simplify();
+  REQUIRE(st.views().size() == 1);
+  REQUIRE(st.views()[0] == View(Dims{2, 5}, Dims{1, 1}));
+}
