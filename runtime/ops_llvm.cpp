@@ -24,8 +24,8 @@
 #include <utility>
 
 #include "metagrad/codegen/llvmir.hpp"
-#include "metagrad/codegen/lower.hpp"
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/codegen/pipeline.hpp"
+#include "metagrad/runtime/disk_cache.hpp"
 
 namespace metagrad {
 
@@ -196,8 +196,8 @@ void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const
 }
 
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  return codegen::lower(ast, out_dtype,
-                        [](const codegen::LinearizedKernel& k) { return codegen::render_llvm(k); });
+  return codegen::run_pipeline(ast, out_dtype,
+                               [](const codegen::LinearizedKernel& k) { return codegen::render_llvm(k); });
 }
 
 std::shared_ptr<Program> llvm_runtime(const std::string& name, const std::string& src) {

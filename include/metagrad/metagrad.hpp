@@ -1,6 +1,8 @@
 #pragma once
 // Everything a user of metagrad names, in namespace metagrad.
+#include "metagrad/ast.hpp"
 #include "metagrad/datasets/fashion_mnist.hpp"
+#include "metagrad/device.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/jit.hpp"
 #include "metagrad/lazy.hpp"
@@ -9,6 +11,8 @@
 #include "metagrad/nn/optim.hpp"
 #include "metagrad/nn/state.hpp"
 #include "metagrad/ops.hpp"
+#include "metagrad/runtime/disk_cache.hpp"
+#include "metagrad/runtime/host_program.hpp"
 #include "metagrad/runtime/lib.hpp"
 #include "metagrad/runtime/ops_clang.hpp"
 #include "metagrad/shape/shapetracker.hpp"
