@@ -33,7 +33,7 @@ static void tensor_walk() {
 static void lazybuffer_walk() {
   std::cout << "\n## 2. LazyBuffer and LazyOp\n";
   Tensor result = Tensor({2.0f}) + Tensor({3.0f});
-  const LazyOp& op = *result.lazydata->op;
+  const GraphOp& op = *result.lazydata->op;  // a node of the lazy graph
   std::cout << "result.lazydata->op: " << to_string(op.op) << " with " << op.src.size() << " sources\n";
   check(op.op == BinaryOps::ADD && op.src.size() == 2, "the op is BinaryOps.ADD of two sources");
   const auto& two = std::get<LazyBufferPtr>(op.src[0]);

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "metagrad/codegen/cstyle.hpp"
+#include "metagrad/device.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/ops_clang.hpp"

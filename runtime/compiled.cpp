@@ -4,7 +4,7 @@
 #include <iostream>
 #include <mutex>
 
-#include "metagrad/lazy.hpp"
+#include "metagrad/device.hpp"
 #include "metagrad/runtime/buffer_pool.hpp"
 #include "metagrad/runtime/gemm.hpp"
 
@@ -36,18 +36,16 @@ std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
   return pool_->alloc(size, dtype);
 }
 
-const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype) {
-  return runner(ast, out_dtype, ast.buffers());
-}
-
-const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype,
-                                  const std::vector<LazyBufferPtr>& leaves) {
+const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
   static std::mutex mu;
-  std::string key = ast_key(ast, out_dtype, leaves);
+  DType out_dtype = bufs.at(0)->dtype;
+  std::string key = ast_key(ast, out_dtype);
   if (!gemm::enabled()) key += '\x01';  // rendered even where a host device would run the GEMM
   std::lock_guard lock(mu);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), out_dtype);
+  r.mem_estimate = 0;  // the bytes of the buffers it runs on
+  for (const auto& b : bufs) r.mem_estimate += static_cast<std::int64_t>(b->nbytes());
   if (!r.clprg) {  // (a contraction on a host device comes with its program: the runtime GEMM)
     r.clprg = runtime_(r.name, r.prg);
     r.clprg->op_estimate = r.op_estimate;
@@ -55,18 +53,14 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, DType out_dtype,
   return cache_.emplace(std::move(key), std::move(r)).first->second;
 }
 
-void Compiled::exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& output) {
-  std::vector<LazyBufferPtr> leaves = ast.buffers();
-  const ASTRunner& r = runner(ast, output->dtype, leaves);
-  std::vector<RawBuffer*> bufs{output.get()};
-  bufs.reserve(leaves.size() + 1);
-  for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized.get());
-  r.exec(bufs);
-  if (GlobalCounters::cache) {  // the JIT's capture keeps every buffer the kernel touched alive
-    std::vector<std::shared_ptr<RawBuffer>> owned{output};
-    for (const auto& leaf : leaves) owned.push_back(leaf->base()->realized);
-    GlobalCounters::cache->push_back({r, std::move(owned)});
-  }
+void Compiled::exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
+  const ASTRunner& r = runner(ast, bufs);
+  std::vector<RawBuffer*> raw;
+  raw.reserve(bufs.size());
+  for (const auto& b : bufs) raw.push_back(b.get());
+  r.exec(raw);
+  // The JIT's capture keeps every buffer the kernel touched alive.
+  if (GlobalCounters::cache) GlobalCounters::cache->push_back({r, bufs});
 }
 
 }  // namespace metagrad

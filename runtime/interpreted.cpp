@@ -8,7 +8,7 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "metagrad/lazy.hpp"
+#include "metagrad/device.hpp"
 
 namespace metagrad {
 
@@ -116,7 +116,8 @@ void gather_views(const std::vector<View>& views, const std::vector<T>& src, std
 
 struct Evaluator {
   Interpreted& dev;
-  std::unordered_map<const RawBuffer*, Values> host;  // each input buffer read once per kernel
+  const std::vector<std::shared_ptr<RawBuffer>>& bufs;  // the kernel's buffers, output first
+  std::unordered_map<const RawBuffer*, Values> host;    // each input buffer read once per kernel
 
   const Values& host_values(const RawBuffer& raw) {
     auto [it, fresh] = host.try_emplace(&raw);
@@ -135,8 +136,8 @@ struct Evaluator {
     return it->second;
   }
 
-  Values gather(LazyBuffer& leaf, const Pairs& region) {
-    const Values& src = host_values(*leaf.base()->realized);
+  Values gather(const MemBuffer& leaf, const Pairs& region) {
+    const Values& src = host_values(*bufs.at(leaf.index));
     ShapeTracker st = leaf.st;
     st.shrink(region);
     Values out{leaf.dtype, {}, {}};
@@ -204,7 +205,7 @@ struct Evaluator {
   }
 
   Values eval(const LazySrc& s, const Pairs& region) {
-    if (auto* b = std::get_if<LazyBufferPtr>(&s)) return gather(**b, region);
+    if (auto* b = std::get_if<MemBuffer>(&s)) return gather(*b, region);
     const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
     if (op.op == LoadOps::CONST) {
       const ConstArg& c = std::get<ConstArg>(op.arg);
@@ -232,10 +233,10 @@ struct Evaluator {
 
 }  // namespace
 
-void Interpreted::exec_ast(const LazyOp& ast, const std::shared_ptr<RawBuffer>& out) {
-  RawBuffer& output = *out;
+void Interpreted::exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
+  RawBuffer& output = *bufs.at(0);
   auto t0 = std::chrono::steady_clock::now();
-  Evaluator ev{*this, {}};
+  Evaluator ev{*this, bufs, {}};
   auto node = std::make_shared<LazyOp>(ast);
   Values v = ev.root(node, full_region(ast_shape(node)));
   if (v.size() != output.size)

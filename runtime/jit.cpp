@@ -4,7 +4,8 @@
 
 #include <unordered_map>
 
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/device.hpp"
+#include "metagrad/runtime/host_program.hpp"
 
 namespace metagrad {
 
@@ -32,7 +33,7 @@ Tensor whole(const Tensor& t) {
 }
 
 Tensor prepared_input(const Tensor& t, std::size_t i) {
-  if (!dynamic_cast<Compiled*>(&Device::get(t.device())))
+  if (!Device::get(t.device()).compiled())
     throw std::invalid_argument(cat("TinyJit: argument ", std::to_string(i), " is on ", t.device(),
                                     ", an interpreted device; TinyJit replays compiled kernels (CLANG, LLVM, "
                                     "OPENCL)"));
@@ -77,87 +78,123 @@ std::vector<Tensor> JitCore::run(const Fn& fn, const std::vector<Tensor>& inputs
   return out;
 }
 
-void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
-                           const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
-  if (!log.not_replayable.empty()) {
+namespace {
+
+// Builds a CapturedStep from the kernels one call of the step ran: their buffers become numbered
+// slots, whose roles come from what the kernels did to them and from the step's arguments,
+// results and assigns.
+struct CaptureBuilder {
+  CapturedStep c;
+  std::unordered_map<const RawBuffer*, std::size_t> slot_of;
+  std::vector<bool> written, read_first;  // per slot: written by a kernel; read before any write
+
+  std::size_t slot(const std::shared_ptr<RawBuffer>& b) {
+    auto [it, fresh] = slot_of.emplace(b.get(), c.slots.size());
+    if (fresh) c.slots.push_back({b, Role::Param, 0});
+    return it->second;
+  }
+  std::optional<std::size_t> find(const LazyBufferPtr& b) const {
+    auto it = slot_of.find(b->base()->realized.get());
+    return it == slot_of.end() ? std::nullopt : std::optional<std::size_t>(it->second);
+  }
+
+  static void check_replayable(const CaptureLog& log) {
+    if (log.not_replayable.empty()) return;
     std::string what;
     for (const auto& w : log.not_replayable) what += "\n  " + w;
     throw std::runtime_error("TinyJit: the step does work that replaying its kernels would not repeat:" +
                              what);
   }
-  CapturedStep c;
-  std::unordered_map<const RawBuffer*, std::size_t> slot_of;
-  auto slot = [&](const std::shared_ptr<RawBuffer>& b) {
-    auto [it, fresh] = slot_of.emplace(b.get(), c.slots.size());
-    if (fresh) c.slots.push_back({b, Role::Param, 0});
-    return it->second;
-  };
-  auto find = [&](const LazyBufferPtr& b) -> std::optional<std::size_t> {
-    auto it = slot_of.find(b->base()->realized.get());
-    return it == slot_of.end() ? std::nullopt : std::optional<std::size_t>(it->second);
-  };
-  std::vector<bool> written, read_first;  // per slot: written by a kernel; read before any write
-  for (CacheEntry& e : ran) {
-    CapturedStep::Kernel k{std::move(e.prg), {}};
-    for (const auto& b : e.bufs) k.slots.push_back(slot(b));
-    written.resize(c.slots.size()), read_first.resize(c.slots.size());
-    for (std::size_t j = 1; j < k.slots.size(); ++j)
-      read_first[k.slots[j]] = read_first[k.slots[j]] || !written[k.slots[j]];
-    written[k.slots[0]] = true;
-    c.kernels.push_back(std::move(k));
-  }
-  for (std::size_t s = 0; s < c.slots.size(); ++s)
-    if (written[s]) c.slots[s].role = Role::Scratch;
 
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    c.input_shapes.push_back(t.shape()), c.input_dtypes.push_back(t.dtype()),
-        c.input_devices.push_back(t.device());
-    auto s = find(t.lazydata);
-    if (s && c.slots[*s].role == Role::Input)
-      throw std::invalid_argument(cat("TinyJit: arguments ", std::to_string(c.slots[*s].index), " and ",
-                                      std::to_string(i), " share memory; pass distinct tensors"));
-    if (s && written[*s])
-      throw std::logic_error("TinyJit: a kernel of the step writes into argument " + std::to_string(i));
-    if (s) c.slots[*s] = {c.slots[*s].buf, Role::Input, i};
-    c.inputs.push_back(s);
+  void add_kernels(std::vector<CacheEntry>& ran) {
+    for (CacheEntry& e : ran) {
+      CapturedStep::Kernel k{std::move(e.prg), {}};
+      for (const auto& b : e.bufs) k.slots.push_back(slot(b));
+      written.resize(c.slots.size()), read_first.resize(c.slots.size());
+      for (std::size_t j = 1; j < k.slots.size(); ++j)
+        read_first[k.slots[j]] = read_first[k.slots[j]] || !written[k.slots[j]];
+      written[k.slots[0]] = true;
+      c.kernels.push_back(std::move(k));
+    }
+    for (std::size_t s = 0; s < c.slots.size(); ++s)
+      if (written[s]) c.slots[s].role = Role::Scratch;
   }
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const Tensor& t = outputs[i];
-    std::size_t s = slot(t.lazydata.get()->base()->realized);
-    if (c.slots[s].role == Role::Scratch) c.slots[s] = {c.slots[s].buf, Role::Output, i};
-    c.outputs.push_back(s);
-    c.output_shapes.push_back(t.shape()), c.output_devices.push_back(t.device());
+
+  void add_inputs(const std::vector<Tensor>& inputs) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = inputs[i];
+      c.input_shapes.push_back(t.shape()), c.input_dtypes.push_back(t.dtype()),
+          c.input_devices.push_back(t.device());
+      auto s = find(t.lazydata);
+      if (s && c.slots[*s].role == Role::Input)
+        throw std::invalid_argument(cat("TinyJit: arguments ", std::to_string(c.slots[*s].index), " and ",
+                                        std::to_string(i), " share memory; pass distinct tensors"));
+      if (s && written[*s])
+        throw std::logic_error("TinyJit: a kernel of the step writes into argument " + std::to_string(i));
+      if (s) c.slots[*s] = {c.slots[*s].buf, Role::Input, i};
+      c.inputs.push_back(s);
+    }
   }
-  for (const auto& a : log.assigns) {
-    auto w = find(a.after);
-    if (!is_whole_base(a.after->base()) || !a.after->st.contiguous() || !w || !written[*w])
-      throw std::runtime_error(cat(
-          "TinyJit: the step assigns a tensor (", describe(a.after->shape(), a.after->dtype, a.after->device),
-          ") a value no kernel of the step computes, so a replay could not update it"));
-    if (!a.before) continue;
-    auto r = slot_of.find(a.before.get());
-    // The old value carries over only when the step reads it before anything writes it.
-    if (r == slot_of.end() || c.slots[r->second].role != Role::Param || !read_first[r->second]) continue;
-    c.slots[r->second] = {c.slots[r->second].buf, Role::State, *w};
-    c.state.push_back({r->second, *w, a.after->base()});
+
+  void add_outputs(const std::vector<Tensor>& outputs) {
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const Tensor& t = outputs[i];
+      std::size_t s = slot(t.lazydata.get()->base()->realized);
+      if (c.slots[s].role == Role::Scratch) c.slots[s] = {c.slots[s].buf, Role::Output, i};
+      c.outputs.push_back(s);
+      c.output_shapes.push_back(t.shape()), c.output_devices.push_back(t.device());
+    }
   }
-  c.device = inputs.empty() ? (outputs.empty() ? Device::DEFAULT : outputs[0].device()) : inputs[0].device();
-  captured_ = std::move(c);
+
+  // Each assigned tensor must be computed by a kernel; its old value carries over as state.
+  void add_states(const CaptureLog& log) {
+    for (const auto& a : log.assigns) {
+      auto w = find(a.after);
+      if (!is_whole_base(a.after->base()) || !a.after->st.contiguous() || !w || !written[*w])
+        throw std::runtime_error(
+            cat("TinyJit: the step assigns a tensor (",
+                describe(a.after->shape(), a.after->dtype, a.after->device),
+                ") a value no kernel of the step computes, so a replay could not update it"));
+      if (!a.before) continue;
+      auto r = slot_of.find(a.before.get());
+      // The old value carries over only when the step reads it before anything writes it.
+      if (r == slot_of.end() || c.slots[r->second].role != Role::Param || !read_first[r->second]) continue;
+      c.slots[r->second] = {c.slots[r->second].buf, Role::State, *w};
+      c.state.push_back({r->second, *w, a.after->base()});
+    }
+  }
+};
+
+}  // namespace
+
+void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
+                           const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  CaptureBuilder::check_replayable(log);
+  CaptureBuilder b;
+  b.add_kernels(ran);
+  b.add_inputs(inputs);
+  b.add_outputs(outputs);
+  b.add_states(log);
+  b.c.device =
+      inputs.empty() ? (outputs.empty() ? Device::DEFAULT : outputs[0].device()) : inputs[0].device();
+  captured_ = std::move(b.c);
+  prepare_replay();
+}
+
+void JitCore::prepare_replay() {
   bound_.clear(), uses_.assign(captured_->slots.size(), {}), launches_.clear(), ptrs_.clear(), outs_.clear();
   ops_ = mem_ = 0;
   // Host kernels (CLANG, LLVM) replay as direct calls of their functions on pointers kept current
   // by bind(); DEBUG >= 2 (per-kernel timing) and other devices go through ASTRunner::exec.
   bool direct = getenv_int("DEBUG") < 2;
   for (const auto& k : captured_->kernels)
-    direct =
-        direct && dynamic_cast<const HostProgram*>(k.runner.clprg.get()) && k.runner.global_size.size() == 1;
+    direct = direct && k.runner.clprg->host_function() && k.runner.global_size.size() == 1;
   for (std::size_t k = 0; k < captured_->kernels.size(); ++k) {
     const CapturedStep::Kernel& ck = captured_->kernels[k];
     bound_.emplace_back();
     if (direct)
-      launches_.push_back({static_cast<const HostProgram&>(*ck.runner.clprg).fn(), ptrs_.size(),
-                           ck.slots.size(), ck.runner.global_size[0], ck.runner.op_estimate});
+      launches_.push_back({ck.runner.clprg->host_function(), ptrs_.size(), ck.slots.size(),
+                           ck.runner.global_size[0], ck.runner.op_estimate});
     ops_ += ck.runner.op_estimate, mem_ += ck.runner.mem_estimate;
     for (std::size_t j = 0; j < ck.slots.size(); ++j) {
       std::size_t s = ck.slots[j];

@@ -3,7 +3,7 @@
 // namespace: PoCL (the OPENCL device here) brings its own LLVM, and two in one namespace crash.
 #include <memory>
 
-#include "metagrad/ops.hpp"
+#include "metagrad/device.hpp"
 
 namespace metagrad {
 std::unique_ptr<Backend> make_llvm_backend();

@@ -4,36 +4,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <utility>
 
-#include "metagrad/codegen/gemm.hpp"
-#include "metagrad/codegen/lower.hpp"
-#include "metagrad/runtime/gemm.hpp"
-#include "metagrad/runtime/gemm_program.hpp"
-#include "metagrad/runtime/threadpool.hpp"
+#include "metagrad/runtime/disk_cache.hpp"
 
 namespace metagrad {
 
 namespace fs = std::filesystem;
-
-std::string stable_hash(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
-  return out;
-}
-
-std::string kernel_cache_dir() {
-  std::string dir = getenv("METAGRAD_CACHE");
-  if (dir.empty()) dir = getenv("HOME").empty() ? "/tmp/metagrad-cache" : getenv("HOME") + "/.cache/metagrad";
-  return dir;
-}
 
 namespace {
 
@@ -52,28 +31,6 @@ std::string read_file(const fs::path& p) {
   ss << f.rdbuf();
   return ss.str();
 }
-
-// Calls fn with the buffer pointers (and the range) for up to kMaxArgs buffers.
-constexpr std::size_t kMaxArgs = 32;
-template <std::size_t... I>
-void call_bufs(void* fn, void* const* a, std::index_sequence<I...>) {
-  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))...)>(fn)(a[I]...);
-}
-template <std::size_t... I>
-void call_range(void* fn, void* const* a, int s, int e, std::index_sequence<I...>) {
-  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))..., int, int)>(fn)(a[I]..., s, e);
-}
-template <std::size_t... N>
-constexpr auto make_table(std::index_sequence<N...>) {
-  using Bufs = void (*)(void*, void* const*);
-  using Range = void (*)(void*, void* const*, int, int);
-  return std::pair{std::array<Bufs, sizeof...(N)>{
-                       [](void* f, void* const* a) { call_bufs(f, a, std::make_index_sequence<N>{}); }...},
-                   std::array<Range, sizeof...(N)>{[](void* f, void* const* a, int s, int e) {
-                     call_range(f, a, s, e, std::make_index_sequence<N>{});
-                   }...}};
-}
-constexpr auto kCallers = make_table(std::make_index_sequence<kMaxArgs + 1>{});
 
 }  // namespace
 
@@ -108,8 +65,6 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
     throw std::runtime_error(detail::cat("CLANG: no function ", name_, " in the compiled kernel:\n", src));
 }
 
-HostProgram::~HostProgram() = default;
-
 ClangProgram::~ClangProgram() {
   if (lib_) ::dlclose(lib_);
 }
@@ -117,49 +72,11 @@ ClangProgram::~ClangProgram() {
 void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                               const std::vector<RawBuffer*>& bufs) {
   std::vector<void*> ptrs = host_pointers("CLANG", name_, bufs);
-  if (global_size.empty()) return kCallers.first[ptrs.size()](fn_, ptrs.data());
+  if (global_size.empty()) return call_host(fn_, ptrs.data(), ptrs.size());
   run_host(fn_, ptrs.data(), ptrs.size(), global_size[0], op_estimate);
 }
 
-ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
-                          const codegen::CStyleLanguage& lang, const codegen::Opts& opts) {
-  return codegen::lower(
-      ast, out_dtype, [&](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, lang); },
-      opts);
-}
-
-ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                     const Compiled::Runtime& compile) {
-  if (out_dtype == dtypes::float32 && gemm::enabled()) {
-    codegen::Kernel k(ast, out_dtype);
-    if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile);
-  }
-  return codegen::lower(ast, out_dtype, render);
-}
-
-std::vector<void*> host_pointers(const char* device, const std::string& name,
-                                 const std::vector<RawBuffer*>& bufs) {
-  if (bufs.size() > kMaxArgs)
-    throw std::runtime_error(detail::cat(device, ": ", name, " takes ", std::to_string(bufs.size()),
-                                         " buffers; at most 32 are supported"));
-  std::vector<void*> ptrs;
-  for (RawBuffer* b : bufs) ptrs.push_back(host_pointer(device, b));
-  return ptrs;
-}
-
-void* host_pointer(const char* device, RawBuffer* b) {
-  auto* m = dynamic_cast<RawMallocBuffer*>(b);
-  if (!m) throw std::invalid_argument(detail::cat(device, ": buffers must be RawMallocBuffers"));
-  return m->data();
-}
-
-void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate) {
-  auto call = kCallers.second[count];
-  // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
-  if (op_estimate < (1 << 18)) return call(fn, ptrs, 0, static_cast<int>(n));
-  parallel_for(
-      n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, static_cast<int>(s), static_cast<int>(e)); });
-}
+namespace {
 
 std::unique_ptr<Backend> make_clang_backend() {
   // Probe the compiler once so a missing one says so clearly at the first use of the device.
@@ -176,5 +93,10 @@ std::unique_ptr<Backend> make_clang_backend() {
         return std::make_shared<ClangProgram>(name, src);
       });
 }
+
+[[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kClang{"CLANG", 10,
+                                                                                     make_clang_backend};
+
+}  // namespace
 
 }  // namespace metagrad

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "metagrad/lazy.hpp"
+#include "metagrad/device.hpp"
 
 namespace metagrad {
 
@@ -125,8 +125,6 @@ Interpreted::Fxn reduction(double finit, I iinit, FF ff, FI fi) {
   };
 }
 
-}  // namespace
-
 std::unique_ptr<Backend> make_cpu_backend() {
   auto same = [](auto ff, auto fi) {
     return Interpreted::Fxn([ff, fi](const LazyOp&, const std::vector<Values>& src, const Dims&) {
@@ -165,5 +163,10 @@ std::unique_ptr<Backend> make_cpu_backend() {
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
       std::move(fxn_for_op));
 }
+
+[[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kCpu{"CPU", 40,
+                                                                                   make_cpu_backend};
+
+}  // namespace
 
 }  // namespace metagrad

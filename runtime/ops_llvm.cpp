@@ -24,8 +24,8 @@
 #include <utility>
 
 #include "metagrad/codegen/llvmir.hpp"
-#include "metagrad/codegen/lower.hpp"
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/codegen/pipeline.hpp"
+#include "metagrad/runtime/disk_cache.hpp"
 
 namespace metagrad {
 

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <utility>
 
-#include "metagrad/codegen/lower.hpp"
-#include "metagrad/runtime/ops_clang.hpp"  // kernel_cache_dir, stable_hash
+#include "metagrad/runtime/disk_cache.hpp"
+#include "metagrad/runtime/host_program.hpp"  // lower_to_runner
 
 namespace metagrad {
 
@@ -481,10 +481,13 @@ class CLBackend final : public OpenCLBackend {
   std::shared_ptr<CLContext> ctx_;
 };
 
-}  // namespace
-
 std::unique_ptr<Backend> make_opencl_backend() {
   return std::make_unique<CLBackend>(std::make_shared<CLContext>());
 }
+
+[[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kOpenCL{"OPENCL", 30,
+                                                                                      make_opencl_backend};
+
+}  // namespace
 
 }  // namespace metagrad

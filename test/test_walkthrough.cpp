@@ -22,7 +22,7 @@ TEST_CASE("walkthrough 1: Tensor 2+3", "[walkthrough]") {
 TEST_CASE("walkthrough 2: LazyBuffer and LazyOp", "[walkthrough]") {
   test::DeviceScope clang("CLANG");
   Tensor result = Tensor({2.0f}) + Tensor({3.0f});
-  const LazyOp& op = *result.lazydata->op;
+  const GraphOp& op = *result.lazydata->op;  // a node of the lazy graph
   REQUIRE(op.op == BinaryOps::ADD);
   REQUIRE(op.src.size() == 2);
   const auto& two = std::get<LazyBufferPtr>(op.src[0]);

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "metagrad/device.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -81,6 +82,7 @@ class JitCore {
   std::vector<Tensor> replay(const std::vector<Tensor>& inputs);
   void capture_from(std::vector<CacheEntry> ran, const CaptureLog& log, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs);
+  void prepare_replay();  // the per-kernel buffers and direct launches of captured_
   void bind(std::size_t slot, const std::shared_ptr<RawBuffer>& buf);
 
   int calls_ = 0;

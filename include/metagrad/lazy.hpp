@@ -1,31 +1,40 @@
 #pragma once
-// LazyBuffer: a Tensor without derivatives (the seed's lazy.py). Unrealized, it holds the LazyOp
+// LazyBuffer: a Tensor without derivatives (the seed's lazy.py). Unrealized, it holds the GraphOp
 // that computes it; realized, a RawBuffer. Movement ops make views: a LazyBuffer whose op is the
 // MovementOp on its parent and whose ShapeTracker maps its shape into the base's buffer, so no
 // movement op copies. realize() schedules the graph into kernels (fusing elementwise work into
 // its consumer) and runs them on the buffer's device. With env GRAPH=1, every realize adds the
 // buffers it computes to a Graphviz DOT file (env GRAPH_PATH, default /tmp/metagrad_graph.dot).
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "metagrad/ast.hpp"
+#include "metagrad/device.hpp"
 #include "metagrad/ops.hpp"
+#include "metagrad/runtime/lib.hpp"
 #include "metagrad/shape/shapetracker.hpp"
 
 namespace metagrad {
 
 struct LazyBuffer;
 using LazyBufferPtr = std::shared_ptr<LazyBuffer>;
+// A node of the lazy graph: an op on LazyBuffers. The scheduler (runtime/schedule.cpp) turns the
+// graph into kernel ASTs (LazyOp, ast.hpp), whose leaves are buffer descriptors instead.
+using GraphOp = OpNode<LazyBufferPtr>;
+using GraphSrc = GraphOp::Src;
 
 struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   std::string device;
   DType dtype;
   ShapeTracker st;
   std::shared_ptr<RawBuffer> realized;  // set once computed (bases only; a view reads its base's)
-  std::shared_ptr<LazyOp> op;           // how to compute it; dropped once realized
+  std::shared_ptr<GraphOp> op;          // how to compute it; dropped once realized
   const std::uint64_t id = next_id++;   // unique in the process: names the buffer in GRAPH=1 output
 
-  LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<LazyOp> op_,
+  LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<GraphOp> op_,
              std::shared_ptr<RawBuffer> realized_ = nullptr);
   LazyBuffer(const LazyBuffer&) = delete;
   LazyBuffer& operator=(const LazyBuffer&) = delete;
@@ -74,6 +83,10 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   friend void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child);
 };
 
+// A LazyBuffer leaf's dtype and shape, for node_dtype and node_shape (ast.hpp) over GraphOps.
+inline DType leaf_dtype(const LazyBufferPtr& b) { return b->dtype; }
+inline Dims leaf_shape(const LazyBufferPtr& b) { return b->shape(); }
+
 // What realize() and Tensor::assign report while a CaptureLog is installed (TinyJit's capture):
 // which tensors were replaced by assign, and work that a replay of the launched kernels would not
 // repeat (copies from a compiled device, random numbers, custom loads, interpreted kernels).
@@ -89,9 +102,6 @@ struct CaptureLog {
 // Called by Tensor::assign; records into CaptureLog::active when one is installed.
 void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after);
 
-// Reads a realized, contiguous buffer's bytes as doubles (host copy), for to_vector and tests.
-std::vector<double> read_as_double(const RawBuffer& buf);
-
 template <class T>
 std::vector<T> LazyBuffer::to_vector() {
   LazyBufferPtr c = contiguous();
@@ -103,17 +113,5 @@ std::vector<T> LazyBuffer::to_vector() {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(v[i]);
   return out;
 }
-
-// Writes doubles (one per element) into a buffer of any dtype, converting as C does.
-void write_from_double(RawBuffer& buf, const std::vector<double>& values);
-
-// The dtype and shape an AST node produces.
-DType ast_dtype(const LazySrc& src);
-// Identity of a kernel (binary, not for printing): ops, args, constants (exactly), and each leaf's
-// dtype and views.
-std::string ast_key(const LazyOp& ast, DType out_dtype);
-std::string ast_key(const LazyOp& ast, DType out_dtype,
-                    const std::vector<LazyBufferPtr>& leaves);  // ast.buffers()
-Dims ast_shape(const LazySrc& src);
 
 }  // namespace metagrad

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "metagrad/fixed.hpp"
+#include "metagrad/ops.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

@@ -4,7 +4,9 @@
 // dynamic graph (metagrad::lower) and ahead-of-time generators (metagrad::aot), plus the version
 // macros. Device-specific headers (runtime/ops_llvm.hpp, runtime/ops_opencl.hpp) stay separate.
 #include "metagrad/aot.hpp"
+#include "metagrad/ast.hpp"
 #include "metagrad/datasets/fashion_mnist.hpp"
+#include "metagrad/device.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/jit.hpp"
@@ -15,6 +17,8 @@
 #include "metagrad/nn/optim.hpp"
 #include "metagrad/nn/state.hpp"
 #include "metagrad/ops.hpp"
+#include "metagrad/runtime/disk_cache.hpp"
+#include "metagrad/runtime/host_program.hpp"
 #include "metagrad/runtime/lib.hpp"
 #include "metagrad/runtime/ops_clang.hpp"
 #include "metagrad/shape/shapetracker.hpp"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "metagrad/lazy.hpp"
+#include "metagrad/ops.hpp"
 
 namespace metagrad {
 

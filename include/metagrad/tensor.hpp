@@ -12,7 +12,10 @@
 #include <variant>
 #include <vector>
 
+#include "metagrad/device.hpp"
+#include "metagrad/lazy.hpp"
 #include "metagrad/mlops.hpp"
+#include "metagrad/ops.hpp"
 
 namespace metagrad {
 

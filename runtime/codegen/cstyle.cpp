@@ -192,7 +192,8 @@ struct Renderer {
     return detail::cat(buf, "[", idx, "] = ", v, ";");
   }
 
-  std::string function() const {
+  // `void NAME(buffers..., int start, int end) {` and the group's local memory.
+  std::string signature() const {
     std::string src;
     // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
     // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
@@ -210,6 +211,34 @@ struct Renderer {
       if (k.uops[i].uop == UOps::GROUP)
         src += detail::cat("  __local ", compute(k.uops[i].dtype), " lds", std::to_string(i), "[",
                            std::to_string(k.uops[i].extent), "];\n");
+    return src;
+  }
+
+  // The head of a loop: the threaded one takes the work-item's id (OpenCL) or the start..end range.
+  std::string loop_head(const UOp& u) const {
+    if (u.threaded && !lang.range_arguments)
+      return detail::cat("{ int ", u.name, " = ", k.local_size ? "get_group_id(0)" : lang.global_id, ";");
+    if (u.threaded)
+      return detail::cat("for (int ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {");
+    return detail::cat("for (int ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ", u.name,
+                       "++) {");
+  }
+
+  // A GROUP (uop i) combining v0 across the work-group: barriers: the previous use of lds is read
+  // by all; then all are written.
+  std::vector<std::string> group_lines(const UOp& u, std::size_t i, const std::string& v0) const {
+    std::string lds = "lds" + std::to_string(i), lid = "lidx0", self = "v" + std::to_string(i);
+    UOp as_alu = u;
+    as_alu.vin = {u.vin[0], u.vin[0]};
+    return {detail::cat("barrier(CLK_LOCAL_MEM_FENCE); ", lds, "[", lid, "] = ", v0,
+                        "; barrier(CLK_LOCAL_MEM_FENCE);"),
+            detail::cat(compute(u.dtype), " ", self, " = ", lds, "[0];"),
+            detail::cat("for (int g = 1; g < ", std::to_string(u.extent), "; g++) ", self, " = ",
+                        alu(as_alu, {self, lds + "[g]"}, k.uops), ";")};
+  }
+
+  std::string function() const {
+    std::string src = signature();
     std::vector<std::string> names(k.uops.size());
     int depth = 1;
     auto line = [&](const std::string& s) {
@@ -222,14 +251,7 @@ struct Renderer {
       std::string self = "v" + std::to_string(i);
       switch (u.uop) {
         case UOps::LOOP:
-          if (u.threaded && !lang.range_arguments)
-            line(
-                detail::cat("{ int ", u.name, " = ", k.local_size ? "get_group_id(0)" : lang.global_id, ";"));
-          else if (u.threaded)
-            line(detail::cat("for (int ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {"));
-          else
-            line(detail::cat("for (int ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ",
-                             u.name, "++) {"));
+          line(loop_head(u));
           ++depth;
           break;
         case UOps::ENDLOOP:
@@ -268,18 +290,10 @@ struct Renderer {
           line(detail::cat("{ int ", u.name, " = get_local_id(0);"));
           ++depth;
           break;
-        case UOps::GROUP: {  // barriers: the previous use of lds is read by all; then all are written
-          std::string lds = "lds" + std::to_string(i), lid = "lidx0";
+        case UOps::GROUP:
           names[i] = self;
-          line(detail::cat("barrier(CLK_LOCAL_MEM_FENCE); ", lds, "[", lid, "] = ", v[0],
-                           "; barrier(CLK_LOCAL_MEM_FENCE);"));
-          UOp as_alu = u;
-          as_alu.vin = {u.vin[0], u.vin[0]};
-          line(detail::cat(compute(u.dtype), " ", self, " = ", lds, "[0];"));
-          line(detail::cat("for (int g = 1; g < ", std::to_string(u.extent), "; g++) ", self, " = ",
-                           alu(as_alu, {self, lds + "[g]"}, k.uops), ";"));
+          for (const std::string& l : group_lines(u, i, v[0])) line(l);
           break;
-        }
       }
     }
     return src + "}\n";

@@ -6,13 +6,11 @@ namespace metagrad::codegen {
 
 namespace {
 
-// The kernel buffer index of a leaf source (1 + its position among the kernel's inputs).
-std::optional<std::size_t> leaf_index(const Kernel& k, const LazySrc& s) {
-  auto* leaf = std::get_if<LazyBufferPtr>(&s);
+// The kernel buffer index of a leaf source.
+std::optional<std::size_t> leaf_index(const LazySrc& s) {
+  auto* leaf = std::get_if<MemBuffer>(&s);
   if (!leaf) return std::nullopt;
-  auto it = std::find(k.bufs.begin(), k.bufs.end(), *leaf);
-  if (it == k.bufs.end()) return std::nullopt;
-  return static_cast<std::size_t>(it - k.bufs.begin()) + 1;
+  return leaf->index;
 }
 
 // A single unmasked view: its strides and offset.
@@ -27,9 +25,9 @@ std::optional<GemmPlan> match_gemm(const Kernel& k) {
   const LazyOp* r = k.reduceop;
   if (!r || r->op != FusedOps::MULACC || r->src.size() != 2 || k.out_dtype != dtypes::float32) return std::nullopt;
   if (k.shape_len() > k.first_reduce + 1) return std::nullopt;  // one reduce axis (none: k = 1)
-  auto ia = leaf_index(k, r->src[0]), ib = leaf_index(k, r->src[1]);
-  if (!ia || !ib) return std::nullopt;
-  if (k.bufs[*ia - 1]->dtype != dtypes::float32 || k.bufs[*ib - 1]->dtype != dtypes::float32) return std::nullopt;
+  auto ia = leaf_index(r->src[0]), ib = leaf_index(r->src[1]);
+  if (!ia || !ib || *ia == 0 || *ib == 0 || *ia >= k.sts.size() || *ib >= k.sts.size()) return std::nullopt;
+  if (k.bufs[*ia - 1].dtype != dtypes::float32 || k.bufs[*ib - 1].dtype != dtypes::float32) return std::nullopt;
   const View *va = plain_view(k.sts[*ia]), *vb = plain_view(k.sts[*ib]), *vc = plain_view(k.sts[0]);
   if (!va || !vb || !vc) return std::nullopt;
 

@@ -29,12 +29,12 @@ std::int64_t count_alu(const LazyOp& op) {
 }  // namespace
 
 Kernel::Kernel(std::shared_ptr<LazyOp> ast_, DType out_dtype_) : ast(std::move(ast_)), out_dtype(out_dtype_) {
-  bufs = ast->buffers();
+  bufs = mem_buffers(*ast);
   find_reduce(*ast, reduceop);
   output_shape = ast_shape(ast);
   Dims full = reduceop ? ast_shape(reduceop->src.at(0)) : output_shape;
   sts.emplace_back(output_shape);
-  for (const auto& b : bufs) sts.push_back(b->st);
+  for (const MemBuffer& b : bufs) sts.push_back(b.st);
   for (ShapeTracker& st : sts)
     if (st.shape() != full) st.expand(full);  // output-shaped: stride 0 along reduced axes
   op_estimate = count_alu(*ast) * prod(full);

@@ -42,7 +42,7 @@ struct Linearizer {
 
   int load(std::size_t buf, const Dims& pos) {
     auto [idx, valid] = k.sts[buf].expr_idxs(idxs_at(pos));
-    DType dt = buf == 0 ? k.out_dtype : k.bufs[buf - 1]->dtype;
+    DType dt = buf == 0 ? k.out_dtype : k.bufs[buf - 1].dtype;
     if (valid.is_num() && valid.b() == 0) return constant(0, dt);
     return cse(detail::cat("L|", std::to_string(buf), "|", idx.render(), "|", valid.render()),
                UOp{UOps::LOAD, dt, {}, UnaryOps::NOOP, static_cast<int>(buf), idx, valid});
@@ -50,10 +50,7 @@ struct Linearizer {
 
   // The AST at one upcast position; `reduced` is the reduce's value there (post-reduce part).
   int ast(const LazySrc& s, const Dims& pos, int reduced) {
-    if (auto* b = std::get_if<LazyBufferPtr>(&s)) {
-      auto i = std::find(k.bufs.begin(), k.bufs.end(), *b) - k.bufs.begin();
-      return load(static_cast<std::size_t>(i) + 1, pos);
-    }
+    if (auto* b = std::get_if<MemBuffer>(&s)) return load(b->index, pos);
     const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
     if (&op == k.reduceop) return reduced;
     if (op.op == LoadOps::CONST) {
@@ -100,32 +97,30 @@ struct Linearizer {
     return mine;
   }
 
-  void run() {
-    const Dims& shape = k.full_shape();
-    std::size_t looped_end = k.shape_len() - k.upcasted;
-    out.name = k.name();
-    out.buf_dtypes.push_back(k.out_dtype);
-    for (const auto& b : k.bufs) out.buf_dtypes.push_back(b->dtype);
-    out.op_estimate = k.op_estimate;
-    loop_vars.assign(k.shape_len(), Node(0));
+  std::vector<int> open;  // the loops opened and not yet closed
 
-    // The outermost global loop is the threaded one; a kernel without global axes gets one of 1.
-    std::vector<int> open;
-    auto open_loop = [&](const std::string& name, std::int64_t extent, bool threaded) {
-      open.push_back(
-          push(UOp{UOps::LOOP, dtypes::int32, {}, UnaryOps::NOOP, -1, 0, 1, 0, name, extent, threaded}));
-    };
-    auto open_axis = [&](std::size_t d, const std::string& name, bool threaded) {
-      loop_vars[d] =
-          symbolic::Variable(name, 0, std::max<std::int64_t>(shape[d] - 1, 0));  // 0 trips when empty
-      open_loop(name, shape[d], threaded);
-    };
-    // OpenCL groups: the last looped axis is the work-item's index in the group (the threaded loop).
-    std::size_t reduce_end = looped_end - (k.local_size ? 1 : 0);
+  void open_loop(const std::string& name, std::int64_t extent, bool threaded) {
+    open.push_back(
+        push(UOp{UOps::LOOP, dtypes::int32, {}, UnaryOps::NOOP, -1, 0, 1, 0, name, extent, threaded}));
+  }
+  void open_axis(std::size_t d, const std::string& name, bool threaded) {
+    std::int64_t n = k.full_shape()[d];
+    loop_vars[d] = symbolic::Variable(name, 0, std::max<std::int64_t>(n - 1, 0));  // 0 trips when empty
+    open_loop(name, n, threaded);
+  }
+  void close_loops(std::size_t keep) {
+    while (open.size() > keep) open.pop_back(), push(UOp{UOps::ENDLOOP});
+  }
+  // OpenCL groups: the last looped axis is the work-item's index in the group (the threaded loop).
+  std::size_t reduce_end() const { return k.shape_len() - k.upcasted - (k.local_size ? 1 : 0); }
+
+  // The global loops. The outermost is the threaded one (a kernel without global axes gets one of
+  // 1); just inside it, a blocked reduce's block loop and OpenCL's group-local index.
+  void open_global_loops() {
     auto after_threaded = [&] {
       if (k.blocked) open_axis(k.first_reduce, "ridx0", false);  // the reduce's block loop
       if (!k.local_size) return;
-      loop_vars[reduce_end] = symbolic::Variable("lidx0", 0, k.local_size - 1);
+      loop_vars[reduce_end()] = symbolic::Variable("lidx0", 0, k.local_size - 1);
       open.push_back(
           push(UOp{UOps::LOCAL, dtypes::int32, {}, UnaryOps::NOOP, -1, 0, 1, 0, "lidx0", k.local_size}));
       out.local_size = k.local_size;
@@ -133,86 +128,108 @@ struct Linearizer {
     if (k.first_reduce == 0) open_loop("gidx0", 1, true), out.global_size = 1, after_threaded();
     for (std::size_t d = 0; d < k.first_reduce; ++d) {
       open_axis(d, "gidx" + std::to_string(d), d == 0);
-      if (d == 0) out.global_size = shape[d], after_threaded();
+      if (d == 0) out.global_size = k.full_shape()[d], after_threaded();
     }
+  }
 
-    std::vector<Dims> out_positions = upcast_positions(false);
+  // One accumulator per reduce-upcast position of an output position. Blocked: the sum so far is
+  // in the output, except in the first block (a load that is invalid there reads 0, the sum's
+  // identity).
+  std::vector<int> define_accumulators(const Dims& out_pos, std::size_t count, DType acc_dt, double init) {
+    std::vector<int> from;
+    if (k.blocked) {
+      auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_pos));
+      from.push_back(push(UOp{UOps::LOAD,
+                              acc_dt,
+                              {},
+                              UnaryOps::NOOP,
+                              0,
+                              idx,
+                              Node::ands({valid, loop_vars[k.first_reduce] >= Node(1)})}));
+    }
+    std::vector<int> accs;
+    for (std::size_t i = 0; i < count; ++i)
+      accs.push_back(
+          push(UOp{UOps::DEFINE_ACC, acc_dt, i ? std::vector<int>{} : from, UnaryOps::NOOP, -1, 0, 1, init}));
+    return accs;
+  }
+
+  // Partial accumulators combine pairwise: a balanced tree, the same order everywhere.
+  int combine(std::vector<int> level, DType acc_dt, Op update) {
+    while (level.size() > 1) {
+      std::vector<int> next;
+      for (std::size_t i = 0; i + 1 < level.size(); i += 2)
+        next.push_back(push(UOp{UOps::ALU, acc_dt, {level[i], level[i + 1]}, update}));
+      if (level.size() % 2) next.push_back(level.back());
+      level = std::move(next);
+    }
+    if (k.local_size)  // every work-item gets the group's total; the first one stores it
+      return push(UOp{UOps::GROUP, acc_dt, {level[0]}, update, -1, 0, 1, 0, {}, k.local_size});
+    return level[0];
+  }
+
+  // The reduce loops: per output position, the reduce's value (-1 without a reduce).
+  std::vector<int> reduce(const std::vector<Dims>& out_positions) {
     std::vector<int> reduced(out_positions.size(), -1);
-    if (k.reduceop) {
-      const LazyOp& r = *k.reduceop;
-      bool is_max = r.op == ReduceOps::MAX;
-      DType acc_dt = ast_dtype(r.src.at(0));
-      double init = is_max ? dtypes::min_value(acc_dt) : 0;
-      std::vector<std::vector<int>> accs(out_positions.size());
-      std::vector<std::vector<Dims>> positions;  // per output position, its reduce-upcast positions
-      for (std::size_t o = 0; o < out_positions.size(); ++o) {
-        positions.push_back(reduce_positions(out_positions[o]));
-        // Blocked: the sum so far is in the output, except in the first block (a load that is
-        // invalid there reads 0, the sum's identity).
-        std::vector<int> from;
-        if (k.blocked) {
-          auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
-          from.push_back(push(UOp{UOps::LOAD,
-                                  acc_dt,
-                                  {},
-                                  UnaryOps::NOOP,
-                                  0,
-                                  idx,
-                                  Node::ands({valid, loop_vars[k.first_reduce] >= Node(1)})}));
+    if (!k.reduceop) return reduced;
+    const LazyOp& r = *k.reduceop;
+    bool is_max = r.op == ReduceOps::MAX;
+    DType acc_dt = ast_dtype(r.src.at(0));
+    double init = is_max ? dtypes::min_value(acc_dt) : 0;
+    std::vector<std::vector<int>> accs;
+    std::vector<std::vector<Dims>> positions;  // per output position, its reduce-upcast positions
+    for (const Dims& o : out_positions) {
+      positions.push_back(reduce_positions(o));
+      accs.push_back(define_accumulators(o, positions.back().size(), acc_dt, init));
+    }
+    std::size_t outer = open.size();
+    std::size_t first_looped = k.first_reduce + (k.blocked ? 1 : 0);
+    for (std::size_t d = first_looped; d < reduce_end(); ++d)
+      open_axis(d, "ridx" + std::to_string(d - k.first_reduce), false);
+    Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
+    for (std::size_t o = 0; o < out_positions.size(); ++o) {
+      const std::vector<Dims>& rp = positions[o];
+      for (std::size_t i = 0; i < rp.size(); ++i) {
+        int v;
+        if (r.op == FusedOps::MULACC) {
+          int a = ast(r.src[0], rp[i], -1), b = ast(r.src[1], rp[i], -1);
+          v = push(UOp{UOps::ALU, acc_dt, {a, b}, BinaryOps::MUL});
+        } else {
+          v = ast(r.src[0], rp[i], -1);
         }
-        for (std::size_t i = 0; i < positions[o].size(); ++i)
-          accs[o].push_back(push(
-              UOp{UOps::DEFINE_ACC, acc_dt, i ? std::vector<int>{} : from, UnaryOps::NOOP, -1, 0, 1, init}));
-      }
-      std::size_t outer = open.size();
-      for (std::size_t d = k.first_reduce + (k.blocked ? 1 : 0); d < reduce_end; ++d)
-        open_axis(d, "ridx" + std::to_string(d - k.first_reduce), false);
-      Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
-      for (std::size_t o = 0; o < out_positions.size(); ++o) {
-        const std::vector<Dims>& rp = positions[o];
-        for (std::size_t i = 0; i < rp.size(); ++i) {
-          int v;
-          if (r.op == FusedOps::MULACC) {
-            int a = ast(r.src[0], rp[i], -1), b = ast(r.src[1], rp[i], -1);
-            v = push(UOp{UOps::ALU, acc_dt, {a, b}, BinaryOps::MUL});
-          } else {
-            v = ast(r.src[0], rp[i], -1);
-          }
-          push(UOp{UOps::ACC, acc_dt, {accs[o][i], v}, update});
-        }
-      }
-      while (open.size() > outer) open.pop_back(), push(UOp{UOps::ENDLOOP});
-      for (std::size_t d = k.first_reduce + (k.blocked ? 1 : 0); d < reduce_end; ++d) loop_vars[d] = 0;
-      seen.clear();  // values computed inside the reduce loop are out of scope after it
-      // Partial accumulators combine pairwise: a balanced tree, the same order everywhere.
-      for (std::size_t o = 0; o < out_positions.size(); ++o) {
-        std::vector<int> level = accs[o];
-        while (level.size() > 1) {
-          std::vector<int> next;
-          for (std::size_t i = 0; i + 1 < level.size(); i += 2)
-            next.push_back(push(UOp{UOps::ALU, acc_dt, {level[i], level[i + 1]}, update}));
-          if (level.size() % 2) next.push_back(level.back());
-          level = std::move(next);
-        }
-        reduced[o] = level[0];
-        if (k.local_size)  // every work-item gets the group's total; the first one stores it
-          reduced[o] = push(UOp{UOps::GROUP, acc_dt, {level[0]}, update, -1, 0, 1, 0, {}, k.local_size});
+        push(UOp{UOps::ACC, acc_dt, {accs[o][i], v}, update});
       }
     }
+    close_loops(outer);
+    for (std::size_t d = first_looped; d < reduce_end(); ++d) loop_vars[d] = 0;
+    seen.clear();  // values computed inside the reduce loop are out of scope after it
+    for (std::size_t o = 0; o < out_positions.size(); ++o) reduced[o] = combine(accs[o], acc_dt, update);
+    return reduced;
+  }
+
+  void run() {
+    out.name = k.name();
+    out.buf_dtypes.push_back(k.out_dtype);
+    for (const MemBuffer& b : k.bufs) out.buf_dtypes.push_back(b.dtype);
+    out.op_estimate = k.op_estimate;
+    loop_vars.assign(k.shape_len(), Node(0));
+    open_global_loops();
+    std::vector<Dims> out_positions = upcast_positions(false);
+    std::vector<int> reduced = reduce(out_positions);
     for (std::size_t o = 0; o < out_positions.size(); ++o) {
       int v = ast(k.ast, out_positions[o], reduced[o]);
       auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
-      if (k.local_size) valid = Node::ands({valid, loop_vars[reduce_end] < Node(1)});
+      if (k.local_size) valid = Node::ands({valid, loop_vars[reduce_end()] < Node(1)});
       push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
     }
-    while (!open.empty()) open.pop_back(), push(UOp{UOps::ENDLOOP});
+    close_loops(0);
   }
 };
 
 }  // namespace
 
 LinearizedKernel linearize(const Kernel& k) {
-  Linearizer l{k, {}, {}, {}};
+  Linearizer l{k, {}, {}, {}, {}};
   l.run();
   return std::move(l.out);
 }

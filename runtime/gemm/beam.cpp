@@ -21,7 +21,7 @@
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/runtime/gemm.hpp"
-#include "metagrad/runtime/ops_clang.hpp"  // kernel_cache_dir, stable_hash
+#include "metagrad/runtime/disk_cache.hpp"
 
 namespace metagrad::gemm {
 namespace {

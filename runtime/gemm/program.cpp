@@ -3,9 +3,8 @@
 #include <unordered_map>
 
 #include "metagrad/helpers.hpp"
-#include "metagrad/lazy.hpp"
 #include "metagrad/runtime/gemm.hpp"
-#include "metagrad/runtime/ops_clang.hpp"  // host_pointer
+#include "metagrad/runtime/host_program.hpp"  // host_pointer
 
 namespace metagrad {
 
@@ -19,12 +18,29 @@ RawBuffer* scratch(std::int64_t elements) {
   return b.get();
 }
 
-// A copy of `op` with the node `target` replaced by `leaf`.
-std::shared_ptr<LazyOp> replace(const LazyOp& op, const LazyOp* target, const LazySrc& leaf) {
+// A copy of `op` with the node `target` replaced by `c`, and every buffer leaf renumbered by `index`.
+std::shared_ptr<LazyOp> replace(const LazyOp& op, const LazyOp* target, const MemBuffer& c,
+                                const std::vector<std::size_t>& index) {
   auto out = std::make_shared<LazyOp>(op);
-  for (LazySrc& s : out->src)
-    if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s)) s = o->get() == target ? leaf : LazySrc(replace(**o, target, leaf));
+  for (LazySrc& s : out->src) {
+    if (auto* b = std::get_if<MemBuffer>(&s))
+      b->index = index.at(b->index);
+    else if (auto& o = std::get<std::shared_ptr<LazyOp>>(s); o.get() == target)
+      s = c;
+    else
+      s = replace(*o, target, c, index);
+  }
   return out;
+}
+
+// The buffer indices the AST above `target` reads (not those only under it).
+void used_above(const LazyOp& op, const LazyOp* target, std::vector<bool>& used) {
+  for (const LazySrc& s : op.src) {
+    if (auto* b = std::get_if<MemBuffer>(&s))
+      used.at(b->index) = true;
+    else if (auto& o = std::get<std::shared_ptr<LazyOp>>(s); o.get() != target)
+      used_above(*o, target, used);
+  }
 }
 
 }  // namespace
@@ -72,24 +88,24 @@ ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, cons
                       "// A = buffer ", str(static_cast<std::int64_t>(p.a)), " strides (", str(p.ars), ", ",
                       str(p.acs), "), B = buffer ", str(static_cast<std::int64_t>(p.b)), " strides (", str(p.brs),
                       ", ", str(p.bcs), "), C row stride ", str(p.ldc), "\n");
-  r.op_estimate = k.op_estimate;
-  for (std::size_t i = 0; i < k.sts.size(); ++i)
-    r.mem_estimate += (i == 0 ? prod(k.output_shape) * k.out_dtype.itemsize
-                              : k.bufs[i - 1]->base()->st.size() * k.bufs[i - 1]->dtype.itemsize);
+  r.op_estimate = k.op_estimate;  // (the device sets mem_estimate from the buffers it runs on)
   std::optional<GemmEpilogue> epi;
   if (p.epilogue) {
-    // The AST with the reduce replaced by a leaf reading C (contiguous, the output's shape).
-    auto c = std::make_shared<LazyBuffer>("", ShapeTracker(k.output_shape), dtypes::float32, nullptr);
-    auto ast = replace(*k.ast, k.reduceop, c);
+    // The AST with the reduce replaced by a buffer holding C (contiguous, the output's shape): the
+    // buffers it still reads are renumbered 1.. in order, C last.
+    std::vector<bool> used(k.bufs.size() + 1, false);
+    used_above(*k.ast, k.reduceop, used);
+    std::vector<std::size_t> index(k.bufs.size() + 1, 0);
     epi.emplace();
-    epi->runner = codegen::lower(ast, k.out_dtype, render);
+    for (std::size_t i = 1; i < used.size(); ++i)
+      if (used[i]) index[i] = epi->inputs.size() + 1, epi->inputs.push_back(static_cast<int>(i));
+    epi->inputs.push_back(-1);
+    MemBuffer c{epi->inputs.size(), dtypes::float32, ShapeTracker(k.output_shape)};
+    auto ast = replace(*k.ast, k.reduceop, c, index);
+    epi->runner = codegen::run_pipeline(ast, k.out_dtype, render);
     epi->runner.clprg = compile(epi->runner.name, epi->runner.prg);
     epi->runner.clprg->op_estimate = epi->runner.op_estimate;
     epi->c_size = prod(k.output_shape);
-    for (const auto& leaf : ast->buffers()) {
-      auto it = std::find(k.bufs.begin(), k.bufs.end(), leaf);
-      epi->inputs.push_back(leaf == c ? -1 : static_cast<int>(it - k.bufs.begin()) + 1);
-    }
     r.prg += "// then the epilogue over C:\n" + epi->runner.prg;
   }
   r.clprg = std::make_shared<GemmProgram>(p, std::move(epi));

@@ -4,10 +4,12 @@
 // and output-shaped inputs' have stride 0 on reduced axes), axes are ordered [global..., reduce...,
 // upcast...], and the optimiser reshapes and upcasts axes; the linearizer reads the result.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "metagrad/lazy.hpp"
+#include "metagrad/ast.hpp"
+#include "metagrad/shape/shapetracker.hpp"
 
 namespace metagrad::codegen {
 
@@ -34,8 +36,8 @@ class Kernel {
   std::shared_ptr<LazyOp> ast;
   const LazyOp* reduceop = nullptr;  // the single reduce (ReduceOps or MULACC), if any
   DType out_dtype;
-  std::vector<LazyBufferPtr> bufs;  // inputs: bufs[i] is kernel buffer i + 1 (0 is the output)
-  std::vector<ShapeTracker> sts;    // sts[0] output, sts[i + 1] for bufs[i]; all over full_shape
+  std::vector<MemBuffer> bufs;    // inputs: bufs[i] is kernel buffer i + 1 (0 is the output)
+  std::vector<ShapeTracker> sts;  // sts[0] output, sts[i + 1] for bufs[i]; all over full_shape
 
   const Dims& full_shape() const { return sts[0].shape(); }
   std::size_t shape_len() const { return full_shape().size(); }

@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "metagrad/codegen/gemm.hpp"
-#include "metagrad/codegen/lower.hpp"
-#include "metagrad/ops.hpp"
+#include "metagrad/codegen/pipeline.hpp"
+#include "metagrad/device.hpp"
 
 namespace metagrad {
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -88,5 +89,10 @@ class RawMallocBuffer : public RawBuffer {
  private:
   std::byte* ptr_;
 };
+
+// Reads a buffer's elements as doubles (host copy), for to_vector, the interpreter and tests.
+std::vector<double> read_as_double(const RawBuffer& buf);
+// Writes doubles (one per element) into a buffer of any dtype, converting as C does.
+void write_from_double(RawBuffer& buf, const std::vector<double>& values);
 
 }  // namespace metagrad

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/runtime/host_program.hpp"
 
 namespace metagrad {
 

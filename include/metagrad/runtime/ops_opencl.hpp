@@ -13,7 +13,7 @@
 #include <string>
 
 #include "metagrad/codegen/cstyle.hpp"
-#include "metagrad/ops.hpp"
+#include "metagrad/device.hpp"
 
 struct _cl_mem;
 struct _cl_program;

@@ -1,12 +1,12 @@
-#include "metagrad/codegen/lower.hpp"
+#include "metagrad/codegen/pipeline.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
 namespace metagrad::codegen {
 
-ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render,
-                const Opts& opts) {
+ASTRunner run_pipeline(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render,
+                       const Opts& opts) {
   Kernel k(ast, out_dtype);
   k.hand_coded_optimizations(opts);
   LinearizedKernel lin = linearize(k);
@@ -16,10 +16,6 @@ ASTRunner lower(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Rende
   r.global_size = {lin.global_size * std::max<std::int64_t>(lin.local_size, 1)};
   if (lin.local_size) r.local_size = {lin.local_size};
   r.op_estimate = lin.op_estimate;
-  for (std::size_t i = 0; i < lin.buf_dtypes.size(); ++i) {
-    std::int64_t elems = i == 0 ? prod(k.output_shape) : k.bufs[i - 1]->base()->st.size();
-    r.mem_estimate += elems * lin.buf_dtypes[i].itemsize;
-  }
   long debug = getenv_int("DEBUG");
   if (debug >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
   if (debug >= 5)

@@ -1,0 +1,79 @@
+// Host conversions of a RawBuffer's elements to and from double, whatever its dtype.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "metagrad/runtime/lib.hpp"
+
+namespace metagrad {
+
+namespace {
+
+// A host value of a realized buffer's element i, as double.
+double element_as_double(const std::byte* p, DType dt, std::size_t i) {
+  switch (dt.priority) {
+    case dtypes::bool_.priority:
+      return reinterpret_cast<const bool*>(p)[i];
+    case dtypes::int8.priority:
+      return reinterpret_cast<const std::int8_t*>(p)[i];
+    case dtypes::uint8.priority:
+      return reinterpret_cast<const std::uint8_t*>(p)[i];
+    case dtypes::int32.priority:
+      return reinterpret_cast<const std::int32_t*>(p)[i];
+    case dtypes::int64.priority:
+      return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
+    case dtypes::float16.priority:
+      return half::to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
+    case dtypes::float32.priority:
+      return reinterpret_cast<const float*>(p)[i];
+    default:
+      return reinterpret_cast<const double*>(p)[i];
+  }
+}
+
+}  // namespace
+
+void write_from_double(RawBuffer& buf, const std::vector<double>& v) {
+  std::vector<std::byte> bytes(buf.nbytes());
+  auto put = [&]<class T>(T*) {
+    for (std::size_t i = 0; i < buf.size; ++i) reinterpret_cast<T*>(bytes.data())[i] = static_cast<T>(v[i]);
+  };
+  switch (buf.dtype.priority) {
+    case dtypes::bool_.priority:
+      for (std::size_t i = 0; i < buf.size; ++i) reinterpret_cast<bool*>(bytes.data())[i] = v[i] != 0;
+      break;
+    case dtypes::int8.priority:
+      put(static_cast<std::int8_t*>(nullptr));
+      break;
+    case dtypes::uint8.priority:
+      put(static_cast<std::uint8_t*>(nullptr));
+      break;
+    case dtypes::int32.priority:
+      put(static_cast<std::int32_t*>(nullptr));
+      break;
+    case dtypes::int64.priority:
+      put(static_cast<std::int64_t*>(nullptr));
+      break;
+    case dtypes::float16.priority:
+      for (std::size_t i = 0; i < buf.size; ++i)
+        reinterpret_cast<std::uint16_t*>(bytes.data())[i] = half::from_float(static_cast<float>(v[i]));
+      break;
+    case dtypes::float32.priority:
+      put(static_cast<float*>(nullptr));
+      break;
+    default:
+      put(static_cast<double*>(nullptr));
+      break;
+  }
+  buf.copyin(bytes.data());
+}
+
+std::vector<double> read_as_double(const RawBuffer& buf) {
+  std::vector<std::byte> bytes(buf.nbytes());
+  buf.copyout(bytes.data());
+  std::vector<double> out(buf.size);
+  for (std::size_t i = 0; i < buf.size; ++i) out[i] = element_as_double(bytes.data(), buf.dtype, i);
+  return out;
+}
+
+}  // namespace metagrad

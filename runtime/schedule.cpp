@@ -1,0 +1,395 @@
+// The scheduler: realize() turns the lazy graph behind a buffer into kernels (LazyOp ASTs over
+// buffer descriptors) and loads, and runs them on the buffers' devices. It is the only code that
+// reads the lazy graph; devices and codegen get an AST and a list of RawBuffers, output first.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "metagrad/lazy.hpp"
+
+namespace metagrad {
+
+// The scheduler. Each unrealized base buffer is either a direct load (EMPTY, CONST, FROM, RAND,
+// CUSTOM, a CONTIGUOUS that can share its source) or a kernel: its op's AST with fusable sources
+// inlined. A source is inlined when it is an unrealized elementwise base read whole (not through a
+// view) with no other live consumer; constants are folded into the AST; anything else is a leaf
+// whose base is realized first.
+
+namespace {
+
+std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg arg = {}) {
+  return std::make_shared<GraphOp>(op, std::move(src), std::move(arg));
+}
+
+DType graph_dtype(const GraphSrc& src) { return node_dtype<LazyBufferPtr>(src); }
+Dims graph_shape(const GraphSrc& src) { return node_shape<LazyBufferPtr>(src); }
+
+struct Plan {
+  LazyBufferPtr buf;
+  std::shared_ptr<LazyOp> ast;        // a kernel; null for a direct load
+  std::vector<LazyBufferPtr> leaves;  // the kernel's inputs: leaves[i] is its buffer i + 1
+  std::vector<LazyBufferPtr> deps;
+  LazyBufferPtr from;  // FROM: the contiguous source on its own device
+};
+
+bool is_elementwise(const LazyBuffer& b) {
+  return !b.realized && b.op &&
+         (b.op->op.type == OpType::Unary || b.op->op.type == OpType::Binary ||
+          b.op->op.type == OpType::Fused);
+}
+
+// The constant a source stands for, when it is one everywhere: a CONST, or one element of a host
+// buffer coming to this device, seen through a view without padding.
+std::optional<ConstArg> folded_constant(LazyBuffer& s) {
+  if (s.st.views().back().mask.size() || s.st.views().size() > 1) return std::nullopt;
+  LazyBufferPtr b = s.base();
+  if (b->realized || !b->op) return std::nullopt;
+  if (b->op->op == LoadOps::CONST) return ConstArg{std::get<ConstArg>(b->op->arg).value, s.dtype, s.shape()};
+  if (b->op->op == LoadOps::FROM && b->st.size() == 1) {
+    LazyBufferPtr host = std::get<LazyBufferPtr>(b->op->src[0])->base();
+    if (host->realized && host->device == "CPU" && host->realized->size == 1)
+      return ConstArg{read_as_double(*host->realized)[0], s.dtype, s.shape()};
+  }
+  return std::nullopt;
+}
+
+bool is_reduce(const LazyBuffer& b) {
+  return !b.realized && b.op && (b.op->op.type == OpType::Reduce || b.op->op == FusedOps::MULACC);
+}
+
+// Builds one kernel's AST from a buffer's op, inlining what fuses:
+//  - an unrealized elementwise source with no other consumer, read whole or through views that
+//    neither pad nor add elements (its leaves then read through those views: movement ops move
+//    through elementwise ops instead of forcing a copy);
+//  - an unrealized reduce with no other consumer read whole by elementwise work, when the kernel
+//    holds no reduce yet (elementwise after a reduce runs in the reduce's kernel);
+//  - constants, folded.
+// A SUM of a MUL becomes FusedOps::MULACC. Anything else is a leaf whose base is realized first.
+// Leaves are MemBuffers numbered, while building, by their place in `inputs` (a buffer read whole
+// once however often it is read; one entry per read through views); number_leaves renumbers them.
+struct AstBuilder {
+  LazyBuffer& consumer;
+  std::vector<LazyBufferPtr>& deps;
+  bool has_reduce = false;
+  std::vector<LazyBufferPtr> inputs;  // per provisional index - 1: the buffer read
+  std::vector<bool> whole;            // per provisional index - 1: read without further views
+
+  // `above`: views (relative to the current base's contiguous layout) the kernel reads through.
+  LazySrc build(const GraphSrc& src, const std::vector<View>& above) {
+    if (auto* o = std::get_if<std::shared_ptr<GraphOp>>(&src)) return build_op(**o, above);
+    const LazyBufferPtr& b = std::get<LazyBufferPtr>(src);
+    if (auto c = folded_constant(*b)) {
+      if (!above.empty()) c->shape = above.back().shape;
+      return kernel_op(LoadOps::CONST, {}, *c);
+    }
+    LazyBufferPtr base = b->base();
+    if (base == b && is_elementwise(*b) && b->device == consumer.device &&
+        (b->live_children() <= 1 || cheap_to_recompute(*b)))
+      return build(b->op, above);
+    if (auto through = pushable_views(*b, above)) return build(base->op, *through);
+    if (base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
+        b->live_children() <= 1)
+      return build(b->op, above);
+    if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
+    return read_through(b, above);
+  }
+
+  LazySrc build_op(const GraphOp& op, const std::vector<View>& above) {
+    if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
+      if (!above.empty()) throw std::logic_error("scheduler: a reduce cannot be read through views");
+      // Reducing nothing gives the identity: no loop over an empty axis reaches a kernel.
+      if (prod(graph_shape(op.src.at(0))) == 0) {
+        DType dt = graph_dtype(op.src.at(0));
+        double init = op.op == ReduceOps::MAX ? dtypes::min_value(dt) : 0.0;
+        return kernel_op(LoadOps::CONST, {}, ConstArg{init, dt, std::get<Dims>(op.arg)});
+      }
+      has_reduce = true;
+    }
+    std::vector<LazySrc> s;
+    for (const GraphSrc& x : op.src) s.push_back(build(x, above));
+    if (op.op == ReduceOps::SUM)
+      if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
+        return kernel_op(FusedOps::MULACC, (*m)->src, op.arg);
+    return kernel_op(op.op, std::move(s), op.arg);
+  }
+
+  // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
+  // base that nothing else reads, with no padding and no more elements than the base.
+  std::optional<std::vector<View>> pushable_views(LazyBuffer& b, const std::vector<View>& above) {
+    if (!b.is_view() || b.live_children() > 1) return std::nullopt;
+    LazyBufferPtr base = b.base();
+    if (!is_elementwise(*base) || base->device != consumer.device || base->live_children() > 1)
+      return std::nullopt;
+    for (LazyBufferPtr v = b.shared_from_this(); v != base; v = std::get<LazyBufferPtr>(v->op->src[0]))
+      if (v->live_children() > 1) return std::nullopt;
+    if (b.st.size() > base->st.size()) return std::nullopt;
+    for (const View& v : b.st.views())
+      if (!v.mask.empty()) return std::nullopt;
+    std::vector<View> out = b.st.views();
+    out.insert(out.end(), above.begin(), above.end());
+    return out;
+  }
+
+  // Several consumers may each recompute a small elementwise buffer: rereading its few inputs costs
+  // about what writing and rereading it would, and saves a kernel (softmax's exp(x - max)). The
+  // size cap also bounds repeated inlining through chains of shared buffers.
+  static bool cheap_to_recompute(LazyBuffer& b) {
+    int budget = 6;
+    std::vector<const GraphOp*> stack{b.op.get()};
+    while (!stack.empty()) {
+      const GraphOp* o = stack.back();
+      stack.pop_back();
+      if (--budget < 0) return false;
+      for (const GraphSrc& x : o->src) {
+        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
+          stack.push_back(op->get());
+        } else {
+          const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
+          if (src->base() == src && is_elementwise(*src)) stack.push_back(src->op.get());
+        }
+      }
+    }
+    return true;
+  }
+
+  static std::shared_ptr<LazyOp> kernel_op(Op op, std::vector<LazySrc> src = {}, OpArg arg = {}) {
+    return std::make_shared<LazyOp>(op, std::move(src), std::move(arg));
+  }
+
+  // A leaf that reads b, through more views when `above` has any.
+  LazySrc read_through(const LazyBufferPtr& b, const std::vector<View>& above) {
+    if (above.empty()) {
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (whole[i] && inputs[i] == b) return MemBuffer{i + 1, b->dtype, b->st};
+      inputs.push_back(b), whole.push_back(true);
+      return MemBuffer{inputs.size(), b->dtype, b->st};
+    }
+    std::vector<View> views = b->st.views();
+    views.insert(views.end(), above.begin(), above.end());
+    ShapeTracker st(views);
+    st.simplify();
+    inputs.push_back(b), whole.push_back(false);
+    return MemBuffer{inputs.size(), b->dtype, std::move(st)};
+  }
+};
+
+// Renumbers the leaves of a kernel built with provisional indices (into `inputs`) in
+// for_each_leaf's order, which numbers the kernel's buffers (generated sources and cache keys
+// depend on it), and returns the buffers in that order.
+std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBufferPtr>& inputs) {
+  std::vector<std::size_t> final_index(inputs.size() + 1, 0);
+  std::vector<LazyBufferPtr> leaves;
+  for_each_leaf(ast, [&](const MemBuffer& m) {
+    if (!final_index[m.index])
+      final_index[m.index] = leaves.size() + 1, leaves.push_back(inputs[m.index - 1]);
+  });
+  std::vector<LazyOp*> stack{&ast};
+  while (!stack.empty()) {
+    LazyOp* o = stack.back();
+    stack.pop_back();
+    for (LazySrc& x : o->src) {
+      if (auto* m = std::get_if<MemBuffer>(&x))
+        m->index = final_index[m->index];
+      else
+        stack.push_back(std::get<std::shared_ptr<LazyOp>>(x).get());
+    }
+  }
+  return leaves;
+}
+
+// Fills p.ast (and p.leaves, p.deps) with the kernel that computes `op` into p.buf.
+void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op) {
+  AstBuilder builder{*p.buf, p.deps, false, {}, {}};
+  p.ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
+  p.leaves = number_leaves(*p.ast, builder.inputs);
+}
+
+Plan make_plan(const LazyBufferPtr& b) {
+  Plan p{b, nullptr, {}, {}, nullptr};
+  const GraphOp& op = *b->op;
+  if (op.op.type != OpType::Load) {
+    plan_kernel(p, b->op);
+  } else if (op.op == LoadOps::CONTIGUOUS) {
+    plan_kernel(p, make_op(UnaryOps::NOOP, op.src));
+  } else if (op.op == LoadOps::FROM) {
+    p.from = std::get<LazyBufferPtr>(op.src[0])->contiguous();
+    if (!p.from->base()->realized) p.deps.push_back(p.from->base());
+  } else if (op.op == LoadOps::CUSTOM) {
+    for (const GraphSrc& s : op.src) {
+      LazyBufferPtr base = std::get<LazyBufferPtr>(s)->base();
+      if (!base->realized) p.deps.push_back(base);
+    }
+  }
+  return p;
+}
+
+// A CONTIGUOUS whose source already is this buffer's values in order shares the source's memory.
+std::shared_ptr<RawBuffer> shareable(const Plan& p) {
+  const LazyOp& ast = *p.ast;
+  const LazyBuffer& b = *p.buf;
+  if (ast.op != UnaryOps::NOOP || ast.src.size() != 1) return nullptr;
+  const auto* leaf = std::get_if<MemBuffer>(&ast.src[0]);
+  if (!leaf || !leaf->st.contiguous() || leaf->dtype != b.dtype) return nullptr;
+  auto raw = p.leaves.at(leaf->index - 1)->base()->realized;
+  return raw && static_cast<std::int64_t>(raw->size) == b.st.size() ? raw : nullptr;
+}
+
+// Runs a kernel on its inputs' realized buffers into a new buffer for b.
+std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
+                                      const std::vector<LazyBufferPtr>& leaves, const LazyBuffer& b) {
+  auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+  if (b.st.size() == 0) return out;  // nothing to compute for an empty result
+  std::vector<std::shared_ptr<RawBuffer>> bufs;
+  bufs.reserve(leaves.size() + 1);
+  bufs.push_back(out);
+  for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized);
+  dev.exec_ast(ast, bufs);
+  return out;
+}
+
+// Copies a whole buffer between devices through host memory.
+std::shared_ptr<RawBuffer> copy_to(Backend& dev, const RawBuffer& src) {
+  auto out = dev.alloc(src.size, src.dtype);
+  std::vector<std::byte> host(src.nbytes());
+  src.copyout(host.data());
+  out->copyin(host.data());
+  return out;
+}
+
+// Under a capture, work that replaying the captured kernels would not redo.
+void note_not_replayable(const LazyBuffer& b, Backend& dev, const Plan& p) {
+  if (!CaptureLog::active) return;
+  const GraphOp& op = *b.op;
+  // A copy from host memory (CPU) is data the step made, constant for its replays (arange's values).
+  bool from_host = p.from && !Device::get(p.from->device).compiled();
+  std::string what = p.ast                      ? (dev.compiled() ? "" : "a kernel on an interpreted device")
+                     : op.op == LoadOps::FROM   ? (from_host ? "" : "a copy from " + p.from->device)
+                     : op.op == LoadOps::RAND   ? "random numbers"
+                     : op.op == LoadOps::CUSTOM ? "a custom load"
+                                                : "";
+  if (!what.empty())
+    CaptureLog::active->not_replayable.push_back(
+        detail::cat(what, " (", to_string(b.shape()), " ", b.dtype.name, " on ", b.device, ")"));
+}
+
+void execute(Plan& p) {
+  LazyBuffer& b = *p.buf;
+  if (b.realized) return;
+  Backend& dev = Device::get(b.device);
+  const GraphOp& op = *b.op;
+  note_not_replayable(b, dev, p);
+  if (p.ast) {
+    auto shared = op.op == LoadOps::CONTIGUOUS ? shareable(p) : nullptr;
+    b.realized = shared ? shared : run_kernel(dev, *p.ast, p.leaves, b);
+  } else if (op.op == LoadOps::FROM) {
+    b.realized = copy_to(dev, *p.from->base()->realized);
+  } else if (op.op == LoadOps::CONST) {  // a materialised constant: computed by a one-op kernel
+    ConstArg c{std::get<ConstArg>(op.arg).value, b.dtype, b.shape()};
+    b.realized = run_kernel(
+        dev, LazyOp(UnaryOps::NOOP, {std::make_shared<LazyOp>(LoadOps::CONST, std::vector<LazySrc>{}, c)}),
+        {}, b);
+  } else if (op.op ==
+             LoadOps::RAND) {  // uniform [0, 1) from the seed, made on the host: same on every device
+    std::mt19937_64 gen(static_cast<std::uint64_t>(std::get<ConstArg>(op.arg).value));
+    std::vector<double> v(static_cast<std::size_t>(b.st.size()));
+    for (double& x : v) x = static_cast<double>(gen() >> 40) * 0x1.0p-24;  // 24 bits: exact in float32
+    b.realized = dev.alloc(v.size(), b.dtype);
+    write_from_double(*b.realized, v);
+  } else if (op.op == LoadOps::EMPTY) {
+    b.realized = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+  } else if (op.op == LoadOps::CUSTOM) {
+    b.realized = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+    std::vector<RawBuffer*> inputs;
+    for (const GraphSrc& s : op.src) inputs.push_back(std::get<LazyBufferPtr>(s)->base()->realized.get());
+    std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill(*b.realized, inputs);
+  } else {
+    throw std::runtime_error("realize: " + to_string(op.op) + " cannot be realized directly");
+  }
+  b.op = nullptr;  // realized: the graph behind it can be freed
+}
+
+// GRAPH=1: the buffers each realize computes, as nodes of one Graphviz graph rewritten after every
+// realize: kernels are filled boxes labelled with their AST's root op, other loads ellipses, and
+// buffers realized before (inputs) dashed. Edges run from what a buffer reads to it.
+void graph(const std::vector<Plan>& order) {
+  static std::mutex mu;
+  static std::string body;
+  static std::unordered_set<std::uint64_t> seen;
+  std::lock_guard lock(mu);
+  auto node = [&](const LazyBuffer& b, const std::string& op, const char* style) {
+    if (!seen.insert(b.id).second) return;
+    body += detail::cat("  n", std::to_string(b.id), " [label=\"", op, "\\n", to_string(b.shape()), " ",
+                        b.dtype.name, "\", ", style, "];\n");
+  };
+  auto edge = [&](const LazyBufferPtr& from, const LazyBuffer& to) {
+    LazyBufferPtr src = from->base();
+    node(*src, "buffer", "style=dashed");
+    body += detail::cat("  n", std::to_string(src->id), " -> n", std::to_string(to.id), ";\n");
+  };
+  for (const Plan& p : order) {
+    const LazyBuffer& b = *p.buf;
+    if (p.ast) {
+      node(b, "kernel " + to_string(p.ast->op), "shape=box, style=filled, fillcolor=\"#ffd08a\"");
+      for (const auto& leaf : p.leaves) edge(leaf, b);
+    } else {
+      node(b, to_string(b.op->op), "shape=ellipse");
+      if (p.from) edge(p.from, b);
+      if (b.op->op == LoadOps::CUSTOM)
+        for (const GraphSrc& s : b.op->src) edge(std::get<LazyBufferPtr>(s), b);
+    }
+  }
+  std::string path = getenv("GRAPH_PATH", "/tmp/metagrad_graph.dot");
+  std::ofstream(path) << "digraph metagrad {\n  node [fontname=monospace];\n" << body << "}\n";
+  static bool announced = false;
+  if (!std::exchange(announced, true))
+    std::fprintf(stderr, "GRAPH=1: writing the graph to %s\n", path.c_str());
+}
+
+}  // namespace
+
+LazyBuffer& LazyBuffer::realize() {
+  LazyBufferPtr target = base();
+  if (target->realized) return *this;
+  Plan first = make_plan(target);
+  bool graphing = getenv_int("GRAPH") >= 1;
+  if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
+    if (graphing) graph({first});
+    execute(first);
+    return *this;
+  }
+  // Iterative post-order walk (deep graphs must not overflow the stack). A buffer may be pushed
+  // by several consumers; the first time it is popped it runs after its own dependencies, and
+  // later pops find it done.
+  std::vector<Plan> order;
+  std::unordered_set<LazyBuffer*> done;
+  std::vector<std::pair<LazyBufferPtr, bool>> stack{{target, false}};
+  std::unordered_map<LazyBuffer*, Plan> plans;
+  plans.emplace(target.get(), std::move(first));
+  while (!stack.empty()) {
+    auto [buf, expanded] = stack.back();
+    stack.pop_back();
+    if (done.count(buf.get())) continue;
+    if (expanded) {
+      done.insert(buf.get());
+      order.push_back(std::move(plans.at(buf.get())));
+      continue;
+    }
+    auto it = plans.find(buf.get());
+    if (it == plans.end()) it = plans.emplace(buf.get(), make_plan(buf)).first;
+    const Plan& plan = it->second;
+    stack.emplace_back(buf, true);
+    for (const auto& d : plan.deps)
+      if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
+  }
+  if (graphing) graph(order);
+  for (Plan& p : order) execute(p);
+  return *this;
+}
+
+}  // namespace metagrad

@@ -1,0 +1,116 @@
+# The layer table: which metagrad files may include which. Run with cmake -DROOT=<source dir> -P.
+#
+# Layers, lowest first. A file may include metagrad headers of its own layer and of layers below it,
+# never above: codegen and the devices cannot see the lazy graph, the lazy graph cannot see Tensor.
+#   helpers   helpers.hpp, detail/                    dtypes, env, small_vector
+#   shape     shape/                                  symbolic, View, ShapeTracker
+#   ops       ops.hpp                                 the op vocabulary (enums, Op)
+#   ast       ast.hpp                                 the kernel AST over buffer descriptors
+#   runtime   device.hpp, runtime/{lib,buffer_pool,threadpool,disk_cache}.hpp
+#                                                     Backend, Compiled, Interpreted, Device, RawBuffer
+#   codegen   codegen/                                Kernel, linearizer, renderers, pipeline
+#   backends  runtime/{host_program,ops_*}.hpp        the devices (CLANG, LLVM, OPENCL, CPU)
+#   lazy      lazy.hpp (runtime/lazy.cpp, schedule.cpp)  LazyBuffer and the scheduler
+#   mlops     mlops.hpp                               the differentiable ops
+#   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
+#                                                     shape, ops and itself
+#   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
+# Sources under runtime/ take the layer of what they implement, except runtime/mlops.cpp: the mlops
+# compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports tensor.Function. Every file must
+# be in the table.
+cmake_minimum_required(VERSION 3.20)
+
+set(METAGRAD_LAYERS helpers shape ops ast runtime codegen backends lazy mlops fixed tensor)
+
+# Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
+set(METAGRAD_LAYER_TABLE
+  "^metagrad/(helpers\\.hpp|detail/)=helpers"
+  "^(metagrad|runtime)/shape/=shape"
+  "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
+  "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
+  "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
+  "^runtime/(host_program|ops_[a-z]+|llvm_loader|llvm_plugin)\\.cpp$=backends"
+  "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
+  "^runtime/(device|compiled|interpreted|lib|buffer_pool|threadpool|disk_cache)\\.cpp$=runtime"
+  "^(metagrad|runtime)/codegen/=codegen"
+  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule)\\.cpp$=lazy"
+  "^metagrad/mlops\\.hpp$=mlops"
+  "^metagrad/fixed(\\.hpp$|/)=fixed"
+  "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
+  "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|mlops)\\.cpp$=tensor")
+
+function(layer_of path out)
+  foreach(entry IN LISTS METAGRAD_LAYER_TABLE)
+    string(FIND "${entry}" "=" eq REVERSE)
+    string(SUBSTRING "${entry}" 0 ${eq} pattern)
+    math(EXPR after "${eq} + 1")
+    string(SUBSTRING "${entry}" ${after} -1 layer)
+    if(path MATCHES "${pattern}")
+      set(${out} ${layer} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out} "" PARENT_SCOPE)
+endfunction()
+
+# layer_of, reporting a path the table does not name (`context` says where it came from).
+function(checked_layer path context out)
+  layer_of("${path}" layer)
+  if(layer STREQUAL "")
+    set(errors "${errors}\n  ${context}${path}: not in the layer table (test/layering.cmake)" PARENT_SCOPE)
+  endif()
+  set(${out} "${layer}" PARENT_SCOPE)
+endfunction()
+
+function(rank_of layer out)
+  list(FIND METAGRAD_LAYERS ${layer} r)
+  set(${out} ${r} PARENT_SCOPE)
+endfunction()
+
+set(errors "")
+file(GLOB_RECURSE headers RELATIVE ${ROOT}/include ${ROOT}/include/metagrad/*.hpp)
+file(GLOB_RECURSE details RELATIVE ${ROOT}/detail ${ROOT}/detail/metagrad/*.hpp)
+file(GLOB_RECURSE sources RELATIVE ${ROOT} ${ROOT}/runtime/*.cpp)
+# name|path: names as includes spell them (metagrad/...) or as sources sit (runtime/...).
+set(files "")
+foreach(dir_names IN ITEMS "include:headers" "detail:details" ".:sources")
+  string(REPLACE ":" ";" dn "${dir_names}")
+  list(GET dn 0 dir)
+  list(GET dn 1 names)
+  foreach(n IN LISTS ${names})
+    list(APPEND files "${n}|${ROOT}/${dir}/${n}")
+  endforeach()
+endforeach()
+
+foreach(f IN LISTS files)
+  string(REPLACE "|" ";" parts "${f}")
+  list(GET parts 0 name)
+  list(GET parts 1 path)
+  checked_layer("${name}" "" layer)
+  if(layer STREQUAL "")
+    continue()
+  endif()
+  rank_of(${layer} rank)
+  file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"metagrad/[^\"]+\"")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^[^\"]*\"(metagrad/[^\"]+)\".*$" "\\1" target "${line}")
+    checked_layer("${target}" "${name} includes " tlayer)
+    if(tlayer STREQUAL "")
+      continue()
+    endif()
+    rank_of(${tlayer} trank)
+    if(layer STREQUAL "fixed")
+      if(NOT tlayer MATCHES "^(helpers|shape|ops|fixed)$")
+        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops")
+      endif()
+    elseif(trank GREATER rank)
+      string(APPEND errors "\n  ${name} (${layer}) includes ${target} (${tlayer}), a layer above it")
+    endif()
+  endforeach()
+endforeach()
+
+if(errors)
+  message(FATAL_ERROR "Includes that run upward against the layer table:${errors}")
+endif()
+list(LENGTH files n)
+message(STATUS "layering: ${n} files follow the layer table")
