@@ -71,18 +71,22 @@ bool is_reduce(const LazyBuffer& b) {
 //    holds no reduce yet (elementwise after a reduce runs in the reduce's kernel);
 //  - constants, folded.
 // A SUM of a MUL becomes FusedOps::MULACC. Anything else is a leaf whose base is realized first.
+// Leaves are MemBuffers numbered, while building, by their place in `inputs` (a buffer read whole
+// once however often it is read; one entry per read through views); number_leaves renumbers them.
 struct AstBuilder {
   LazyBuffer& consumer;
   std::vector<LazyBufferPtr>& deps;
   bool has_reduce = false;
+  std::vector<LazyBufferPtr> inputs;  // per provisional index - 1: the buffer read
+  std::vector<bool> whole;            // per provisional index - 1: read without further views
 
   // `above`: views (relative to the current base's contiguous layout) the kernel reads through.
-  GraphSrc build(const GraphSrc& src, const std::vector<View>& above) {
+  LazySrc build(const GraphSrc& src, const std::vector<View>& above) {
     if (auto* o = std::get_if<std::shared_ptr<GraphOp>>(&src)) return build_op(**o, above);
     const LazyBufferPtr& b = std::get<LazyBufferPtr>(src);
     if (auto c = folded_constant(*b)) {
       if (!above.empty()) c->shape = above.back().shape;
-      return make_op(LoadOps::CONST, {}, *c);
+      return kernel_op(LoadOps::CONST, {}, *c);
     }
     LazyBufferPtr base = b->base();
     if (base == b && is_elementwise(*b) && b->device == consumer.device &&
@@ -96,23 +100,23 @@ struct AstBuilder {
     return read_through(b, above);
   }
 
-  GraphSrc build_op(const GraphOp& op, const std::vector<View>& above) {
+  LazySrc build_op(const GraphOp& op, const std::vector<View>& above) {
     if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
       if (!above.empty()) throw std::logic_error("scheduler: a reduce cannot be read through views");
       // Reducing nothing gives the identity: no loop over an empty axis reaches a kernel.
       if (prod(graph_shape(op.src.at(0))) == 0) {
         DType dt = graph_dtype(op.src.at(0));
         double init = op.op == ReduceOps::MAX ? dtypes::min_value(dt) : 0.0;
-        return make_op(LoadOps::CONST, {}, ConstArg{init, dt, std::get<Dims>(op.arg)});
+        return kernel_op(LoadOps::CONST, {}, ConstArg{init, dt, std::get<Dims>(op.arg)});
       }
       has_reduce = true;
     }
-    std::vector<GraphSrc> s;
+    std::vector<LazySrc> s;
     for (const GraphSrc& x : op.src) s.push_back(build(x, above));
     if (op.op == ReduceOps::SUM)
-      if (auto* m = std::get_if<std::shared_ptr<GraphOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
-        return make_op(FusedOps::MULACC, (*m)->src, op.arg);
-    return make_op(op.op, std::move(s), op.arg);
+      if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
+        return kernel_op(FusedOps::MULACC, (*m)->src, op.arg);
+    return kernel_op(op.op, std::move(s), op.arg);
   }
 
   // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
@@ -154,51 +158,56 @@ struct AstBuilder {
     return true;
   }
 
-  // A leaf that reads b through more views: a fresh view buffer (not registered as a consumer).
-  static GraphSrc read_through(const LazyBufferPtr& b, const std::vector<View>& above) {
-    if (above.empty()) return b;
+  static std::shared_ptr<LazyOp> kernel_op(Op op, std::vector<LazySrc> src = {}, OpArg arg = {}) {
+    return std::make_shared<LazyOp>(op, std::move(src), std::move(arg));
+  }
+
+  // A leaf that reads b, through more views when `above` has any.
+  LazySrc read_through(const LazyBufferPtr& b, const std::vector<View>& above) {
+    if (above.empty()) {
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (whole[i] && inputs[i] == b) return MemBuffer{i + 1, b->dtype, b->st};
+      inputs.push_back(b), whole.push_back(true);
+      return MemBuffer{inputs.size(), b->dtype, b->st};
+    }
     std::vector<View> views = b->st.views();
     views.insert(views.end(), above.begin(), above.end());
     ShapeTracker st(views);
     st.simplify();
-    return std::make_shared<LazyBuffer>(b->device, st, b->dtype,
-                                        make_op(MovementOps::RESHAPE, {b}, Dims(st.shape())));
+    inputs.push_back(b), whole.push_back(false);
+    return MemBuffer{inputs.size(), b->dtype, std::move(st)};
   }
 };
 
-// The leaves of a graph-level kernel tree, each once, in for_each_leaf's order, which numbers the
-// kernel's buffers: generated sources and cache keys depend on it.
-std::vector<LazyBufferPtr> leaves_of(const GraphOp& root) {
-  std::vector<LazyBufferPtr> out;
-  for_each_leaf(root, [&](const LazyBufferPtr& b) {
-    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+// Renumbers the leaves of a kernel built with provisional indices (into `inputs`) in
+// for_each_leaf's order, which numbers the kernel's buffers (generated sources and cache keys
+// depend on it), and returns the buffers in that order.
+std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBufferPtr>& inputs) {
+  std::vector<std::size_t> final_index(inputs.size() + 1, 0);
+  std::vector<LazyBufferPtr> leaves;
+  for_each_leaf(ast, [&](const MemBuffer& m) {
+    if (!final_index[m.index])
+      final_index[m.index] = leaves.size() + 1, leaves.push_back(inputs[m.index - 1]);
   });
-  return out;
-}
-
-// The kernel AST of a graph-level tree: each LazyBuffer leaf becomes the MemBuffer of its place in
-// `leaves` (its dtype and the views it is read through).
-std::shared_ptr<LazyOp> to_kernel_ast(const GraphOp& g, const std::vector<LazyBufferPtr>& leaves) {
-  std::vector<LazySrc> src;
-  src.reserve(g.src.size());
-  for (const GraphSrc& x : g.src) {
-    if (auto* o = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
-      src.emplace_back(to_kernel_ast(**o, leaves));
-    } else {
-      const LazyBufferPtr& b = std::get<LazyBufferPtr>(x);
-      auto i = static_cast<std::size_t>(std::find(leaves.begin(), leaves.end(), b) - leaves.begin());
-      src.emplace_back(MemBuffer{i + 1, b->dtype, b->st});
+  std::vector<LazyOp*> stack{&ast};
+  while (!stack.empty()) {
+    LazyOp* o = stack.back();
+    stack.pop_back();
+    for (LazySrc& x : o->src) {
+      if (auto* m = std::get_if<MemBuffer>(&x))
+        m->index = final_index[m->index];
+      else
+        stack.push_back(std::get<std::shared_ptr<LazyOp>>(x).get());
     }
   }
-  return std::make_shared<LazyOp>(g.op, std::move(src), g.arg);
+  return leaves;
 }
 
 // Fills p.ast (and p.leaves, p.deps) with the kernel that computes `op` into p.buf.
 void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op) {
-  AstBuilder builder{*p.buf, p.deps};
-  auto tree = std::get<std::shared_ptr<GraphOp>>(builder.build(op, {}));
-  p.leaves = leaves_of(*tree);
-  p.ast = to_kernel_ast(*tree, p.leaves);
+  AstBuilder builder{*p.buf, p.deps, false, {}, {}};
+  p.ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
+  p.leaves = number_leaves(*p.ast, builder.inputs);
 }
 
 Plan make_plan(const LazyBufferPtr& b) {
