@@ -2,32 +2,39 @@
 #
 # Layers, lowest first. A file may include metagrad headers of its own layer and of layers below it,
 # never above: codegen and the devices cannot see the lazy graph, the lazy graph cannot see Tensor.
-#   helpers   helpers.hpp, detail/                    dtypes, env, small_vector
+#   helpers   helpers.hpp, version.hpp, detail/       dtypes, env, small_vector, version macros
 #   shape     shape/                                  symbolic, View, ShapeTracker
 #   ops       ops.hpp                                 the op vocabulary (enums, Op)
+#   kernels   fixed/{gemm,simd,parallel,arena,cpu,shape}.hpp
+#                                                     header-only CPU kernels both paths run: the GEMM
 #   ast       ast.hpp                                 the kernel AST over buffer descriptors
-#   runtime   device.hpp, runtime/{lib,buffer_pool,threadpool,disk_cache}.hpp
-#                                                     Backend, Compiled, Interpreted, Device, RawBuffer
+#   runtime   device.hpp, runtime/{lib,buffer_pool,threadpool,disk_cache,gemm}.hpp
+#                                                     Backend, Compiled, Interpreted, Device, RawBuffer,
+#                                                     the GEMM compiled per ISA (runtime/gemm/)
 #   codegen   codegen/                                Kernel, linearizer, renderers, pipeline
-#   backends  runtime/{host_program,ops_*}.hpp        the devices (CLANG, LLVM, OPENCL, CPU)
+#   backends  runtime/{host_program,gemm_program,ops_*}.hpp
+#                                                     the devices (CLANG, LLVM, OPENCL, CPU)
 #   lazy      lazy.hpp (runtime/lazy.cpp, schedule.cpp)  LazyBuffer and the scheduler
 #   mlops     mlops.hpp                               the differentiable ops
 #   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
-#                                                     shape, ops and itself
+#                                                     shape, ops, kernels and itself
 #   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
 # Sources under runtime/ take the layer of what they implement, except runtime/mlops.cpp: the mlops
 # compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports tensor.Function. Every file must
 # be in the table.
 cmake_minimum_required(VERSION 3.20)
 
-set(METAGRAD_LAYERS helpers shape ops ast runtime codegen backends lazy mlops fixed tensor)
+set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor)
 
 # Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
 set(METAGRAD_LAYER_TABLE
-  "^metagrad/(helpers\\.hpp|detail/)=helpers"
+  "^metagrad/(helpers\\.hpp|version\\.hpp|detail/)=helpers"
   "^(metagrad|runtime)/shape/=shape"
   "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
+  "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
   "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
+  "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$=runtime"
+  "^metagrad/runtime/gemm_program\\.hpp$|^runtime/gemm/program\\.cpp$=backends"
   "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
   "^runtime/(host_program|ops_[a-z]+|llvm_loader|llvm_plugin)\\.cpp$=backends"
   "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
@@ -100,8 +107,8 @@ foreach(f IN LISTS files)
     endif()
     rank_of(${tlayer} trank)
     if(layer STREQUAL "fixed")
-      if(NOT tlayer MATCHES "^(helpers|shape|ops|fixed)$")
-        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops")
+      if(NOT tlayer MATCHES "^(helpers|shape|ops|kernels|fixed)$")
+        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops, kernels")
       endif()
     elseif(trank GREATER rank)
       string(APPEND errors "\n  ${name} (${layer}) includes ${target} (${tlayer}), a layer above it")
