@@ -40,7 +40,11 @@ namespace fx = metagrad::fixed;
 using metagrad::Tensor;
 using Clock = std::chrono::steady_clock;
 
-double rep_seconds() { return std::max(1L, std::strtol(std::getenv("BENCH_REP_MS") ? std::getenv("BENCH_REP_MS") : "150", nullptr, 10)) * 1e-3; }
+double rep_seconds() {
+  return std::max(1L, std::strtol(std::getenv("BENCH_REP_MS") ? std::getenv("BENCH_REP_MS") : "150", nullptr,
+                                  10)) *
+         1e-3;
+}
 
 // Median over 5 repetitions of seconds per call, each repetition long enough to time.
 double time_op(const std::function<void()>& op) {
@@ -77,7 +81,9 @@ double peak_of(long iters) {
 }
 typedef float V8 __attribute__((vector_size(32)));
 typedef float V16 __attribute__((vector_size(64)));
-__attribute__((target("avx2,fma"))) V8 fma8(V8 a, V8 b, V8 c) { return (V8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+__attribute__((target("avx2,fma"))) V8 fma8(V8 a, V8 b, V8 c) {
+  return (V8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+}
 __attribute__((target("avx512f"))) V16 fma16(V16 a, V16 b, V16 c) {
   return (V16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 }
@@ -132,9 +138,9 @@ std::vector<Row> rows() {
       {{"1024", 1, 1024, 1024, 1024, false}, static_op<1, 1024, 1024, 1024>},
       {{"2048", 1, 2048, 2048, 2048, false}, static_op<1, 2048, 2048, 2048>},
       {{"8x256", 8, 256, 256, 256, false}, static_op<8, 256, 256, 256>},
-      {{"6x25x36864", 1, 6, 25, 36864, true}, static_op<1, 6, 25, 36864>},    // LeNet conv1, batch 64
-      {{"16x150x4096", 1, 16, 150, 4096, true}, static_op<1, 16, 150, 4096>},  // conv2
-      {{"128x784x512", 1, 128, 784, 512, false}, static_op<1, 128, 784, 512>}, // W5 layer 1
+      {{"6x25x36864", 1, 6, 25, 36864, true}, static_op<1, 6, 25, 36864>},      // LeNet conv1, batch 64
+      {{"16x150x4096", 1, 16, 150, 4096, true}, static_op<1, 16, 150, 4096>},   // conv2
+      {{"128x784x512", 1, 128, 784, 512, false}, static_op<1, 128, 784, 512>},  // W5 layer 1
   };
 }
 
@@ -171,7 +177,8 @@ int child() {
       emit("Eigen", [&] {
         for (std::int64_t i = 0; i < s.batch; ++i) {
           Eigen::Map<M> C(c.data() + i * s.m * s.n, s.m, s.n);
-          C.noalias() = Eigen::Map<M>(a.data() + i * s.m * s.k, s.m, s.k) * Eigen::Map<M>(b.data() + i * s.k * s.n, s.k, s.n);
+          C.noalias() = Eigen::Map<M>(a.data() + i * s.m * s.k, s.m, s.k) *
+                        Eigen::Map<M>(b.data() + i * s.k * s.n, s.k, s.n);
         }
       });
     }
@@ -194,7 +201,8 @@ struct Result {
 
 Result run_child(int threads) {
   std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string cmd = "BENCH_CHILD=1 THREADS=" + std::to_string(threads) + " OMP_NUM_THREADS=" + std::to_string(threads) +
+  std::string cmd = "BENCH_CHILD=1 THREADS=" + std::to_string(threads) +
+                    " OMP_NUM_THREADS=" + std::to_string(threads) +
                     " OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " '" + exe + "'";
   std::fprintf(stderr, "[bench_gemm] %d thread(s)\n", threads);
   Result res;
@@ -224,14 +232,15 @@ int main() {
   const auto& caches = fx::host_caches();
   std::printf("caches L1d %lld KiB, L2 %lld KiB, L3 %lld MiB; default blocking MC %lld KC %lld NC %lld\n",
               static_cast<long long>(caches.l1 >> 10), static_cast<long long>(caches.l2 >> 10),
-              static_cast<long long>(caches.l3 >> 20), static_cast<long long>(bk.mc), static_cast<long long>(bk.kc),
-              static_cast<long long>(bk.nc));
+              static_cast<long long>(caches.l3 >> 20), static_cast<long long>(bk.mc),
+              static_cast<long long>(bk.kc), static_cast<long long>(bk.nc));
   int misses = 0;
   for (int t : {1, 2}) {
     Result r = run_child(t);
-    std::printf("\n%d thread%s: GFLOP/s, and x OpenBLAS; FMA peak %.0f GFLOP/s\n", t, t > 1 ? "s" : "", r.peak);
-    std::printf("%-13s %9s %9s %9s %9s %9s   %-8s %-8s %-8s %-7s  %s\n", "row", "OpenBLAS", "Eigen", "static", "CLANG",
-                "LLVM", "static", "CLANG", "LLVM", "xpeak", "targets");
+    std::printf("\n%d thread%s: GFLOP/s, and x OpenBLAS; FMA peak %.0f GFLOP/s\n", t, t > 1 ? "s" : "",
+                r.peak);
+    std::printf("%-13s %9s %9s %9s %9s %9s   %-8s %-8s %-8s %-7s  %s\n", "row", "OpenBLAS", "Eigen", "static",
+                "CLANG", "LLVM", "static", "CLANG", "LLVM", "xpeak", "targets");
     for (const auto& row : rows()) {
       auto& g = r.g[row.shape.key];
       double ob = g.count("OpenBLAS") ? g["OpenBLAS"] : 0;
@@ -246,13 +255,14 @@ int main() {
       if (row.shape.key == "1024" && t == 1 && xpeak < 0.8) verdict += "peak NOT met; ";
       if (verdict.empty()) verdict = "met";
       misses += verdict != "met";
-      std::printf("%-13s %9.1f %9.1f %9.1f %9.1f %9.1f   %-8.2f %-8.2f %-8.2f %-7.2f  %s\n", row.shape.key.c_str(), ob,
-                  fig("Eigen"), fig("static"), fig("CLANG"), fig("LLVM"), ratio("static"), ratio("CLANG"),
-                  ratio("LLVM"), xpeak, verdict.c_str());
+      std::printf("%-13s %9.1f %9.1f %9.1f %9.1f %9.1f   %-8.2f %-8.2f %-8.2f %-7.2f  %s\n",
+                  row.shape.key.c_str(), ob, fig("Eigen"), fig("static"), fig("CLANG"), fig("LLVM"),
+                  ratio("static"), ratio("CLANG"), ratio("LLVM"), xpeak, verdict.c_str());
     }
   }
-  std::printf("\ntargets: static >= 1.0x OpenBLAS (odd shapes 0.8), dynamic best device >= 0.9x (odd 0.8), "
-              "1024 on 1 thread >= 0.8 of peak; rows missing one: %d\n",
-              misses);
+  std::printf(
+      "\ntargets: static >= 1.0x OpenBLAS (odd shapes 0.8), dynamic best device >= 0.9x (odd 0.8), "
+      "1024 on 1 thread >= 0.8 of peak; rows missing one: %d\n",
+      misses);
   return 0;
 }

@@ -1051,7 +1051,8 @@ int parent_main() {
     std::printf("%s\n", line.c_str());
   }
   std::printf(
-      "\nlimit: measured in the same row, interleaved with its paths (std::thread, hand-written AVX2; the FMA peak in AVX-512 where the GEMM uses it):\n"
+      "\nlimit: measured in the same row, interleaved with its paths (std::thread, hand-written AVX2; the "
+      "FMA peak in AVX-512 where the GEMM uses it):\n"
       "W1 2^24 STREAM triad over 4x L3 arrays; W1 2^20 a*b+c by hand in cache; W3 read bandwidth (sum);\n"
       "W4 FMA peak; W5 the step's %.0f MFLOP at FMA peak, in ms. xEigen, xLimit: the best compiled\n"
       "device at 2 threads as a speed-up over Eigen and as a fraction of the limit, each taken at its\n"

@@ -86,8 +86,11 @@ std::unique_ptr<Backend> make_clang_backend() {
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
       [](const std::shared_ptr<LazyOp>& ast, DType dt) {
         return lower_host(
-            ast, dt, [](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, ClangCodegen::lang); },
-            [](const std::string& name, const std::string& src) { return std::make_shared<ClangProgram>(name, src); });
+            ast, dt,
+            [](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, ClangCodegen::lang); },
+            [](const std::string& name, const std::string& src) {
+              return std::make_shared<ClangProgram>(name, src);
+            });
       },
       [](const std::string& name, const std::string& src) {
         return std::make_shared<ClangProgram>(name, src);

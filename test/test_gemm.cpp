@@ -45,8 +45,17 @@ struct Case {
   bool flip_b = false;  // B's rows read last to first (a negative row stride, as flip(0) gives)
   gemm::Problem problem() {
     i64 lda = (ta ? m : k) + pad_a, ldb = (tb ? k : n) + pad_b;
-    gemm::Problem p{m,      n,      k,      a.data() + off,  ta ? 1 : lda, ta ? lda : 1, b.data() + off, tb ? 1 : ldb,
-                    tb ? ldb : 1, c.data() + off, n + pad_c};
+    gemm::Problem p{m,
+                    n,
+                    k,
+                    a.data() + off,
+                    ta ? 1 : lda,
+                    ta ? lda : 1,
+                    b.data() + off,
+                    tb ? 1 : ldb,
+                    tb ? ldb : 1,
+                    c.data() + off,
+                    n + pad_c};
     if (flip_b) p.b += (k - 1) * p.brs, p.brs = -p.brs;
     return p;
   }
@@ -58,7 +67,8 @@ Case random_case(std::mt19937& g, i64 max_dim) {
   i64 lda = (c.ta ? c.m : c.k) + c.pad_a, ldb = (c.tb ? c.k : c.n) + c.pad_b;
   c.a.resize(static_cast<std::size_t>(c.off + (c.ta ? c.k : c.m) * lda));
   c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
-  c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);  // 7: written over, or padding kept
+  c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)),
+             7.f);  // 7: written over, or padding kept
   for (auto& x : c.a) x = u(g);
   for (auto& x : c.b) x = u(g);
   c.flip_b = g() % 4 == 0;
@@ -88,8 +98,9 @@ TEST_CASE("gemm: every ISA's kernel over random shapes, strides and blockings", 
     for (int t = 0; t < 60; ++t) {
       Case c = random_case(g, t < 50 ? 70 : 300);
       gemm::GemmBlocking bk = gemm::default_blocking(isa);
-      if (t % 3 == 1) bk = {std::uniform_int_distribution<i64>(1, 50)(g), std::uniform_int_distribution<i64>(1, 40)(g),
-                            std::uniform_int_distribution<i64>(1, 80)(g)};
+      if (t % 3 == 1)
+        bk = {std::uniform_int_distribution<i64>(1, 50)(g), std::uniform_int_distribution<i64>(1, 40)(g),
+              std::uniform_int_distribution<i64>(1, 80)(g)};
       std::string what = gemm::to_string(isa) + " case " + std::to_string(t) + " m=" + std::to_string(c.m) +
                          " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " blocking " +
                          std::to_string(bk.mc) + "/" + std::to_string(bk.kc) + "/" + std::to_string(bk.nc);
@@ -126,7 +137,8 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
   int saved = fixed::threads();
   for (i64 m : {6, 16, 200}) {
     Case c{m, 300, 150, false, false, 0, 0, 0, 0, {}, {}, {}};
-    c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(300 * 150), c.c.resize(static_cast<std::size_t>(m * 300));
+    c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(300 * 150),
+        c.c.resize(static_cast<std::size_t>(m * 300));
     std::uniform_real_distribution<float> u(-1, 1);
     for (auto& x : c.a) x = u(g);
     for (auto& x : c.b) x = u(g);
@@ -163,15 +175,34 @@ TEST_CASE("gemm: the host devices' float32 contractions run it and agree with CP
       i64 m = d(g), n = d(g), k = 1 + d(g), bt = 1 + t % 3;  // (k = 1 is no reduce: elementwise)
       const Form forms[] = {
           {"a @ b", [](auto& a, auto& b) { return a.matmul(b); }, {m, k}, {k, n}},
-          {"a.T @ b", [](auto& a, auto& b) { return a.permute({1, 0}).matmul(b); }, {k, m}, {k, n}},
-          {"a @ b.T", [](auto& a, auto& b) { return a.matmul(b.permute({1, 0})); }, {m, k}, {n, k}},
-          {"(a @ b).T", [](auto& a, auto& b) { return a.matmul(b).permute({1, 0}).contiguous(); }, {m, k}, {k, n}},
+          {"a.T @ b",
+           [](auto& a, auto& b) {
+             return a.permute({1, 0}).matmul(b);
+           },
+           {k, m},
+           {k, n}},
+          {"a @ b.T",
+           [](auto& a, auto& b) {
+             return a.matmul(b.permute({1, 0}));
+           },
+           {m, k},
+           {n, k}},
+          {"(a @ b).T",
+           [](auto& a, auto& b) {
+             return a.matmul(b).permute({1, 0}).contiguous();
+           },
+           {m, k},
+           {k, n}},
           {"batched", [](auto& a, auto& b) { return a.matmul(b); }, {bt, m, k}, {bt, k, n}},
           {"broadcast b", [](auto& a, auto& b) { return a.matmul(b); }, {bt, m, k}, {k, n}},
           {"matrix-vector", [](auto& a, auto& b) { return a.matmul(b); }, {m, k}, {k}},
           {"vector-matrix", [](auto& a, auto& b) { return a.matmul(b); }, {k}, {k, n}},
-          {"flipped slice", [m, k](auto& a, auto& b) { return a.flip(0).shrink({{1, m + 1}, {0, k}}).matmul(b); },
-           {m + 2, k}, {k, n}},
+          {"flipped slice",
+           [m, k](auto& a, auto& b) {
+             return a.flip(0).shrink({{1, m + 1}, {0, k}}).matmul(b);
+           },
+           {m + 2, k},
+           {k, n}},
       };
       for (const Form& f : forms) {
         INFO(dev << " " << f.what << " m=" << m << " n=" << n << " k=" << k << " batch=" << bt);
@@ -203,16 +234,17 @@ TEST_CASE("gemm BEAM child process", "[.][gemm]") {
   double worst = 0;
   for (std::size_t i = 0; i < c1.size(); ++i) worst = std::max(worst, double(std::abs(c1[i] - c2[i])));
   auto s = gemm::tune_stats();
-  std::ofstream(out) << s.searches << " " << s.disk_hits << " " << worst << " " << chosen.mc << " " << chosen.kc
-                     << " " << chosen.nc << "\n";
+  std::ofstream(out) << s.searches << " " << s.disk_hits << " " << worst << " " << chosen.mc << " "
+                     << chosen.kc << " " << chosen.nc << "\n";
 }
 
 TEST_CASE("gemm: BEAM's choice matches the default's results and a second process reuses it", "[gemm]") {
   test::TempDir dir("metagrad_beam_test");
   auto run = [&](const char* name) {
-    pid_t pid = test::spawn_child("gemm BEAM child process",
-                                  {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
-                                   "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(), "BEAM=2", "THREADS=1"});
+    pid_t pid =
+        test::spawn_child("gemm BEAM child process",
+                          {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
+                           "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(), "BEAM=2", "THREADS=1"});
     REQUIRE(pid > 0);
     REQUIRE(test::wait_for(pid) == 0);
     std::ifstream f(dir.path / name);

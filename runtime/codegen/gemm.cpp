@@ -23,11 +23,13 @@ const View* plain_view(const ShapeTracker& st) {
 
 std::optional<GemmPlan> match_gemm(const Kernel& k) {
   const LazyOp* r = k.reduceop;
-  if (!r || r->op != FusedOps::MULACC || r->src.size() != 2 || k.out_dtype != dtypes::float32) return std::nullopt;
+  if (!r || r->op != FusedOps::MULACC || r->src.size() != 2 || k.out_dtype != dtypes::float32)
+    return std::nullopt;
   if (k.shape_len() > k.first_reduce + 1) return std::nullopt;  // one reduce axis (none: k = 1)
   auto ia = leaf_index(r->src[0]), ib = leaf_index(r->src[1]);
   if (!ia || !ib || *ia == 0 || *ib == 0 || *ia >= k.sts.size() || *ib >= k.sts.size()) return std::nullopt;
-  if (k.bufs[*ia - 1].dtype != dtypes::float32 || k.bufs[*ib - 1].dtype != dtypes::float32) return std::nullopt;
+  if (k.bufs[*ia - 1].dtype != dtypes::float32 || k.bufs[*ib - 1].dtype != dtypes::float32)
+    return std::nullopt;
   const View *va = plain_view(k.sts[*ia]), *vb = plain_view(k.sts[*ib]), *vc = plain_view(k.sts[0]);
   if (!va || !vb || !vc) return std::nullopt;
 

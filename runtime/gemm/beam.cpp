@@ -20,8 +20,8 @@
 
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/helpers.hpp"
-#include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/disk_cache.hpp"
+#include "metagrad/runtime/gemm.hpp"
 
 namespace metagrad::gemm {
 namespace {
@@ -50,7 +50,8 @@ std::string cpu_id() {
       break;
     }
   const auto& c = fixed::host_caches();
-  return stable_hash(model + " " + std::to_string(c.l1) + " " + std::to_string(c.l2) + " " + std::to_string(c.l3));
+  return stable_hash(model + " " + std::to_string(c.l1) + " " + std::to_string(c.l2) + " " +
+                     std::to_string(c.l3));
 }
 fs::path store_path() { return fs::path(kernel_cache_dir()) / "gemm" / (cpu_id() + ".txt"); }
 
@@ -73,7 +74,8 @@ void save(const Key& key, const GemmBlocking& b) {
   if (fd < 0) return;  // an unwritable cache only costs the next process a search
   auto [isa, m, n, k, threads] = key;
   std::ostringstream os;
-  os << isa << " " << m << " " << n << " " << k << " " << threads << " " << b.mc << " " << b.kc << " " << b.nc << "\n";
+  os << isa << " " << m << " " << n << " " << k << " " << threads << " " << b.mc << " " << b.kc << " " << b.nc
+     << "\n";
   std::string line = os.str();
   [[maybe_unused]] auto w = ::write(fd, line.data(), line.size());
   ::close(fd);
@@ -118,7 +120,8 @@ GemmBlocking search(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa, int
   std::vector<std::int64_t> kcs, mcs, ncs;
   for (std::int64_t v : {64, 128, 192, 256, 384, 512, 768})
     if (v < k + 64) kcs.push_back(v);
-  for (std::int64_t f : {1, 2, 4, 8}) mcs.push_back(std::max<std::int64_t>(def.mc / f, 1)), mcs.push_back(def.mc * f);
+  for (std::int64_t f : {1, 2, 4, 8})
+    mcs.push_back(std::max<std::int64_t>(def.mc / f, 1)), mcs.push_back(def.mc * f);
   for (std::int64_t v : {512, 1024, 2048, 4096, 8192})
     if (v < n + 512) ncs.push_back(v);
   level(kcs, [](GemmBlocking& g, std::int64_t v) { g.kc = v; });

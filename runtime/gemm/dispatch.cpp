@@ -7,10 +7,10 @@
 namespace metagrad::gemm {
 
 // Each ISA's copy (sgemm_isa.inc), declared here in its namespace.
-#define METAGRAD_GEMM_DECLARE(ns)                                    \
-  namespace ns {                                                     \
-  void sgemm(const Problem& p, const GemmBlocking& bk);              \
-  GemmBlocking default_blocking();                                   \
+#define METAGRAD_GEMM_DECLARE(ns)                       \
+  namespace ns {                                        \
+  void sgemm(const Problem& p, const GemmBlocking& bk); \
+  GemmBlocking default_blocking();                      \
   }
 METAGRAD_GEMM_DECLARE(base)
 #if defined(__x86_64__)
@@ -21,17 +21,20 @@ METAGRAD_GEMM_DECLARE(avx512)
 
 std::string to_string(Isa isa) {
   switch (isa) {
-    case Isa::avx512: return "avx512";
-    case Isa::avx2: return "avx2";
-    default: return "generic";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::avx2:
+      return "avx2";
+    default:
+      return "generic";
   }
 }
 
 Isa best_isa() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))
     return Isa::avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
 #endif
@@ -67,10 +70,13 @@ Rendered::~Rendered() { --rendered_depth; }
 GemmBlocking default_blocking(Isa isa) {
   switch (isa) {
 #if defined(__x86_64__)
-    case Isa::avx512: return avx512::default_blocking();
-    case Isa::avx2: return avx::default_blocking();
+    case Isa::avx512:
+      return avx512::default_blocking();
+    case Isa::avx2:
+      return avx::default_blocking();
 #endif
-    default: return base::default_blocking();
+    default:
+      return base::default_blocking();
   }
 }
 
@@ -78,10 +84,13 @@ void sgemm(const Problem& p, const GemmBlocking& bk, Isa isa) {
   GemmBlocking b = bk.kc > 0 ? bk : choose_blocking(p.m, p.n, p.k, isa);
   switch (isa) {
 #if defined(__x86_64__)
-    case Isa::avx512: return avx512::sgemm(p, b);
-    case Isa::avx2: return avx::sgemm(p, b);
+    case Isa::avx512:
+      return avx512::sgemm(p, b);
+    case Isa::avx2:
+      return avx::sgemm(p, b);
 #endif
-    default: return base::sgemm(p, b);
+    default:
+      return base::sgemm(p, b);
   }
 }
 

@@ -75,19 +75,21 @@ void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector
   (*r.clprg)(r.global_size, r.local_size, epi);  // counted as part of this kernel
 }
 
-ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
-                      const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile) {
+ASTRunner gemm_runner(
+    const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
+    const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile) {
   ASTRunner r;
   std::int64_t batch = 1;
   for (const auto& l : p.batch) batch *= l.size;
   auto str = [](std::int64_t v) { return std::to_string(v); };
   r.name = detail::cat("gemm_", str(batch), "x", str(p.m), "x", str(p.n), "x", str(p.k));
-  r.prg = detail::cat("// ", r.name, ": C[", str(p.m), "][", str(p.n), "] = A[", str(p.m), "][", str(p.k), "] B[",
-                      str(p.k), "][", str(p.n), "]", batch > 1 ? " for " + str(batch) + " batch indices" : "",
-                      ", by the runtime GEMM (", gemm::to_string(gemm::isa()), "): no source to compile\n",
-                      "// A = buffer ", str(static_cast<std::int64_t>(p.a)), " strides (", str(p.ars), ", ",
-                      str(p.acs), "), B = buffer ", str(static_cast<std::int64_t>(p.b)), " strides (", str(p.brs),
-                      ", ", str(p.bcs), "), C row stride ", str(p.ldc), "\n");
+  r.prg =
+      detail::cat("// ", r.name, ": C[", str(p.m), "][", str(p.n), "] = A[", str(p.m), "][", str(p.k), "] B[",
+                  str(p.k), "][", str(p.n), "]", batch > 1 ? " for " + str(batch) + " batch indices" : "",
+                  ", by the runtime GEMM (", gemm::to_string(gemm::isa()), "): no source to compile\n",
+                  "// A = buffer ", str(static_cast<std::int64_t>(p.a)), " strides (", str(p.ars), ", ",
+                  str(p.acs), "), B = buffer ", str(static_cast<std::int64_t>(p.b)), " strides (", str(p.brs),
+                  ", ", str(p.bcs), "), C row stride ", str(p.ldc), "\n");
   r.op_estimate = k.op_estimate;  // (the device sets mem_estimate from the buffers it runs on)
   std::optional<GemmEpilogue> epi;
   if (p.epilogue) {

@@ -37,16 +37,17 @@ struct Gemm {
   // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
   // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored.
   template <int Rows, int Nv>
-  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows, index_t cols,
-                   bool acc) {
+  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
+                   index_t cols, bool acc) {
     V sum[Rows][Nv];
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < Nv; ++v) sum[r][v] = V{};
-    // C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick)
+        // C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick)
 #pragma GCC unroll 32
-    for (int r = 0; r < Rows; ++r) __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
+    for (int r = 0; r < Rows; ++r)
+      __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
     for (index_t k = 0; k < kc; ++k, a += MR, b += bs) {
       V bv[Nv];
 #pragma GCC unroll 4
@@ -86,8 +87,8 @@ struct Gemm {
   }
   // The smallest tile covering rows x cols: edge strips (m or n not a multiple of the tile, as
   // W5's 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
-  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows, index_t cols,
-                   bool acc) {
+  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
+                   index_t cols, bool acc) {
     constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
     auto by_rows = [&]<int Nv>() {
       if (rows > R2)
@@ -109,9 +110,8 @@ struct Gemm {
   // decide large products); an MC x KC block of packed A half the L2; a KC x NC panel of B a
   // quarter of the L3. BEAM search (runtime/gemm) tunes them per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
-    auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo, std::int64_t hi) {
-      return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi);
-    };
+    auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
+                  std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
     b.kc = fit(c.l2 / 4, NR * S, 16, 128, 512);
@@ -137,8 +137,10 @@ struct Gemm {
       for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
       return;
     }
-    if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W) return dots(m, n, k, a, ars, b, bcs, c, ldc);
-    const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR, NC = std::max<index_t>(bk.nc / NR, 1) * NR;
+    if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
+      return dots(m, n, k, a, ars, b, bcs, c, ldc);
+    const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
+                  NC = std::max<index_t>(bk.nc / NR, 1) * NR;
     Arena::Scope scope;
     const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
     const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
@@ -147,12 +149,14 @@ struct Gemm {
     // sits in half the L2: small products (64 x 64, a conv's per-image product) pay no packing.
     // So is a B that only one strip of A's rows reads (nothing would reuse the packed copy).
     const bool direct =
-        bcs == 1 && (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
+        bcs == 1 &&
+        (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
     const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
     // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
     const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
     const int cparts = std::max(1, parts / rparts);
-    const index_t apack = (std::min(MC, rstrips * MR) + MR) * ks, ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
+    const index_t apack = (std::min(MC, rstrips * MR) + MR) * ks,
+                  ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
     T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
     for (index_t jc = 0; jc < n; jc += NC) {
       const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
@@ -166,18 +170,20 @@ struct Gemm {
           rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
           continue;
         }
-        if (!direct) parallel_parts(rparts * cparts, [&](int p, int np) {
-          index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
-          if (s0 < s1)
-            pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
-        });
+        if (!direct)
+          parallel_parts(rparts * cparts, [&](int p, int np) {
+            index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
+            if (s0 < s1)
+              pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs,
+                       bcs);
+          });
         parallel_parts(rparts * cparts, [&](int p, int) {
           const int rp = p / cparts, cp = p % cparts;
           index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
           index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
           if (r0 < r1 && c0 < c1)
-            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack, c + jc, ldc,
-                 pc > 0);
+            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack,
+                 c + jc, ldc, pc > 0);
         });
       }
     }
@@ -196,7 +202,8 @@ struct Gemm {
       const index_t i0 = blk / bj * DI, j0 = blk % bj * DJ;
       const T* ar[DI];
       const T* br[DJ];
-      for (int i = 0; i < DI; ++i) ar[i] = a + std::min(i0 + i, m - 1) * ars;  // past the edge: a repeat, dropped
+      for (int i = 0; i < DI; ++i)
+        ar[i] = a + std::min(i0 + i, m - 1) * ars;  // past the edge: a repeat, dropped
       for (int j = 0; j < DJ; ++j) br[j] = b + std::min(j0 + j, n - 1) * bcs;
       V sum[DI][DJ] = {};
       index_t p = 0;
@@ -239,8 +246,8 @@ struct Gemm {
   // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
   // (strips of MR rows, column p then p+1), each times the B strips of the columns. Read in place,
   // the last strip is packed when it ends inside a vector (its loads would pass B's end).
-  static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a, index_t ars,
-                   index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
+  static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
+                   index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
     for (index_t ic = r0; ic < r1; ic += MC) {
       index_t mc = std::min(MC, r1 - ic);
       pack<MR>(ap, kc, mc, a + ic * ars, acs, ars);

@@ -17,7 +17,7 @@ namespace metagrad::gemm {
 enum class Isa : std::uint8_t { generic, avx2, avx512 };
 std::string to_string(Isa isa);
 Isa best_isa();  // the widest this CPU runs
-Isa isa();       // the one in use: METAGRAD_ISA if set (std::runtime_error if the CPU lacks it), else best_isa()
+Isa isa();  // the one in use: METAGRAD_ISA if set (std::runtime_error if the CPU lacks it), else best_isa()
 
 using fixed::GemmBlocking;
 

@@ -36,7 +36,8 @@ class GemmProgram : public Program {
 // The runner of a kernel that `plan` covers: a readable description (and the epilogue's source)
 // as its source, the kernel's estimates, and a GemmProgram. `render` and `compile` build the
 // epilogue kernel on the device.
-ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan, const codegen::Renderer& render,
-                      const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile);
+ASTRunner gemm_runner(
+    const codegen::Kernel& k, const codegen::GemmPlan& plan, const codegen::Renderer& render,
+    const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile);
 
 }  // namespace metagrad
