@@ -1,7 +1,9 @@
 # The runtime library holds the GEMM once per ISA (runtime/gemm/sgemm_*.cpp, each compiled with its
 # ISA's flags). An inline function those files share with the rest of the library must keep its
 # baseline copy, or a CPU without AVX would run AVX code: no function outside the ISA namespaces
-# (avx512::, avx::) may touch a ymm or zmm register. Run with -DLIBRARY=<libmetagrad.so> -P.
+# (avx512::, avx::) may touch a ymm or zmm register. Run with -DLIBRARY=<libmetagrad.so>
+# [-DX86=ON: the library must hold AVX code at all] -P.
+cmake_minimum_required(VERSION 3.20)
 execute_process(COMMAND objdump -d -C --no-show-raw-insn ${LIBRARY} OUTPUT_VARIABLE asm RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "objdump -d ${LIBRARY} failed")
@@ -30,7 +32,7 @@ if(bad)
   string(REPLACE ";" "\n  " bad "${bad}")
   message(FATAL_ERROR "wide vector code outside the GEMM's ISA namespaces:\n  ${bad}")
 endif()
-if(CMAKE_HOST_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND isa_functions EQUAL 0)
+if(X86 AND isa_functions EQUAL 0)
   message(FATAL_ERROR "no AVX or AVX-512 GEMM code found in ${LIBRARY}: the check would see nothing")
 endif()
 message(STATUS "isa_isolation: ${isa_functions} ISA-specific functions, none outside their namespaces")
