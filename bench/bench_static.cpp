@@ -1,4 +1,4 @@
-// The static path's inline evaluation on the workloads of BENCHMARKS.md (W1-W4), next to Eigen on
+// The static path's inline evaluation on the workloads of docs/benchmarks.md (W1-W4), next to Eigen on
 // the same shapes (Map/Array: these sizes are too big for Eigen's fixed-size types) and the triad
 // bandwidth measured in the same run, at 1 and at 2 threads (fixed::set_threads and
 // Eigen::setNbThreads: Eigen threads its products with OpenMP; its elementwise ops and reductions

@@ -1,4 +1,4 @@
-// The workloads W1-W6 and machine limits L1-L2 of BENCHMARKS.md: Eigen 3.4 and metagrad's dynamic
+// The workloads W1-W6 and machine limits L1-L2 of docs/benchmarks.md: Eigen 3.4 and metagrad's dynamic
 // path on every available device, 1 and 2 threads, from one run, with the ratios and targets.
 //
 //   bench_workloads
@@ -953,7 +953,7 @@ int parent_main() {
   ChildResult c[2] = {run_child(1), run_child(2)};
   const std::vector<std::string>& devs = c[0].devices.empty() ? c[1].devices : c[0].devices;
 
-  std::printf("\nmetagrad workloads (BENCHMARKS.md): %s, %u hardware threads, L3 %zu MiB\n",
+  std::printf("\nmetagrad workloads (docs/benchmarks.md): %s, %u hardware threads, L3 %zu MiB\n",
               cpu_model().c_str(), std::thread::hardware_concurrency(), L.l3_bytes >> 20);
   std::printf("Figures: median of %d repetitions after warm-up, compile time excluded; each cell 1t/2t.\n",
               kReps);
@@ -1057,7 +1057,7 @@ int parent_main() {
       "W4 FMA peak; W5 the step's %.0f MFLOP at FMA peak, in ms. xEigen, xLimit: the best compiled\n"
       "device at 2 threads as a speed-up over Eigen and as a fraction of the limit, each taken at its\n"
       "better of 1 and 2 threads (times: reference time / its time). CPU(interp): the interpreter;\n"
-      "W3 on 1024x1024, not 4096. Targets (2 threads) from BENCHMARKS.md; \"static\" ones are for the\n"
+      "W3 on 1024x1024, not 4096. Targets (2 threads) from docs/benchmarks.md; \"static\" ones are for the\n"
       "static path, not measured here. W2: sigmoid() is metagrad's (one exp, overflow harmless) against\n"
       "Eigen's logistic(); W2 1/(1+exp(-a)) is the formula on both. W6 replay: the step a + b called\n"
       "through TinyJit after its capture, us per captured kernel.\n\n",

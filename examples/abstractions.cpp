@@ -1,4 +1,4 @@
-// The seed's walk down the abstraction stack (../shared/WALKTHROUGH.md), printed step by step.
+// The seed's walk down the abstraction stack (docs/walkthrough.md), printed step by step.
 // Every claim the walk makes is checked here too, in any build type, so a wrong result fails loudly.
 #include <cstdlib>
 #include <iostream>

@@ -1,4 +1,4 @@
-// View and ShapeTracker (WALKTHROUGH.md §5): the walk's printed strings step by step, views computed
+// View and ShapeTracker (docs/walkthrough.md §5): the walk's printed strings step by step, views computed
 // in constant expressions, random movement-op sequences checked position by position against a
 // naive dense reference, bad input, and view merging.
 #include <catch2/catch.hpp>

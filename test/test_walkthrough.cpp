@@ -1,4 +1,4 @@
-// WALKTHROUGH.md sections 1-4, assert by assert (sections 5 and 6 live in the shapetracker and
+// docs/walkthrough.md sections 1-4, assert by assert (sections 5 and 6 live in the shapetracker and
 // symbolic tests). Runs on CLANG, as the walk does.
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 #pragma once
 // A two-layer static MLP (In -> Hidden relu -> Out, log-softmax + NLL on one-hot labels) and its
 // SGD training step: forward, fixed::grad and the update, all on tensors the model owns, so a step
-// allocates nothing once the arena has grown (the first step). W5 of BENCHMARKS.md is
+// allocates nothing once the arena has grown (the first step). W5 of docs/benchmarks.md is
 // MLP<float, 128, 784, 512, 10>; examples/fashion_mnist_static trains one.
 #include <cmath>
 #include <random>
