@@ -373,7 +373,7 @@ TEST_CASE("LLVM: invalid kernels raise with the IR and the reason", "[llvm]") {
     k.uops.push_back(UOp{UOps::ENDLOOP});
     std::string ir = api->render(k);
     CHECK_THAT(ir, Contains("define void @E_ok(ptr noalias nocapture %data0, ptr noalias nocapture readonly "
-                            "%data1, i32 %start, i32 %end)"));
+                            "%data1, i64 %start, i64 %end)"));
     auto prg = api->runtime("E_ok", ir);
     auto in = RawMallocBuffer::fromCPU(std::vector<float>{1, 2, 3, 4});
     RawMallocBuffer out(4, dtypes::float32);

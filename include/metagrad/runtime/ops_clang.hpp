@@ -19,7 +19,7 @@ class ClangProgram : public HostProgram {
   // error throws std::runtime_error carrying the source and the compiler's message.
   ClangProgram(std::string name, const std::string& src);
   ~ClangProgram() override;
-  // With a global size, the function takes (buffers..., int start, int end) and the range is
+  // With a global size, the function takes (buffers..., int64 start, int64 end) and the range is
   // split across threads; without one (the walkthrough's hand-written `add`), just the buffers.
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
