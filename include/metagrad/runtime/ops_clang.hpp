@@ -1,7 +1,9 @@
 #pragma once
 // CLANG: C source compiled by the system C compiler (`cc`, or env CC) into a shared object and
 // loaded with dlopen (the seed's runtime/ops_clang.py). Objects are cached on disk by source hash
-// under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing.
+// under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing; one is
+// loaded only when it matches its size-and-hash sidecar (disk_cache.hpp). The compiler runs as an
+// argument vector (env CC split into words), never through a shell.
 #include <atomic>
 #include <cstdint>
 #include <memory>
