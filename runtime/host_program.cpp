@@ -23,18 +23,20 @@ void call_bufs(void* fn, void* const* a, std::index_sequence<I...>) {
   reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))...)>(fn)(a[I]...);
 }
 template <std::size_t... I>
-void call_range(void* fn, void* const* a, int s, int e, std::index_sequence<I...>) {
-  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))..., int, int)>(fn)(a[I]..., s, e);
+void call_range(void* fn, void* const* a, std::int64_t s, std::int64_t e, std::index_sequence<I...>) {
+  reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))..., std::int64_t, std::int64_t)>(
+      fn)(a[I]..., s, e);
 }
 template <std::size_t... N>
 constexpr auto make_table(std::index_sequence<N...>) {
   using Bufs = void (*)(void*, void* const*);
-  using Range = void (*)(void*, void* const*, int, int);
-  return std::pair{std::array<Bufs, sizeof...(N)>{
-                       [](void* f, void* const* a) { call_bufs(f, a, std::make_index_sequence<N>{}); }...},
-                   std::array<Range, sizeof...(N)>{[](void* f, void* const* a, int s, int e) {
-                     call_range(f, a, s, e, std::make_index_sequence<N>{});
-                   }...}};
+  using Range = void (*)(void*, void* const*, std::int64_t, std::int64_t);
+  return std::pair{
+      std::array<Bufs, sizeof...(N)>{
+          [](void* f, void* const* a) { call_bufs(f, a, std::make_index_sequence<N>{}); }...},
+      std::array<Range, sizeof...(N)>{[](void* f, void* const* a, std::int64_t s, std::int64_t e) {
+        call_range(f, a, s, e, std::make_index_sequence<N>{});
+      }...}};
 }
 constexpr auto kCallers = make_table(std::make_index_sequence<kMaxHostArgs + 1>{});
 
@@ -63,9 +65,8 @@ void call_host(void* fn, void* const* ptrs, std::size_t count) { kCallers.first[
 void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate) {
   auto call = kCallers.second[count];
   // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
-  if (op_estimate < (1 << 18)) return call(fn, ptrs, 0, static_cast<int>(n));
-  parallel_for(
-      n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, static_cast<int>(s), static_cast<int>(e)); });
+  if (op_estimate < (1 << 18)) return call(fn, ptrs, 0, n);
+  parallel_for(n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, s, e); });
 }
 
 ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,

@@ -1,14 +1,22 @@
 #include "metagrad/runtime/ops_clang.hpp"
 
 #include <dlfcn.h>
-#include <sys/stat.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "metagrad/runtime/disk_cache.hpp"
+
+extern char** environ;
 
 namespace metagrad {
 
@@ -25,11 +33,43 @@ const char* kFlags =
 
 std::string compiler() { return getenv("CC", "cc"); }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// Runs argv (argv[0] looked up in PATH) with no shell in between: no path or name is ever parsed as
+// shell syntax. stdout and stderr go to `log` (/dev/null when empty). The exit status, or -1 when
+// the program could not be started or did not exit normally.
+int run_program(const std::vector<std::string>& args, const std::string& log) {
+  if (args.empty()) return -1;
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  ::posix_spawn_file_actions_init(&fa);
+  ::posix_spawn_file_actions_addopen(&fa, 2, log.empty() ? "/dev/null" : log.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ::posix_spawn_file_actions_adddup2(&fa, 2, 1);
+  pid_t pid = 0;
+  int err = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The C compiler (env CC, split into words: `ccache cc` works) with its arguments.
+std::vector<std::string> compile_command(const std::string& cc, const std::string& c_file,
+                                         const std::string& so_file) {
+  std::vector<std::string> args = split_words(cc);
+  for (const char* a : {"-x", "c", c_file.c_str(), "-o", so_file.c_str()}) args.emplace_back(a);
+  for (std::string& w : split_words(kFlags)) args.push_back(std::move(w));
+  return args;
 }
 
 }  // namespace
@@ -39,27 +79,38 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
   fs::path dir = fs::path(kernel_cache_dir()) / "clang";
   fs::create_directories(dir);
   fs::path so = dir / (stable_hash(cc + "\n" + kFlags + "\n" + src) + ".so");
-  if (!fs::exists(so)) {
-    // Compile to a private name, then rename: concurrent processes never see a partial object.
-    std::string tmp =
-        detail::cat(so.string(), ".", std::to_string(::getpid()), ".", stable_hash(name_ + src).substr(0, 6));
+  // A cached object is loaded only when its bytes match its sidecar (size and hash): a truncated or
+  // corrupted one would crash dlopen. One that does not match is removed and rebuilt.
+  if (load_verified(so)) lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) {
+    // Compile to a private name, load that, then rename the object and then its sidecar into place:
+    // concurrent processes never see a partial object, and this one never depends on the final
+    // path (another process may replace or remove it meanwhile).
+    static std::atomic<unsigned> counter{0};
+    std::string tmp = detail::cat(so.string(), ".", std::to_string(::getpid()), ".",
+                                  std::to_string(counter++), ".", stable_hash(name_ + src).substr(0, 6));
     std::ofstream(tmp + ".c") << src;
-    std::string cmd = detail::cat(cc, " -x c ", tmp, ".c -o ", tmp, ".so ", kFlags, " 2> ", tmp, ".log");
-    int rc = std::system(cmd.c_str());
-    std::string log = read_file(tmp + ".log");
-    fs::remove(tmp + ".c");
-    fs::remove(tmp + ".log");
-    if (rc != 0) {
-      fs::remove(tmp + ".so");
-      throw std::runtime_error(detail::cat("CLANG: compiling kernel ", name_, " with `", cc, "` failed:\n",
-                                           log, "\n--- source ---\n", src));
+    int rc = run_program(compile_command(cc, tmp + ".c", tmp + ".so"), tmp + ".log");
+    std::string log = read_file_bytes(tmp + ".log").value_or("");
+    std::error_code ec;
+    fs::remove(tmp + ".c", ec);
+    fs::remove(tmp + ".log", ec);
+    std::optional<std::string> bytes = rc == 0 ? read_file_bytes(tmp + ".so") : std::nullopt;
+    if (bytes) lib_ = ::dlopen((tmp + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) {
+      std::string why = bytes ? detail::cat("dlopen failed: ", ::dlerror()) : log;
+      fs::remove(tmp + ".so", ec);
+      throw std::runtime_error(detail::cat("CLANG: compiling kernel ", name_, " with `", cc, "` failed",
+                                           rc == -1 ? " (the compiler could not be run)" : "", ":\n", why,
+                                           "\n--- source ---\n", src));
     }
-    fs::rename(tmp + ".so", so);
+    fs::rename(tmp + ".so", so, ec);
+    if (ec)
+      fs::remove(tmp + ".so", ec);  // a cache that cannot be written only costs a recompile
+    else
+      write_sidecar(so, *bytes);
     ++compiles;
   }
-  lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib_)
-    throw std::runtime_error(detail::cat("CLANG: dlopen of ", so.string(), " failed: ", ::dlerror()));
   fn_ = ::dlsym(lib_, name_.c_str());
   if (!fn_)
     throw std::runtime_error(detail::cat("CLANG: no function ", name_, " in the compiled kernel:\n", src));
@@ -80,7 +131,9 @@ namespace {
 
 std::unique_ptr<Backend> make_clang_backend() {
   // Probe the compiler once so a missing one says so clearly at the first use of the device.
-  if (std::system((compiler() + " --version > /dev/null 2>&1").c_str()) != 0)
+  std::vector<std::string> probe = split_words(compiler());
+  probe.emplace_back("--version");
+  if (run_program(probe, "") != 0)
     throw std::runtime_error(detail::cat("the C compiler `", compiler(), "` (env CC) cannot be run"));
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "metagrad/codegen/llvmir.hpp"
@@ -165,21 +166,17 @@ LLVMProgram::LLVMProgram(std::string name, const std::string& src)
     return llvm::Error::success();
   };
   bool linked = false;
-  if (auto cached = llvm::MemoryBuffer::getFile(path.string()); cached) {
-    llvm::Error e = link(std::move(*cached));
+  // Only an object whose bytes match its sidecar (size and hash) is linked; a damaged one is removed.
+  if (std::optional<std::string> cached = load_verified(path)) {
+    llvm::Error e = link(llvm::MemoryBuffer::getMemBufferCopy(*cached, path.string()));
     linked = !e;
     llvm::consumeError(std::move(e));  // a damaged cache entry is compiled again below
   }
   if (!linked) {
     std::unique_ptr<llvm::MemoryBuffer> obj = compile(j, name_, src);
-    // Written to a private name, then renamed: concurrent processes never see a partial object.
-    std::string tmp = detail::cat(path.string(), ".", std::to_string(::getpid()), ".",
-                                  std::to_string(j.dylibs.load()), ".tmp");
-    std::ofstream(tmp, std::ios::binary)
-        .write(obj->getBufferStart(), static_cast<std::streamsize>(obj->getBufferSize()));
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) fs::remove(tmp, ec);  // a cache that cannot be written only costs a recompile
+    // Written to a private name, then renamed, then its sidecar: concurrent processes never see a
+    // partial object, and a damaged one is rebuilt.
+    store_verified(path, std::string(obj->getBufferStart(), obj->getBufferSize()));
     ++compiles;
     if (llvm::Error e = link(std::move(obj)))
       throw std::runtime_error(

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -254,13 +255,6 @@ Candidate choose_device() {
   return all.front();
 }
 
-std::string read_binary(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 struct CLContext {
@@ -359,8 +353,9 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
   std::error_code ec;
   fs::path dir = fs::path(kernel_cache_dir()) / "opencl";
   fs::path bin = dir / (stable_hash(ctx_->identity + "\n" + src) + ".bin");
-  if (fs::exists(bin, ec)) {
-    std::string b = read_binary(bin);
+  // Only a binary whose bytes match its sidecar (size and hash) is loaded; a damaged one is removed.
+  if (std::optional<std::string> cached = load_verified(bin)) {
+    const std::string& b = *cached;
     const auto* bytes = reinterpret_cast<const unsigned char*>(b.data());
     std::size_t len = b.size();
     cl_int status = CL_SUCCESS, e = CL_SUCCESS;
@@ -385,7 +380,8 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
                                            "\n--- source ---\n", src));
     }
     ++compiles;
-    // Write to a private name, then rename: concurrent processes never read a partial binary.
+    // Written to a private name, then renamed, then its sidecar: concurrent processes never read a
+    // partial binary, and a damaged one is rebuilt.
     std::size_t size = 0;
     if (clGetProgramInfo(program_, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) == CL_SUCCESS &&
         size > 0) {
@@ -393,14 +389,8 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
       auto* p = reinterpret_cast<unsigned char*>(b.data());
       fs::create_directories(dir, ec);
       if (clGetProgramInfo(program_, CL_PROGRAM_BINARIES, sizeof p, &p, nullptr) == CL_SUCCESS &&
-          fs::is_directory(dir, ec)) {
-        static std::atomic<int> seq = 0;
-        std::string tmp =
-            detail::cat(bin.string(), ".", std::to_string(::getpid()), ".", std::to_string(++seq), ".tmp");
-        std::ofstream(tmp, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
-        fs::rename(tmp, bin, ec);
-        if (ec) fs::remove(tmp, ec);
-      }
+          fs::is_directory(dir, ec))
+        store_verified(bin, b);
     }
   }
   cl_int e = CL_SUCCESS;

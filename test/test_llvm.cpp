@@ -4,12 +4,16 @@
 // the renderer's and the JIT's errors; cold and warm (disk cache) compile times.
 #include <dlfcn.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <thread>
@@ -373,7 +377,7 @@ TEST_CASE("LLVM: invalid kernels raise with the IR and the reason", "[llvm]") {
     k.uops.push_back(UOp{UOps::ENDLOOP});
     std::string ir = api->render(k);
     CHECK_THAT(ir, Contains("define void @E_ok(ptr noalias nocapture %data0, ptr noalias nocapture readonly "
-                            "%data1, i32 %start, i32 %end)"));
+                            "%data1, i64 %start, i64 %end)"));
     auto prg = api->runtime("E_ok", ir);
     auto in = RawMallocBuffer::fromCPU(std::vector<float>{1, 2, 3, 4});
     RawMallocBuffer out(4, dtypes::float32);
@@ -416,6 +420,58 @@ TEST_CASE("LLVM: kernels compile and run from several threads at once", "[llvm]"
     });
   for (auto& t : threads) t.join();
   CHECK(ok == std::vector<int>(4, 2));
+}
+
+TEST_CASE("LLVM: a cached object truncated, corrupted or without its sidecar is rebuilt", "[llvm]") {
+  const LLVMApi* api = llvm_api();
+  if (!api) return;
+  namespace fs = std::filesystem;
+  std::string old = metagrad::getenv("METAGRAD_CACHE");
+  fs::path dir = fs::temp_directory_path() / ("metagrad-llvm-damage-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ::setenv("METAGRAD_CACHE", dir.c_str(), 1);
+  std::string ir = api->render(fill_kernel("E_4", 4, 2.5));
+  auto run = [&] {
+    auto prg = api->runtime("E_4", ir);
+    RawMallocBuffer out(4, dtypes::float32);
+    (*prg)({4}, {}, {&out});
+    return out.toCPU<float>() == std::vector<float>(4, 2.5f);
+  };
+  int c0 = llvm_compiles();
+  CHECK(run());
+  CHECK(run());
+  CHECK(llvm_compiles() == c0 + 1);
+  auto object = [&] {
+    for (const auto& e : fs::directory_iterator(dir / "llvm"))
+      if (e.path().extension() == ".o") return e.path();
+    return fs::path();
+  };
+  REQUIRE(fs::exists(object().string() + ".sum"));
+  std::vector<std::pair<const char*, std::function<void(const fs::path&)>>> damages = {
+      {"truncated", [](const fs::path& p) { fs::resize_file(p, fs::file_size(p) / 2); }},
+      {"bytes flipped",
+       [](const fs::path& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         std::string b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+         for (std::size_t i = b.size() / 2; i < b.size() / 2 + 16 && i < b.size(); ++i) b[i] ^= 0x5a;
+         f.seekp(0);
+         f.write(b.data(), static_cast<std::streamsize>(b.size()));
+       }},
+      {"sidecar deleted", [](const fs::path& p) { fs::remove(p.string() + ".sum"); }}};
+  int expected = c0 + 1;
+  for (const auto& [what, apply] : damages) {
+    INFO(what);
+    apply(object());
+    CHECK(run());
+    CHECK(llvm_compiles() == ++expected);  // rebuilt
+    CHECK(run());
+    CHECK(llvm_compiles() == expected);  // and the rebuilt one reused
+  }
+  if (old.empty())
+    ::unsetenv("METAGRAD_CACHE");
+  else
+    ::setenv("METAGRAD_CACHE", old.c_str(), 1);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("LLVM: cold compile time per kernel; a warm run compiles nothing", "[llvm]") {

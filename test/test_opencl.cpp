@@ -247,7 +247,12 @@ TEST_CASE("OPENCL: built programs are cached on disk and reused by source", "[op
   CHECK(CLProgram::compiles == before + 1);
   auto p2 = cl->compile("add", src);  // from the binary on disk
   CHECK(CLProgram::compiles == before + 1);
-  CHECK(std::distance(fs::directory_iterator(dir / "opencl"), fs::directory_iterator{}) == 1);
+  // One binary and its sidecar (size and hash, checked before a load).
+  CHECK(std::distance(fs::directory_iterator(dir / "opencl"), fs::directory_iterator{}) == 2);
+  for (const auto& e : fs::directory_iterator(dir / "opencl")) {
+    std::string n = e.path().filename().string();
+    CHECK((n.ends_with(".bin") || n.ends_with(".bin.sum")));
+  }
   auto out = cl->alloc(4, dtypes::float32), a = cl->alloc(4, dtypes::float32);
   std::vector<float> h{1, 2, 3, 4};
   a->copyin(h.data());
@@ -257,6 +262,28 @@ TEST_CASE("OPENCL: built programs are cached on disk and reused by source", "[op
   for (const auto& e : fs::directory_iterator(dir / "opencl")) std::ofstream(e.path()) << "garbage";
   CHECK_NOTHROW(cl->compile("add", src));
   CHECK(CLProgram::compiles == before + 2);
+  // A binary with a byte flipped, or one whose sidecar is gone, is rebuilt, never given the driver.
+  auto damage = [&](bool flip) {
+    for (const auto& e : fs::directory_iterator(dir / "opencl"))
+      if (e.path().extension() == ".bin" && flip) {
+        std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+        auto at = static_cast<std::streamoff>(fs::file_size(e.path()) / 2);
+        f.seekg(at);
+        char c = static_cast<char>(f.get() ^ 0x5a);
+        f.seekp(at);
+        f.put(c);
+      } else if (e.path().extension() == ".sum" && !flip) {
+        fs::remove(e.path());
+      }
+  };
+  damage(true);
+  CHECK_NOTHROW(cl->compile("add", src));
+  CHECK(CLProgram::compiles == before + 3);
+  damage(false);
+  auto p3 = cl->compile("add", src);
+  CHECK(CLProgram::compiles == before + 4);
+  (*p3)({4}, {}, {out.get(), a.get(), a.get()});
+  CHECK(out->toCPU<float>() == std::vector<float>{2, 4, 6, 8});
   if (old.empty())
     ::unsetenv("METAGRAD_CACHE");
   else

@@ -38,7 +38,7 @@ class Program {
                           const std::vector<std::int64_t>& local_size,
                           const std::vector<RawBuffer*>& bufs) = 0;
   // A kernel that runs on the host (CLANG, LLVM) returns its function
-  // fn(buffer pointers..., int start, int end), which TinyJit's replay calls directly through
+  // fn(buffer pointers..., int64 start, int64 end), which TinyJit's replay calls directly through
   // run_host (runtime/host_program.hpp); other programs return null.
   virtual void* host_function() const { return nullptr; }
   std::int64_t op_estimate = 0;  // lets a CPU program run small kernels on one thread

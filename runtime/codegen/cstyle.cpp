@@ -1,6 +1,7 @@
 #include "metagrad/codegen/cstyle.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 
@@ -67,8 +68,8 @@ std::string c_storage_type(DType d, bool opencl) {
 namespace {
 
 const char* kPreludeC = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
-static inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
-static inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
+static inline long long mg_fdiv(long long a, long long b) { long long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
+static inline long long mg_fmod(long long a, long long b) { long long r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
 static inline long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
 static inline long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
 #if defined(__FMA__) || defined(__FP_FAST_FMAF)
@@ -192,7 +193,7 @@ struct Renderer {
     return detail::cat(buf, "[", idx, "] = ", v, ";");
   }
 
-  // `void NAME(buffers..., int start, int end) {` and the group's local memory.
+  // `void NAME(buffers..., long long start, long long end) {` and the group's local memory.
   std::string signature() const {
     std::string src;
     // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
@@ -204,7 +205,7 @@ struct Renderer {
       src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", storage(k.buf_dtypes[i]), "*",
                          lang.buffer_suffix, " data", std::to_string(i));
     }
-    if (lang.range_arguments) src += ", int start, int end";
+    if (lang.range_arguments) src += ", long long start, long long end";
     src += ") {\n";
     // A group's partial values meet in local memory, declared at the kernel's scope (OpenCL 1.2).
     for (std::size_t i = 0; i < k.uops.size(); ++i)
@@ -218,10 +219,13 @@ struct Renderer {
   std::string loop_head(const UOp& u) const {
     if (u.threaded && !lang.range_arguments)
       return detail::cat("{ int ", u.name, " = ", k.local_size ? "get_group_id(0)" : lang.global_id, ";");
+    // C counts in 64 bits (a reduction over more than 2^31 elements must not wrap); OpenCL only
+    // where the extent needs it.
+    std::string counter = !opencl() ? "long long" : u.extent > INT_MAX ? "long" : "int";
     if (u.threaded)
-      return detail::cat("for (int ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {");
-    return detail::cat("for (int ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ", u.name,
-                       "++) {");
+      return detail::cat("for (", counter, " ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {");
+    return detail::cat("for (", counter, " ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ",
+                       u.name, "++) {");
   }
 
   // A GROUP (uop i) combining v0 across the work-group: barriers: the previous use of lds is read

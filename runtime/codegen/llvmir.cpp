@@ -354,8 +354,8 @@ struct Renderer {
   void loop(const UOp& u) {
     llvm::Value *lo = b.getInt64(0), *hi = b.getInt64(u.extent);
     if (u.threaded) {
-      lo = b.CreateSExt(fn->getArg(static_cast<unsigned>(bufs.size())), b.getInt64Ty());
-      hi = b.CreateSExt(fn->getArg(static_cast<unsigned>(bufs.size()) + 1), b.getInt64Ty());
+      lo = fn->getArg(static_cast<unsigned>(bufs.size()));
+      hi = fn->getArg(static_cast<unsigned>(bufs.size()) + 1);
     }
     llvm::BasicBlock* pre = b.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx, u.name + ".head", fn);
@@ -383,8 +383,8 @@ struct Renderer {
 
   std::unique_ptr<llvm::Module> render() {
     std::vector<llvm::Type*> args(k.buf_dtypes.size(), llvm::PointerType::get(ctx, 0));
-    args.push_back(b.getInt32Ty());
-    args.push_back(b.getInt32Ty());
+    args.push_back(b.getInt64Ty());
+    args.push_back(b.getInt64Ty());
     fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), args, false),
                                 llvm::Function::ExternalLinkage, k.name, *mod);
     fn->addFnAttr(llvm::Attribute::NoUnwind);

@@ -11,7 +11,7 @@ struct CStyleLanguage {
   std::string kernel_prefix;    // before `void` ("__kernel" for OpenCL)
   std::string buffer_prefix;    // before each buffer's type ("__global ")
   std::string buffer_suffix;    // after the `*` (" restrict")
-  bool range_arguments = true;  // C: (int start, int end) select the threaded loop's range
+  bool range_arguments = true;  // C: (int64 start, int64 end) select the threaded loop's range
   std::string global_id;        // OpenCL: the expression for the threaded loop's index
   bool half_native = false;     // the language has a `half` type
 };

@@ -15,7 +15,7 @@
 
 namespace metagrad {
 
-// A kernel that runs on the host: fn(buffer pointers..., int start, int end).
+// A kernel that runs on the host: fn(buffer pointers..., int64 start, int64 end).
 class HostProgram : public Program {
  public:
   ~HostProgram() override;  // defined in libmetagrad: one type_info, also for the LLVM plugin's
@@ -31,7 +31,7 @@ constexpr std::size_t kMaxHostArgs = 32;
 std::vector<void*> host_pointers(const char* device, const std::string& name,
                                  const std::vector<RawBuffer*>& bufs);
 void* host_pointer(const char* device, RawBuffer* b);
-// A run of the kernel fn(ptrs[0..count)..., int start, int end) over [0, n), split across the thread
+// A run of the kernel fn(ptrs[0..count)..., int64 start, int64 end) over [0, n), split across the thread
 // pool when op_estimate is big enough. Allocates nothing.
 void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate);
 // A call of fn(ptrs[0..count)...) without a range (hand-written kernels).

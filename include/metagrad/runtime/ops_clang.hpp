@@ -1,7 +1,9 @@
 #pragma once
 // CLANG: C source compiled by the system C compiler (`cc`, or env CC) into a shared object and
 // loaded with dlopen (the seed's runtime/ops_clang.py). Objects are cached on disk by source hash
-// under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing.
+// under $METAGRAD_CACHE (default ~/.cache/metagrad), so a second process compiles nothing; one is
+// loaded only when it matches its size-and-hash sidecar (disk_cache.hpp). The compiler runs as an
+// argument vector (env CC split into words), never through a shell.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -19,7 +21,7 @@ class ClangProgram : public HostProgram {
   // error throws std::runtime_error carrying the source and the compiler's message.
   ClangProgram(std::string name, const std::string& src);
   ~ClangProgram() override;
-  // With a global size, the function takes (buffers..., int start, int end) and the range is
+  // With a global size, the function takes (buffers..., int64 start, int64 end) and the range is
   // split across threads; without one (the walkthrough's hand-written `add`), just the buffers.
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;

@@ -24,7 +24,7 @@ class LLVMProgram : public HostProgram {
   // signature is render_llvm's). Bad IR throws std::runtime_error with the message and the IR.
   LLVMProgram(std::string name, const std::string& src);
   ~LLVMProgram() override;
-  // (buffers..., int start, int end): the global range is split across threads when large.
+  // (buffers..., int64 start, int64 end): the global range is split across threads when large.
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
   // Compiles seen by this process (disk-cache hits excluded).
