@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -117,11 +118,12 @@ GemmBlocking search(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa, int
     next.resize(std::min<std::size_t>(next.size(), static_cast<std::size_t>(width)));
     beam = std::move(next);
   };
-  std::vector<std::int64_t> kcs, mcs, ncs;
+  std::vector<std::int64_t> kcs, ncs;
   for (std::int64_t v : {64, 128, 192, 256, 384, 512, 768})
     if (v < k + 64) kcs.push_back(v);
+  std::set<std::int64_t> mcs;  // (a set: def.mc / 1 and def.mc * 1 are one candidate)
   for (std::int64_t f : {1, 2, 4, 8})
-    mcs.push_back(std::max<std::int64_t>(def.mc / f, 1)), mcs.push_back(def.mc * f);
+    mcs.insert(std::max<std::int64_t>(def.mc / f, 1)), mcs.insert(def.mc * f);
   for (std::int64_t v : {512, 1024, 2048, 4096, 8192})
     if (v < n + 512) ncs.push_back(v);
   level(kcs, [](GemmBlocking& g, std::int64_t v) { g.kc = v; });

@@ -50,14 +50,13 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const 
   c += p.c_offset;
   auto* a = static_cast<const float*>(host_pointer("GEMM", bufs.at(p.a))) + p.a_offset;
   auto* b = static_cast<const float*>(host_pointer("GEMM", bufs.at(p.b))) + p.b_offset;
-  const gemm::GemmBlocking bk = gemm::choose_blocking(p.m, p.n, p.k);
   // The batch loops as an odometer over p.batch (outermost first).
   std::vector<std::int64_t> at(p.batch.size(), 0);
   for (;;) {
     std::int64_t oa = 0, ob = 0, oc = 0;
     for (std::size_t d = 0; d < at.size(); ++d)
       oa += at[d] * p.batch[d].a, ob += at[d] * p.batch[d].b, oc += at[d] * p.batch[d].c;
-    gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, bk);
+    gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
     std::size_t d = at.size();
     while (d > 0 && ++at[d - 1] == p.batch[d - 1].size) at[--d] = 0;
     if (d == 0) break;
@@ -110,7 +109,7 @@ ASTRunner gemm_runner(
     epi->c_size = prod(k.output_shape);
     r.prg += "// then the epilogue over C:\n" + epi->runner.prg;
   }
-  r.clprg = std::make_shared<GemmProgram>(p, std::move(epi));
+  r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(epi));
   r.clprg->op_estimate = r.op_estimate;
   return r;
 }

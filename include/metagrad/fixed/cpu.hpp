@@ -3,6 +3,7 @@
 // time (glibc's sysconf, else Linux's sysfs, else conservative defaults), so one binary blocks
 // for the processor it runs on rather than the one it was tuned on.
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -24,8 +25,9 @@ inline std::int64_t sysfs_cache(int level) {
     std::string type, size;
     if (!(lv >> l) || !(ty >> type) || !(sz >> size)) break;
     if (l != level || type == "Instruction" || size.empty()) continue;
-    std::int64_t v = std::stoll(size);
-    char unit = size.back();
+    char* end = nullptr;  // (strtoll, not stoll: an odd sysfs string reads as no cache, not a throw)
+    std::int64_t v = std::strtoll(size.c_str(), &end, 10);
+    char unit = *end;
     return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : unit == 'G' ? v << 30 : v;
   }
   return 0;

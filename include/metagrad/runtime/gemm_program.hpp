@@ -8,6 +8,7 @@
 #include "metagrad/codegen/gemm.hpp"
 #include "metagrad/codegen/pipeline.hpp"
 #include "metagrad/device.hpp"
+#include "metagrad/runtime/gemm.hpp"
 
 namespace metagrad {
 
@@ -21,15 +22,16 @@ struct GemmEpilogue {
 
 class GemmProgram : public Program {
  public:
-  GemmProgram(codegen::GemmPlan plan, std::optional<GemmEpilogue> epilogue)
-      : plan_(std::move(plan)), epilogue_(std::move(epilogue)) {}
+  // `blocking` is chosen once, when the kernel is built (a BEAM search runs then, not per call).
+  GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking, std::optional<GemmEpilogue> epilogue)
+      : plan_(std::move(plan)), blocking_(blocking), epilogue_(std::move(epilogue)) {}
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
-  const codegen::GemmPlan& plan() const { return plan_; }
 
  private:
   void products(float* c, const std::vector<RawBuffer*>& bufs) const;
   codegen::GemmPlan plan_;
+  gemm::GemmBlocking blocking_;
   std::optional<GemmEpilogue> epilogue_;
 };
 
