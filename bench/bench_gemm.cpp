@@ -11,7 +11,8 @@
 // odd sizes), and at 1024 on 1 thread >= 0.8 of the peak. A row that misses one says NOT met.
 //
 // Run: build/bench/bench_gemm (METAGRAD_ISA=avx2 for the AVX2 kernels on an AVX-512 machine;
-// BENCH_REP_MS=N per repetition, default 150). The parent re-runs itself with THREADS=1 and 2.
+// BENCH_REP_MS=N per repetition, default 150; BENCH_ROWS=64,1024 for some rows only; BENCH_THREADS=1
+// for one thread count). The parent re-runs itself with THREADS=1 and 2.
 #include <cblas.h>
 #include <immintrin.h>
 
@@ -144,6 +145,14 @@ std::vector<Row> rows() {
   };
 }
 
+// BENCH_ROWS: a comma-separated list of row keys, all rows when unset.
+bool selected(const std::string& key) {
+  const char* env = std::getenv("BENCH_ROWS");
+  if (!env || !*env) return true;
+  std::string list = "," + std::string(env) + ",";
+  return list.find("," + key + ",") != std::string::npos;
+}
+
 // The child: one line per (row, path): "R row path GFLOP/s", or "P peak".
 int child() {
   int threads = metagrad::thread_count();
@@ -157,6 +166,7 @@ int child() {
     if (d == "CLANG" || d == "LLVM") devices.push_back(d);
   for (const auto& r : rows()) {
     const Shape& s = r.shape;
+    if (!selected(s.key)) continue;
     auto a = random_data(static_cast<std::size_t>(s.batch * s.m * s.k), 1);
     auto b = random_data(static_cast<std::size_t>(s.batch * s.k * s.n), 2);
     std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
@@ -236,12 +246,14 @@ int main() {
               static_cast<long long>(bk.kc), static_cast<long long>(bk.nc));
   int misses = 0;
   for (int t : {1, 2}) {
+    if (const char* only = std::getenv("BENCH_THREADS"); only && std::atoi(only) != t) continue;
     Result r = run_child(t);
     std::printf("\n%d thread%s: GFLOP/s, and x OpenBLAS; FMA peak %.0f GFLOP/s\n", t, t > 1 ? "s" : "",
                 r.peak);
     std::printf("%-13s %9s %9s %9s %9s %9s   %-8s %-8s %-8s %-7s  %s\n", "row", "OpenBLAS", "Eigen", "static",
                 "CLANG", "LLVM", "static", "CLANG", "LLVM", "xpeak", "targets");
     for (const auto& row : rows()) {
+      if (!selected(row.shape.key)) continue;
       auto& g = r.g[row.shape.key];
       double ob = g.count("OpenBLAS") ? g["OpenBLAS"] : 0;
       auto fig = [&](const char* p) { return g.count(p) ? g[p] : 0.0; };

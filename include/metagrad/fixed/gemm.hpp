@@ -35,10 +35,12 @@ struct Gemm {
   static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
   // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
-  // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored.
-  template <int Rows, int Nv>
+  // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored. InPlaceA: A's own
+  // rows instead of a packed strip, row r at a + r * lda, contiguous along k.
+  template <int Rows, int Nv, bool InPlaceA = false>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
-                   index_t cols, bool acc) {
+                   index_t cols, bool acc, index_t lda = 0) {
+    const index_t astep = InPlaceA ? 1 : MR, arow = InPlaceA ? lda : 1;
     V sum[Rows][Nv];
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
@@ -48,13 +50,13 @@ struct Gemm {
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
       __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
-    for (index_t k = 0; k < kc; ++k, a += MR, b += bs) {
+    for (index_t k = 0; k < kc; ++k, a += astep, b += bs) {
       V bv[Nv];
 #pragma GCC unroll 4
       for (int v = 0; v < Nv; ++v) bv[v] = simd<T>::load(b + v * W);
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
-        V av = simd<T>::broadcast(a + r);
+        V av = simd<T>::broadcast(a + r * arow);
 #pragma GCC unroll 4
         for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
       }
@@ -114,7 +116,7 @@ struct Gemm {
                   std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
-    b.kc = fit(c.l2 / 4, NR * S, 16, 128, 512);
+    b.kc = fit(c.l2 / 4, NR * S, 16, 128, 1024);
     b.mc = fit(c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
     b.nc = fit(c.l3 / 4, b.kc * S, NR, NR, 8192);
     return b;
@@ -246,11 +248,17 @@ struct Gemm {
   // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
   // (strips of MR rows, column p then p+1), each times the B strips of the columns. Read in place,
   // the last strip is packed when it ends inside a vector (its loads would pass B's end).
+  //
+  // A is read in place, its strips unpacked, when its rows are contiguous: the tile's MR row streams
+  // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product (5% at 1024).
+  // Only a partial last strip is packed, as its loads would pass A's last row. Rows a multiple of
+  // 4 KiB apart stay packed: in place, a tile's MR rows would share one L1 set.
   static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
                    index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
+    const bool adirect = acs == 1 && (ars * static_cast<index_t>(sizeof(T))) % 4096 != 0;
     for (index_t ic = r0; ic < r1; ic += MC) {
-      index_t mc = std::min(MC, r1 - ic);
-      pack<MR>(ap, kc, mc, a + ic * ars, acs, ars);
+      index_t mc = std::min(MC, r1 - ic), full = adirect ? mc / MR * MR : 0;
+      if (full < mc) pack<MR>(ap + full * kc, kc, mc - full, a + (ic + full) * ars, acs, ars);
       for (index_t jr = c0; jr < c1; jr += NR) {
         const T* bj = B.b + jr * kc;
         index_t bs = NR;
@@ -258,9 +266,18 @@ struct Gemm {
           bj = B.b + jr, bs = B.stride;
         else if (B.direct)
           pack<NR>(edge, kc, B.nc - jr, B.b + jr, B.stride, 1), bj = edge;
-        for (index_t ir = 0; ir < mc; ir += MR)
-          tile(kc, ap + ir * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir),
-               std::min<index_t>(NR, c1 - jr), acc);
+        const index_t cols = std::min<index_t>(NR, c1 - jr);
+        for (index_t ir = 0; ir < full; ir += MR) {
+          const T* ai = a + (ic + ir) * ars;
+          T* ci = c + (ic + ir) * ldc + jr;
+          if (cols > W)
+            tile<MR, NV, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, ars);
+          else
+            tile<MR, 1, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, ars);
+        }
+        for (index_t ir = full; ir < mc; ir += MR)
+          tile(kc, ap + ir * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir), cols,
+               acc);
       }
     }
   }
@@ -285,18 +302,32 @@ struct Gemm {
         }
         continue;
       }
-      // A transpose (row-major A, a transposed B): blocks of 16 along p keep the Width x 16 patch of
-      // dst in L1 while each source row is read 16 contiguous elements at a time.
-      constexpr index_t kB = 16;
-      for (index_t p0 = 0; p0 < kc; p0 += kB) {
-        const index_t p1 = std::min(kc, p0 + kB);
-        for (index_t w = 0; w < w_end; ++w) {
-          const T* row = from + w * across;
-          for (index_t p = p0; p < p1; ++p) dst[p * Width + w] = row[p * step];
+#if defined(__AVX512F__)
+      // A transpose of 4-byte elements: one gather per column p (lanes w_end.. read row 0 again and
+      // are zeroed by the store's mask), so every row streams in order and the strip stays in L1.
+      if constexpr (sizeof(T) == 4 && Width <= 16)
+        if (across * Width < (index_t{1} << 31) && step == 1) {
+          alignas(64) std::int32_t off[16] = {};
+          for (index_t w = 0; w < w_end; ++w) off[w] = static_cast<std::int32_t>(w * across);
+          const __m512i idx = _mm512_load_si512(off);
+          const __mmask16 live = static_cast<__mmask16>((1u << w_end) - 1), all = (1u << Width) - 1;
+          for (index_t p = 0; p < kc; ++p) {
+            __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, from + p, 4);
+            _mm512_mask_storeu_ps(dst + p * Width, all, v);
+          }
+          continue;
         }
-        for (index_t p = p0; p < p1; ++p)
-          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
+#endif
+      // A transpose (row-major A, a transposed B): each source row is read whole and in order, which
+      // the hardware prefetcher follows (blocks of 16 along p, row by row, stalled on misses); the
+      // strip written (kc x Width) stays in L1.
+      for (index_t w = 0; w < w_end; ++w) {
+        const T* row = from + w * across;
+        for (index_t p = 0; p < kc; ++p) dst[p * Width + w] = row[p * step];
       }
+      if (w_end < Width)
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
     }
   }
 };

@@ -5,7 +5,8 @@
 // Dispatch is a function pointer and a void* (no allocation): the caller publishes the job by
 // bumping a generation counter, then every thread, the caller included, claims parts from an
 // atomic counter until none is left (a worker the OS has descheduled leaves its share to the
-// others), and the caller spins until every worker has acknowledged the job. Workers spin a little
+// others), and the caller waits only for the parts others claimed, never for a worker that has not
+// woken (on a busy machine that is a scheduler slice). Workers spin a little
 // after a job (the next one of a training step is usually microseconds away), then sleep on the
 // counter (a futex). A call made from inside a part, or while another thread's job runs, runs its
 // parts inline. Parts take their scratch memory from the caller's arena, never their own, so which
@@ -73,18 +74,22 @@ class Pool {
       return;
     }
     std::lock_guard lock(busy_, std::adopt_lock);
-    fn_ = fn, ctx_ = ctx, parts_ = parts, each_ = each_thread;
-    next_.store(each_thread ? parts : 0, std::memory_order_relaxed);
-    pending_.store(size() - 1, std::memory_order_relaxed);
-    gen_.fetch_add(1, std::memory_order_release);
-    gen_.notify_all();
+    const std::uint64_t g = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
+    Job& j = jobs_[g & 1];
+    j.fn.store(fn, std::memory_order_relaxed), j.ctx.store(ctx, std::memory_order_relaxed);
+    j.parts.store(parts, std::memory_order_relaxed), j.each.store(each_thread, std::memory_order_relaxed);
+    j.done.store(0, std::memory_order_relaxed);
+    state_.store(g << kPartBits, std::memory_order_release);
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
     inside() = true;
     if (each_thread)
-      fn(ctx, 0, parts);
+      fn(ctx, 0, parts), j.done.fetch_add(1, std::memory_order_release);
     else
-      claim();
+      claim(g, j);
     inside() = false;
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin)
+    // Only parts already claimed are waited for: a worker the OS has not scheduled yet claims none.
+    for (int spin = 0; j.done.load(std::memory_order_acquire) != parts; ++spin)
       if (spin < kSpin)
         cpu_relax();
       else
@@ -93,6 +98,17 @@ class Pool {
 
  private:
   static constexpr int kSpin = 1 << 14;  // pauses (~0.1-0.5 ms) before a worker sleeps
+  static constexpr int kPartBits = 16;   // state_: job generation << kPartBits | next part
+
+  // A job's description. Jobs alternate between two slots: a slot is rewritten only after the job
+  // that used it two jobs ago finished, so a worker that claimed a part reads a stable one.
+  struct Job {
+    std::atomic<Fn> fn{nullptr};
+    std::atomic<void*> ctx{nullptr};
+    std::atomic<int> parts{0};
+    std::atomic<bool> each{false};
+    alignas(64) std::atomic<int> done{0};
+  };
 
   explicit Pool(int n) { start(std::clamp(n, 1, kMaxThreads)); }
   static int default_size() {
@@ -105,54 +121,65 @@ class Pool {
     return in;
   }
   void start(int n) {
-    stop_ = false;
-    int g = gen_.load(std::memory_order_relaxed);  // before any bump the new workers must see
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, g] { work(i, g); });
+    stop_.store(false, std::memory_order_relaxed);
+    const std::uint32_t w = wake_.load(std::memory_order_relaxed);  // before any bump they must see
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, w] { work(i, w); });
   }
   void stop() {
     if (workers_.empty()) return;
-    stop_ = true;
-    pending_.store(size() - 1, std::memory_order_relaxed);
-    gen_.fetch_add(1, std::memory_order_release);
-    gen_.notify_all();
+    stop_.store(true, std::memory_order_relaxed);
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
-  void claim() {
-    for (int p; (p = next_.fetch_add(1, std::memory_order_relaxed)) < parts_;) fn_(ctx_, p, parts_);
+  // Claims parts of job g until none is left. The generation in state_ makes a claim by a thread
+  // still looking at an older job fail, so no part runs twice or under the wrong job.
+  void claim(std::uint64_t g, Job& j) {
+    for (std::uint64_t s = state_.load(std::memory_order_acquire);;) {
+      const int p = static_cast<int>(s & ((std::uint64_t{1} << kPartBits) - 1));
+      if (s >> kPartBits != g || p >= j.parts.load(std::memory_order_relaxed)) return;
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), p,
+                                           j.parts.load(std::memory_order_relaxed));
+      j.done.fetch_add(1, std::memory_order_release);
+      s = state_.load(std::memory_order_acquire);
+    }
   }
-  void work(int index, int seen) {
+  void work(int index, std::uint32_t seen) {
     inside() = true;
+    std::uint64_t handled = 0;  // the last each_thread job this thread ran its part of
     for (;;) {
-      for (int spin = 0; gen_.load(std::memory_order_acquire) == seen; ++spin)
+      for (int spin = 0; wake_.load(std::memory_order_acquire) == seen; ++spin)
         if (spin < kSpin)
           cpu_relax();
         else
-          gen_.wait(seen, std::memory_order_acquire);
-      seen = gen_.load(std::memory_order_acquire);
-      if (stop_) return;
-      {
-        Arena::Scope scope;
-        if (!each_)
-          claim();
-        else if (index < parts_)
-          fn_(ctx_, index, parts_);
+          wake_.wait(seen, std::memory_order_acquire);
+      seen = wake_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_relaxed)) return;
+      const std::uint64_t g = state_.load(std::memory_order_acquire) >> kPartBits;
+      Job& j = jobs_[g & 1];
+      Arena::Scope scope;
+      if (!j.each.load(std::memory_order_relaxed)) {
+        claim(g, j);
+      } else if (g != handled) {  // an each_thread job cannot finish without this thread's part
+        handled = g;
+        if (index < j.parts.load(std::memory_order_relaxed)) {
+          j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), index,
+                                               j.parts.load(std::memory_order_relaxed));
+          j.done.fetch_add(1, std::memory_order_release);
+        }
       }
-      pending_.fetch_sub(1, std::memory_order_release);
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex busy_;  // one job at a time
-  // Written by the caller before the release bump of gen_, read by workers after acquiring it; the
-  // next job waits until every worker has acknowledged this one.
-  Fn fn_ = nullptr;
-  void* ctx_ = nullptr;
-  int parts_ = 0;
-  bool each_ = false, stop_ = false;
-  alignas(64) std::atomic<int> next_{0};
-  alignas(64) std::atomic<int> gen_{0};
-  alignas(64) std::atomic<int> pending_{0};
+  Job jobs_[2];
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<std::uint64_t> state_{0};
+  alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job: what sleeping workers wait on
 };
 
 // f(part, parts) for each part, spread over the threads (the caller among them); with each_thread,
