@@ -20,10 +20,16 @@ std::vector<std::string> descriptions(const std::vector<Tensor>& ts) {
   return out;
 }
 
-// A fresh buffer on t's device holding `count` elements from `host`, or, where the device's memory
-// is host memory, the buffer to write into directly.
+// The result's buffer: new, of t's size, dtype and device.
 std::shared_ptr<RawBuffer> fresh(const Tensor& t) {
   return Device::get(t.device()).alloc(static_cast<std::size_t>(t.numel()), t.dtype());
+}
+
+// After check_same, so that every rank throws alike (a rank that threw alone would leave the
+// others waiting in a collective).
+void check_op(ReduceOp op, DType dtype) {
+  if (op == ReduceOp::MEAN && !(dtype == dtypes::float32 || dtype == dtypes::float64))
+    throw Error(cat("dist: allreduce: MEAN needs float32 or float64, not ", dtype.name, " (use SUM)"));
 }
 
 }  // namespace
@@ -31,6 +37,7 @@ std::shared_ptr<RawBuffer> fresh(const Tensor& t) {
 void allreduce(Tensor& t, ReduceOp op) {
   not_in_jit("allreduce");
   check_same("allreduce", {describe(t.shape(), t.dtype())});
+  check_op(op, t.dtype());
   std::shared_ptr<RawBuffer> in = realized_whole(t), out = fresh(t);
   auto n = static_cast<std::size_t>(t.numel());
   void *src = host_pointer(*in), *dst = host_pointer(*out);
@@ -57,6 +64,7 @@ void allreduce(const std::vector<Tensor>& ts, ReduceOp op) {
       throw Error(cat("dist: allreduce: fused tensors must share one dtype: ", ts[0].dtype().name, " and ",
                       t.dtype().name, " (reduce them in two calls)"));
   DType dtype = ts[0].dtype();
+  check_op(op, dtype);
   auto item = static_cast<std::size_t>(dtype.itemsize);
   std::size_t total = 0;
   for (const Tensor& t : ts) total += static_cast<std::size_t>(t.numel());

@@ -73,7 +73,8 @@ void DataParallel::reduce(const std::vector<Tensor>& grads) {
     for (std::size_t j = 0; j < b.params.size(); ++j)
       copy_to_host(*realized_whole(grads[b.params[j]]), b.host.data() + b.offsets[j] * item);
     b.request = iallreduce(b.host.data(), b.count, b.dtype, "DataParallel");
-    for (std::size_t e = 0; e < k; ++e) buckets_[e].request.test();  // Open MPI progresses inside calls
+    // Open MPI progresses a collective inside MPI calls only: push this one and those before it.
+    for (std::size_t e = 0; e <= k; ++e) buckets_[e].request.test();
   }
   wait_seconds_ = 0;
   for (Bucket& b : buckets_) {
