@@ -59,13 +59,23 @@ TEST_CASE("dist: the group is the one mpirun started", "[dist]") {
   for (int r = 0; r < N(); ++r) CHECK(ranks[static_cast<std::size_t>(r)] == r + 1);  // each rank once
 }
 
+// The devices whose buffers are host memory (reduced in place), and OPENCL where it runs here
+// (through a host copy each way).
+std::vector<std::string> devices() {
+  std::vector<std::string> out = {"CPU", "CLANG"};
+  for (const std::string& d : Device::available())
+    if (d == "OPENCL") out.push_back(d);
+  return out;
+}
+
 TEST_CASE("dist: allreduce of 0, 1, odd and 64 MiB elements equals the local sum", "[dist]") {
-  for (const char* device : {"CPU", "CLANG"})
+  for (const std::string& device : devices())
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
       INFO(device << " n=" << n);
       Tensor t(rank_values(R(), n), {static_cast<std::int64_t>(n)}, {.device = device});
       Tensor alias = t;  // a copy of the handle sees the result too
       dist::allreduce(t);
+      CHECK(t.device() == device);
       check_sums(alias.to_vector<float>(), n, false);
       Tensor m(rank_values(R(), n), {static_cast<std::int64_t>(n)}, {.device = device});
       dist::allreduce(m, dist::ReduceOp::MEAN);
@@ -108,11 +118,13 @@ TEST_CASE("dist: allreduce of views, integer dtypes and fused lists", "[dist]") 
 }
 
 TEST_CASE("dist: broadcast from a root", "[dist]") {
-  for (int root : {0, N() - 1}) {
-    Tensor t(rank_values(R(), 33), {3, 11}, {.device = "CLANG"});
-    dist::broadcast(t, root);
-    CHECK(t.to_vector<float>() == rank_values(root, 33));
-  }
+  for (const std::string& device : devices())
+    for (int root : {0, N() - 1}) {
+      Tensor t(rank_values(R(), 33), {3, 11}, {.device = device});
+      dist::broadcast(t, root);
+      CHECK(t.device() == device);
+      CHECK(t.to_vector<float>() == rank_values(root, 33));
+    }
   fx::Tensor<float, 2, 3> f = fx::Tensor<float, 2, 3>::from(rank_values(R(), 6).data());
   dist::broadcast(f);
   CHECK(std::vector<float>(f.data(), f.data() + 6) == rank_values(0, 6));
