@@ -9,7 +9,6 @@
 // Env: DEVICE (default: metagrad's default device), BENCH_REP_MS (one repetition's length, default
 // 200). Every figure is the median of 5 repetitions after warm-up; rank 0 reports, after a barrier
 // per repetition, so a repetition ends when the slowest rank ends.
-#include <benchmark/benchmark.h>
 #include <stdio.h>  // popen, pclose
 
 #include <algorithm>
@@ -153,7 +152,6 @@ int parent(const char* self) {
 
 int main(int argc, char** argv) try {
   if (argc > 1 && std::string(argv[1]) == "--child") return child();
-  benchmark::DoNotOptimize(argc);
   return parent(argv[0]);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());
