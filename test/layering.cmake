@@ -19,12 +19,13 @@
 #   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
 #                                                     shape, ops, kernels and itself
 #   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
+#   dist      dist/ (runtime/dist/)                   data parallelism over MPI (metagrad::dist)
 # Sources under runtime/ take the layer of what they implement, except runtime/mlops.cpp: the mlops
 # compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports tensor.Function. Every file must
 # be in the table.
 cmake_minimum_required(VERSION 3.20)
 
-set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor)
+set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor dist)
 
 # Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
 set(METAGRAD_LAYER_TABLE
@@ -44,7 +45,8 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/mlops\\.hpp$=mlops"
   "^metagrad/fixed(\\.hpp$|/)=fixed"
   "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
-  "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|mlops)\\.cpp$=tensor")
+  "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|mlops)\\.cpp$=tensor"
+  "^(metagrad|runtime)/dist/=dist")
 
 function(layer_of path out)
   foreach(entry IN LISTS METAGRAD_LAYER_TABLE)

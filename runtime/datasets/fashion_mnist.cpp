@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <stdexcept>
 
 namespace metagrad::datasets {
@@ -154,6 +155,23 @@ ImageSet ImageSet::head(std::int64_t n) const {
   s.pixels.assign(pixels.begin(),
                   pixels.begin() + static_cast<std::ptrdiff_t>(k * static_cast<std::size_t>(rows * cols)));
   return s;
+}
+
+std::vector<std::int64_t> ImageSet::epoch_indices(std::uint64_t seed, std::int64_t epoch, int rank,
+                                                  int world) const {
+  if (world < 1 || rank < 0 || rank >= world)
+    throw std::invalid_argument(detail::cat("ImageSet.epoch_indices: rank ", std::to_string(rank),
+                                            " of world ", std::to_string(world),
+                                            " (want 0 <= rank < world)"));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(size()));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(epoch + 1)));
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  std::vector<std::int64_t> mine;
+  std::size_t per_rank = order.size() / static_cast<std::size_t>(world);
+  for (std::size_t k = 0; k < per_rank; ++k)
+    mine.push_back(order[k * static_cast<std::size_t>(world) + static_cast<std::size_t>(rank)]);
+  return mine;
 }
 
 FashionMNIST load_fashion_mnist(const std::string& dir) {

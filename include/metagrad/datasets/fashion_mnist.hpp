@@ -47,6 +47,13 @@ struct ImageSet {
               DType label_dtype = dtypes::int32) const;
   // The first n examples (n clipped to size()): a training subset.
   ImageSet head(std::int64_t n) const;
+  // Rank `rank` of `world`'s slice of one epoch, as PyTorch's DistributedSampler: every rank
+  // shuffles [0, size()) with the same generator (seed and epoch; mt19937_64 and our own
+  // Fisher-Yates, so any machine draws it alike) and takes positions rank, rank + world, ...,
+  // size() / world of them. Its batch s of b examples is then its share of the one-process batch s
+  // of b * world. world = 1 is the whole set shuffled.
+  std::vector<std::int64_t> epoch_indices(std::uint64_t seed, std::int64_t epoch, int rank = 0,
+                                          int world = 1) const;
 };
 
 struct FashionMNIST {
