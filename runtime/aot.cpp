@@ -170,15 +170,37 @@ Generator::Generator(std::string name) : impl_(std::make_unique<Impl>()) {
 
 Generator::~Generator() = default;
 
-void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
-                         const std::vector<Arg>& outputs, const std::vector<Arg>& updates) {
-  Impl& g = *impl_;
-  auto fail = [&](const std::string& why) {
-    throw std::invalid_argument(detail::cat("aot::Generator::function ", fn, ": ", why));
-  };
-  if (!is_identifier(fn)) fail("the name is not a C identifier");
-  for (const Function& f : g.fns)
-    if (f.name == fn) fail("defined twice");
+namespace {
+
+// One function's capture in progress: the C function, the C expression of each buffer's pointer
+// (its home), the lines of the body, and what the run recorded.
+struct Capture {
+  Generator::Impl& g;
+  const std::vector<Arg>&inputs, &outputs, &updates;
+  Function f;
+  std::unordered_map<const RawBuffer*, std::string> home;
+  std::vector<std::string> lines;
+  std::vector<LazyBufferPtr> in_lbs;
+  std::vector<const Arg*> update_of;                // per input: the update that names it
+  std::vector<std::shared_ptr<RawBuffer>> results;  // outputs, then updates
+  std::vector<CacheEntry> rec;                      // the kernels that ran, in order
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw std::invalid_argument(detail::cat("aot::Generator::function ", f.name, ": ", why));
+  }
+  void check_arguments();
+  void match_updates();
+  void bind_inputs();
+  void record();
+  void emit_kernels();
+  void emit_copies();
+};
+
+// Names are C identifiers, distinct, new; every tensor is on CLANG.
+void Capture::check_arguments() {
+  if (!is_identifier(f.name)) fail("the name is not a C identifier");
+  for (const Function& other : g.fns)
+    if (other.name == f.name) fail("defined twice");
   std::set<std::string> names;
   for (const auto* list : {&inputs, &outputs})
     for (const Arg& a : *list) {
@@ -189,12 +211,11 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
     for (const Arg& a : *list)
       if (a.tensor.device() != "CLANG")
         fail(detail::cat(a.name, " is on ", a.tensor.device(), "; generators compute on CLANG"));
+}
 
-  Function f{fn, {}, {}};
-  std::vector<std::string> lines;
-  std::unordered_map<const RawBuffer*, std::string> home;  // buffer -> C expression of its pointer
-  std::vector<LazyBufferPtr> in_lbs;
-  std::vector<const Arg*> update_of(inputs.size(), nullptr);
+// Each update names one input, of its shape and dtype, at most once.
+void Capture::match_updates() {
+  update_of.assign(inputs.size(), nullptr);
   for (const Arg& u : updates) {
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](const Arg& a) { return a.name == u.name; });
     if (it == inputs.end()) fail(detail::cat("the update of ", u.name, " names no input"));
@@ -206,6 +227,10 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
     if (slot) fail(detail::cat(u.name, " is updated twice"));
     slot = &u;
   }
+}
+
+// Inputs are realized buffers of their own, each a parameter and the home of its buffer.
+void Capture::bind_inputs() {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Arg& a = inputs[i];
     LazyBufferPtr lb = a.tensor.lazydata;
@@ -224,34 +249,35 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
     f.params.push_back({a.name, raw->dtype, lb->shape(), by_value, update_of[i] != nullptr});
     in_lbs.push_back(lb);
   }
+}
 
-  // Run it once, recording the kernels.
-  std::vector<std::shared_ptr<RawBuffer>> results;
-  std::vector<CacheEntry> rec;
-  {
-    struct Restore {
-      std::optional<std::vector<CacheEntry>> saved =
-          std::exchange(GlobalCounters::cache, std::vector<CacheEntry>{});
-      ~Restore() { GlobalCounters::cache = std::move(saved); }
-    } restore;
-    gemm::Rendered rendered;  // contractions as C kernels too: the library carries no GEMM
-    for (const auto* list : {&outputs, &updates})
-      for (const Arg& a : *list) {
-        const LazyBufferPtr& lb = a.tensor.lazydata;
-        LazyBufferPtr c = lb->contiguous();
+// Runs the outputs and updates once, recording the kernels.
+void Capture::record() {
+  struct Restore {
+    std::optional<std::vector<CacheEntry>> saved =
+        std::exchange(GlobalCounters::cache, std::vector<CacheEntry>{});
+    ~Restore() { GlobalCounters::cache = std::move(saved); }
+  } restore;
+  gemm::Rendered rendered;  // contractions as C kernels too: the library carries no GEMM
+  for (const auto* list : {&outputs, &updates})
+    for (const Arg& a : *list) {
+      const LazyBufferPtr& lb = a.tensor.lazydata;
+      LazyBufferPtr c = lb->contiguous();
+      c->realize();
+      if (c->base()->realized->size !=
+          static_cast<std::size_t>(lb->st.size())) {  // a prefix of a bigger buffer
+        c = LazyBuffer::loadop(LoadOps::CONTIGUOUS, lb->shape(), lb->dtype, lb->device, {}, {lb});
         c->realize();
-        if (c->base()->realized->size !=
-            static_cast<std::size_t>(lb->st.size())) {  // a prefix of a bigger buffer
-          c = LazyBuffer::loadop(LoadOps::CONTIGUOUS, lb->shape(), lb->dtype, lb->device, {}, {lb});
-          c->realize();
-        }
-        results.push_back(c->base()->realized);
       }
-    rec = std::move(*GlobalCounters::cache);
-  }
+      results.push_back(c->base()->realized);
+    }
+  rec = std::move(*GlobalCounters::cache);
+}
 
-  // Homes: the first output a kernel computes writes straight into the caller's array; every other
-  // buffer a kernel writes lives in the scratch arena of its C type from its kernel to its last use.
+// Homes: the first output a kernel computes writes straight into the caller's array; every other
+// buffer a kernel writes lives in the scratch arena of its C type from its kernel to its last use.
+// Buffers that no kernel of this function wrote and no parameter holds become constants.
+void Capture::emit_kernels() {
   std::unordered_map<const RawBuffer*, std::size_t> last_use;
   std::set<const RawBuffer*> written;
   for (std::size_t k = 0; k < rec.size(); ++k) {
@@ -297,8 +323,12 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
         where.erase(b.get());
       }
   }
-  // Outputs a kernel did not write into, then updates, are copied at the end (updates last: an
-  // output may read an input's old value).
+  for (auto& [ctype, a] : arenas) g.arenas[ctype] = std::max(g.arenas[ctype], a.size);
+}
+
+// Outputs a kernel did not write into, then updates, are copied at the end (updates last: an
+// output may read an input's old value).
+void Capture::emit_copies() {
   auto copy = [&](const std::string& dst, const std::shared_ptr<RawBuffer>& b) {
     if (!home.count(b.get())) home[b.get()] = g.constant(b);
     if (dst != home[b.get()])
@@ -319,10 +349,22 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
                          "order would not"));
     copy(home[raw.get()], results[outputs.size() + u]);
   }
-  for (auto& [ctype, a] : arenas) g.arenas[ctype] = std::max(g.arenas[ctype], a.size);
-  for (const auto& e : rec) g.computed.push_back(e.bufs[0]);
-  for (const auto& l : lines) f.body += "  " + l + "\n";
-  g.fns.push_back(std::move(f));
+}
+
+}  // namespace
+
+void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
+                         const std::vector<Arg>& outputs, const std::vector<Arg>& updates) {
+  Capture c{*impl_, inputs, outputs, updates, Function{fn, {}, {}}, {}, {}, {}, {}, {}, {}};
+  c.check_arguments();
+  c.match_updates();
+  c.bind_inputs();
+  c.record();
+  c.emit_kernels();
+  c.emit_copies();
+  for (const auto& e : c.rec) impl_->computed.push_back(e.bufs[0]);
+  for (const auto& l : c.lines) c.f.body += "  " + l + "\n";
+  impl_->fns.push_back(std::move(c.f));
 }
 
 std::string Generator::header() const {

@@ -20,6 +20,7 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
       it->second.pop_back();
       stats_.pooled -= 1, stats_.pooled_bytes -= inner->nbytes(), stats_.reused += 1;
       ++RawBuffer::live_count;  // in use again
+      GlobalCounters::mem_alloc(static_cast<std::int64_t>(inner->nbytes()));
     }
   }
   if (!inner) {
@@ -47,6 +48,7 @@ void BufferPool::give_back(std::shared_ptr<RawBuffer> b) {
   }
   stats_.pooled += 1, stats_.pooled_bytes += b->nbytes();
   --RawBuffer::live_count;  // free memory now, though the object lives on
+  GlobalCounters::mem_used -= static_cast<std::int64_t>(b->nbytes());
   free_[key(b->size, b->dtype)].push_back(std::move(b));
 }
 
@@ -54,7 +56,9 @@ void BufferPool::clear() {
   decltype(free_) dropped;
   std::lock_guard lock(mu_);
   dropped.swap(free_);
-  RawBuffer::live_count += static_cast<std::int64_t>(stats_.pooled);  // their destructors count them out
+  // Their destructors count them out (added back without touching mem_peak: never in use).
+  RawBuffer::live_count += static_cast<std::int64_t>(stats_.pooled);
+  GlobalCounters::mem_used += static_cast<std::int64_t>(stats_.pooled_bytes);
   stats_.pooled = stats_.pooled_bytes = 0;
 }
 

@@ -20,10 +20,7 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   GlobalCounters::kernel_count += 1;
   GlobalCounters::global_ops += op_estimate;
   GlobalCounters::global_mem += mem_estimate;
-  if (getenv_int("DEBUG") >= 2) {
-    std::fprintf(stderr, "*** %-28s %8.2f us  %8.2f GFLOPS  %8.2f GB/s\n", name.c_str(), t * 1e6,
-                 static_cast<double>(op_estimate) / t * 1e-9, static_cast<double>(mem_estimate) / t * 1e-9);
-  }
+  if (getenv_int("DEBUG") >= 2) print_kernel_line(name, bufs.size(), t, op_estimate, mem_estimate);
 }
 
 Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime)
@@ -36,14 +33,32 @@ std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
   return pool_->alloc(size, dtype);
 }
 
-const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
-  static std::mutex mu;
-  DType out_dtype = bufs.at(0)->dtype;
+namespace {
+std::mutex runners_mu;  // guards every Compiled's cache_
+
+std::string runner_key(const LazyOp& ast, DType out_dtype) {
   std::string key = ast_key(ast, out_dtype);
   if (!gemm::enabled()) key += '\x01';  // rendered even where a host device would run the GEMM
-  std::lock_guard lock(mu);
+  return key;
+}
+}  // namespace
+
+bool Compiled::cached(const LazyOp& ast, DType out_dtype) const {
+  std::string key = runner_key(ast, out_dtype);
+  std::lock_guard lock(runners_mu);
+  return cache_.count(key) != 0;
+}
+
+std::size_t Compiled::kernels() const {
+  std::lock_guard lock(runners_mu);
+  return cache_.size();
+}
+
+const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
+  std::string key = runner_key(ast, bufs.at(0)->dtype);
+  std::lock_guard lock(runners_mu);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), out_dtype);
+  ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
   r.mem_estimate = 0;  // the bytes of the buffers it runs on
   for (const auto& b : bufs) r.mem_estimate += static_cast<std::int64_t>(b->nbytes());
   if (!r.clprg) {  // (a contraction on a host device comes with its program: the runtime GEMM)

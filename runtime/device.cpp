@@ -2,6 +2,8 @@
 // is built on first use; DEFAULT comes from the environment.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -96,6 +98,25 @@ Backend& Device::get_slow(const std::string& name) {
     failed[key] = detail::cat("Device ", key, " is not available: ", e.what());
     throw std::runtime_error(failed[key]);
   }
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  static constexpr const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::abs(v) >= 1000 && u < 4) v /= 1000, ++u;
+  char b[32];
+  std::snprintf(b, sizeof b, u == 0 ? "%.0f %s" : std::abs(v) < 10 ? "%.2f %s" : "%.1f %s", v, units[u]);
+  return b;
+}
+
+void print_kernel_line(const std::string& name, std::size_t nbufs, double seconds, std::int64_t ops,
+                       std::int64_t bytes) {
+  double t = std::max(seconds, 1e-9);
+  std::fprintf(stderr, "*** %4lld %-30s arg %2zu %10.2f us %9.2f GFLOP/s %8.2f GB/s  mem %s\n",
+               static_cast<long long>(GlobalCounters::kernel_count), name.c_str(), nbufs, seconds * 1e6,
+               static_cast<double>(ops) / t * 1e-9, static_cast<double>(bytes) / t * 1e-9,
+               human_bytes(GlobalCounters::mem_used).c_str());
 }
 
 }  // namespace metagrad

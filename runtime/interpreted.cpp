@@ -248,9 +248,13 @@ void Interpreted::exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<
     std::vector<double> d = dtypes::is_float(v.dtype) ? v.f : std::vector<double>(v.i.begin(), v.i.end());
     write_from_double(output, d);
   }
-  GlobalCounters::time_sum += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GlobalCounters::time_sum += t;
   GlobalCounters::kernel_count += 1;
   GlobalCounters::global_mem += static_cast<std::int64_t>(output.nbytes());
+  if (getenv_int("DEBUG") >= 2)
+    print_kernel_line("interpret " + to_string(ast.op), bufs.size(), t, 0,
+                      static_cast<std::int64_t>(output.nbytes()));
 }
 
 }  // namespace metagrad

@@ -2,9 +2,6 @@
 // buffer descriptors) and loads, and runs them on the buffers' devices. It is the only code that
 // reads the lazy graph; devices and codegen get an AST and a list of RawBuffers, output first.
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <unordered_map>
@@ -12,6 +9,7 @@
 #include <utility>
 
 #include "metagrad/lazy.hpp"
+#include "plan.hpp"
 
 namespace metagrad {
 
@@ -21,6 +19,8 @@ namespace metagrad {
 // view) with no other live consumer; constants are folded into the AST; anything else is a leaf
 // whose base is realized first.
 
+using scheduler::Plan;
+
 namespace {
 
 std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg arg = {}) {
@@ -29,14 +29,6 @@ std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg ar
 
 DType graph_dtype(const GraphSrc& src) { return node_dtype<LazyBufferPtr>(src); }
 Dims graph_shape(const GraphSrc& src) { return node_shape<LazyBufferPtr>(src); }
-
-struct Plan {
-  LazyBufferPtr buf;
-  std::shared_ptr<LazyOp> ast;        // a kernel; null for a direct load
-  std::vector<LazyBufferPtr> leaves;  // the kernel's inputs: leaves[i] is its buffer i + 1
-  std::vector<LazyBufferPtr> deps;
-  LazyBufferPtr from;  // FROM: the contiguous source on its own device
-};
 
 bool is_elementwise(const LazyBuffer& b) {
   return !b.realized && b.op &&
@@ -229,17 +221,6 @@ Plan make_plan(const LazyBufferPtr& b) {
   return p;
 }
 
-// A CONTIGUOUS whose source already is this buffer's values in order shares the source's memory.
-std::shared_ptr<RawBuffer> shareable(const Plan& p) {
-  const LazyOp& ast = *p.ast;
-  const LazyBuffer& b = *p.buf;
-  if (ast.op != UnaryOps::NOOP || ast.src.size() != 1) return nullptr;
-  const auto* leaf = std::get_if<MemBuffer>(&ast.src[0]);
-  if (!leaf || !leaf->st.contiguous() || leaf->dtype != b.dtype) return nullptr;
-  auto raw = p.leaves.at(leaf->index - 1)->base()->realized;
-  return raw && static_cast<std::int64_t>(raw->size) == b.st.size() ? raw : nullptr;
-}
-
 // Runs a kernel on its inputs' realized buffers into a new buffer for b.
 std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
                                       const std::vector<LazyBufferPtr>& leaves, const LazyBuffer& b) {
@@ -284,9 +265,9 @@ void execute(Plan& p) {
   Backend& dev = Device::get(b.device);
   const GraphOp& op = *b.op;
   note_not_replayable(b, dev, p);
-  if (p.ast) {
-    auto shared = op.op == LoadOps::CONTIGUOUS ? shareable(p) : nullptr;
-    b.realized = shared ? shared : run_kernel(dev, *p.ast, p.leaves, b);
+  if (p.ast) {  // (a CONTIGUOUS's one leaf is its buffer 1)
+    b.realized =
+        scheduler::shares_source(p) ? p.leaves[0]->base()->realized : run_kernel(dev, *p.ast, p.leaves, b);
   } else if (op.op == LoadOps::FROM) {
     b.realized = copy_to(dev, *p.from->base()->realized);
   } else if (op.op == LoadOps::CONST) {  // a materialised constant: computed by a one-op kernel
@@ -314,52 +295,29 @@ void execute(Plan& p) {
   b.op = nullptr;  // realized: the graph behind it can be freed
 }
 
-// GRAPH=1: the buffers each realize computes, as nodes of one Graphviz graph rewritten after every
-// realize: kernels are filled boxes labelled with their AST's root op, other loads ellipses, and
-// buffers realized before (inputs) dashed. Edges run from what a buffer reads to it.
-void graph(const std::vector<Plan>& order) {
-  static std::mutex mu;
-  static std::string body;
-  static std::unordered_set<std::uint64_t> seen;
-  std::lock_guard lock(mu);
-  auto node = [&](const LazyBuffer& b, const std::string& op, const char* style) {
-    if (!seen.insert(b.id).second) return;
-    body += detail::cat("  n", std::to_string(b.id), " [label=\"", op, "\\n", to_string(b.shape()), " ",
-                        b.dtype.name, "\", ", style, "];\n");
-  };
-  auto edge = [&](const LazyBufferPtr& from, const LazyBuffer& to) {
-    LazyBufferPtr src = from->base();
-    node(*src, "buffer", "style=dashed");
-    body += detail::cat("  n", std::to_string(src->id), " -> n", std::to_string(to.id), ";\n");
-  };
-  for (const Plan& p : order) {
-    const LazyBuffer& b = *p.buf;
-    if (p.ast) {
-      node(b, "kernel " + to_string(p.ast->op), "shape=box, style=filled, fillcolor=\"#ffd08a\"");
-      for (const auto& leaf : p.leaves) edge(leaf, b);
-    } else {
-      node(b, to_string(b.op->op), "shape=ellipse");
-      if (p.from) edge(p.from, b);
-      if (b.op->op == LoadOps::CUSTOM)
-        for (const GraphSrc& s : b.op->src) edge(std::get<LazyBufferPtr>(s), b);
-    }
-  }
-  std::string path = getenv("GRAPH_PATH", "/tmp/metagrad_graph.dot");
-  std::ofstream(path) << "digraph metagrad {\n  node [fontname=monospace];\n" << body << "}\n";
-  static bool announced = false;
-  if (!std::exchange(announced, true))
-    std::fprintf(stderr, "GRAPH=1: writing the graph to %s\n", path.c_str());
-}
-
 }  // namespace
+
+bool scheduler::shares_source(const Plan& p) {
+  const LazyBuffer& b = *p.buf;
+  if (!p.ast || !b.op || b.op->op != LoadOps::CONTIGUOUS || p.ast->op != UnaryOps::NOOP ||
+      p.ast->src.size() != 1)
+    return false;
+  const auto* leaf = std::get_if<MemBuffer>(&p.ast->src[0]);
+  if (!leaf || !leaf->st.contiguous() || leaf->dtype != b.dtype) return false;
+  LazyBufferPtr src = p.leaves.at(leaf->index - 1)->base();
+  return (src->realized ? static_cast<std::int64_t>(src->realized->size) : src->st.size()) == b.st.size();
+}
 
 LazyBuffer& LazyBuffer::realize() {
   LazyBufferPtr target = base();
   if (target->realized) return *this;
   Plan first = make_plan(target);
-  bool graphing = getenv_int("GRAPH") >= 1;
+  scheduler::RealizeFlags flags = scheduler::realize_flags();
+  bool graphing = flags.graph >= 1;
+  long debug = flags.debug;
   if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
-    if (graphing) graph({first});
+    if (graphing) scheduler::graph({&first, 1});
+    if (debug >= 1) scheduler::RealizeReport({&first, 1}, debug);
     execute(first);
     return *this;
   }
@@ -387,8 +345,14 @@ LazyBuffer& LazyBuffer::realize() {
     for (const auto& d : plan.deps)
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
-  if (graphing) graph(order);
+  if (graphing) scheduler::graph(order);
+  std::optional<scheduler::RealizeReport> report;
+  if (debug >= 1) report.emplace(order, debug);
   for (Plan& p : order) execute(p);
+  if (report) {  // totals once the plans' hold on intermediate buffers is gone
+    order.clear(), plans.clear();
+    report->finish();
+  }
   return *this;
 }
 

@@ -14,7 +14,7 @@
 #   codegen   codegen/                                Kernel, linearizer, renderers, pipeline
 #   backends  runtime/{host_program,gemm_program,ops_*}.hpp
 #                                                     the devices (CLANG, LLVM, OPENCL, CPU)
-#   lazy      lazy.hpp (runtime/lazy.cpp, schedule.cpp)  LazyBuffer and the scheduler
+#   lazy      lazy.hpp (runtime/lazy, schedule, graph, realize_report.cpp)  LazyBuffer, the scheduler
 #   mlops     mlops.hpp                               the differentiable ops
 #   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
 #                                                     shape, ops, kernels and itself
@@ -41,7 +41,7 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
   "^runtime/(device|compiled|interpreted|lib|buffer_pool|threadpool|disk_cache)\\.cpp$=runtime"
   "^(metagrad|runtime)/codegen/=codegen"
-  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule)\\.cpp$=lazy"
+  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule|graph|realize_report)\\.cpp$=lazy"
   "^metagrad/mlops\\.hpp$=mlops"
   "^metagrad/fixed(\\.hpp$|/)=fixed"
   "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"

@@ -1,16 +1,10 @@
 // The scheduler's fusion, counted: how many kernels typical graphs become on a compiled device
-// (CLANG), each result checked against the same formula computed here in double; and GRAPH=1's
-// DOT output of what was realized.
-#include <unistd.h>
-
+// (CLANG), each result checked against the same formula computed here in double. (GRAPH=1's
+// picture of them: test_graph.cpp.)
 #include <array>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <random>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -140,56 +134,4 @@ TEST_CASE("an MLP training step launches at most the documented number of kernel
   INFO("MLP step: " << k << " kernels");
   REQUIRE(k <= kMlpStepKernels);
   REQUIRE(k >= 8);  // forward 2 matmuls, backward 3, 4 parameter updates: fewer means work went missing
-}
-
-TEST_CASE("GRAPH=1 writes each realized buffer as a node of a DOT graph", "[schedule]") {
-  test::DeviceScope dev("CLANG");
-  if (!dev.ok) return;
-  std::string path =
-      (std::filesystem::temp_directory_path() / ("metagrad_graph_" + std::to_string(::getpid()) + ".dot"))
-          .string();
-  std::filesystem::remove(path);
-  Tensor a = on_device(test::random_floats(12, 1), {3, 4}), b = on_device(test::random_floats(12, 2), {3, 4});
-  Tensor x = on_device(test::random_floats(12, 3), {3, 4});
-  i64 kernels = 0;
-  {
-    struct Env {
-      Env(const std::string& p) { ::setenv("GRAPH", "1", 1), ::setenv("GRAPH_PATH", p.c_str(), 1); }
-      ~Env() { ::unsetenv("GRAPH"), ::unsetenv("GRAPH_PATH"); }
-    } env(path);
-    kernels += kernels_for((a * b + 1).relu().sum(1));
-    kernels += kernels_for(x.softmax(-1) + a);
-  }
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  std::string first, line;
-  std::getline(f, first);
-  REQUIRE(first.rfind("digraph", 0) == 0);
-  std::map<std::string, std::string> nodes;  // id -> attributes
-  std::vector<std::pair<std::string, std::string>> edges;
-  std::smatch m;
-  while (std::getline(f, line)) {
-    if (std::regex_search(line, m, std::regex(R"(^\s*(n\d+) \[label=(.*)\];$)"))) {
-      REQUIRE(nodes.emplace(m[1], m[2]).second);  // one node per buffer
-    } else if (std::regex_search(line, m, std::regex(R"(^\s*(n\d+) -> (n\d+);$)"))) {
-      edges.emplace_back(m[1], m[2]);
-    }
-  }
-  i64 kernel_nodes = 0, inputs = 0;
-  for (const auto& [id, attrs] : nodes) {
-    kernel_nodes += attrs.find("\"kernel ") == 0;
-    inputs += attrs.find("dashed") != std::string::npos;
-  }
-  REQUIRE(kernel_nodes == kernels);  // every kernel launched is a node, and nothing else is a kernel
-  REQUIRE(inputs == 3);              // a, b and x were realized before
-  std::map<std::string, int> in_degree;
-  for (const auto& [from, to] : edges) {
-    REQUIRE(nodes.count(from));
-    REQUIRE(nodes.count(to));
-    REQUIRE(nodes[to].find("dashed") == std::string::npos);  // inputs are only read
-    ++in_degree[to];
-  }
-  for (const auto& [id, attrs] : nodes)
-    if (attrs.find("\"kernel ") == 0) REQUIRE(in_degree[id] >= 1);  // every kernel here reads a buffer
-  std::filesystem::remove(path);
 }

@@ -54,6 +54,13 @@ struct ASTRunner {
   void exec(const std::vector<RawBuffer*>& bufs) const;
 };
 
+// DEBUG>=2's line for one kernel run: its number (GlobalCounters::kernel_count), name, buffers,
+// time, GFLOP/s, GB/s and the memory in use (GlobalCounters::mem_used).
+void print_kernel_line(const std::string& name, std::size_t nbufs, double seconds, std::int64_t ops,
+                       std::int64_t bytes);
+// A byte count for people: "512 B", "12.3 kB", "1.50 MB", "2.10 GB" (powers of 1000).
+std::string human_bytes(std::int64_t bytes);
+
 // An entry of GlobalCounters::cache: `const auto& [prg, bufs] = cache[0]; std::cout << prg.prg;`.
 struct CacheEntry {
   ASTRunner prg;
@@ -76,6 +83,9 @@ class Compiled : public Backend {
   bool compiled() const override { return true; }
   // The compiled kernel for an AST run on `bufs` (output first), built on first use.
   const ASTRunner& runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
+  // Whether runner() has that AST's kernel already (writing `out_dtype`), and how many it has.
+  bool cached(const LazyOp& ast, DType out_dtype) const;
+  std::size_t kernels() const;
   BufferPool& pool() { return *pool_; }
 
  private:

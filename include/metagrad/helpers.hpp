@@ -1,5 +1,6 @@
 #pragma once
 // The bottom layer (the seed's helpers.py): dtypes, environment flags, global counters.
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -150,9 +151,19 @@ struct GlobalCounters {
   static inline std::int64_t global_ops = 0;
   static inline std::int64_t global_mem = 0;
   static inline double time_sum = 0;  // seconds
+  // Bytes of the RawBuffers alive (a device's pooled free buffers not counted), and the most there
+  // were at once since the start or reset(). Atomic: buffers are freed on any thread.
+  static inline std::atomic<std::int64_t> mem_used = 0, mem_peak = 0;
   // When set, every compiled kernel that runs is appended (the seed's JIT cache).
   static std::optional<std::vector<CacheEntry>> cache;
-  static void reset() { kernel_count = global_ops = global_mem = 0, time_sum = 0; }
+  static void reset() {
+    kernel_count = global_ops = global_mem = 0, time_sum = 0, mem_peak = mem_used.load();
+  }
+  // A buffer of n bytes comes into use: mem_used grows, and mem_peak with it.
+  static void mem_alloc(std::int64_t n) {
+    std::int64_t now = mem_used += n, peak = mem_peak.load(std::memory_order_relaxed);
+    while (now > peak && !mem_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
+  }
 };
 
 }  // namespace metagrad

@@ -3,8 +3,8 @@
 // that computes it; realized, a RawBuffer. Movement ops make views: a LazyBuffer whose op is the
 // MovementOp on its parent and whose ShapeTracker maps its shape into the base's buffer, so no
 // movement op copies. realize() schedules the graph into kernels (fusing elementwise work into
-// its consumer) and runs them on the buffer's device. With env GRAPH=1, every realize adds the
-// buffers it computes to a Graphviz DOT file (env GRAPH_PATH, default /tmp/metagrad_graph.dot).
+// its consumer) and runs them on the buffer's device. GRAPH=1 draws what each realize computes
+// (DOT in GRAPH_PATH, SVG at exit), DEBUG=1 and 2 report it (docs/environment.md).
 #include <atomic>
 #include <cstdint>
 #include <memory>

@@ -3,8 +3,8 @@
 // allocator). A realize that repeats (an eager loop, a training step) gets back the memory its last
 // run freed: no page faults on fresh pages, no driver allocation. Bounded: it keeps at most `cap`
 // bytes (env METAGRAD_POOL_MB, default 1024) and frees what does not fit; an allocation that fails
-// empties the pool and is tried once more. Pooled buffers are free memory, not counted in
-// RawBuffer::live_count.
+// empties the pool and is tried once more. Pooled buffers are free memory, counted neither in
+// RawBuffer::live_count nor in GlobalCounters::mem_used.
 #include <cstdint>
 #include <functional>
 #include <memory>

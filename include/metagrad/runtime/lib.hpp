@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "metagrad/helpers.hpp"
@@ -19,10 +20,17 @@ class RawBuffer {
   std::size_t size;
   DType dtype;
 
-  RawBuffer(std::size_t size_, DType dtype_) : size(size_), dtype(dtype_) { ++live_count; }
+  RawBuffer(std::size_t size_, DType dtype_) : size(size_), dtype(dtype_) {
+    ++live_count;
+    GlobalCounters::mem_alloc(static_cast<std::int64_t>(nbytes()));
+  }
   RawBuffer(const RawBuffer&) = delete;
   RawBuffer& operator=(const RawBuffer&) = delete;
-  virtual ~RawBuffer() { --live_count; }
+  virtual ~RawBuffer() {
+    if (!counted_) return;
+    --live_count;
+    GlobalCounters::mem_used -= static_cast<std::int64_t>(nbytes());
+  }
 
   std::size_t nbytes() const { return size * static_cast<std::size_t>(dtype.itemsize); }
   // Byte copies between this buffer and host memory of nbytes().
@@ -47,7 +55,16 @@ class RawBuffer {
   }
 
   // Buffers alive right now, of every device: tests check it stays flat across training steps.
+  // (Their bytes are GlobalCounters::mem_used.)
   static inline std::atomic<std::int64_t> live_count = 0;
+
+ protected:
+  // A move takes over the memory, and with it its place in live_count and mem_used.
+  RawBuffer(RawBuffer&& o) noexcept
+      : size(o.size), dtype(o.dtype), counted_(std::exchange(o.counted_, false)) {}
+
+ private:
+  bool counted_ = true;
 };
 
 // malloc-backed (64-byte aligned) host memory: the buffer of CPU, CLANG and LLVM.
@@ -57,9 +74,8 @@ class RawMallocBuffer : public RawBuffer {
       : RawBuffer(size_, dtype_),
         ptr_(static_cast<std::byte*>(
             ::operator new (std::max<std::size_t>(nbytes(), 1), std::align_val_t{64}))) {}
-  RawMallocBuffer(RawMallocBuffer&& o) noexcept : RawBuffer(o.size, o.dtype), ptr_(o.ptr_) {
-    o.ptr_ = nullptr;
-  }
+  RawMallocBuffer(RawMallocBuffer&& o) noexcept
+      : RawBuffer(std::move(o)), ptr_(std::exchange(o.ptr_, nullptr)) {}
   ~RawMallocBuffer() override {
     if (ptr_) ::operator delete (ptr_, std::align_val_t{64});
   }

@@ -1,0 +1,52 @@
+#pragma once
+// The scheduler's plan of one buffer (schedule.cpp), and what a realize tells its user about its
+// plans (realize_report.cpp: DEBUG's notices and totals; graph.cpp: GRAPH=1's picture). Private to
+// the library's sources.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "metagrad/lazy.hpp"
+
+namespace metagrad::scheduler {
+
+// A kernel (`ast`, reading `leaves`) or a direct load (EMPTY, CONST, FROM, RAND, CUSTOM).
+struct Plan {
+  LazyBufferPtr buf;
+  std::shared_ptr<LazyOp> ast;        // a kernel; null for a direct load
+  std::vector<LazyBufferPtr> leaves;  // the kernel's inputs: leaves[i] is its buffer i + 1
+  std::vector<LazyBufferPtr> deps;
+  LazyBufferPtr from;  // FROM: the contiguous source on its own device
+};
+
+// A CONTIGUOUS whose source is already its values in order: it shares the source's memory, no kernel.
+bool shares_source(const Plan& p);
+
+// Env GRAPH and DEBUG, read in one pass over the environment: realize reads both on every op.
+struct RealizeFlags {
+  long graph = 0, debug = 0;
+};
+RealizeFlags realize_flags();
+
+// GRAPH=1: adds a realize's plans to the graph file, rewritten as DOT after every realize and laid
+// out as SVG by Graphviz's `dot` when the process exits.
+void graph(std::span<const Plan> order);
+
+// DEBUG>=1: before a realize runs, "compiling N kernels" when some of its kernels are not compiled
+// yet. DEBUG>=2: after it, when it ran more than one kernel, a line of totals (kernels, time,
+// GFLOP/s, memory in use and at peak).
+class RealizeReport {
+ public:
+  RealizeReport(std::span<const Plan> order, long debug);
+  void finish() const;  // the totals
+
+ private:
+  long debug_;
+  std::int64_t kernels_, ops_, mem_;
+  double time_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace metagrad::scheduler

@@ -1,0 +1,62 @@
+// What a realize says on stderr under DEBUG: the kernels it must compile first (DEBUG>=1), and its
+// totals once it has run (DEBUG>=2). Each kernel's own line is ASTRunner::exec's.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "plan.hpp"
+
+extern char** environ;
+
+namespace metagrad::scheduler {
+
+RealizeFlags realize_flags() {
+  RealizeFlags f;
+  bool graph = false, debug = false;  // the first of each counts, as for getenv
+  for (char** e = environ; e && *e && !(graph && debug); ++e) {
+    const char* v = *e;  // (the first letter first: most variables are neither)
+    if (v[0] == 'G' && !graph && std::strncmp(v, "GRAPH=", 6) == 0)
+      f.graph = std::strtol(v + 6, nullptr, 10), graph = true;
+    else if (v[0] == 'D' && !debug && std::strncmp(v, "DEBUG=", 6) == 0)
+      f.debug = std::strtol(v + 6, nullptr, 10), debug = true;
+  }
+  return f;
+}
+
+RealizeReport::RealizeReport(std::span<const Plan> order, long debug)
+    : debug_(debug),
+      kernels_(GlobalCounters::kernel_count),
+      ops_(GlobalCounters::global_ops),
+      mem_(GlobalCounters::global_mem),
+      time_(GlobalCounters::time_sum),
+      start_(std::chrono::steady_clock::now()) {
+  // Kernels this realize will launch on a compiled device that has not built them yet, each once.
+  std::set<std::string> missing;
+  for (const Plan& p : order) {
+    if (!p.ast || p.buf->st.size() == 0 || shares_source(p)) continue;
+    auto* dev = dynamic_cast<Compiled*>(&Device::get(p.buf->device));
+    if (dev && !dev->cached(*p.ast, p.buf->dtype))
+      missing.insert(detail::cat(p.buf->device, "\n", ast_key(*p.ast, p.buf->dtype)));
+  }
+  if (!missing.empty())
+    std::fprintf(stderr, "compiling %zu kernel%s\n", missing.size(), missing.size() == 1 ? "" : "s");
+}
+
+void RealizeReport::finish() const {
+  std::int64_t kernels = GlobalCounters::kernel_count - kernels_;
+  if (debug_ < 2 || kernels < 2) return;  // one kernel's own line says it all
+  double t = std::max(GlobalCounters::time_sum - time_, 1e-9);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::fprintf(stderr,
+               "*** realize: %lld kernels, %.3f ms in kernels (%.2f GFLOP/s, %.2f GB/s), %.3f ms wall, "
+               "mem %s in use, %s peak\n",
+               static_cast<long long>(kernels), t * 1e3,
+               static_cast<double>(GlobalCounters::global_ops - ops_) / t * 1e-9,
+               static_cast<double>(GlobalCounters::global_mem - mem_) / t * 1e-9, wall * 1e3,
+               human_bytes(GlobalCounters::mem_used).c_str(), human_bytes(GlobalCounters::mem_peak).c_str());
+}
+
+}  // namespace metagrad::scheduler

@@ -1,0 +1,220 @@
+// What a running program prints under DEBUG, checked against what ran: DEBUG=2's numbered kernel
+// lines and a realize's totals against GlobalCounters, DEBUG=1's "compiling N kernels" against the
+// kernels the device built; and the memory counters against the buffers held and the pool.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include "device_scope.hpp"
+#include "metagrad/metagrad.hpp"
+#include "metagrad/runtime/buffer_pool.hpp"
+#include "stderr_capture.hpp"
+
+using namespace metagrad;
+using i64 = std::int64_t;
+
+namespace {
+
+Tensor input(std::mt19937& gen, const Dims& shape) {
+  auto v = test::random_floats(static_cast<std::size_t>(prod(shape)), static_cast<unsigned>(gen()));
+  return Tensor(v, shape, {.dtype = dtypes::float32}).realize();
+}
+
+// A random graph of elementwise work, reductions and a matmul over (rows, cols) inputs: a few
+// kernels, whose number the test does not need to know.
+Tensor random_graph(std::mt19937& gen, i64 rows, i64 cols) {
+  Tensor a = input(gen, {rows, cols}), b = input(gen, {rows, cols});
+  Tensor t = a;
+  int steps = 1 + static_cast<int>(gen() % 5);
+  for (int s = 0; s < steps; ++s) {
+    switch (gen() % 6) {
+      case 0:
+        t = t + b;
+        break;
+      case 1:
+        t = (t * b).relu();
+        break;
+      case 2:
+        t = t.exp() - t.sum(1, true);
+        break;  // a reduce read by elementwise work
+      case 3:
+        t = t.softmax(-1);
+        break;
+      case 4:
+        t = t.matmul(b.transpose()).matmul(b) * 0.1f;
+        break;
+      default:
+        t = t.max(0, true) + a;
+        break;
+    }
+  }
+  return t.sum(1);
+}
+
+struct KernelLine {
+  i64 number;
+  std::size_t args;
+  double us;
+  std::string mem;
+};
+
+const std::regex kKernelLine(
+    R"(^\*\*\* +(\d+) (\S+(?: \S+)?) +arg +(\d+) +([\d.]+) us +([\d.]+) GFLOP/s +([\d.]+) GB/s  mem (.+)$)");
+const std::regex kTotals(
+    R"(^\*\*\* realize: (\d+) kernels, ([\d.]+) ms in kernels \(([\d.]+) GFLOP/s, ([\d.]+) GB/s\), ([\d.]+) ms wall, mem (.+) in use, (.+) peak$)");
+const std::regex kCompiling(R"(^compiling (\d+) kernels?$)");
+
+}  // namespace
+
+TEST_CASE("DEBUG=2 numbers every kernel and ends a realize with totals that match the counters", "[debug]") {
+  for (const char* device : {"CLANG", "CPU"}) {
+    test::DeviceScope dev(device);
+    if (!dev.ok) continue;
+    std::mt19937 gen(7);
+    for (int trial = 0; trial < 12; ++trial) {
+      i64 rows = 2 + static_cast<i64>(gen() % 9), cols = 3 + static_cast<i64>(gen() % 17);
+      INFO(device << " trial " << trial << ": " << rows << "x" << cols);
+      Tensor t = random_graph(gen, rows, cols);
+      i64 before = GlobalCounters::kernel_count;
+      double time_before = GlobalCounters::time_sum;
+      test::StderrCapture capture("2");
+      t.realize();
+      auto lines = capture.lines();
+      i64 ran = GlobalCounters::kernel_count - before;
+      REQUIRE(ran >= 1);
+      std::vector<KernelLine> kernels;
+      std::smatch m;
+      int totals = 0;
+      for (const std::string& line : lines) {
+        INFO(line);
+        if (std::regex_match(line, m, kKernelLine)) {
+          REQUIRE(totals == 0);  // the totals come last
+          kernels.push_back({std::stoll(m[1]), std::stoul(m[3]), std::stod(m[4]), m[7]});
+        } else if (std::regex_match(line, m, kTotals)) {
+          ++totals;
+          REQUIRE(std::stoll(m[1]) == ran);
+          double kernel_ms = (GlobalCounters::time_sum - time_before) * 1e3;
+          REQUIRE(std::stod(m[2]) == Approx(kernel_ms).margin(0.0006));
+          double summed = 0;
+          for (const auto& k : kernels) summed += k.us;
+          REQUIRE(std::stod(m[2]) == Approx(summed / 1e3).margin(0.001 + 0.00001 * static_cast<double>(ran)));
+          REQUIRE(std::stod(m[5]) >= std::stod(m[2]) - 0.001);     // wall time includes the kernels
+          REQUIRE(m[6] == human_bytes(GlobalCounters::mem_used));  // nothing allocated since
+          REQUIRE(m[7] == human_bytes(GlobalCounters::mem_peak));
+        } else {
+          REQUIRE(std::regex_match(line, kCompiling));  // DEBUG>=1's notice, nothing else
+        }
+      }
+      REQUIRE(static_cast<i64>(kernels.size()) == ran);  // one line per launch
+      for (std::size_t k = 0; k < kernels.size(); ++k) {
+        REQUIRE(kernels[k].number == before + 1 + static_cast<i64>(k));  // numbered in launch order
+        REQUIRE(kernels[k].args >= 1);
+      }
+      REQUIRE(totals == (ran >= 2 ? 1 : 0));  // one kernel's own line says it all
+    }
+  }
+}
+
+TEST_CASE("DEBUG=1 says once how many kernels a cold realize compiles, before running them", "[debug]") {
+  test::DeviceScope scope("CLANG");
+  if (!scope.ok) return;
+  auto& dev = dynamic_cast<Compiled&>(Device::get("CLANG"));
+  std::mt19937 gen(11);
+  int cold = 0;
+  for (int trial = 0; trial < 10; ++trial) {
+    // Shapes no other test uses, so that most graphs need new kernels.
+    i64 rows = 37 + static_cast<i64>(gen() % 50), cols = 41 + static_cast<i64>(gen() % 60);
+    unsigned seed = static_cast<unsigned>(gen());
+    INFO("trial " << trial << ": " << rows << "x" << cols);
+    for (int run = 0; run < 2; ++run) {  // the same graph twice: the second run is warm
+      std::mt19937 graph_gen(seed);
+      Tensor t = random_graph(graph_gen, rows, cols);
+      std::size_t built = dev.kernels();
+      test::StderrCapture capture("1");
+      t.realize();
+      auto lines = capture.lines();
+      std::size_t compiled = dev.kernels() - built;
+      if (run == 1) REQUIRE(compiled == 0);
+      if (compiled == 0) {
+        REQUIRE(lines.empty());
+        continue;
+      }
+      ++cold;
+      REQUIRE(lines.size() == 1);  // one notice for the whole realize, no per-kernel lines at 1
+      std::smatch m;
+      REQUIRE(std::regex_match(lines[0], m, kCompiling));
+      REQUIRE(std::stoul(m[1]) == compiled);
+    }
+  }
+  REQUIRE(cold >= 5);
+  // DEBUG=0 prints nothing at all.
+  std::mt19937 graph_gen(99);
+  Tensor t = random_graph(graph_gen, 53, 59);
+  test::StderrCapture quiet("0");
+  t.realize();
+  REQUIRE(quiet.lines().empty());
+}
+
+TEST_CASE("GlobalCounters::mem_used is the bytes of the buffers in use; pooled buffers are free", "[debug]") {
+  test::DeviceScope scope("CLANG");
+  if (!scope.ok) return;
+  auto& clang = dynamic_cast<Compiled&>(Device::get("CLANG"));
+  Backend& cpu = Device::get("CPU");
+  std::mt19937 gen(3);
+  std::vector<std::shared_ptr<RawBuffer>> held;
+  i64 base = GlobalCounters::mem_used, held_bytes = 0, peak = base;
+  GlobalCounters::reset();
+  REQUIRE(GlobalCounters::mem_peak == base);  // reset() starts the peak from what is in use
+  const DType types[] = {dtypes::float32, dtypes::int32, dtypes::uint8, dtypes::float64};
+  for (int step = 0; step < 400; ++step) {
+    INFO("step " << step);
+    if (held.empty() || gen() % 3 != 0) {
+      std::size_t n = 1 + gen() % 3000;
+      DType dt = types[gen() % 4];
+      bool pooled = gen() % 2;
+      auto before = clang.pool().stats();
+      held.push_back(pooled ? clang.alloc(n, dt) : cpu.alloc(n, dt));
+      held_bytes += static_cast<i64>(held.back()->nbytes());
+      if (pooled) {  // a reused buffer leaves the pool's free bytes, into use
+        auto after = clang.pool().stats();
+        REQUIRE(static_cast<i64>(before.pooled_bytes - after.pooled_bytes) ==
+                (after.reused > before.reused ? static_cast<i64>(held.back()->nbytes()) : 0));
+      }
+    } else {
+      std::size_t i = gen() % held.size();
+      auto pool_before = clang.pool().stats();
+      i64 bytes = static_cast<i64>(held[i]->nbytes()), used_before = GlobalCounters::mem_used;
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      held_bytes -= bytes;
+      auto pool_after = clang.pool().stats();
+      // Freed into the pool or to the system: out of use either way.
+      REQUIRE(GlobalCounters::mem_used == used_before - bytes);
+      REQUIRE(pool_after.pooled_bytes - pool_before.pooled_bytes <= static_cast<std::size_t>(bytes));
+    }
+    peak = std::max(peak, base + held_bytes);
+    REQUIRE(GlobalCounters::mem_used == base + held_bytes);
+    REQUIRE(GlobalCounters::mem_peak == peak);
+  }
+  i64 used = GlobalCounters::mem_used;
+  clang.pool().clear();  // freeing free memory changes neither figure
+  REQUIRE(GlobalCounters::mem_used == used);
+  REQUIRE(GlobalCounters::mem_peak == peak);
+  held.clear();
+  REQUIRE(GlobalCounters::mem_used == base);
+  // A moved buffer is counted once.
+  {
+    RawMallocBuffer a(1000, dtypes::float32);
+    REQUIRE(GlobalCounters::mem_used == base + 4000);
+    RawMallocBuffer b(std::move(a));
+    REQUIRE(GlobalCounters::mem_used == base + 4000);
+  }
+  REQUIRE(GlobalCounters::mem_used == base);
+}
