@@ -10,7 +10,7 @@
 
 namespace metagrad {
 
-std::optional<std::vector<CacheEntry>> GlobalCounters::cache;
+thread_local std::optional<std::vector<CacheEntry>> GlobalCounters::cache;
 
 void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   auto t0 = std::chrono::steady_clock::now();

@@ -23,6 +23,7 @@ std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg ar
 }  // namespace
 
 void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child) {
+  std::lock_guard lock(parent->mu_);
   auto& c = parent->children_;
   c.erase(std::remove_if(c.begin(), c.end(), [](const auto& w) { return w.expired(); }), c.end());
   c.push_back(child);
@@ -45,15 +46,24 @@ LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std:
       dtype(dtype_),
       st(std::move(st_)),
       realized(std::move(realized_)),
-      op(std::move(op_)) {
+      op(std::move(op_)),
+      view_(op && op->op.type == OpType::Movement) {
   ++live_count;
 }
 
 LazyBuffer::~LazyBuffer() { --live_count; }
 
 std::size_t LazyBuffer::live_children() const {
+  std::lock_guard lock(mu_);
   return static_cast<std::size_t>(
       std::count_if(children_.begin(), children_.end(), [](const auto& w) { return !w.expired(); }));
+}
+
+void LazyBuffer::set_realized(std::shared_ptr<RawBuffer> raw) {
+  std::shared_ptr<GraphOp> graph;  // freed outside the lock: it may hold the last reference to much
+  std::lock_guard lock(mu_);
+  realized = std::move(raw);
+  graph.swap(op);
 }
 
 LazyBufferPtr LazyBuffer::base() {
@@ -141,8 +151,11 @@ LazyBufferPtr LazyBuffer::movement_op(MovementOps op, OpArg arg) {
 
 LazyBufferPtr LazyBuffer::contiguous() {
   LazyBufferPtr b = base();
-  if (st.contiguous() && (b.get() == this || b->st.contiguous()) &&
-      (b->realized || b->op->op.type != OpType::Load || b->op->op == LoadOps::CONTIGUOUS))
+  auto computed_in_place = [&] {  // (a realize on another thread may be setting b's buffer now)
+    std::lock_guard lock(b->mu_);
+    return b->realized || b->op->op.type != OpType::Load || b->op->op == LoadOps::CONTIGUOUS;
+  };
+  if (st.contiguous() && (b.get() == this || b->st.contiguous()) && computed_in_place())
     return shared_from_this();
   return loadop(LoadOps::CONTIGUOUS, shape(), dtype, device, {}, {shared_from_this()});
 }

@@ -265,14 +265,14 @@ void execute(Plan& p) {
   Backend& dev = Device::get(b.device);
   const GraphOp& op = *b.op;
   note_not_replayable(b, dev, p);
+  std::shared_ptr<RawBuffer> out;
   if (p.ast) {  // (a CONTIGUOUS's one leaf is its buffer 1)
-    b.realized =
-        scheduler::shares_source(p) ? p.leaves[0]->base()->realized : run_kernel(dev, *p.ast, p.leaves, b);
+    out = scheduler::shares_source(p) ? p.leaves[0]->base()->realized : run_kernel(dev, *p.ast, p.leaves, b);
   } else if (op.op == LoadOps::FROM) {
-    b.realized = copy_to(dev, *p.from->base()->realized);
+    out = copy_to(dev, *p.from->base()->realized);
   } else if (op.op == LoadOps::CONST) {  // a materialised constant: computed by a one-op kernel
     ConstArg c{std::get<ConstArg>(op.arg).value, b.dtype, b.shape()};
-    b.realized = run_kernel(
+    out = run_kernel(
         dev, LazyOp(UnaryOps::NOOP, {std::make_shared<LazyOp>(LoadOps::CONST, std::vector<LazySrc>{}, c)}),
         {}, b);
   } else if (op.op ==
@@ -280,19 +280,28 @@ void execute(Plan& p) {
     std::mt19937_64 gen(static_cast<std::uint64_t>(std::get<ConstArg>(op.arg).value));
     std::vector<double> v(static_cast<std::size_t>(b.st.size()));
     for (double& x : v) x = static_cast<double>(gen() >> 40) * 0x1.0p-24;  // 24 bits: exact in float32
-    b.realized = dev.alloc(v.size(), b.dtype);
-    write_from_double(*b.realized, v);
+    out = dev.alloc(v.size(), b.dtype);
+    write_from_double(*out, v);
   } else if (op.op == LoadOps::EMPTY) {
-    b.realized = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+    out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
   } else if (op.op == LoadOps::CUSTOM) {
-    b.realized = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
+    out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
     std::vector<RawBuffer*> inputs;
     for (const GraphSrc& s : op.src) inputs.push_back(std::get<LazyBufferPtr>(s)->base()->realized.get());
-    std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill(*b.realized, inputs);
+    std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill(*out, inputs);
   } else {
     throw std::runtime_error("realize: " + to_string(op.op) + " cannot be realized directly");
   }
-  b.op = nullptr;  // realized: the graph behind it can be freed
+  b.set_realized(std::move(out));  // and the graph behind it can be freed
+}
+
+// Realizes take turns: they read and change the graph's shared state (which buffers are realized,
+// how many consumers each has) that fusion decisions depend on, and a buffer must be computed
+// once. Graph building on other threads goes on meanwhile (LazyBuffer::mu_ guards what it shares).
+// Recursive: a CUSTOM load's fill may realize tensors itself.
+std::recursive_mutex& realize_mutex() {
+  static std::recursive_mutex mu;
+  return mu;
 }
 
 }  // namespace
@@ -309,6 +318,7 @@ bool scheduler::shares_source(const Plan& p) {
 }
 
 LazyBuffer& LazyBuffer::realize() {
+  std::lock_guard lock(realize_mutex());
   LazyBufferPtr target = base();
   if (target->realized) return *this;
   Plan first = make_plan(target);

@@ -145,17 +145,18 @@ inline long getenv_int(const char* name, long fallback = 0) {
 
 struct CacheEntry;  // ops.hpp: a compiled kernel and the buffers it ran on
 
-// What has run since the last reset(), the seed's GlobalCounters.
+// What has run on this thread since its last reset(), the seed's GlobalCounters. Per thread: a
+// kernel runs on the thread that realizes it, so a capture (TinyJit, AOT) records only its own.
 struct GlobalCounters {
-  static inline std::int64_t kernel_count = 0;
-  static inline std::int64_t global_ops = 0;
-  static inline std::int64_t global_mem = 0;
-  static inline double time_sum = 0;  // seconds
-  // Bytes of the RawBuffers alive (a device's pooled free buffers not counted), and the most there
-  // were at once since the start or reset(). Atomic: buffers are freed on any thread.
+  static inline thread_local std::int64_t kernel_count = 0;
+  static inline thread_local std::int64_t global_ops = 0;
+  static inline thread_local std::int64_t global_mem = 0;
+  static inline thread_local double time_sum = 0;  // seconds
+  // Bytes of the RawBuffers alive in the process (a device's pooled free buffers not counted), and
+  // the most there were at once since the start or reset(). Atomic: buffers are freed on any thread.
   static inline std::atomic<std::int64_t> mem_used = 0, mem_peak = 0;
   // When set, every compiled kernel that runs is appended (the seed's JIT cache).
-  static std::optional<std::vector<CacheEntry>> cache;
+  static thread_local std::optional<std::vector<CacheEntry>> cache;
   static void reset() {
     kernel_count = global_ops = global_mem = 0, time_sum = 0, mem_peak = mem_used.load();
   }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,12 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   ~LazyBuffer();
 
   const Dims& shape() const { return st.shape(); }
-  bool is_view() const { return op && op->op.type == OpType::Movement; }
+  // (fixed at construction: another thread's realize may drop a base's op while this one reads)
+  bool is_view() const { return view_; }
   // The buffer a view reads: the first ancestor that is not a movement op (itself for a base).
   LazyBufferPtr base();
-  // Computes this buffer (its base, for a view) and everything it needs.
+  // Computes this buffer (its base, for a view) and everything it needs. Safe from any thread:
+  // realizes take turns under one process-wide lock, so a buffer is computed once.
   LazyBuffer& realize();
 
   // A realized buffer on `device` holding `raw` with `shape`.
@@ -76,9 +79,15 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   // into it; one with more is computed once (a kernel of its own).
   std::size_t live_children() const;
   static inline std::atomic<std::int64_t> live_count = 0;
+  // Sets `realized` and drops `op`, under this buffer's lock (for the scheduler).
+  void set_realized(std::shared_ptr<RawBuffer> raw);
 
  private:
   static inline std::atomic<std::uint64_t> next_id = 0;
+  const bool view_;
+  // Guards children_ (graphs are built from shared buffers on many threads) and the step from
+  // unrealized to realized as seen by graph building outside realize().
+  mutable std::mutex mu_;
   std::vector<std::weak_ptr<LazyBuffer>> children_;
   friend void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child);
 };
@@ -97,7 +106,7 @@ struct CaptureLog {
   };
   std::vector<Assign> assigns;  // one per tensor: a second assign extends the first
   std::vector<std::string> not_replayable;
-  static inline CaptureLog* active = nullptr;
+  static inline thread_local CaptureLog* active = nullptr;  // per thread, as GlobalCounters::cache
 };
 // Called by Tensor::assign; records into CaptureLog::active when one is installed.
 void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after);

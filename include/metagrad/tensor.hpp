@@ -228,6 +228,7 @@ class Tensor {
   Tensor div(const Tensor& y) const;  // true division: integer inputs give float32
   Tensor pow(const Tensor& y) const;
   Tensor pow(double y) const;
+  Tensor rpow(double base) const;  // base ** this (Python's 2 ** x); also pow(2, x)
   Tensor maximum(const Tensor& y) const;
   Tensor minimum(const Tensor& y) const;
   Tensor maximum(double y) const;
@@ -281,6 +282,9 @@ class Tensor {
   Tensor matmul(const Tensor& w) const;
   Tensor dot(const Tensor& w) const { return matmul(w); }
   Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = {}) const;  // x @ weight + bias
+  // conv2d and conv_transpose2d take any number of spatial axes (the weight's rank - 2: conv1d,
+  // conv3d). Padding is one value, one per spatial axis, or one per side, last axis first
+  // (left, right, top, bottom, front, back), as torch's F.pad.
   Tensor conv2d(const Tensor& weight, const std::optional<Tensor>& bias = {}, std::int64_t groups = 1,
                 std::vector<std::int64_t> stride = {1}, std::vector<std::int64_t> dilation = {1},
                 std::vector<std::int64_t> padding = {0}) const;
@@ -288,10 +292,11 @@ class Tensor {
                           std::int64_t groups = 1, std::vector<std::int64_t> stride = {1},
                           std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
                           std::vector<std::int64_t> output_padding = {0}) const;
-  Tensor avg_pool2d(std::vector<std::int64_t> kernel_size = {2, 2},
-                    std::vector<std::int64_t> stride = {}) const;
-  Tensor max_pool2d(std::vector<std::int64_t> kernel_size = {2, 2},
-                    std::vector<std::int64_t> stride = {}) const;
+  // Over the last two axes; stride {} is the kernel size.
+  Tensor avg_pool2d(std::vector<std::int64_t> kernel_size = {2, 2}, std::vector<std::int64_t> stride = {},
+                    std::vector<std::int64_t> dilation = {1}) const;
+  Tensor max_pool2d(std::vector<std::int64_t> kernel_size = {2, 2}, std::vector<std::int64_t> stride = {},
+                    std::vector<std::int64_t> dilation = {1}) const;
   Tensor layernorm(const Axes& axis = -1, double eps = 1e-5) const;
   Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
                    const Tensor& invstd) const;
@@ -330,6 +335,14 @@ Tensor operator<(const Tensor& x, const Tensor& y);
 Tensor operator<=(const Tensor& x, const Tensor& y);
 Tensor operator>(const Tensor& x, const Tensor& y);
 Tensor operator>=(const Tensor& x, const Tensor& y);
+// Elementwise equality, as PyTorch's and tinygrad's ==: a bool tensor, never a bool, so a use as
+// handle identity (if, std::find) does not compile instead of comparing silently. Two handles
+// are one tensor when they share state: copies of one Tensor.
+Tensor operator==(const Tensor& x, const Tensor& y);
+Tensor operator!=(const Tensor& x, const Tensor& y);
+Tensor pow(const Tensor& x, const Tensor& y);  // x.pow(y)
+Tensor pow(const Tensor& x, double y);
+Tensor pow(double x, const Tensor& y);  // y.rpow(x)
 Tensor scalar_for(const Tensor& like, double value, bool integral);
 template <class S>
 concept Scalar = std::is_arithmetic_v<S>;
@@ -350,6 +363,8 @@ METAGRAD_SCALAR_OP(<)
 METAGRAD_SCALAR_OP(<=)
 METAGRAD_SCALAR_OP(>)
 METAGRAD_SCALAR_OP(>=)
+METAGRAD_SCALAR_OP(==)
+METAGRAD_SCALAR_OP(!=)
 #undef METAGRAD_SCALAR_OP
 
 std::string to_string(const Tensor& t);  // "<Tensor shape=(2, 3) dtype=float32 device=CPU>"

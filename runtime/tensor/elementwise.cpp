@@ -61,6 +61,9 @@ Tensor Tensor::pow(const Tensor& y) const {
   return mlops::Pow::apply(a, b);
 }
 Tensor Tensor::pow(double y) const { return pow(scalar_for(*this, y, std::floor(y) == y)); }
+Tensor Tensor::rpow(double base) const {
+  return scalar_for(*this, base, std::floor(base) == base).pow(*this);
+}
 Tensor Tensor::maximum(const Tensor& y) const {
   auto [a, b] = broadcasted(y);
   return mlops::Maximum::apply(a, b);
@@ -226,5 +229,10 @@ Tensor operator<(const Tensor& x, const Tensor& y) { return x.lt(y); }
 Tensor operator<=(const Tensor& x, const Tensor& y) { return x.le(y); }
 Tensor operator>(const Tensor& x, const Tensor& y) { return x.gt(y); }
 Tensor operator>=(const Tensor& x, const Tensor& y) { return x.ge(y); }
+Tensor operator==(const Tensor& x, const Tensor& y) { return x.eq(y); }
+Tensor operator!=(const Tensor& x, const Tensor& y) { return x.ne(y); }
+Tensor pow(const Tensor& x, const Tensor& y) { return x.pow(y); }
+Tensor pow(const Tensor& x, double y) { return x.pow(y); }
+Tensor pow(double x, const Tensor& y) { return y.rpow(x); }
 
 }  // namespace metagrad

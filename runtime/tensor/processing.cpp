@@ -41,14 +41,38 @@ Tensor slice(const Tensor& x, const PV& arg) {
   return (padded ? x.pad(pads) : x).shrink(keep);
 }
 
-// (left, right, top, bottom) on the last two axes; negative values crop.
-Tensor pad_hw(const Tensor& x, const V& p) {
+// Per-side pads of the last p.size()/2 axes, last axis first as torch's F.pad: (left, right,
+// top, bottom, front, back, ...); negative values crop.
+Tensor pad_spatial(const Tensor& x, const V& p) {
   PV arg;
-  std::int64_t n = x.ndim();
-  for (std::int64_t i = 0; i < n - 2; ++i) arg.push_back({0, x.shape()[i]});
-  arg.push_back({-p[2], x.shape()[n - 2] + p[3]});
-  arg.push_back({-p[0], x.shape()[n - 1] + p[1]});
+  std::size_t n = static_cast<std::size_t>(x.ndim()), np = p.size() / 2;
+  for (std::size_t i = 0; i < n - np; ++i) arg.push_back({0, x.shape()[i]});
+  for (std::size_t j = np; j-- > 0;) arg.push_back({-p[2 * j], x.shape()[n - 1 - j] + p[2 * j + 1]});
   return slice(x, arg);
+}
+
+// A convolution's padding for n spatial axes: one value for every side, one per axis (both
+// sides), or one per side (last axis first, as pad_spatial takes it).
+V per_side(const std::string& where, const V& padding, std::size_t n) {
+  V p;
+  if (padding.size() == 1) {
+    p = V(2 * n, padding[0]);
+  } else if (padding.size() == n) {
+    for (std::size_t j = n; j-- > 0;) p.insert(p.end(), {padding[j], padding[j]});
+  } else if (padding.size() == 2 * n) {
+    p = padding;
+  } else {
+    throw std::invalid_argument(detail::cat(where, ": padding ", str(padding), " needs 1, ",
+                                            str(static_cast<std::int64_t>(n)), " or ",
+                                            str(static_cast<std::int64_t>(2 * n)), " values"));
+  }
+  return p;
+}
+
+// The padded size of spatial axis j (first spatial axis is 0) of n, from per-side pads p.
+std::int64_t padded(std::int64_t size, const V& p, std::size_t j, std::size_t n) {
+  std::size_t r = n - 1 - j;  // p holds the last axis first
+  return size + p[2 * r] + p[2 * r + 1];
 }
 
 // tinygrad's _pool: the sliding windows of the last k.size() axes as a view of shape
@@ -120,13 +144,13 @@ void check_windows(const std::string& where, const V& sizes, const V& k, const V
                                               str(d)));
 }
 
-Tensor pool2d(const char* op, const Tensor& x, const V& kernel_size, const V& stride) {
+Tensor pool2d(const char* op, const Tensor& x, const V& kernel_size, const V& stride, const V& dilation) {
   std::string where = detail::cat(op, ": input ", to_string(x.shape()));
   if (x.ndim() < 2)
     throw std::invalid_argument(detail::cat(where, " needs at least 2 dimensions (..., H, W)"));
   V k = per_dim(where, "kernel_size", kernel_size, 2, 1);
   V s = stride.empty() ? k : per_dim(where, "stride", stride, 2, 1);
-  V d{1, 1};
+  V d = per_dim(where, "dilation", dilation, 2, 1);
   check_windows(where, {x.shape()[x.shape().size() - 2], x.shape()[x.shape().size() - 1]}, k, d);
   return pool(x, k, s, d);
 }
@@ -182,15 +206,18 @@ Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) c
   return drop_last_axis(x);
 }
 
-// tinygrad's conv2d: the padded input's sliding windows, broadcast against the weight, summed over
-// (cin, kh, kw) in one reduce. Padding is 1 value, (ph, pw), or (left, right, top, bottom).
+// tinygrad's conv2d, for any number n >= 1 of spatial axes (the weight's rank - 2): the padded
+// input's sliding windows, broadcast against the weight, summed over (cin, k...) in one reduce.
 Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, std::int64_t groups, V stride,
                       V dilation, V padding) const {
   std::string where =
       detail::cat("conv2d: input ", to_string(shape()), ", weight ", to_string(weight.shape()));
   auto fail = [&](const std::string& why) { throw std::invalid_argument(detail::cat(where, ": ", why)); };
-  if (ndim() != 4) fail("the input must be 4-D (N, C, H, W)");
-  if (weight.ndim() != 4) fail("the weight must be 4-D (cout, cin/groups, kh, kw)");
+  if (weight.ndim() < 3) fail("the weight must be (cout, cin/groups, k...) with at least one spatial axis");
+  auto n = static_cast<std::size_t>(weight.ndim() - 2);
+  if (ndim() != weight.ndim())
+    fail(detail::cat("the input must be ", str(weight.ndim()), "-D (N, C and ",
+                     str(static_cast<std::int64_t>(n)), " spatial axes, as the weight has)"));
   if (groups < 1) fail(detail::cat("groups must be positive, got ", str(groups)));
   std::int64_t bs = shape()[0], cin_ = shape()[1], cout = weight.shape()[0], cin = weight.shape()[1];
   if (groups * cin != cin_)
@@ -200,40 +227,49 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
     fail(detail::cat(str(cout), " output channels do not split into ", str(groups), " groups"));
   if (bias && (bias->ndim() != 1 || bias->shape()[0] != cout))
     fail(detail::cat("the bias ", to_string(bias->shape()), " must be (", str(cout), ",)"));
-  V s = per_dim(where, "stride", stride, 2, 1), d = per_dim(where, "dilation", dilation, 2, 1);
-  V p;
-  if (padding.size() == 1)
-    p = V(4, padding[0]);
-  else if (padding.size() == 2)
-    p = {padding[1], padding[1], padding[0], padding[0]};
-  else if (padding.size() == 4)
-    p = padding;
-  else
-    fail(detail::cat("padding ", str(padding), " needs 1, 2 or 4 values"));
-  V k{weight.shape()[2], weight.shape()[3]};
-  check_windows(detail::cat(where, ", padding ", str(p)),
-                {shape()[2] + p[2] + p[3], shape()[3] + p[0] + p[1]}, k, d);
+  V s = per_dim(where, "stride", stride, n, 1), d = per_dim(where, "dilation", dilation, n, 1);
+  V p = per_side(where, padding, n);
+  V k(weight.shape().begin() + 2, weight.shape().end()), sizes;
+  for (std::size_t j = 0; j < n; ++j) sizes.push_back(padded(shape()[2 + j], p, j, n));
+  check_windows(detail::cat(where, ", padding ", str(p)), sizes, k, d);
 
-  Tensor x = pool(pad_hw(*this, p), k, s, d);  // (bs, groups*cin, oy, ox, kh, kw)
-  std::int64_t rcout = cout / groups, oy = x.shape()[2], ox = x.shape()[3];
-  x = x.reshape({bs, groups, cin, 1, oy, ox, k[0], k[1]})
-          .expand({bs, groups, cin, rcout, oy, ox, k[0], k[1]})
-          .permute({0, 1, 3, 4, 5, 2, 6, 7});  // (bs, groups, rcout, oy, ox, cin, kh, kw)
-  Tensor ret = (x * weight.reshape({1, groups, rcout, 1, 1, cin, k[0], k[1]})).sum({-1, -2, -3}, true);
+  Tensor x = pool(pad_spatial(*this, p), k, s, d);  // (bs, groups*cin, o..., k...)
+  std::int64_t rcout = cout / groups;
+  V o(x.shape().begin() + 2, x.shape().begin() + 2 + static_cast<std::ptrdiff_t>(n));
+  auto dims = [](std::initializer_list<V> parts) {
+    V out;
+    for (const V& v : parts) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  V ones(n, 1), order{0, 1, 3};  // (bs, groups, rcout, o..., cin, k...)
+  for (std::size_t j = 0; j < n; ++j) order.push_back(static_cast<std::int64_t>(4 + j));
+  order.push_back(2);
+  for (std::size_t j = 0; j < n; ++j) order.push_back(static_cast<std::int64_t>(4 + n + j));
+  x = x.reshape(dims({{bs, groups, cin, 1}, o, k}))
+          .expand(dims({{bs, groups, cin, rcout}, o, k}))
+          .permute(order);
+  std::vector<std::int64_t> axes;
+  for (std::int64_t j = 0; j <= static_cast<std::int64_t>(n); ++j) axes.push_back(-1 - j);
+  Tensor ret = (x * weight.reshape(dims({{1, groups, rcout}, ones, {cin}, k}))).sum(axes, true);
   // The bias is added before the reshape, so it fuses into the reduce's kernel.
-  if (bias) ret = ret + bias->reshape({1, groups, rcout, 1, 1, 1, 1, 1});
-  return ret.reshape({bs, cout, oy, ox});
+  if (bias) ret = ret + bias->reshape(dims({{1, groups, rcout}, ones, {1}, ones}));
+  return ret.reshape(dims({{bs, cout}, o}));
 }
 
-// tinygrad's conv_transpose2d: a conv2d of the stride-dilated input (zeros between the pixels)
-// with the flipped, channel-swapped weight (cin, cout/groups, kh, kw).
+// tinygrad's conv_transpose2d, for any number of spatial axes: a conv2d of the stride-dilated
+// input (zeros between the elements) with the flipped, channel-swapped weight (cin, cout/groups,
+// k...). Padding takes conv2d's forms (one value, one per axis, or one per side) and removes
+// that much from each side of the output.
 Tensor Tensor::conv_transpose2d(const Tensor& weight, const std::optional<Tensor>& bias, std::int64_t groups,
                                 V stride, V dilation, V padding, V output_padding) const {
   std::string where =
       detail::cat("conv_transpose2d: input ", to_string(shape()), ", weight ", to_string(weight.shape()));
   auto fail = [&](const std::string& why) { throw std::invalid_argument(detail::cat(where, ": ", why)); };
-  if (ndim() != 4) fail("the input must be 4-D (N, C, H, W)");
-  if (weight.ndim() != 4) fail("the weight must be 4-D (cin, cout/groups, kh, kw)");
+  if (weight.ndim() < 3) fail("the weight must be (cin, cout/groups, k...) with at least one spatial axis");
+  auto n = static_cast<std::size_t>(weight.ndim() - 2);
+  if (ndim() != weight.ndim())
+    fail(detail::cat("the input must be ", str(weight.ndim()), "-D (N, C and ",
+                     str(static_cast<std::int64_t>(n)), " spatial axes, as the weight has)"));
   if (groups < 1) fail(detail::cat("groups must be positive, got ", str(groups)));
   std::int64_t cin = weight.shape()[0], rcout = weight.shape()[1];
   if (shape()[1] != cin)
@@ -242,42 +278,49 @@ Tensor Tensor::conv_transpose2d(const Tensor& weight, const std::optional<Tensor
     fail(detail::cat(str(cin), " input channels do not split into ", str(groups), " groups"));
   if (bias && (bias->ndim() != 1 || bias->shape()[0] != groups * rcout))
     fail(detail::cat("the bias ", to_string(bias->shape()), " must be (", str(groups * rcout), ",)"));
-  V s = per_dim(where, "stride", stride, 2, 1), d = per_dim(where, "dilation", dilation, 2, 1),
-    p = per_dim(where, "padding", padding, 2, 0),
-    op_ = per_dim(where, "output_padding", output_padding, 2, 0);
-  V k{weight.shape()[2], weight.shape()[3]};
-  for (std::size_t j = 0; j < 2; ++j) {
+  V s = per_dim(where, "stride", stride, n, 1), d = per_dim(where, "dilation", dilation, n, 1),
+    op_ = per_dim(where, "output_padding", output_padding, n, 0), p = per_side(where, padding, n);
+  for (std::int64_t x : p)
+    if (x < 0) fail(detail::cat("padding ", str(padding), " must be at least 0"));
+  V k(weight.shape().begin() + 2, weight.shape().end());
+  V pads;  // the conv's per-side pads, last axis first
+  for (std::size_t j = n; j-- > 0;) {
+    std::size_t r = n - 1 - j;
     if (op_[j] >= std::max(s[j], d[j]))
       fail(detail::cat("output_padding ", str(op_), " must be smaller than the stride ", str(s),
                        " or the dilation ", str(d)));
-    if ((shape()[2 + j] - 1) * s[j] - 2 * p[j] + d[j] * (k[j] - 1) + op_[j] + 1 < 1)
-      fail(detail::cat("padding ", str(p), " leaves no output"));
+    std::int64_t full = (k[j] - 1) * d[j];
+    if ((shape()[2 + j] - 1) * s[j] + full + op_[j] + 1 - p[2 * r] - p[2 * r + 1] < 1)
+      fail(detail::cat("padding ", str(padding), " leaves no output"));
+    pads.insert(pads.end(), {full - p[2 * r], full - p[2 * r + 1] + op_[j]});
   }
-  Tensor w = weight.reshape({groups, cin / groups, rcout, k[0], k[1]})
-                 .permute({0, 2, 1, 3, 4})
-                 .flip({3, 4})
-                 .reshape({groups * rcout, cin / groups, k[0], k[1]});
+  V wshape{groups, cin / groups, rcout}, order{0, 2, 1}, flip_axes, wflat{groups * rcout, cin / groups};
+  for (std::size_t j = 0; j < n; ++j) {
+    wshape.push_back(k[j]), wflat.push_back(k[j]);
+    order.push_back(static_cast<std::int64_t>(3 + j)), flip_axes.push_back(static_cast<std::int64_t>(3 + j));
+  }
+  Tensor w = weight.reshape(wshape).permute(order).flip(flip_axes).reshape(wflat);
   Tensor x = *this;
-  if (s[0] > 1 || s[1] > 1) {
-    std::int64_t bs = shape()[0], h = shape()[2], wd = shape()[3];
-    x = x.reshape({bs, cin, h, 1, wd, 1})
-            .pad({{0, 0}, {0, 0}, {0, 0}, {0, s[0] - 1}, {0, 0}, {0, s[1] - 1}})
-            .reshape({bs, cin, h * s[0], wd * s[1]})
-            .shrink({{0, bs}, {0, cin}, {0, h * s[0] - (s[0] - 1)}, {0, wd * s[1] - (s[1] - 1)}});
+  if (std::any_of(s.begin(), s.end(), [](std::int64_t v) { return v > 1; })) {
+    V up{shape()[0], cin}, flat{shape()[0], cin};  // each axis (h) -> (h, 1) -> (h, s) -> h*s - (s-1)
+    PV zeros{{0, 0}, {0, 0}}, keep{{0, shape()[0]}, {0, cin}};
+    for (std::size_t j = 0; j < n; ++j) {
+      std::int64_t h = shape()[2 + j];
+      up.insert(up.end(), {h, 1});
+      zeros.insert(zeros.end(), {{0, 0}, {0, s[j] - 1}});
+      flat.push_back(h * s[j]);
+      keep.push_back({0, h * s[j] - (s[j] - 1)});
+    }
+    x = x.reshape(up).pad(zeros).reshape(flat).shrink(keep);
   }
-  V pad4;
-  for (std::size_t j = 2; j-- > 0;) {  // (left, right, top, bottom)
-    std::int64_t before = (k[j] - 1) * d[j] - p[j];
-    pad4.insert(pad4.end(), {before, before + op_[j]});
-  }
-  return x.conv2d(w, bias, groups, {1}, d, pad4);
+  return x.conv2d(w, bias, groups, {1}, d, pads);
 }
 
-Tensor Tensor::avg_pool2d(V kernel_size, V stride) const {
-  return pool2d("avg_pool2d", *this, kernel_size, stride).mean({-2, -1});
+Tensor Tensor::avg_pool2d(V kernel_size, V stride, V dilation) const {
+  return pool2d("avg_pool2d", *this, kernel_size, stride, dilation).mean({-2, -1});
 }
-Tensor Tensor::max_pool2d(V kernel_size, V stride) const {
-  return pool2d("max_pool2d", *this, kernel_size, stride).max({-2, -1});
+Tensor Tensor::max_pool2d(V kernel_size, V stride, V dilation) const {
+  return pool2d("max_pool2d", *this, kernel_size, stride, dilation).max({-2, -1});
 }
 
 Tensor Tensor::layernorm(const Axes& axis, double eps) const {

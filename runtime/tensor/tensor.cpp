@@ -2,6 +2,7 @@
 #include "metagrad/tensor.hpp"
 
 #include <cmath>
+#include <mutex>
 #include <numbers>
 #include <random>
 #include <unordered_set>
@@ -9,9 +10,14 @@
 namespace metagrad {
 
 namespace {
-std::mt19937_64& global_rng() {
-  static std::mt19937_64 gen(0);
-  return gen;
+// The process's generator (manual_seed); threads drawing from it take turns.
+struct Rng {
+  std::mutex mu;
+  std::mt19937_64 gen{0};
+};
+Rng& global_rng() {
+  static Rng r;
+  return r;
 }
 
 std::string device_of(const TensorOptions& o) { return o.device.empty() ? Device::DEFAULT : o.device; }
@@ -146,11 +152,17 @@ Tensor Tensor::eye(std::int64_t n, TensorOptions opts) {
   return from_host(v, {n, n}, opts);
 }
 
-void Tensor::manual_seed(std::uint64_t seed) { global_rng().seed(seed); }
+void Tensor::manual_seed(std::uint64_t seed) {
+  std::lock_guard lock(global_rng().mu);
+  global_rng().gen.seed(seed);
+}
 
 Tensor Tensor::rand(const Dims& shape, TensorOptions opts) {
   check_shape("Tensor.rand", shape);
-  auto seed = static_cast<double>(global_rng()() >> 12);  // 52 bits: exact as the RAND op's double argument
+  std::unique_lock lock(global_rng().mu);
+  auto seed =
+      static_cast<double>(global_rng().gen() >> 12);  // 52 bits: exact as the RAND op's double argument
+  lock.unlock();
   auto lb = LazyBuffer::loadop(LoadOps::RAND, shape, dtypes::float32, device_of(opts),
                                ConstArg{seed, dtypes::int64});
   return Tensor(lb->cast(dtype_of_opts(opts)), opts.requires_grad);
@@ -159,9 +171,12 @@ Tensor Tensor::rand(const Dims& shape, TensorOptions opts) {
 Tensor Tensor::randn(const Dims& shape, TensorOptions opts) {
   // Box-Muller on the host generator: the same numbers on every device.
   std::vector<float> v(static_cast<std::size_t>(check_shape("Tensor.randn", shape)));
-  auto u = [] { return (static_cast<double>(global_rng()() >> 11) + 0.5) * 0x1.0p-53; };
-  for (float& x : v)
-    x = static_cast<float>(std::sqrt(-2 * std::log(u())) * std::cos(2 * std::numbers::pi * u()));
+  {
+    std::lock_guard lock(global_rng().mu);
+    auto u = [] { return (static_cast<double>(global_rng().gen() >> 11) + 0.5) * 0x1.0p-53; };
+    for (float& x : v)
+      x = static_cast<float>(std::sqrt(-2 * std::log(u())) * std::cos(2 * std::numbers::pi * u()));
+  }
   TensorOptions o = opts;
   o.dtype = dtypes::float32;
   o.requires_grad = {};
