@@ -95,9 +95,12 @@ LazyBufferPtr LazyBuffer::elementwise(Op op, const std::vector<LazyBufferPtr>& s
   for (const auto& s : src)
     if (s->shape() != src[0]->shape() || s->device != src[0]->device)
       throw std::invalid_argument(shape_error("elementwise", src));
-  DType dt = op == BinaryOps::CMPEQ ? dtypes::bool_
-             : op == UnaryOps::CAST ? std::get<DType>(arg)
-                                    : src[0]->dtype;
+  if (op == TernaryOps::WHERE && (src.size() != 3 || src[1]->dtype != src[2]->dtype))
+    throw std::invalid_argument(shape_error("where: the two branches must have one dtype;", src));
+  DType dt = op == BinaryOps::CMPEQ    ? dtypes::bool_
+             : op == UnaryOps::CAST    ? std::get<DType>(arg)
+             : op == TernaryOps::WHERE ? src[1]->dtype
+                                       : src[0]->dtype;
   auto out = std::make_shared<LazyBuffer>(
       src[0]->device, ShapeTracker(src[0]->shape()), dt,
       make_op(op, std::vector<GraphSrc>(src.begin(), src.end()), std::move(arg)));

@@ -24,6 +24,9 @@ namespace {
 using LB = LazyBufferPtr;
 // A bool mask as the gradient's dtype.
 LB as(const LB& mask, const LB& like) { return mask->cast(like->dtype); }
+// g where mask holds, else 0: a select, so an inf in g where the mask is off gives 0, not NaN.
+LB only(const LB& mask, const LB& g) { return mask->e(TernaryOps::WHERE, g, g->const_like(0)); }
+LB is_not(const LB& mask) { return mask->e(BinaryOps::CMPEQ, mask->const_like(0)); }
 }  // namespace
 
 LB Contiguous::forward(const LB& x) { return x->contiguous(); }
@@ -45,10 +48,9 @@ std::vector<LB> Sin::backward(const LB& g) {
 }
 
 LB Relu::forward(const LB& x) { return ret = x->e(BinaryOps::MAX, x->const_like(0)); }
-// 1 where the output is positive (the subgradient at 0 is 0, as in PyTorch)
+// g where the output is not 0 (the subgradient at 0 is 0, as in PyTorch)
 std::vector<LB> Relu::backward(const LB& g) {
-  LB zero_mask = as(ret->e(BinaryOps::CMPEQ, ret->const_like(0)), g);
-  return {g->const_like(1)->e(BinaryOps::SUB, zero_mask)->e(BinaryOps::MUL, g)};
+  return {only(is_not(ret->e(BinaryOps::CMPEQ, ret->const_like(0))), g)};
 }
 
 LB Log::forward(const LB& x_) {
@@ -81,12 +83,13 @@ LB Max::forward(const LB& x_, const Dims& new_shape) {
   x = x_;
   return ret = x->r(ReduceOps::MAX, new_shape);
 }
-// The gradient is shared equally among the elements that reach the max.
+// The gradient is shared equally among the elements that reach the max; a NaN max is reached by
+// the NaNs (as PyTorch's max()), so a NaN row's gradient is finite too.
 std::vector<LB> Max::backward(const LB& g) {
-  LB is_max = as(x->e(BinaryOps::CMPEQ, ret->movement_op(MovementOps::EXPAND, x->shape())), g);
-  LB count = is_max->r(ReduceOps::SUM, g->shape())->movement_op(MovementOps::EXPAND, x->shape());
-  return {
-      is_max->e(BinaryOps::DIV, count)->e(BinaryOps::MUL, g->movement_op(MovementOps::EXPAND, x->shape()))};
+  LB hit = x->e(BinaryOps::CMPEQ, ret->movement_op(MovementOps::EXPAND, x->shape()));
+  LB is_max = hit->e(BinaryOps::MAX, is_not(x->e(BinaryOps::CMPEQ, x)));  // or: bools' MAX
+  LB count = as(is_max, g)->r(ReduceOps::SUM, g->shape());
+  return {only(is_max, g->e(BinaryOps::DIV, count)->movement_op(MovementOps::EXPAND, x->shape()))};
 }
 
 LB Equal::forward(const LB& x, const LB& y) { return x->e(BinaryOps::CMPEQ, y); }
@@ -98,12 +101,24 @@ LB Maximum::forward(const LB& x_, const LB& y_) {
   x = x_, y = y_;
   return ret = x->e(BinaryOps::MAX, y);
 }
-// Ties split the gradient equally, as PyTorch does.
+// As PyTorch: ties split the gradient equally, the side that loses gets 0 (a select: an inf in g
+// gives 0, not NaN), and with a NaN on either side both get g.
 std::vector<LB> Maximum::backward(const LB& g) {
-  LB x_is = as(x->e(BinaryOps::CMPEQ, ret), g), y_is = as(y->e(BinaryOps::CMPEQ, ret), g);
-  LB half_tie = x_is->e(BinaryOps::MUL, y_is)->e(BinaryOps::MUL, g->const_like(0.5));
-  return {needs_input_grad[0] ? x_is->e(BinaryOps::SUB, half_tie)->e(BinaryOps::MUL, g) : nullptr,
-          needs_input_grad[1] ? y_is->e(BinaryOps::SUB, half_tie)->e(BinaryOps::MUL, g) : nullptr};
+  LB tie = x->e(BinaryOps::CMPEQ, y), half = g->e(BinaryOps::MUL, g->const_like(0.5));
+  auto side = [&](const LB& other) {
+    LB other_wins = other->e(BinaryOps::CMPEQ, ret);
+    return tie->e(TernaryOps::WHERE, half, other_wins->e(TernaryOps::WHERE, g->const_like(0), g));
+  };
+  return {needs_input_grad[0] ? side(y) : nullptr, needs_input_grad[1] ? side(x) : nullptr};
+}
+
+LB Where::forward(const LB& c_, const LB& x, const LB& y) {
+  c = c_;
+  return c->e(TernaryOps::WHERE, x, y);
+}
+std::vector<LB> Where::backward(const LB& g) {
+  return {nullptr, needs_input_grad[1] ? only(c, g) : nullptr,
+          needs_input_grad[2] ? only(is_not(c), g) : nullptr};
 }
 
 LB Add::forward(const LB& x, const LB& y) { return x->e(BinaryOps::ADD, y); }
@@ -130,15 +145,22 @@ LB Pow::forward(const LB& x_, const LB& y_) {
   x = x_, y = y_;
   return ret = x->e(BinaryOps::POW, y);
 }
-// d/dx = y * x^(y-1); d/dy = x^y * ln(x)
+// d/dx = y * x^(y-1), 0 where y = 0; d/dy = x^y * ln(x), 0 where x = 0 and y >= 0: PyTorch's
+// rules, which keep 0 * inf = NaN (x = 0) out of the gradient.
 std::vector<LB> Pow::backward(const LB& g) {
   LB dx, dy;
   if (needs_input_grad[0])
-    dx = y->e(BinaryOps::MUL, x->e(BinaryOps::POW, y->e(BinaryOps::SUB, y->const_like(1))))
-             ->e(BinaryOps::MUL, g);
-  if (needs_input_grad[1])
-    dy = ret->e(BinaryOps::MUL, x->e(UnaryOps::LOG2)->e(BinaryOps::MUL, x->const_like(std::numbers::ln2)))
-             ->e(BinaryOps::MUL, g);
+    dx = only(is_not(y->e(BinaryOps::CMPEQ, y->const_like(0))),
+              y->e(BinaryOps::MUL, x->e(BinaryOps::POW, y->e(BinaryOps::SUB, y->const_like(1))))
+                  ->e(BinaryOps::MUL, g));
+  if (needs_input_grad[1]) {
+    LB y_nonneg = y->e(BinaryOps::MAX, y->const_like(0))->e(BinaryOps::CMPEQ, y);
+    LB zero_base = x->e(BinaryOps::CMPEQ, x->const_like(0))->e(BinaryOps::MUL, y_nonneg);  // bools: and
+    dy =
+        only(is_not(zero_base),
+             ret->e(BinaryOps::MUL, x->e(UnaryOps::LOG2)->e(BinaryOps::MUL, x->const_like(std::numbers::ln2)))
+                 ->e(BinaryOps::MUL, g));
+  }
   return {dx, dy};
 }
 

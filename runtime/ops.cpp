@@ -8,6 +8,7 @@ std::string to_string(Op op) {
       {"UnaryOps.NOOP", "UnaryOps.EXP2", "UnaryOps.LOG2", "UnaryOps.CAST", "UnaryOps.SIN"},
       {"BinaryOps.ADD", "BinaryOps.SUB", "BinaryOps.MUL", "BinaryOps.DIV", "BinaryOps.POW", "BinaryOps.CMPEQ",
        "BinaryOps.MAX"},
+      {"TernaryOps.WHERE"},
       {"ReduceOps.SUM", "ReduceOps.MAX"},
       {"MovementOps.RESHAPE", "MovementOps.PERMUTE", "MovementOps.EXPAND", "MovementOps.PAD",
        "MovementOps.SHRINK", "MovementOps.STRIDE"},

@@ -31,13 +31,18 @@ std::int64_t wrap_to(DType dt, std::int64_t v) {
   }
 }
 
-// Float to integer as C casts do where C defines it; NaN gives 0 and out-of-range saturates.
-std::int64_t to_int(double v) {
+// Float to an integer dtype, the one rule every device follows (docs/design-changes.md): truncate
+// toward zero, saturate to the dtype's range, NaN gives 0 (Rust's `as`, LLVM's fptosi.sat).
+std::int64_t saturate_to(DType dt, double v) {
   if (std::isnan(v)) return 0;
-  if (v >= 9.2233720368547758e18) return std::numeric_limits<std::int64_t>::max();
-  if (v <= -9.2233720368547758e18) return std::numeric_limits<std::int64_t>::min();
+  double lo = dtypes::min_value(dt), hi_excl = dtypes::is_unsigned(dt) ? 256 : -lo;  // int8: [-128, 128)
+  if (v <= lo) return static_cast<std::int64_t>(lo);
+  if (v >= hi_excl)
+    return dt == dtypes::int64 ? std::numeric_limits<std::int64_t>::max()
+                               : static_cast<std::int64_t>(hi_excl) - 1;
   return static_cast<std::int64_t>(v);
 }
+std::int64_t to_int(double v) { return saturate_to(dtypes::int64, v); }
 
 Values make_values(DType dt, std::size_t n) {
   Values v{dt, {}, {}};
@@ -58,10 +63,26 @@ Values map_values(DType dt, const std::vector<Values>& src, FF ff, FI fi) {
       out.f[k] = round_to(dt, src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1])));
     } else if (fl) {  // float inputs, integer result (CMPEQ, CAST); to bool is != 0, so NaN is true
       double v = src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1]));
-      out.i[k] = dt == dtypes::bool_ ? v != 0 : wrap_to(dt, to_int(v));
+      out.i[k] = dt == dtypes::bool_ ? v != 0 : saturate_to(dt, v);
     } else {
       out.i[k] = wrap_to(dt, src.size() == 1 ? fi(i(src[0]), 0) : fi(i(src[0]), i(src[1])));
     }
+  }
+  return out;
+}
+
+// c ? x : y, elementwise; a float condition is true where it is non-zero (NaN too).
+Values where(const LazyOp&, const std::vector<Values>& src, const Dims&) {
+  const Values &c = src.at(0), &x = src.at(1), &y = src.at(2);
+  std::size_t n = x.size();
+  Values out = make_values(x.dtype, n);
+  bool cf = dtypes::is_float(c.dtype), xf = dtypes::is_float(x.dtype);
+  for (std::size_t k = 0; k < n; ++k) {
+    bool take = cf ? c.f[k] != 0 : c.i[k] != 0;
+    if (xf)
+      out.f[k] = take ? x.f[k] : y.f[k];
+    else
+      out.i[k] = take ? x.i[k] : y.i[k];
   }
   return out;
 }
@@ -154,6 +175,7 @@ std::unique_ptr<Backend> make_cpu_backend() {
              dtypes::bool_, src, [](double a, double b) { return double(a == b); },
              [](I a, I b) { return I(a == b); });
        }},
+      {TernaryOps::WHERE, where},
       {ReduceOps::SUM, reduction(0.0, 0, std::plus<double>(), wadd)},
       {ReduceOps::MAX,
        reduction(-INFINITY, std::numeric_limits<I>::min(), nan_max, [](I a, I b) { return std::max(a, b); })},

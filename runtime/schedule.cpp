@@ -33,7 +33,7 @@ Dims graph_shape(const GraphSrc& src) { return node_shape<LazyBufferPtr>(src); }
 bool is_elementwise(const LazyBuffer& b) {
   return !b.realized && b.op &&
          (b.op->op.type == OpType::Unary || b.op->op.type == OpType::Binary ||
-          b.op->op.type == OpType::Fused);
+          b.op->op.type == OpType::Ternary || b.op->op.type == OpType::Fused);
 }
 
 // The constant a source stands for, when it is one everywhere: a CONST, or one element of a host

@@ -90,6 +90,7 @@ DType node_dtype(const typename OpNode<Leaf>::Src& src) {
   if (op.op == LoadOps::CONST) return std::get<ConstArg>(op.arg).dtype;
   if (op.op == UnaryOps::CAST) return std::get<DType>(op.arg);
   if (op.op == BinaryOps::CMPEQ) return dtypes::bool_;
+  if (op.op == TernaryOps::WHERE) return node_dtype<Leaf>(op.src.at(1));  // src[0] is the condition
   return node_dtype<Leaf>(op.src.at(0));
 }
 template <class Leaf>

@@ -60,6 +60,10 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
     return elementwise(op, {shared_from_this()}, std::move(arg));
   }
   LazyBufferPtr e(BinaryOps op, const LazyBufferPtr& y) { return elementwise(op, {shared_from_this(), y}); }
+  // this is the condition: e(TernaryOps::WHERE, x, y)
+  LazyBufferPtr e(TernaryOps op, const LazyBufferPtr& x, const LazyBufferPtr& y) {
+    return elementwise(op, {shared_from_this(), x, y});
+  }
   // Reduce to new_shape (same rank; reduced axes become 1).
   LazyBufferPtr r(ReduceOps op, const Dims& new_shape);
   LazyBufferPtr movement_op(MovementOps op, OpArg arg);

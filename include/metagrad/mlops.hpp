@@ -107,6 +107,13 @@ METAGRAD_MLOP(Maximum, 2) {
   LazyBufferPtr forward(const LazyBufferPtr& x_, const LazyBufferPtr& y_);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
 };
+// c ? x : y, a select (TernaryOps::WHERE); the gradient goes to x where c holds, to y elsewhere,
+// and none to the condition.
+METAGRAD_MLOP(Where, 3) {
+  LazyBufferPtr c;
+  LazyBufferPtr forward(const LazyBufferPtr& c_, const LazyBufferPtr& x, const LazyBufferPtr& y);
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
+};
 METAGRAD_MLOP(Add, 2) {
   LazyBufferPtr forward(const LazyBufferPtr& x, const LazyBufferPtr& y);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;

@@ -109,9 +109,24 @@ std::string unary_math(const AluArgs& a, const char* fn) {
   return dtypes::is_float(a.in) ? call(a.lang.math(fn, a.in), a) : a.v[0];
 }
 
+// The limits of an integer dtype as literals of it.
+std::string int_limit(const CStyleLanguage& lang, DType d, bool max) {
+  if (!max) return lang.literal(dtypes::min_value(d), d);
+  if (d == dtypes::int64) return detail::cat("9223372036854775807", lang.int64_suffix);
+  return d == dtypes::uint8 ? "255" : std::to_string(static_cast<long long>(-dtypes::min_value(d)) - 1);
+}
+
+// Float to an integer saturates and NaN gives 0, as on every device (a plain C cast is undefined
+// there). The bounds are the dtype's minimum and its maximum + 1, powers of two every float holds.
 std::string cast(const AluArgs& a) {
   if (a.out == dtypes::bool_) return detail::cat("(", a.v[0], "!=0)");
-  return detail::cat("(", a.lang.compute(a.out), ")(", a.v[0], ")");
+  std::string to = detail::cat("(", a.lang.compute(a.out), ")(", a.v[0], ")");
+  if (!dtypes::is_float(a.in) || dtypes::is_float(a.out)) return to;
+  const std::string& x = a.v[0];
+  double lo = dtypes::min_value(a.out), hi = a.out == dtypes::uint8 ? 256 : -lo;
+  return detail::cat("(", x, "!=", x, "?0:", x, "<=", a.lang.literal(lo, a.in), "?",
+                     int_limit(a.lang, a.out, false), ":", x, ">=", a.lang.literal(hi, a.in), "?",
+                     int_limit(a.lang, a.out, true), ":", to, ")");
 }
 
 // Rows every C-like dialect shares; a CStyleLanguage's code_for_op replaces any of them.
@@ -134,6 +149,8 @@ const OpTable& common_code_for_op() {
        }},
       {BinaryOps::CMPEQ, [](const AluArgs& a) { return infix(a, "=="); }},
       {BinaryOps::MAX, [](const AluArgs& a) { return call("mg_max", a); }},
+      {TernaryOps::WHERE,
+       [](const AluArgs& a) { return detail::cat("(", a.v[0], "?", a.v[1], ":", a.v[2], ")"); }},
   };
   return t;
 }
@@ -269,7 +286,7 @@ struct Renderer {
     return lang.row(op)(AluArgs{v, in, out, lang});
   }
   std::string alu(const UOp& u, const std::vector<std::string>& v) const {
-    return alu(u.alu, u.vin.empty() ? u.dtype : uop(u.vin[0]).dtype, u.dtype, v);
+    return alu(u.alu, alu_input_dtype(u, k.uops), u.dtype, v);
   }
 
   std::string load(const UOp& u) const {

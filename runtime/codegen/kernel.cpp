@@ -17,10 +17,11 @@ void find_reduce(const LazyOp& op, const LazyOp*& found) {
 }
 
 std::int64_t count_alu(const LazyOp& op) {
-  std::int64_t n = op.op.type == OpType::Unary || op.op.type == OpType::Binary ? 1
-                   : op.op == FusedOps::MULACC                                 ? 2
-                   : op.op.type == OpType::Reduce                              ? 1
-                                                                               : 0;
+  std::int64_t n =
+      op.op.type == OpType::Unary || op.op.type == OpType::Binary || op.op.type == OpType::Ternary ? 1
+      : op.op == FusedOps::MULACC                                                                  ? 2
+      : op.op.type == OpType::Reduce                                                               ? 1
+                                                                                                   : 0;
   for (const LazySrc& s : op.src)
     if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s)) n += count_alu(**o);
   return n;

@@ -107,9 +107,9 @@ struct Renderer {
     if (to == dtypes::bool_)  // non-zero is true: 0.5 and NaN too (C, numpy)
       return ff ? b.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0))
                 : b.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
-    if (ff) {  // NaN gives 0 and out-of-range saturates, in int64, which then wraps to the width
-      llvm::Value* i = b.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {b.getInt64Ty(), v->getType()}, {v});
-      return b.CreateTrunc(i, compute(to));
+    if (ff) {  // NaN gives 0 and out-of-range saturates to the dtype's range, as on every device
+      auto id = dtypes::is_unsigned(to) ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat;
+      return b.CreateIntrinsic(id, {compute(to), v->getType()}, {v});
     }
     return b.CreateIntCast(v, compute(to), is_signed(from));
   }
@@ -391,9 +391,11 @@ struct Renderer {
         vals[i] = name(load(u), i);
         break;
       case UOps::ALU: {
-        DType in = u.vin.empty() ? u.dtype : k.uops.at(static_cast<std::size_t>(u.vin[0])).dtype;
+        DType in = alu_input_dtype(u, k.uops);
+        bool where = u.alu == TernaryOps::WHERE;  // its condition is read as a bool
         std::vector<llvm::Value*> v;
-        for (std::size_t n = 0; n < u.vin.size(); ++n) v.push_back(operand(u, n, in));
+        for (std::size_t n = 0; n < u.vin.size(); ++n)
+          v.push_back(operand(u, n, where && !n ? dtypes::bool_ : in));
         vals[i] = name(alu(u.alu, in, u.dtype, v), i);
         break;
       }
@@ -504,6 +506,11 @@ const std::vector<std::pair<Op, LlvmRow>>& llvm_code_for_op() {
         false}},
       {BinaryOps::MAX,
        {[](R& r, DType in, DType out, const Operands& v) { return r.cast(max(r, in, v), in, out); }, false}},
+      {TernaryOps::WHERE,
+       {[](R& r, DType in, DType out, const Operands& v) {
+          return r.cast(r.b.CreateSelect(v[0], v[1], v[2]), in, out);
+        },
+        false}},
   };
   return t;
 }

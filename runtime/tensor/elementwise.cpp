@@ -95,11 +95,41 @@ Tensor Tensor::lt(const Tensor& y) const {
 Tensor Tensor::gt(const Tensor& y) const { return y.lt(*this); }
 Tensor Tensor::ge(const Tensor& y) const { return y.le(*this); }
 
-// cond * x + (1 - cond) * y: an inf or NaN in the branch not taken still reaches the result.
+namespace {
+// The shape a and b broadcast to, numpy's rule; an error naming op and both shapes if none.
+Dims broadcast_shape(const char* op, const Dims& a, const Dims& b) {
+  std::size_t n = std::max(a.size(), b.size());
+  Dims out = Dims::filled(n, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t x = i + a.size() >= n ? a[i + a.size() - n] : 1,
+                 y = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    if (x != y && x != 1 && y != 1)
+      throw std::invalid_argument(
+          detail::cat(op, ": shapes ", to_string(a), " and ", to_string(b), " are incompatible"));
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+// t with ones in front and expanded to `shape`, which it broadcasts to.
+Tensor broadcast_to(const Tensor& t, const Dims& shape) {
+  if (t.shape() == shape) return t;
+  std::vector<std::int64_t> s(shape.size() - t.shape().size(), 1);
+  s.insert(s.end(), t.shape().begin(), t.shape().end());
+  return t.reshape(s).expand(std::vector<std::int64_t>(shape.begin(), shape.end()));
+}
+}  // namespace
+
+// A select (TernaryOps::WHERE): the branch not taken never reaches the result, inf and NaN
+// included. x and y promote to one dtype, the three broadcast together, and the condition (true
+// where non-zero) is not differentiated.
 Tensor Tensor::where(const Tensor& x, const Tensor& y) const {
   auto [a, b] = x.broadcasted(y);
-  Tensor c = cast(a.dtype());
-  return c * a + (1 - c) * b;
+  Tensor c = detach().cast(dtypes::bool_);
+  if (c.shape() != a.shape()) {
+    Dims s = broadcast_shape("where", c.shape(), a.shape());
+    c = broadcast_to(c, s), a = broadcast_to(a, s), b = broadcast_to(b, s);
+  }
+  return mlops::Where::apply(c, a, b);
 }
 Tensor Tensor::where(double x, double y) const { return where(scalar_like(x), scalar_like(y)); }
 

@@ -66,7 +66,9 @@ Tensor nll(const Tensor& logp, const Tensor& Y, std::optional<std::int64_t> igno
     one_hot = one_hot * keep;
     count = keep.sum();
   }
-  return -(logp.reshape({-1, classes}) * one_hot).sum() / count.reshape({});
+  // A select, not a product: a -inf log-probability in another class (a masked logit) is not read.
+  Tensor lp = logp.reshape({-1, classes});
+  return -one_hot.where(lp, lp.scalar_like(0)).sum() / count.reshape({});
 }
 
 void check_same_shape(const char* op, const Tensor& x, const Tensor& Y) {

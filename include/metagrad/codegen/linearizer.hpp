@@ -59,6 +59,12 @@ struct LinearizedKernel {
 };
 
 LinearizedKernel linearize(const Kernel& k);
+// The dtype an ALU uop reads: its first operand's, except WHERE's, which reads its branches' (the
+// condition is tested for non-zero); renderers convert the operands to it.
+inline DType alu_input_dtype(const UOp& u, const std::vector<UOp>& uops) {
+  if (u.vin.empty()) return u.dtype;
+  return uops.at(static_cast<std::size_t>(u.vin[u.alu == TernaryOps::WHERE ? 1 : 0])).dtype;
+}
 std::string to_string(const UOp& u);  // one line, for DEBUG=5
 
 }  // namespace metagrad::codegen
