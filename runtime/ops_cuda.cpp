@@ -518,13 +518,16 @@ CudaImage nvrtc_compile(const std::string& name, const std::string& src, int arc
 }
 
 ASTRunner lower_cuda(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  return codegen::run_pipeline(
+  std::int64_t threads = 1;  // the dialect's thread index covers every global loop
+  ASTRunner r = codegen::run_pipeline(
       ast, out_dtype,
-      [](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, CudaCodegen::lang); },
+      [&](const codegen::LinearizedKernel& k) {
+        threads = codegen::flat_global_size(k);
+        return codegen::render_cstyle(k, CudaCodegen::lang);
+      },
       CudaCodegen::opts());
+  r.global_size = {threads * (r.local_size.empty() ? 1 : r.local_size[0])};
+  return r;
 }
-
-const codegen::CStyleLanguage CudaCodegen::lang{
-    "extern \"C\" __global__", "", " __restrict__", false, "(blockIdx.x*blockDim.x+threadIdx.x)", false};
 
 }  // namespace metagrad

@@ -109,12 +109,34 @@ inline long mg_idiv(long a, long b) { return b == 0 ? 0 : b == -1 ? (long)(0UL -
 inline long mg_ipow(long b, long e) { ulong r = 1, x = (ulong)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long)r; }
 )";
 
+// The loops the CUDA dialect folds into its thread index: the threaded loop and the global loops
+// the linearizer opens right after it (gidx1...), before any other work.
+std::vector<std::size_t> flat_loops(const LinearizedKernel& k) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < k.uops.size(); ++i) {
+    const UOp& u = k.uops[i];
+    if (u.uop == UOps::LOCAL) continue;
+    if (u.uop != UOps::LOOP) break;
+    if (u.threaded || u.name.starts_with("gidx")) out.push_back(i);
+  }
+  return out;
+}
+
+const char* kCudaTypes[] = {"bool",      "signed char", "unsigned char", "int",
+                            "long long", "half",        "float",         "double"};
+
 struct Renderer {
   const LinearizedKernel& k;
   const CStyleLanguage& lang;
-  bool opencl() const { return !lang.global_id.empty(); }
+  bool opencl() const { return !lang.global_id.empty() && !lang.cuda; }
+  bool cuda() const { return lang.cuda; }
 
-  std::string storage(DType d) const { return c_storage_type(d, opencl()); }
+  std::string storage(DType d) const {
+    if (cuda())
+      for (std::size_t i = 0; i < std::size(dtypes::all); ++i)
+        if (dtypes::all[i] == d) return kCudaTypes[i];
+    return c_storage_type(d, opencl());
+  }
   // Type values are computed in: half computes in float; OpenCL bools compute as bool, not their
   // uchar storage (true + true must stay true).
   std::string compute(DType d) const {
@@ -132,6 +154,11 @@ struct Renderer {
       return d == dtypes::int64 ? detail::cat("(", b, opencl() ? "L)" : "LL)") : std::string(b);
     }
     bool f32 = d != dtypes::float64;
+    if (cuda() && (std::isnan(v) || std::isinf(v))) {
+      std::string bits = std::isnan(v) ? (f32 ? "0x7fc00000" : "0x7ff8000000000000LL")
+                                       : (f32 ? "0x7f800000" : "0x7ff0000000000000LL");
+      return detail::cat(v < 0 ? "(-" : "(", f32 ? "__int_as_float(" : "__longlong_as_double(", bits, "))");
+    }
     if (std::isnan(v)) return opencl() ? "NAN" : (f32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")");
     if (std::isinf(v))
       return detail::cat(v < 0 ? "(-" : "(",
@@ -145,6 +172,7 @@ struct Renderer {
 
   std::string math(const char* fn, DType d) const {
     if (opencl()) return fn;
+    if (cuda()) return detail::cat(fn, d == dtypes::float64 ? "" : "f");
     return detail::cat("__builtin_", fn, d == dtypes::float64 ? "" : "f");
   }
 
@@ -153,7 +181,7 @@ struct Renderer {
     bool fl = dtypes::is_float(in);
     Op op = u.alu;
     if (op == UnaryOps::NOOP) return v[0];
-    if (op == UnaryOps::EXP2 && !opencl() && fl && in != dtypes::float64)
+    if (op == UnaryOps::EXP2 && !opencl() && !cuda() && fl && in != dtypes::float64)
       return detail::cat("mg_exp2f(", v[0], ")");
     if (op == UnaryOps::EXP2) return detail::cat(math("exp2", in), "(", v[0], ")");
     if (op == UnaryOps::LOG2) return detail::cat(math("log2", in), "(", v[0], ")");
@@ -199,7 +227,7 @@ struct Renderer {
     // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
     // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
-    if (!opencl() && reduces) src += "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
+    if (!opencl() && !cuda() && reduces) src += "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
     src += detail::cat(lang.kernel_prefix, lang.kernel_prefix.empty() ? "" : " ", "void ", k.name, "(");
     for (std::size_t i = 0; i < k.buf_dtypes.size(); ++i) {
       src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", storage(k.buf_dtypes[i]), "*",
@@ -210,8 +238,8 @@ struct Renderer {
     // A group's partial values meet in local memory, declared at the kernel's scope (OpenCL 1.2).
     for (std::size_t i = 0; i < k.uops.size(); ++i)
       if (k.uops[i].uop == UOps::GROUP)
-        src += detail::cat("  __local ", compute(k.uops[i].dtype), " lds", std::to_string(i), "[",
-                           std::to_string(k.uops[i].extent), "];\n");
+        src += detail::cat(cuda() ? "  __shared__ " : "  __local ", compute(k.uops[i].dtype), " lds",
+                           std::to_string(i), "[", std::to_string(k.uops[i].extent), "];\n");
     return src;
   }
 
@@ -221,7 +249,9 @@ struct Renderer {
       return detail::cat("{ int ", u.name, " = ", k.local_size ? "get_group_id(0)" : lang.global_id, ";");
     // C counts in 64 bits (a reduction over more than 2^31 elements must not wrap); OpenCL only
     // where the extent needs it.
-    std::string counter = !opencl() ? "long long" : u.extent > INT_MAX ? "long" : "int";
+    std::string counter = !opencl() && !cuda()  ? "long long"
+                          : u.extent <= INT_MAX ? "int"
+                                                : storage(dtypes::int64);
     if (u.threaded)
       return detail::cat("for (", counter, " ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {");
     return detail::cat("for (", counter, " ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ",
@@ -234,16 +264,36 @@ struct Renderer {
     std::string lds = "lds" + std::to_string(i), lid = "lidx0", self = "v" + std::to_string(i);
     UOp as_alu = u;
     as_alu.vin = {u.vin[0], u.vin[0]};
-    return {detail::cat("barrier(CLK_LOCAL_MEM_FENCE); ", lds, "[", lid, "] = ", v0,
-                        "; barrier(CLK_LOCAL_MEM_FENCE);"),
+    std::string barrier = cuda() ? "__syncthreads();" : "barrier(CLK_LOCAL_MEM_FENCE);";
+    return {detail::cat(barrier, " ", lds, "[", lid, "] = ", v0, "; ", barrier),
             detail::cat(compute(u.dtype), " ", self, " = ", lds, "[0];"),
             detail::cat("for (int g = 1; g < ", std::to_string(u.extent), "; g++) ", self, " = ",
                         alu(as_alu, {self, lds + "[g]"}, k.uops), ";")};
   }
 
+  // CUDA's head of the threaded loop: one thread (or block) index split into the variables of the
+  // loops it covers, outermost first.
+  std::string flat_head(const std::vector<std::size_t>& flat) const {
+    std::vector<std::int64_t> inner(flat.size(), 1);  // the product of the extents inside each loop
+    for (std::size_t j = flat.size(); j-- > 1;) inner[j - 1] = inner[j] * k.uops[flat[j]].extent;
+    std::int64_t total = inner[0] * k.uops[flat[0]].extent;
+    std::string out = detail::cat("{ long long gid = ", k.local_size ? "blockIdx.x" : lang.global_id, ";");
+    if (!k.local_size) out += detail::cat(" if (gid >= ", std::to_string(total), ") return;");
+    for (std::size_t j = 0; j < flat.size(); ++j) {
+      const UOp& l = k.uops[flat[j]];
+      std::string v = inner[j] > 1 ? detail::cat("gid/", std::to_string(inner[j])) : "gid";
+      if (j > 0) v = detail::cat("(", v, ")%", std::to_string(l.extent));
+      out += detail::cat(" ", l.extent > INT_MAX ? "long long" : "int", " ", l.name, " = ",
+                         total == 0 ? "0" : v, ";");
+    }
+    return out;
+  }
+
   std::string function() const {
     std::string src = signature();
     std::vector<std::string> names(k.uops.size());
+    std::vector<std::size_t> flat = cuda() ? flat_loops(k) : std::vector<std::size_t>{};
+    std::vector<bool> braces;  // per open loop: whether its head opened a brace
     int depth = 1;
     auto line = [&](const std::string& s) {
       src += std::string(static_cast<std::size_t>(depth) * 2, ' ') + s + "\n";
@@ -254,13 +304,16 @@ struct Renderer {
       for (int x : u.vin) v.push_back(names[static_cast<std::size_t>(x)]);
       std::string self = "v" + std::to_string(i);
       switch (u.uop) {
-        case UOps::LOOP:
-          line(loop_head(u));
-          ++depth;
+        case UOps::LOOP: {
+          bool covered = std::find(flat.begin(), flat.end(), i) != flat.end();
+          braces.push_back(!covered || u.threaded);
+          if (covered && u.threaded) line(flat_head(flat)), ++depth;
+          if (!covered) line(loop_head(u)), ++depth;
           break;
+        }
         case UOps::ENDLOOP:
-          --depth;
-          line("}");
+          if (braces.back()) --depth, line("}");
+          braces.pop_back();
           break;
         case UOps::CONST:
           names[i] = literal(u.value, u.dtype);
@@ -290,9 +343,10 @@ struct Renderer {
                                 : detail::cat("if (", render_c_index(u.valid), ") ", store(u, v[0])));
           break;
         case UOps::LOCAL:
-          if (!opencl()) throw std::runtime_error("cstyle: work-groups are OpenCL's, in kernel " + k.name);
-          line(detail::cat("{ int ", u.name, " = get_local_id(0);"));
-          ++depth;
+          if (!opencl() && !cuda())
+            throw std::runtime_error("cstyle: work-groups are OpenCL's and CUDA's, in kernel " + k.name);
+          line(detail::cat("{ int ", u.name, " = ", cuda() ? "threadIdx.x" : "get_local_id(0)", ";"));
+          ++depth, braces.push_back(true);
           break;
         case UOps::GROUP:
           names[i] = self;
@@ -309,11 +363,18 @@ struct Renderer {
 const std::string& c_prelude(const CStyleLanguage& lang) {
   static const std::string c = kPreludeC,
                            cl = std::string(kPreludeCL) + "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  if (lang.cuda) return cuda_prelude();
   return lang.global_id.empty() ? c : cl;
 }
 
 std::string render_cstyle_function(const LinearizedKernel& k, const CStyleLanguage& lang) {
   return Renderer{k, lang}.function();
+}
+
+std::int64_t flat_global_size(const LinearizedKernel& k) {
+  std::int64_t n = 1;
+  for (std::size_t i : flat_loops(k)) n *= k.uops[i].extent;
+  return n;
 }
 
 std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang) {

@@ -14,7 +14,18 @@ struct CStyleLanguage {
   bool range_arguments = true;  // C: (int64 start, int64 end) select the threaded loop's range
   std::string global_id;        // OpenCL: the expression for the threaded loop's index
   bool half_native = false;     // the language has a `half` type
+  // CUDA C (cuda_language()): its own types, literals and prelude, `__shared__` memory, and a thread
+  // index that covers every global loop (one index over their product, split back into the loops'
+  // variables; threads past the product return), since a GPU launches a thread per output.
+  bool cuda = false;
 };
+
+// CUDA C as NVRTC compiles it (runtime/codegen/cstyle_cuda.cpp, docs/cuda.md), and its prelude.
+const CStyleLanguage& cuda_language();
+const std::string& cuda_prelude();
+// The threads the CUDA dialect launches for k (times its local size, when it has groups): the
+// product of the extents of the global loops its thread index covers.
+std::int64_t flat_global_size(const LinearizedKernel& k);
 
 // The source of one kernel function named k.name: c_prelude(lang), then render_cstyle_function.
 std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang);

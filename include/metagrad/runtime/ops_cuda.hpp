@@ -19,7 +19,7 @@
 namespace metagrad {
 
 struct CudaCodegen {
-  static const codegen::CStyleLanguage lang;
+  static inline const codegen::CStyleLanguage& lang = codegen::cuda_language();
   // Launch and tiling choices for a GPU: many threads with small register tiles, no cache blocking
   // (a blocked reduce carries partial sums through the output, which needs one thread per output),
   // long reduces with few outputs shared by a block of threads through shared memory.
