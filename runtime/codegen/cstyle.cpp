@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 namespace metagrad::codegen {
 
@@ -44,26 +45,111 @@ std::string render_c_index(const Node& n) {
   return "0";
 }
 
-std::string c_storage_type(DType d, bool opencl) {
-  switch (d.priority) {
-    case dtypes::bool_.priority:
-      return opencl ? "uchar" : "_Bool";
-    case dtypes::int8.priority:
-      return opencl ? "char" : "signed char";
-    case dtypes::uint8.priority:
-      return opencl ? "uchar" : "unsigned char";
-    case dtypes::int32.priority:
-      return "int";
-    case dtypes::int64.priority:
-      return opencl ? "long" : "long long";
-    case dtypes::float16.priority:
-      return opencl ? "half" : "unsigned short";
-    case dtypes::float32.priority:
-      return "float";
-    default:
-      return "double";
+std::string format(const std::string& pattern, const std::vector<std::string>& args) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '{' && i + 2 < pattern.size() && pattern[i + 2] == '}' && pattern[i + 1] >= '0' &&
+        pattern[i + 1] <= '9') {
+      out += args.at(static_cast<std::size_t>(pattern[i + 1] - '0'));
+      i += 2;
+    } else {
+      out += pattern[i];
+    }
   }
+  return out;
 }
+
+// ---- the dialect description's helpers ----
+
+std::string CStyleLanguage::type(DType d) const {
+  for (std::size_t i = 0; i < std::size(dtypes::all); ++i)
+    if (dtypes::all[i] == d) return types[i];
+  throw std::logic_error(detail::cat(name, ": no type for dtype ", d.name));
+}
+
+std::string CStyleLanguage::compute(DType d) const {
+  if (d == dtypes::float16) return type(dtypes::float32);
+  return d == dtypes::bool_ && !bool_compute.empty() ? bool_compute : type(d);
+}
+
+std::string CStyleLanguage::literal(double v, DType d) const {
+  if (!dtypes::is_float(d)) {
+    if (d == dtypes::bool_) return v != 0 ? "1" : "0";
+    if (v <= -9223372036854775808.0) return detail::cat("(-9223372036854775807", int64_suffix, "-1)");
+    char b[32];
+    std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v));
+    return d == dtypes::int64 ? detail::cat("(", b, int64_suffix, ")") : std::string(b);
+  }
+  bool f32 = d != dtypes::float64;
+  if (std::isnan(v)) return f32 ? nan32 : nan64;
+  if (std::isinf(v)) return detail::cat(v < 0 ? "(-" : "(", f32 ? inf32 : inf64, ")");
+  char b[40];
+  std::snprintf(b, sizeof b, f32 ? "%.9g" : "%.17g", v);
+  std::string s = b;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return f32 ? "(" + s + "f)" : "(" + s + ")";
+}
+
+std::string CStyleLanguage::math(const char* fn, DType d) const {
+  return detail::cat(math_prefix, fn, d == dtypes::float64 ? "" : math_f32_suffix);
+}
+
+// ---- the op table ----
+
+namespace {
+
+std::string infix(const AluArgs& a, const char* op) { return detail::cat("(", a.v[0], op, a.v[1], ")"); }
+std::string call(const std::string& fn, const AluArgs& a) {
+  std::string out = fn + "(";
+  for (std::size_t i = 0; i < a.v.size(); ++i) out += (i ? "," : "") + a.v[i];
+  return out + ")";
+}
+// Float math; on integers EXP2, LOG2 and SIN are the identity, as on the CPU device.
+std::string unary_math(const AluArgs& a, const char* fn) {
+  return dtypes::is_float(a.in) ? call(a.lang.math(fn, a.in), a) : a.v[0];
+}
+
+std::string cast(const AluArgs& a) {
+  if (a.out == dtypes::bool_) return detail::cat("(", a.v[0], "!=0)");
+  return detail::cat("(", a.lang.compute(a.out), ")(", a.v[0], ")");
+}
+
+// Rows every C-like dialect shares; a CStyleLanguage's code_for_op replaces any of them.
+const OpTable& common_code_for_op() {
+  static const OpTable t = {
+      {UnaryOps::NOOP, [](const AluArgs& a) { return a.v[0]; }},
+      {UnaryOps::EXP2, [](const AluArgs& a) { return unary_math(a, "exp2"); }},
+      {UnaryOps::LOG2, [](const AluArgs& a) { return unary_math(a, "log2"); }},
+      {UnaryOps::SIN, [](const AluArgs& a) { return unary_math(a, "sin"); }},
+      {UnaryOps::CAST, cast},
+      {BinaryOps::ADD, [](const AluArgs& a) { return infix(a, "+"); }},
+      {BinaryOps::SUB, [](const AluArgs& a) { return infix(a, "-"); }},
+      // bool * bool is their and: `*` on them draws gcc's -Wint-in-bool-context.
+      {BinaryOps::MUL, [](const AluArgs& a) { return infix(a, a.in == dtypes::bool_ ? "&&" : "*"); }},
+      {BinaryOps::DIV,
+       [](const AluArgs& a) { return dtypes::is_float(a.in) ? infix(a, "/") : call("mg_idiv", a); }},
+      {BinaryOps::POW,
+       [](const AluArgs& a) {
+         return call(dtypes::is_float(a.in) ? a.lang.math("pow", a.in) : "mg_ipow", a);
+       }},
+      {BinaryOps::CMPEQ, [](const AluArgs& a) { return infix(a, "=="); }},
+      {BinaryOps::MAX, [](const AluArgs& a) { return call("mg_max", a); }},
+  };
+  return t;
+}
+
+}  // namespace
+
+AluRender CStyleLanguage::row(Op op) const {
+  for (const OpTable* t : {&code_for_op, &common_code_for_op()})
+    for (const auto& [o, f] : *t)
+      if (o == op) return f;
+  throw std::runtime_error(detail::cat(name, ": no rendering for ", to_string(op)));
+}
+
+std::string c_storage_type(DType d, const CStyleLanguage& lang) { return lang.type(d); }
+
+// ---- the dialects ----
 
 namespace {
 
@@ -109,8 +195,62 @@ inline long mg_idiv(long a, long b) { return b == 0 ? 0 : b == -1 ? (long)(0UL -
 inline long mg_ipow(long b, long e) { ulong r = 1, x = (ulong)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long)r; }
 )";
 
-// The loops the CUDA dialect folds into its thread index: the threaded loop and the global loops
-// the linearizer opens right after it (gidx1...), before any other work.
+}  // namespace
+
+const CStyleLanguage& c_language() {
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage l;
+    l.name = "C";
+    l.buffer_suffix = " restrict";
+    // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
+    // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
+    l.reduce_attribute = "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
+    l.prelude = kPreludeC;
+    l.types = {"_Bool",     "signed char",    "unsigned char", "int",
+               "long long", "unsigned short", "float",         "double"};
+    l.int64_suffix = "LL";
+    l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";
+    l.nan32 = "__builtin_nanf(\"\")", l.nan64 = "__builtin_nan(\"\")";
+    l.math_prefix = "__builtin_", l.math_f32_suffix = "f";
+    l.half_load = "mg_h2f({0}[{1}])", l.half_store = "{0}[{1}] = mg_f2h({2});";
+    // 2^x in float as straight-line code gcc vectorizes, where exp2f is a library call.
+    l.code_for_op = {{UnaryOps::EXP2, [](const AluArgs& a) {
+                        if (!dtypes::is_float(a.in) || a.in == dtypes::float64) return unary_math(a, "exp2");
+                        return call("mg_exp2f", a);
+                      }}};
+    return l;
+  }();
+  return lang;
+}
+
+const CStyleLanguage& opencl_language() {
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage l;
+    l.name = "OpenCL C";
+    l.kernel_prefix = "__kernel ";
+    l.buffer_prefix = "__global ";
+    l.prelude = std::string(kPreludeCL) + "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+    l.range_arguments = false;
+    l.global_id = "get_global_id(0)", l.group_id = "get_group_id(0)", l.local_id = "get_local_id(0)";
+    l.local_prefix = "__local ", l.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";
+    l.wide_counters = false;  // C's are 64-bit: a reduction over 2^31 elements must not wrap
+    // Bools are stored as uchar but compute as bool (true + true must stay true).
+    l.types = {"uchar", "char", "uchar", "int", "long", "half", "float", "double"};
+    l.bool_compute = "bool";
+    l.int64_suffix = "L";
+    l.inf32 = l.inf64 = "INFINITY", l.nan32 = l.nan64 = "NAN";
+    l.half_load = "vload_half({1},{0})", l.half_store = "vstore_half({2},{1},{0});";
+    return l;
+  }();
+  return lang;
+}
+
+// ---- the renderer ----
+
+namespace {
+
+// The loops a flat_global dialect folds into its thread index: the threaded loop and the global
+// loops the linearizer opens right after it (gidx1...), before any other work.
 std::vector<std::size_t> flat_loops(const LinearizedKernel& k) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < k.uops.size(); ++i) {
@@ -122,253 +262,167 @@ std::vector<std::size_t> flat_loops(const LinearizedKernel& k) {
   return out;
 }
 
-const char* kCudaTypes[] = {"bool",      "signed char", "unsigned char", "int",
-                            "long long", "half",        "float",         "double"};
-
 struct Renderer {
   const LinearizedKernel& k;
   const CStyleLanguage& lang;
-  bool opencl() const { return !lang.global_id.empty() && !lang.cuda; }
-  bool cuda() const { return lang.cuda; }
+  std::string src;
+  int depth = 1;
+  std::vector<std::string> names;  // per uop: the C expression of its value
+  std::vector<bool> braces;        // per open loop: whether its head opened a brace
+  std::vector<std::size_t> flat;   // flat_global: the loops the thread index covers
 
-  std::string storage(DType d) const {
-    if (cuda())
-      for (std::size_t i = 0; i < std::size(dtypes::all); ++i)
-        if (dtypes::all[i] == d) return kCudaTypes[i];
-    return c_storage_type(d, opencl());
-  }
-  // Type values are computed in: half computes in float; OpenCL bools compute as bool, not their
-  // uchar storage (true + true must stay true).
-  std::string compute(DType d) const {
-    if (d == dtypes::float16) return "float";
-    return d == dtypes::bool_ && opencl() ? "bool" : storage(d);
+  void line(const std::string& s) { src += std::string(static_cast<std::size_t>(depth) * 2, ' ') + s + "\n"; }
+  const UOp& uop(int i) const { return k.uops[static_cast<std::size_t>(i)]; }
+  std::vector<std::string> operands(const UOp& u) const {
+    std::vector<std::string> v;
+    for (int x : u.vin) v.push_back(names[static_cast<std::size_t>(x)]);
+    return v;
   }
 
-  std::string literal(double v, DType d) const {
-    if (!dtypes::is_float(d)) {
-      if (d == dtypes::bool_) return v != 0 ? "1" : "0";
-      if (v <= -9223372036854775808.0)
-        return opencl() ? "(-9223372036854775807L-1)" : "(-9223372036854775807LL-1)";
-      char b[32];
-      std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v));
-      return d == dtypes::int64 ? detail::cat("(", b, opencl() ? "L)" : "LL)") : std::string(b);
-    }
-    bool f32 = d != dtypes::float64;
-    if (cuda() && (std::isnan(v) || std::isinf(v))) {
-      std::string bits = std::isnan(v) ? (f32 ? "0x7fc00000" : "0x7ff8000000000000LL")
-                                       : (f32 ? "0x7f800000" : "0x7ff0000000000000LL");
-      return detail::cat(v < 0 ? "(-" : "(", f32 ? "__int_as_float(" : "__longlong_as_double(", bits, "))");
-    }
-    if (std::isnan(v)) return opencl() ? "NAN" : (f32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")");
-    if (std::isinf(v))
-      return detail::cat(v < 0 ? "(-" : "(",
-                         opencl() ? "INFINITY" : (f32 ? "__builtin_inff()" : "__builtin_inf()"), ")");
-    char b[40];
-    std::snprintf(b, sizeof b, f32 ? "%.9g" : "%.17g", v);
-    std::string s = b;
-    if (s.find_first_of(".e") == std::string::npos) s += ".0";
-    return f32 ? "(" + s + "f)" : "(" + s + ")";
+  // op over v, reading dtype `in` and producing `out`.
+  std::string alu(Op op, DType in, DType out, const std::vector<std::string>& v) const {
+    return lang.row(op)(AluArgs{v, in, out, lang});
   }
-
-  std::string math(const char* fn, DType d) const {
-    if (opencl()) return fn;
-    if (cuda()) return detail::cat(fn, d == dtypes::float64 ? "" : "f");
-    return detail::cat("__builtin_", fn, d == dtypes::float64 ? "" : "f");
-  }
-
-  std::string alu(const UOp& u, const std::vector<std::string>& v, const std::vector<UOp>& uops) const {
-    DType in = u.vin.empty() ? u.dtype : uops[static_cast<std::size_t>(u.vin[0])].dtype;
-    bool fl = dtypes::is_float(in);
-    Op op = u.alu;
-    if (op == UnaryOps::NOOP) return v[0];
-    if (op == UnaryOps::EXP2 && !opencl() && !cuda() && fl && in != dtypes::float64)
-      return detail::cat("mg_exp2f(", v[0], ")");
-    if (op == UnaryOps::EXP2) return detail::cat(math("exp2", in), "(", v[0], ")");
-    if (op == UnaryOps::LOG2) return detail::cat(math("log2", in), "(", v[0], ")");
-    if (op == UnaryOps::SIN) return detail::cat(math("sin", in), "(", v[0], ")");
-    if (op == UnaryOps::CAST) {
-      if (u.dtype == dtypes::bool_) return detail::cat("(", v[0], "!=0)");
-      return detail::cat("(", compute(u.dtype), ")(", v[0], ")");
-    }
-    if (op == BinaryOps::ADD) return detail::cat("(", v[0], "+", v[1], ")");
-    if (op == BinaryOps::SUB) return detail::cat("(", v[0], "-", v[1], ")");
-    // bool * bool is their and: `*` on them draws gcc's -Wint-in-bool-context.
-    if (op == BinaryOps::MUL) return detail::cat("(", v[0], in == dtypes::bool_ ? "&&" : "*", v[1], ")");
-    if (op == BinaryOps::DIV)
-      return fl ? detail::cat("(", v[0], "/", v[1], ")") : detail::cat("mg_idiv(", v[0], ",", v[1], ")");
-    if (op == BinaryOps::POW)
-      return fl ? detail::cat(opencl() ? "pow" : math("pow", in), "(", v[0], ",", v[1], ")")
-                : detail::cat("mg_ipow(", v[0], ",", v[1], ")");
-    if (op == BinaryOps::CMPEQ) return detail::cat("(", v[0], "==", v[1], ")");
-    if (op == BinaryOps::MAX) return detail::cat("mg_max(", v[0], ",", v[1], ")");
-    throw std::runtime_error("cstyle: no rendering for " + to_string(op));
+  std::string alu(const UOp& u, const std::vector<std::string>& v) const {
+    return alu(u.alu, u.vin.empty() ? u.dtype : uop(u.vin[0]).dtype, u.dtype, v);
   }
 
   std::string load(const UOp& u) const {
     std::string idx = render_c_index(u.idx), buf = "data" + std::to_string(u.buf);
-    std::string val = u.dtype == dtypes::float16 ? (opencl() ? detail::cat("vload_half(", idx, ",", buf, ")")
-                                                             : detail::cat("mg_h2f(", buf, "[", idx, "])"))
-                                                 : detail::cat(buf, "[", idx, "]");
+    std::string val =
+        u.dtype == dtypes::float16 ? format(lang.half_load, {buf, idx}) : detail::cat(buf, "[", idx, "]");
     if (u.valid.is_num()) return val;
-    return detail::cat("(", render_c_index(u.valid), "?", val, ":", literal(0, u.dtype), ")");
+    return detail::cat("(", render_c_index(u.valid), "?", val, ":", lang.literal(0, u.dtype), ")");
   }
 
   std::string store(const UOp& u, const std::string& v) const {
     std::string idx = render_c_index(u.idx), buf = "data" + std::to_string(u.buf);
-    if (u.dtype == dtypes::float16)
-      return opencl() ? detail::cat("vstore_half(", v, ",", idx, ",", buf, ");")
-                      : detail::cat(buf, "[", idx, "] = mg_f2h(", v, ");");
+    if (u.dtype == dtypes::float16) return format(lang.half_store, {buf, idx, v});
     return detail::cat(buf, "[", idx, "] = ", v, ";");
   }
 
-  // `void NAME(buffers..., long long start, long long end) {` and the group's local memory.
-  std::string signature() const {
-    std::string src;
-    // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
-    // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
+  // `void NAME(buffers..., long long start, long long end) {` and the groups' local memory.
+  void signature() {
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
-    if (!opencl() && !cuda() && reduces) src += "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
-    src += detail::cat(lang.kernel_prefix, lang.kernel_prefix.empty() ? "" : " ", "void ", k.name, "(");
-    for (std::size_t i = 0; i < k.buf_dtypes.size(); ++i) {
-      src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", storage(k.buf_dtypes[i]), "*",
-                         lang.buffer_suffix, " data", std::to_string(i));
-    }
+    if (reduces) src += lang.reduce_attribute;
+    src += detail::cat(lang.kernel_prefix, "void ", k.name, "(");
+    for (std::size_t i = 0; i < k.buf_dtypes.size(); ++i)
+      src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", lang.type(k.buf_dtypes[i]),
+                         "*", lang.buffer_suffix, " data", std::to_string(i));
     if (lang.range_arguments) src += ", long long start, long long end";
     src += ") {\n";
     // A group's partial values meet in local memory, declared at the kernel's scope (OpenCL 1.2).
     for (std::size_t i = 0; i < k.uops.size(); ++i)
       if (k.uops[i].uop == UOps::GROUP)
-        src += detail::cat(cuda() ? "  __shared__ " : "  __local ", compute(k.uops[i].dtype), " lds",
-                           std::to_string(i), "[", std::to_string(k.uops[i].extent), "];\n");
-    return src;
+        line(detail::cat(lang.local_prefix, lang.compute(k.uops[i].dtype), " lds", std::to_string(i), "[",
+                         std::to_string(k.uops[i].extent), "];"));
   }
 
-  // The head of a loop: the threaded one takes the work-item's id (OpenCL) or the start..end range.
+  // The head of a loop: the threaded one takes the work-item's (or group's) index, or the
+  // start..end range the host thread was given.
   std::string loop_head(const UOp& u) const {
     if (u.threaded && !lang.range_arguments)
-      return detail::cat("{ int ", u.name, " = ", k.local_size ? "get_group_id(0)" : lang.global_id, ";");
-    // C counts in 64 bits (a reduction over more than 2^31 elements must not wrap); OpenCL only
-    // where the extent needs it.
-    std::string counter = !opencl() && !cuda()  ? "long long"
-                          : u.extent <= INT_MAX ? "int"
-                                                : storage(dtypes::int64);
+      return detail::cat("{ int ", u.name, " = ", k.local_size ? lang.group_id : lang.global_id, ";");
+    std::string counter = lang.wide_counters || u.extent > INT_MAX ? lang.type(dtypes::int64) : "int";
     if (u.threaded)
       return detail::cat("for (", counter, " ", u.name, " = start; ", u.name, " < end; ", u.name, "++) {");
     return detail::cat("for (", counter, " ", u.name, " = 0; ", u.name, " < ", std::to_string(u.extent), "; ",
                        u.name, "++) {");
   }
 
-  // A GROUP (uop i) combining v0 across the work-group: barriers: the previous use of lds is read
-  // by all; then all are written.
-  std::vector<std::string> group_lines(const UOp& u, std::size_t i, const std::string& v0) const {
-    std::string lds = "lds" + std::to_string(i), lid = "lidx0", self = "v" + std::to_string(i);
-    UOp as_alu = u;
-    as_alu.vin = {u.vin[0], u.vin[0]};
-    std::string barrier = cuda() ? "__syncthreads();" : "barrier(CLK_LOCAL_MEM_FENCE);";
-    return {detail::cat(barrier, " ", lds, "[", lid, "] = ", v0, "; ", barrier),
-            detail::cat(compute(u.dtype), " ", self, " = ", lds, "[0];"),
-            detail::cat("for (int g = 1; g < ", std::to_string(u.extent), "; g++) ", self, " = ",
-                        alu(as_alu, {self, lds + "[g]"}, k.uops), ";")};
-  }
-
-  // CUDA's head of the threaded loop: one thread (or block) index split into the variables of the
-  // loops it covers, outermost first.
-  std::string flat_head(const std::vector<std::size_t>& flat) const {
+  // flat_global's head: one thread index split into the covered loops' variables, outermost first.
+  std::string flat_head() const {
     std::vector<std::int64_t> inner(flat.size(), 1);  // the product of the extents inside each loop
     for (std::size_t j = flat.size(); j-- > 1;) inner[j - 1] = inner[j] * k.uops[flat[j]].extent;
     std::int64_t total = inner[0] * k.uops[flat[0]].extent;
-    std::string out = detail::cat("{ long long gid = ", k.local_size ? "blockIdx.x" : lang.global_id, ";");
+    std::string out = detail::cat("{ long long gid = ", k.local_size ? lang.group_id : lang.global_id, ";");
     if (!k.local_size) out += detail::cat(" if (gid >= ", std::to_string(total), ") return;");
     for (std::size_t j = 0; j < flat.size(); ++j) {
       const UOp& l = k.uops[flat[j]];
       std::string v = inner[j] > 1 ? detail::cat("gid/", std::to_string(inner[j])) : "gid";
       if (j > 0) v = detail::cat("(", v, ")%", std::to_string(l.extent));
-      out += detail::cat(" ", l.extent > INT_MAX ? "long long" : "int", " ", l.name, " = ",
+      out += detail::cat(" ", l.extent > INT_MAX ? lang.type(dtypes::int64) : "int", " ", l.name, " = ",
                          total == 0 ? "0" : v, ";");
     }
     return out;
   }
 
-  std::string function() const {
-    std::string src = signature();
-    std::vector<std::string> names(k.uops.size());
-    std::vector<std::size_t> flat = cuda() ? flat_loops(k) : std::vector<std::size_t>{};
-    std::vector<bool> braces;  // per open loop: whether its head opened a brace
-    int depth = 1;
-    auto line = [&](const std::string& s) {
-      src += std::string(static_cast<std::size_t>(depth) * 2, ' ') + s + "\n";
-    };
-    for (std::size_t i = 0; i < k.uops.size(); ++i) {
-      const UOp& u = k.uops[i];
-      std::vector<std::string> v;
-      for (int x : u.vin) v.push_back(names[static_cast<std::size_t>(x)]);
-      std::string self = "v" + std::to_string(i);
-      switch (u.uop) {
-        case UOps::LOOP: {
-          bool covered = std::find(flat.begin(), flat.end(), i) != flat.end();
-          braces.push_back(!covered || u.threaded);
-          if (covered && u.threaded) line(flat_head(flat)), ++depth;
-          if (!covered) line(loop_head(u)), ++depth;
-          break;
-        }
-        case UOps::ENDLOOP:
-          if (braces.back()) --depth, line("}");
-          braces.pop_back();
-          break;
-        case UOps::CONST:
-          names[i] = literal(u.value, u.dtype);
-          break;
-        case UOps::DEFINE_ACC:
-          names[i] = "acc" + std::to_string(i);
-          line(detail::cat(compute(u.dtype), " ", names[i], " = ",
-                           v.empty() ? literal(u.value, u.dtype) : v[0], ";"));
-          break;
-        case UOps::LOAD:
-          names[i] = self;
-          line(detail::cat(compute(u.dtype), " ", self, " = ", load(u), ";"));
-          break;
-        case UOps::ALU:
-          names[i] = self;
-          line(detail::cat(compute(u.dtype), " ", self, " = ", alu(u, v, k.uops), ";"));
-          break;
-        case UOps::ACC: {
-          UOp as_alu = u;
-          as_alu.vin = {u.vin[0], u.vin[1]};
-          line(detail::cat(v[0], " = ", alu(as_alu, v, k.uops), ";"));
-          break;
-        }
-        case UOps::STORE:
-          if (u.valid.is_num() && u.valid.b() == 0) break;
-          line(u.valid.is_num() ? store(u, v[0])
-                                : detail::cat("if (", render_c_index(u.valid), ") ", store(u, v[0])));
-          break;
-        case UOps::LOCAL:
-          if (!opencl() && !cuda())
-            throw std::runtime_error("cstyle: work-groups are OpenCL's and CUDA's, in kernel " + k.name);
-          line(detail::cat("{ int ", u.name, " = ", cuda() ? "threadIdx.x" : "get_local_id(0)", ";"));
-          ++depth, braces.push_back(true);
-          break;
-        case UOps::GROUP:
-          names[i] = self;
-          for (const std::string& l : group_lines(u, i, v[0])) line(l);
-          break;
+  // A GROUP (uop i) combining its operand across the work-group through local memory; barriers:
+  // the previous use of lds is read by all, then all are written.
+  void group(const UOp& u, std::size_t i, const std::string& v0) {
+    std::string lds = "lds" + std::to_string(i), self = "v" + std::to_string(i);
+    line(detail::cat(lang.barrier, " ", lds, "[lidx0] = ", v0, "; ", lang.barrier));
+    line(detail::cat(lang.compute(u.dtype), " ", self, " = ", lds, "[0];"));
+    line(detail::cat("for (int g = 1; g < ", std::to_string(u.extent), "; g++) ", self, " = ",
+                     alu(u.alu, u.dtype, u.dtype, {self, lds + "[g]"}), ";"));
+    names[i] = self;
+  }
+
+  // One uop's lines; names[i] becomes its value's expression.
+  void emit(std::size_t i) {
+    const UOp& u = k.uops[i];
+    std::vector<std::string> v = operands(u);
+    std::string self = "v" + std::to_string(i);
+    switch (u.uop) {
+      case UOps::LOOP: {
+        bool covered = std::find(flat.begin(), flat.end(), i) != flat.end();
+        braces.push_back(!covered || u.threaded);
+        if (covered && u.threaded) line(flat_head()), ++depth;
+        if (!covered) line(loop_head(u)), ++depth;
+        break;
       }
+      case UOps::ENDLOOP:
+        if (braces.back()) --depth, line("}");
+        braces.pop_back();
+        break;
+      case UOps::CONST:
+        names[i] = lang.literal(u.value, u.dtype);
+        break;
+      case UOps::DEFINE_ACC:
+        names[i] = "acc" + std::to_string(i);
+        line(detail::cat(lang.compute(u.dtype), " ", names[i], " = ",
+                         v.empty() ? lang.literal(u.value, u.dtype) : v[0], ";"));
+        break;
+      case UOps::LOAD:
+        names[i] = self, line(detail::cat(lang.compute(u.dtype), " ", self, " = ", load(u), ";"));
+        break;
+      case UOps::ALU:
+        names[i] = self, line(detail::cat(lang.compute(u.dtype), " ", self, " = ", alu(u, v), ";"));
+        break;
+      case UOps::ACC:  // vin[0] = alu(vin[0], vin[1])
+        line(detail::cat(v[0], " = ", alu(u.alu, uop(u.vin[0]).dtype, u.dtype, v), ";"));
+        break;
+      case UOps::STORE:
+        if (u.valid.is_num() && u.valid.b() == 0) break;
+        line(u.valid.is_num() ? store(u, v[0])
+                              : detail::cat("if (", render_c_index(u.valid), ") ", store(u, v[0])));
+        break;
+      case UOps::LOCAL:
+        if (lang.local_id.empty())
+          throw std::runtime_error(detail::cat(lang.name, ": no work-groups, in kernel ", k.name));
+        line(detail::cat("{ int ", u.name, " = ", lang.local_id, ";")), ++depth, braces.push_back(true);
+        break;
+      case UOps::GROUP:
+        group(u, i, v[0]);
+        break;
     }
+  }
+
+  std::string function() {
+    signature();
+    names.assign(k.uops.size(), {});
+    if (lang.flat_global) flat = flat_loops(k);
+    for (std::size_t i = 0; i < k.uops.size(); ++i) emit(i);
     return src + "}\n";
   }
 };
 
 }  // namespace
 
-const std::string& c_prelude(const CStyleLanguage& lang) {
-  static const std::string c = kPreludeC,
-                           cl = std::string(kPreludeCL) + "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
-  if (lang.cuda) return cuda_prelude();
-  return lang.global_id.empty() ? c : cl;
-}
+const std::string& c_prelude(const CStyleLanguage& lang) { return lang.prelude; }
 
 std::string render_cstyle_function(const LinearizedKernel& k, const CStyleLanguage& lang) {
-  return Renderer{k, lang}.function();
+  return Renderer{k, lang, {}, 1, {}, {}, {}}.function();
 }
 
 std::int64_t flat_global_size(const LinearizedKernel& k) {

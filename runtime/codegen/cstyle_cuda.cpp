@@ -1,7 +1,6 @@
 // CUDA C, as NVRTC compiles it for the CUDA device (runtime/ops_cuda.cpp, docs/cuda.md): C with
 // `extern "C" __global__` kernels, thread and block indices, `__shared__` memory for block-wide
 // reductions, and float16 stored as `half` (16 bits) and converted by the GPU's own instructions.
-// The renderer's CUDA cases are in cstyle.cpp (CStyleLanguage::cuda).
 #include "metagrad/codegen/cstyle.hpp"
 
 namespace metagrad::codegen {
@@ -24,21 +23,28 @@ MG_D half mg_f2h(float f) { half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"
 
 }  // namespace
 
-const std::string& cuda_prelude() {
-  static const std::string p = kPreludeCUDA;
-  return p;
-}
-
-// `extern "C"`: the driver finds kernels by their unmangled names. 64-bit global index: a grid of
-// 2^31 blocks of 256 threads counts past 2^32.
 const CStyleLanguage& cuda_language() {
-  static const CStyleLanguage lang{"extern \"C\" __global__",
-                                   "",
-                                   " __restrict__",
-                                   false,
-                                   "(blockIdx.x*(long long)blockDim.x+threadIdx.x)",
-                                   true,
-                                   true};
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage l;
+    l.name = "CUDA C";
+    l.kernel_prefix = "extern \"C\" __global__ ";
+    l.buffer_suffix = " __restrict__";
+    l.prelude = kPreludeCUDA;
+    l.range_arguments = false;
+    // 64-bit: a grid of 2^31 blocks of 256 threads counts past 2^32.
+    l.global_id = "(blockIdx.x*(long long)blockDim.x+threadIdx.x)";
+    l.group_id = "blockIdx.x", l.local_id = "threadIdx.x";
+    l.local_prefix = "__shared__ ", l.barrier = "__syncthreads();";
+    l.flat_global = true;
+    l.wide_counters = false;
+    l.types = {"bool", "signed char", "unsigned char", "int", "long long", "half", "float", "double"};
+    l.int64_suffix = "LL";
+    l.inf32 = "__int_as_float(0x7f800000)", l.inf64 = "__longlong_as_double(0x7ff0000000000000LL)";
+    l.nan32 = "__int_as_float(0x7fc00000)", l.nan64 = "__longlong_as_double(0x7ff8000000000000LL)";
+    l.math_f32_suffix = "f";
+    l.half_load = "mg_h2f({0}[{1}])", l.half_store = "{0}[{1}] = mg_f2h({2});";
+    return l;
+  }();
   return lang;
 }
 

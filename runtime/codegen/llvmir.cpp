@@ -234,57 +234,10 @@ struct Renderer {
     return b.CreateSelect(b.CreateFCmpORD(x, x), y, x);
   }
 
-  // op on values of dtype `in` (already converted); the result has dtype `out`.
-  llvm::Value* alu(Op op, DType in, DType out, const std::vector<llvm::Value*>& v) {
-    bool fl = dtypes::is_float(in);
-    if (op == UnaryOps::NOOP) return cast(v[0], in, out);
-    if (op == UnaryOps::CAST) return cast(v[0], in, out);
-    if (op == UnaryOps::EXP2 || op == UnaryOps::LOG2 || op == UnaryOps::SIN) {
-      if (!fl) return cast(v[0], in, out);  // on integers these are the identity, as on CPU
-      if (op == UnaryOps::EXP2 && in != dtypes::float64) return cast(exp2f(v[0]), in, out);
-      auto id = op == UnaryOps::EXP2   ? llvm::Intrinsic::exp2
-                : op == UnaryOps::LOG2 ? llvm::Intrinsic::log2
-                                       : llvm::Intrinsic::sin;
-      return cast(b.CreateUnaryIntrinsic(id, v[0]), in, out);
-    }
-    // bool arithmetic happens on 0/1 in int32 and tests the result for non-zero (1+1 is true).
-    if (in == dtypes::bool_ && op != BinaryOps::CMPEQ && op != BinaryOps::MAX) {
-      std::vector<llvm::Value*> w;
-      for (llvm::Value* x : v) w.push_back(cast(x, dtypes::bool_, dtypes::int32));
-      return cast(alu(op, dtypes::int32, dtypes::int32, w), dtypes::int32, out);
-    }
-    llvm::Value *x = v.at(0), *y = v.at(1), *r = nullptr;
-    DType rd = in;
-    if (op == BinaryOps::ADD)
-      r = fl ? b.CreateFAdd(x, y) : b.CreateAdd(x, y);
-    else if (op == BinaryOps::SUB)
-      r = fl ? b.CreateFSub(x, y) : b.CreateSub(x, y);
-    else if (op == BinaryOps::MUL)
-      r = fl ? b.CreateFMul(x, y) : b.CreateMul(x, y);
-    else if (op == BinaryOps::DIV)
-      r = fl ? b.CreateFDiv(x, y) : idiv(x, y, in);
-    else if (op == BinaryOps::POW) {
-      if (fl) {
-        r = b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
-      } else {
-        llvm::Type* i64 = b.getInt64Ty();
-        bool s = is_signed(in);
-        r = b.CreateTrunc(b.CreateCall(ipow_fn(), {b.CreateIntCast(x, i64, s), b.CreateIntCast(y, i64, s)}),
-                          x->getType());
-      }
-    } else if (op == BinaryOps::CMPEQ) {
-      r = fl ? b.CreateFCmpOEQ(x, y) : b.CreateICmpEQ(x, y), rd = dtypes::bool_;
-    } else if (op == BinaryOps::MAX) {
-      // mg_max: (x > y || x != x) ? x : y, so a NaN on either side wins.
-      if (fl)
-        r = b.CreateSelect(b.CreateOr(b.CreateFCmpOGT(x, y), b.CreateFCmpUNO(x, x)), x, y);
-      else
-        r = b.CreateBinaryIntrinsic(is_signed(in) ? llvm::Intrinsic::smax : llvm::Intrinsic::umax, x, y);
-    } else {
-      throw std::runtime_error("LLVM: no rendering for " + to_string(op));
-    }
-    return cast(r, rd, out);
-  }
+  // op on values of dtype `in` (already converted); the result has dtype `out`. The op table's row
+  // builds it; bool arithmetic happens on 0/1 in int32 and tests the result for non-zero (1+1 is
+  // true), except in rows that take bools as they are.
+  llvm::Value* alu(Op op, DType in, DType out, const std::vector<llvm::Value*>& v);
 
   // ---- memory ----
   llvm::Value* address(const UOp& u) {
@@ -381,7 +334,8 @@ struct Renderer {
     b.SetInsertPoint(l.exit);
   }
 
-  std::unique_ptr<llvm::Module> render() {
+  // `void @name(ptr data0, ..., i64 start, i64 end)` and its entry block.
+  void signature() {
     std::vector<llvm::Type*> args(k.buf_dtypes.size(), llvm::PointerType::get(ctx, 0));
     args.push_back(b.getInt64Ty());
     args.push_back(b.getInt64Ty());
@@ -398,57 +352,68 @@ struct Renderer {
     }
     fn->getArg(static_cast<unsigned>(bufs.size()))->setName("start");
     fn->getArg(static_cast<unsigned>(bufs.size()) + 1)->setName("end");
-    auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
-    b.SetInsertPoint(entry);
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
+  }
+
+  // An accumulator: a stack slot (in the entry block, so mem2reg/SROA make it a register), set here.
+  void define_acc(const UOp& u, std::size_t i) {
+    llvm::BasicBlock& entry = fn->getEntryBlock();
+    llvm::IRBuilder<> eb(&entry, entry.begin());
+    vals[i] = eb.CreateAlloca(compute(u.dtype), nullptr, "acc" + std::to_string(i));
+    is_acc[i] = true;
+    b.CreateStore(u.vin.empty() ? constant(u.value, u.dtype) : operand(u, 0, u.dtype), vals[i]);
+  }
+  void accumulate(const UOp& u) {  // vin[0] = alu(vin[0], vin[1])
+    std::size_t a = static_cast<std::size_t>(u.vin.at(0));
+    if (a >= vals.size() || !is_acc[a])
+      throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " accumulates into uop ",
+                                           std::to_string(a), ", which is not an accumulator"));
+    DType dt = k.uops[a].dtype;
+    b.CreateStore(alu(u.alu, dt, dt, {value(u.vin[0]), operand(u, 1, dt)}), vals[a]);
+  }
+
+  void emit(std::size_t i) {
+    const UOp& u = k.uops[i];
+    switch (u.uop) {
+      case UOps::LOOP:
+        loop(u);
+        break;
+      case UOps::ENDLOOP:
+        endloop();
+        break;
+      case UOps::CONST:
+        vals[i] = constant(u.value, u.dtype);
+        break;
+      case UOps::DEFINE_ACC:
+        define_acc(u, i);
+        break;
+      case UOps::LOAD:
+        vals[i] = name(load(u), i);
+        break;
+      case UOps::ALU: {
+        DType in = u.vin.empty() ? u.dtype : k.uops.at(static_cast<std::size_t>(u.vin[0])).dtype;
+        std::vector<llvm::Value*> v;
+        for (std::size_t n = 0; n < u.vin.size(); ++n) v.push_back(operand(u, n, in));
+        vals[i] = name(alu(u.alu, in, u.dtype, v), i);
+        break;
+      }
+      case UOps::ACC:
+        accumulate(u);
+        break;
+      case UOps::STORE:
+        store(u, operand(u, 0, u.dtype));
+        break;
+      case UOps::LOCAL:
+      case UOps::GROUP:
+        throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " uses OpenCL work-groups"));
+    }
+  }
+
+  std::unique_ptr<llvm::Module> render() {
+    signature();
     vals.assign(k.uops.size(), nullptr);
     is_acc.assign(k.uops.size(), false);
-    for (std::size_t i = 0; i < k.uops.size(); ++i) {
-      const UOp& u = k.uops[i];
-      switch (u.uop) {
-        case UOps::LOOP:
-          loop(u);
-          break;
-        case UOps::ENDLOOP:
-          endloop();
-          break;
-        case UOps::CONST:
-          vals[i] = constant(u.value, u.dtype);
-          break;
-        case UOps::DEFINE_ACC: {
-          // A stack slot (in the entry block, so mem2reg/SROA make it a register), set here.
-          llvm::IRBuilder<> eb(entry, entry->begin());
-          vals[i] = eb.CreateAlloca(compute(u.dtype), nullptr, "acc" + std::to_string(i));
-          is_acc[i] = true;
-          b.CreateStore(u.vin.empty() ? constant(u.value, u.dtype) : operand(u, 0, u.dtype), vals[i]);
-          break;
-        }
-        case UOps::LOAD:
-          vals[i] = name(load(u), i);
-          break;
-        case UOps::ALU: {
-          DType in = u.vin.empty() ? u.dtype : k.uops.at(static_cast<std::size_t>(u.vin[0])).dtype;
-          std::vector<llvm::Value*> v;
-          for (std::size_t n = 0; n < u.vin.size(); ++n) v.push_back(operand(u, n, in));
-          vals[i] = name(alu(u.alu, in, u.dtype, v), i);
-          break;
-        }
-        case UOps::ACC: {
-          std::size_t a = static_cast<std::size_t>(u.vin.at(0));
-          if (a >= vals.size() || !is_acc[a])
-            throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " accumulates into uop ",
-                                                 std::to_string(a), ", which is not an accumulator"));
-          DType dt = k.uops[a].dtype;
-          b.CreateStore(alu(u.alu, dt, dt, {value(u.vin[0]), operand(u, 1, dt)}), vals[a]);
-          break;
-        }
-        case UOps::STORE:
-          store(u, operand(u, 0, u.dtype));
-          break;
-        case UOps::LOCAL:
-        case UOps::GROUP:
-          throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " uses OpenCL work-groups"));
-      }
-    }
+    for (std::size_t i = 0; i < k.uops.size(); ++i) emit(i);
     if (!loops.empty()) throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " leaves a loop open"));
     b.CreateRetVoid();
     std::string err;
@@ -459,6 +424,100 @@ struct Renderer {
     return std::move(mod);
   }
 };
+
+// ---- the op table: a builder per op, on operands already converted to the dtype `in` ----
+
+using Operands = std::vector<llvm::Value*>;
+struct LlvmRow {
+  llvm::Value* (*build)(Renderer& r, DType in, DType out, const Operands& v);
+  bool bools_as_int = true;  // bool operands compute as int32 0/1 (ADD: true + true is true)
+};
+
+bool fl(DType d) { return dtypes::is_float(d); }
+// EXP2, LOG2 and SIN: intrinsics on floats (float32's 2^x as the C kernels' mg_exp2f computes it);
+// on integers the identity, as on the CPU device.
+llvm::Value* unary_math(Renderer& r, DType in, DType out, const Operands& v, llvm::Intrinsic::ID id) {
+  if (!fl(in)) return r.cast(v[0], in, out);
+  if (id == llvm::Intrinsic::exp2 && in != dtypes::float64) return r.cast(r.exp2f(v[0]), in, out);
+  return r.cast(r.b.CreateUnaryIntrinsic(id, v[0]), in, out);
+}
+// The integer power as the CPU device computes it, in i64.
+llvm::Value* ipow(Renderer& r, DType in, const Operands& v) {
+  llvm::Type* i64 = r.b.getInt64Ty();
+  bool s = Renderer::is_signed(in);
+  llvm::Value* p =
+      r.b.CreateCall(r.ipow_fn(), {r.b.CreateIntCast(v[0], i64, s), r.b.CreateIntCast(v[1], i64, s)});
+  return r.b.CreateTrunc(p, v[0]->getType());
+}
+// mg_max: (x > y || x != x) ? x : y, so a NaN on either side wins.
+llvm::Value* max(Renderer& r, DType in, const Operands& v) {
+  llvm::IRBuilder<>& b = r.b;
+  if (fl(in))
+    return b.CreateSelect(b.CreateOr(b.CreateFCmpOGT(v[0], v[1]), b.CreateFCmpUNO(v[0], v[0])), v[0], v[1]);
+  return b.CreateBinaryIntrinsic(Renderer::is_signed(in) ? llvm::Intrinsic::smax : llvm::Intrinsic::umax,
+                                 v[0], v[1]);
+}
+
+const std::vector<std::pair<Op, LlvmRow>>& llvm_code_for_op() {
+  using R = Renderer;
+  static const std::vector<std::pair<Op, LlvmRow>> t = {
+      {UnaryOps::NOOP,
+       {[](R& r, DType in, DType out, const Operands& v) { return r.cast(v[0], in, out); }, false}},
+      {UnaryOps::CAST,
+       {[](R& r, DType in, DType out, const Operands& v) { return r.cast(v[0], in, out); }, false}},
+      {UnaryOps::EXP2,
+       {[](R& r, DType in, DType out, const Operands& v) {
+          return unary_math(r, in, out, v, llvm::Intrinsic::exp2);
+        },
+        false}},
+      {UnaryOps::LOG2,
+       {[](R& r, DType in, DType out, const Operands& v) {
+          return unary_math(r, in, out, v, llvm::Intrinsic::log2);
+        },
+        false}},
+      {UnaryOps::SIN,
+       {[](R& r, DType in, DType out, const Operands& v) {
+          return unary_math(r, in, out, v, llvm::Intrinsic::sin);
+        },
+        false}},
+      {BinaryOps::ADD, {[](R& r, DType in, DType out, const Operands& v) {
+         return r.cast(fl(in) ? r.b.CreateFAdd(v[0], v[1]) : r.b.CreateAdd(v[0], v[1]), in, out);
+       }}},
+      {BinaryOps::SUB, {[](R& r, DType in, DType out, const Operands& v) {
+         return r.cast(fl(in) ? r.b.CreateFSub(v[0], v[1]) : r.b.CreateSub(v[0], v[1]), in, out);
+       }}},
+      {BinaryOps::MUL, {[](R& r, DType in, DType out, const Operands& v) {
+         return r.cast(fl(in) ? r.b.CreateFMul(v[0], v[1]) : r.b.CreateMul(v[0], v[1]), in, out);
+       }}},
+      {BinaryOps::DIV, {[](R& r, DType in, DType out, const Operands& v) {
+         return r.cast(fl(in) ? r.b.CreateFDiv(v[0], v[1]) : r.idiv(v[0], v[1], in), in, out);
+       }}},
+      {BinaryOps::POW, {[](R& r, DType in, DType out, const Operands& v) {
+         return r.cast(fl(in) ? r.b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, v[0], v[1]) : ipow(r, in, v),
+                       in, out);
+       }}},
+      {BinaryOps::CMPEQ,
+       {[](R& r, DType in, DType out, const Operands& v) {
+          return r.cast(fl(in) ? r.b.CreateFCmpOEQ(v[0], v[1]) : r.b.CreateICmpEQ(v[0], v[1]), dtypes::bool_,
+                        out);
+        },
+        false}},
+      {BinaryOps::MAX,
+       {[](R& r, DType in, DType out, const Operands& v) { return r.cast(max(r, in, v), in, out); }, false}},
+  };
+  return t;
+}
+
+llvm::Value* Renderer::alu(Op op, DType in, DType out, const Operands& v) {
+  for (const auto& [o, row] : llvm_code_for_op()) {
+    if (o != op) continue;
+    if (in != dtypes::bool_ || !row.bools_as_int) return row.build(*this, in, out, v);
+    Operands w;
+    for (llvm::Value* x : v) w.push_back(cast(x, dtypes::bool_, dtypes::int32));
+    return cast(row.build(*this, dtypes::int32, dtypes::int32, w), dtypes::int32, out);
+  }
+  throw std::runtime_error("LLVM: no rendering for " + to_string(op));
+}
 
 }  // namespace
 

@@ -34,7 +34,7 @@ class ClangProgram : public HostProgram {
 };
 
 struct ClangCodegen {
-  static inline const codegen::CStyleLanguage lang{"", "", " restrict", true, "", false};
+  static inline const codegen::CStyleLanguage& lang = codegen::c_language();
 };
 
 }  // namespace metagrad

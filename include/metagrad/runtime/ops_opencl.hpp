@@ -59,8 +59,7 @@ class CLProgram : public Program {
 };
 
 struct OpenCLCodegen {
-  static inline const codegen::CStyleLanguage lang{"__kernel", "__global ",        "",
-                                                   false,      "get_global_id(0)", false};
+  static inline const codegen::CStyleLanguage& lang = codegen::opencl_language();
 };
 
 // The OPENCL device as Device::get returns it, with what it offers beyond Backend.
