@@ -266,12 +266,27 @@ const CStyleLanguage& opencl_language() {
 
 namespace {
 
+// The loops a flat_global dialect folds into its thread index: the threaded loop and the global
+// loops the linearizer opens right after it (gidx1...), before any other work.
+std::vector<std::size_t> flat_loops(const LinearizedKernel& k) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < k.uops.size(); ++i) {
+    const UOp& u = k.uops[i];
+    if (u.uop == UOps::LOCAL) continue;
+    if (u.uop != UOps::LOOP) break;
+    if (u.threaded || u.name.starts_with("gidx")) out.push_back(i);
+  }
+  return out;
+}
+
 struct Renderer {
   const LinearizedKernel& k;
   const CStyleLanguage& lang;
   std::string src;
   int depth = 1;
   std::vector<std::string> names;  // per uop: the C expression of its value
+  std::vector<bool> braces;        // per open loop: whether its head opened a brace
+  std::vector<std::size_t> flat;   // flat_global: the loops the thread index covers
 
   void line(const std::string& s) { src += std::string(static_cast<std::size_t>(depth) * 2, ' ') + s + "\n"; }
   const UOp& uop(int i) const { return k.uops[static_cast<std::size_t>(i)]; }
@@ -332,6 +347,23 @@ struct Renderer {
                        u.name, "++) {");
   }
 
+  // flat_global's head: one thread index split into the covered loops' variables, outermost first.
+  std::string flat_head() const {
+    std::vector<std::int64_t> inner(flat.size(), 1);  // the product of the extents inside each loop
+    for (std::size_t j = flat.size(); j-- > 1;) inner[j - 1] = inner[j] * k.uops[flat[j]].extent;
+    std::int64_t total = inner[0] * k.uops[flat[0]].extent;
+    std::string out = detail::cat("{ long long gid = ", k.local_size ? lang.group_id : lang.global_id, ";");
+    if (!k.local_size) out += detail::cat(" if (gid >= ", std::to_string(total), ") return;");
+    for (std::size_t j = 0; j < flat.size(); ++j) {
+      const UOp& l = k.uops[flat[j]];
+      std::string v = inner[j] > 1 ? detail::cat("gid/", std::to_string(inner[j])) : "gid";
+      if (j > 0) v = detail::cat("(", v, ")%", std::to_string(l.extent));
+      out += detail::cat(" ", l.extent > INT_MAX ? lang.type(dtypes::int64) : "int", " ", l.name, " = ",
+                         total == 0 ? "0" : v, ";");
+    }
+    return out;
+  }
+
   // A GROUP (uop i) combining its operand across the work-group through local memory; barriers:
   // the previous use of lds is read by all, then all are written.
   void group(const UOp& u, std::size_t i, const std::string& v0) {
@@ -349,11 +381,16 @@ struct Renderer {
     std::vector<std::string> v = operands(u);
     std::string self = "v" + std::to_string(i);
     switch (u.uop) {
-      case UOps::LOOP:
-        line(loop_head(u)), ++depth;
+      case UOps::LOOP: {
+        bool covered = std::find(flat.begin(), flat.end(), i) != flat.end();
+        braces.push_back(!covered || u.threaded);
+        if (covered && u.threaded) line(flat_head()), ++depth;
+        if (!covered) line(loop_head(u)), ++depth;
         break;
+      }
       case UOps::ENDLOOP:
-        --depth, line("}");
+        if (braces.back()) --depth, line("}");
+        braces.pop_back();
         break;
       case UOps::CONST:
         names[i] = lang.literal(u.value, u.dtype);
@@ -380,7 +417,7 @@ struct Renderer {
       case UOps::LOCAL:
         if (lang.local_id.empty())
           throw std::runtime_error(detail::cat(lang.name, ": no work-groups, in kernel ", k.name));
-        line(detail::cat("{ int ", u.name, " = ", lang.local_id, ";")), ++depth;
+        line(detail::cat("{ int ", u.name, " = ", lang.local_id, ";")), ++depth, braces.push_back(true);
         break;
       case UOps::GROUP:
         group(u, i, v[0]);
@@ -391,6 +428,7 @@ struct Renderer {
   std::string function() {
     signature();
     names.assign(k.uops.size(), {});
+    if (lang.flat_global) flat = flat_loops(k);
     for (std::size_t i = 0; i < k.uops.size(); ++i) emit(i);
     return src + "}\n";
   }
@@ -401,7 +439,13 @@ struct Renderer {
 const std::string& c_prelude(const CStyleLanguage& lang) { return lang.prelude; }
 
 std::string render_cstyle_function(const LinearizedKernel& k, const CStyleLanguage& lang) {
-  return Renderer{k, lang, {}, 1, {}}.function();
+  return Renderer{k, lang, {}, 1, {}, {}, {}}.function();
+}
+
+std::int64_t flat_global_size(const LinearizedKernel& k) {
+  std::int64_t n = 1;
+  for (std::size_t i : flat_loops(k)) n *= k.uops[i].extent;
+  return n;
 }
 
 std::string render_cstyle(const LinearizedKernel& k, const CStyleLanguage& lang) {

@@ -40,6 +40,10 @@ struct CStyleLanguage {
   std::string local_prefix;     // before local (group-shared) memory ("__local ")
   std::string barrier;          // a work-group barrier over local memory, as a statement
   bool wide_counters = true;    // loop counters are 64-bit; else 32-bit where the extent fits
+  // The thread index covers every global loop (one index over their product, split back into the
+  // loops' variables): a GPU launches a thread per output position. The launch may overshoot the
+  // product (whole blocks): threads past it return.
+  bool flat_global = false;
   // ---- types and literals ----
   std::array<std::string, 8> types;  // a buffer's element type, per dtype in dtypes::all's order
   std::string bool_compute;          // the type bools compute in, where it is not their storage type
@@ -63,6 +67,11 @@ struct CStyleLanguage {
 // The dialects: C as the CLANG device compiles it (gcc or clang) and OpenCL C 1.2.
 const CStyleLanguage& c_language();
 const CStyleLanguage& opencl_language();
+// CUDA C as NVRTC compiles it (runtime/codegen/cstyle_cuda.cpp, docs/cuda.md).
+const CStyleLanguage& cuda_language();
+// The threads a flat_global dialect launches for k (times its local size, when it has groups): the
+// product of the extents of the global loops its thread index covers.
+std::int64_t flat_global_size(const LinearizedKernel& k);
 
 // "{0}" .. "{9}" in pattern replaced by args[0] .. args[9]: how dialect strings name their parts.
 std::string format(const std::string& pattern, const std::vector<std::string>& args);

@@ -1,0 +1,51 @@
+// CUDA C, as NVRTC compiles it for the CUDA device (runtime/ops_cuda.cpp, docs/cuda.md): C with
+// `extern "C" __global__` kernels, thread and block indices, `__shared__` memory for block-wide
+// reductions, and float16 stored as `half` (16 bits) and converted by the GPU's own instructions.
+#include "metagrad/codegen/cstyle.hpp"
+
+namespace metagrad::codegen {
+
+namespace {
+
+// NVRTC declares the math functions (exp2f, log2f, sinf, powf and their double versions) and the
+// index variables itself; the rest is here. Integer helpers are C's (64-bit, Python's floor
+// division); half converts with cvt, rounding to nearest even.
+const char* kPreludeCUDA = R"(typedef unsigned short half;
+#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
+#define MG_D static __device__ __forceinline__
+MG_D long long mg_fdiv(long long a, long long b) { long long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
+MG_D long long mg_fmod(long long a, long long b) { long long r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
+MG_D long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
+MG_D long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
+MG_D float mg_h2f(half h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+MG_D half mg_f2h(float f) { half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+)";
+
+}  // namespace
+
+const CStyleLanguage& cuda_language() {
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage l;
+    l.name = "CUDA C";
+    l.kernel_prefix = "extern \"C\" __global__ ";
+    l.buffer_suffix = " __restrict__";
+    l.prelude = kPreludeCUDA;
+    l.range_arguments = false;
+    // 64-bit: a grid of 2^31 blocks of 256 threads counts past 2^32.
+    l.global_id = "(blockIdx.x*(long long)blockDim.x+threadIdx.x)";
+    l.group_id = "blockIdx.x", l.local_id = "threadIdx.x";
+    l.local_prefix = "__shared__ ", l.barrier = "__syncthreads();";
+    l.flat_global = true;
+    l.wide_counters = false;
+    l.types = {"bool", "signed char", "unsigned char", "int", "long long", "half", "float", "double"};
+    l.int64_suffix = "LL";
+    l.inf32 = "__int_as_float(0x7f800000)", l.inf64 = "__longlong_as_double(0x7ff0000000000000LL)";
+    l.nan32 = "__int_as_float(0x7fc00000)", l.nan64 = "__longlong_as_double(0x7ff8000000000000LL)";
+    l.math_f32_suffix = "f";
+    l.half_load = "mg_h2f({0}[{1}])", l.half_store = "{0}[{1}] = mg_f2h({2});";
+    return l;
+  }();
+  return lang;
+}
+
+}  // namespace metagrad::codegen
