@@ -2,6 +2,16 @@
 // The static-shape path, all of it: fixed::Tensor<T, Dims...>, expression types and inline evaluation,
 // type-level gradients (fx::grad, fx::grad_into), the CNN ops and pooling, the MLP training step and
 // the thread-pool controls (fx::set_threads). Header-only: link metagrad::headers.
+// First the headers a shape error points into: the compiler's include chain above it is then short.
+#include "metagrad/fixed/shape.hpp"
+
+#include "metagrad/fixed/elementwise.hpp"
+
+#include "metagrad/fixed/reduce.hpp"
+#include "metagrad/fixed/tensor.hpp"
+
+#include "metagrad/fixed/matmul.hpp"
+
 #include "metagrad/fixed/conv2d.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"

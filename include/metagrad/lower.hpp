@@ -149,46 +149,7 @@ class Lowering {
   }
   template <fixed::Fn F, class... K>
   Tensor make(const fixed::op::Map<F>&, const K&... k) {
-    using fixed::Fn;
-    const Tensor* s[] = {&k...};
-    if constexpr (F == Fn::NEG)
-      return s[0]->neg();
-    else if constexpr (F == Fn::EXP)
-      return s[0]->exp();
-    else if constexpr (F == Fn::LOG)
-      return s[0]->log();
-    else if constexpr (F == Fn::SIN)
-      return s[0]->sin();
-    else if constexpr (F == Fn::SQRT)
-      return s[0]->sqrt();
-    else if constexpr (F == Fn::RELU)
-      return s[0]->relu();
-    else if constexpr (F == Fn::SIGMOID)
-      return s[0]->sigmoid();
-    else if constexpr (F == Fn::ADD)
-      return s[0]->add(*s[1]);
-    else if constexpr (F == Fn::SUB)
-      return s[0]->sub(*s[1]);
-    else if constexpr (F == Fn::MUL)
-      return s[0]->mul(*s[1]);
-    else if constexpr (F == Fn::DIV)
-      return s[0]->div(*s[1]);
-    else if constexpr (F == Fn::POW)
-      return s[0]->pow(*s[1]);
-    else if constexpr (F == Fn::MAX)
-      return s[0]->maximum(*s[1]);
-    else if constexpr (F == Fn::MIN)
-      return s[0]->minimum(*s[1]);
-    else if constexpr (F == Fn::CMPLT)
-      return s[0]->lt(*s[1]);
-    else if constexpr (F == Fn::CMPLE)
-      return s[0]->le(*s[1]);
-    else if constexpr (F == Fn::CMPEQ)
-      return s[0]->eq(*s[1]);
-    else if constexpr (F == Fn::CMPNE)
-      return s[0]->ne(*s[1]);
-    else
-      return s[0]->where(*s[1], *s[2]);
+    return fixed::FnTraits<F>::lower(k...);
   }
   template <class Op, class... K>
   void make(const Op&, const K&...) {

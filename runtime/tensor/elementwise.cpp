@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "metagrad/detail/hlops.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {
@@ -161,7 +162,7 @@ Tensor round_toward(const Tensor& x, bool up) {
 
 Tensor Tensor::neg() const { return *this * -1; }
 Tensor Tensor::log() const { return mlops::Log::apply(floating(*this)); }
-Tensor Tensor::log2() const { return log() * (1 / std::numbers::ln2); }
+Tensor Tensor::log2() const { return hlops::log2(*this); }
 Tensor Tensor::exp() const { return mlops::Exp::apply(floating(*this)); }
 // 2^x through Pow: exact where exp(x ln 2) would round twice.
 Tensor Tensor::exp2() const {
@@ -170,8 +171,8 @@ Tensor Tensor::exp2() const {
 }
 Tensor Tensor::relu() const { return mlops::Relu::apply(*this); }
 Tensor Tensor::sin() const { return mlops::Sin::apply(floating(*this)); }
-Tensor Tensor::cos() const { return (std::numbers::pi / 2 - floating(*this)).sin(); }
-Tensor Tensor::tan() const { return sin() / cos(); }
+Tensor Tensor::cos() const { return hlops::cos(floating(*this)); }
+Tensor Tensor::tan() const { return hlops::tan(*this); }
 Tensor Tensor::ceil() const { return dtypes::is_float(dtype()) ? round_toward(*this, true) : *this; }
 Tensor Tensor::floor() const { return dtypes::is_float(dtype()) ? round_toward(*this, false) : *this; }
 // Negative x gives NaN and rsqrt(0) is inf, as in PyTorch (rsqrt(-0.0) is +inf here, -inf there).
@@ -179,18 +180,16 @@ Tensor Tensor::floor() const { return dtypes::is_float(dtype()) ? round_toward(*
 // NaN as well.
 Tensor Tensor::sqrt() const { return floating(*this).maximum(-1).pow(0.5); }
 Tensor Tensor::rsqrt() const { return floating(*this).maximum(-1).pow(-0.5); }
-Tensor Tensor::square() const { return *this * *this; }
+Tensor Tensor::square() const { return hlops::square(*this); }
 // min > max gives max everywhere, as PyTorch's clamp; NaN stays NaN.
 // A whole scalar keeps an integer tensor integer (x.maximum(0) of int32 is int32).
 Tensor Tensor::maximum(double y) const { return maximum(bound_for(*this, y)); }
 Tensor Tensor::minimum(double y) const { return minimum(bound_for(*this, y)); }
-Tensor Tensor::clip(double min, double max) const {
-  return maximum(bound_for(*this, min)).minimum(bound_for(*this, max));
-}
+Tensor Tensor::clip(double min, double max) const { return hlops::clip(*this, min, max); }
 // Unsigned and bool values are their own magnitude (negating them would wrap).
 Tensor Tensor::abs() const {
   if (dtypes::is_unsigned(dtype()) || dtype() == dtypes::bool_) return *this;
-  return relu() + (-*this).relu();
+  return hlops::abs(*this);
 }
 // From comparisons, so sign(inf) is 1 and tiny values keep their sign (tinygrad's x / (|x| + 1e-10)
 // gives NaN and 0 there). The max with min(x, -1) never changes the value but lets NaN through and
@@ -200,53 +199,25 @@ Tensor Tensor::sign() const {
   Tensor v = gt(scalar_for(*this, 0, true)).cast(dtype()) - lt(scalar_for(*this, 0, true)).cast(dtype());
   return dtypes::is_float(dtype()) ? v.maximum(minimum(-1.0)) : v;
 }
-Tensor Tensor::reciprocal() const { return 1.0 / *this; }
+Tensor Tensor::reciprocal() const { return hlops::reciprocal(*this); }
 
-// Activations. Where tinygrad's formula overflows (exp of a large x gives inf, and inf * 0 = NaN in
-// the backward pass), the same function is written so every exp sees a non-positive argument. Their
-// smooth parts split at 0 with maximum/minimum, whose tie rule (half the gradient to each side)
-// gives the exact derivative there; relu's subgradient 0 would not.
+// Activations; the hlops whose formula the static path shares are in detail/hlops.hpp.
 // sigmoid is an mlop: one exp whose overflow is harmless forward, and a backward from its output.
 Tensor Tensor::sigmoid() const { return mlops::Sigmoid::apply(floating(*this)); }
-Tensor Tensor::elu(double alpha) const {
-  Tensor x = floating(*this);
-  return x.maximum(0) + alpha * (x.minimum(0).exp() - 1);
-}
-Tensor Tensor::celu(double alpha) const {
-  if (alpha == 0) throw std::invalid_argument("celu: alpha must not be 0 (it divides x)");
-  Tensor x = floating(*this);
-  return x.maximum(0) + alpha * ((x.minimum(0) / alpha).exp() - 1);
-}
-Tensor Tensor::swish() const { return *this * sigmoid(); }
+Tensor Tensor::elu(double alpha) const { return hlops::elu(floating(*this), alpha); }
+Tensor Tensor::celu(double alpha) const { return hlops::celu(floating(*this), alpha); }
+Tensor Tensor::swish() const { return hlops::swish(*this); }
 Tensor Tensor::silu() const { return swish(); }
-// relu(x) clipped at 6, not tinygrad's relu(x) - relu(x - 6), which is inf - inf = NaN at inf.
-Tensor Tensor::relu6() const { return relu().minimum(bound_for(*this, 6)); }
-Tensor Tensor::hardswish() const { return *this * (*this + 3).relu6() * (1.0 / 6); }
-// 2 sigmoid(2x) - 1: exact at +-inf; near 0 its error is absolute (about one ulp of 1), not relative.
-Tensor Tensor::tanh() const { return 2.0 * (2.0 * floating(*this)).sigmoid() - 1.0; }
+Tensor Tensor::relu6() const { return hlops::relu6(*this); }
+Tensor Tensor::hardswish() const { return hlops::hardswish(*this); }
+Tensor Tensor::tanh() const { return hlops::tanh(floating(*this)); }
 Tensor Tensor::hardtanh(double min_val, double max_val) const { return clip(min_val, max_val); }
-// The tanh approximation, as tinygrad and PyTorch's gelu(approximate="tanh").
-Tensor Tensor::gelu() const {
-  Tensor x = floating(*this);
-  constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
-  return 0.5 * x * (1.0 + (x * k * (1.0 + 0.044715 * x * x)).tanh());
-}
-Tensor Tensor::quick_gelu() const { return *this * (*this * 1.702).sigmoid(); }
-// relu(x) - slope * relu(-x): also right for a negative slope, unlike relu(x) - relu(-slope * x).
-Tensor Tensor::leakyrelu(double neg_slope) const {
-  Tensor x = floating(*this);
-  return x.relu() - neg_slope * (-x).relu();
-}
-Tensor Tensor::mish() const { return *this * softplus().tanh(); }
-// log(1 + exp(b x)) / b as max(z, 0) + log(1 + exp(-|z|)) with z = b x: no overflow for large x
-// (PyTorch switches to x above a threshold instead). Very negative z gives 0, not exp(z).
-Tensor Tensor::softplus(double beta) const {
-  if (beta == 0) throw std::invalid_argument("softplus: beta must not be 0 (it divides the result)");
-  Tensor z = floating(*this) * beta;
-  Tensor r = z.maximum(0), p = (-z).maximum(0);
-  return (r + (1.0 + (-(r + p)).exp()).log()) / beta;
-}
-Tensor Tensor::softsign() const { return *this / (1 + abs()); }
+Tensor Tensor::gelu() const { return hlops::gelu(floating(*this)); }
+Tensor Tensor::quick_gelu() const { return hlops::quick_gelu(*this); }
+Tensor Tensor::leakyrelu(double neg_slope) const { return hlops::leakyrelu(floating(*this), neg_slope); }
+Tensor Tensor::mish() const { return hlops::mish(*this); }
+Tensor Tensor::softplus(double beta) const { return hlops::softplus(floating(*this), beta); }
+Tensor Tensor::softsign() const { return hlops::softsign(*this); }
 Tensor Tensor::cast(DType dt) const { return dt == dtype() ? *this : mlops::Cast::apply(*this, dt); }
 Tensor Tensor::contiguous() const { return mlops::Contiguous::apply(*this); }
 

@@ -1,7 +1,7 @@
 // linear with a bias of the wrong length: (8,4) + (5).
-// expect: fixed: elementwise op
-// expect: ShapeMismatch<metagrad::fixed::err::elementwise,
-// expect: metagrad::fixed::Shape<8, 4>, metagrad::fixed::Shape<5> >
+// expect: fixed: elementwise
+// expect g++: fixed: elementwise op (8, 4) and (5,)
+// expect clang: err::elementwise, metagrad::fixed::Shape<8, 4>, metagrad::fixed::Shape<5>>
 #include "metagrad/fixed.hpp"
 namespace fx = metagrad::fixed;
 int main() {

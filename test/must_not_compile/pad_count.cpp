@@ -1,7 +1,7 @@
 // pad needs (before, after) for each of the two axes.
 // expect: fixed: pad
-// expect: ShapeMismatch<metagrad::fixed::err::pad,
-// expect: metagrad::fixed::Shape<2, 3>, metagrad::fixed::Args<1, 1>
+// expect g++: fixed: pad (2, 3) by (1, 1)
+// expect clang: err::pad, metagrad::fixed::Shape<2, 3>, metagrad::fixed::Args<1, 1>>
 #include "metagrad/fixed.hpp"
 namespace fx = metagrad::fixed;
 int main() {

@@ -1,7 +1,7 @@
 // permute<0, 0> names axis 0 twice.
 // expect: fixed: permute
-// expect: ShapeMismatch<metagrad::fixed::err::permute,
-// expect: metagrad::fixed::Shape<2, 3>, metagrad::fixed::Args<0, 0> >
+// expect g++: fixed: permute (2, 3) by (0, 0)
+// expect clang: err::permute, metagrad::fixed::Shape<2, 3>, metagrad::fixed::Args<0, 0>>
 #include "metagrad/fixed.hpp"
 namespace fx = metagrad::fixed;
 int main() {

@@ -94,9 +94,11 @@ auto conv2d(const X& x, const W& w) {
   constexpr Dims dx = EX::shape::dims, dw = EW::shape::dims;
   constexpr bool ok = dx.size() == 4 && dw.size() == 4 && dx[1] == dw[1] && Stride > 0 && Padding >= 0 &&
                       dx[2] + 2 * Padding >= dw[2] && dx[3] + 2 * Padding >= dw[3];
-  static_assert(shapes_fit<ok, err::conv2d, typename EX::shape, typename EW::shape>,
-                "fixed: conv2d (N, Cin, H, W) * (Cout, Cin, KH, KW): the channels must agree and the kernel "
-                "must fit the padded image");
+  METAGRAD_FIXED_SHAPE_CHECK(
+      ok,
+      "fixed: conv2d: (N, Cin, H, W) * (Cout, Cin, KH, KW): the channels must agree and the kernel "
+      "must fit the padded image",
+      err::conv2d, typename EX::shape, typename EW::shape);
   if constexpr (ok) return Expr<op::Conv2d<Stride, Padding>, EX, EW>({}, x.expr(), w.expr());
 }
 template <index_t Stride = 1, index_t Padding = 0, Operand X, Operand W, Operand B>

@@ -1,6 +1,5 @@
 #pragma once
-// Elementwise operations: the Fn table (what each function computes, for every evaluator that runs
-// on the host), broadcasting per numpy through explicit RESHAPE/EXPAND nodes, scalar operands on
+// Elementwise operations: broadcasting per numpy through explicit RESHAPE/EXPAND nodes, scalar operands on
 // either side, the operators, where, and the elementwise hlops built from them (as the dynamic path).
 #include <cmath>
 #include <cstdint>
@@ -11,53 +10,11 @@
 
 #include <boost/mp11/algorithm.hpp>
 
+#include "metagrad/detail/hlops.hpp"
 #include "metagrad/fixed/expr.hpp"
-#include "metagrad/fixed/math.hpp"
+#include "metagrad/fixed/functions.hpp"
 
 namespace metagrad::fixed {
-
-// One element of Fn F (y and z only for binary and ternary F).
-template <Fn F, class X, class Y = X, class Z = Y>
-inline auto apply_fn(X x, Y y = {}, Z z = {}) {
-  if constexpr (F == Fn::NEG)
-    return X(-x);
-  else if constexpr (F == Fn::EXP)
-    return math::exp(x);
-  else if constexpr (F == Fn::LOG)
-    return std::log(x);
-  else if constexpr (F == Fn::SIN)
-    return std::sin(x);
-  else if constexpr (F == Fn::SQRT)
-    return std::sqrt(x);
-  else if constexpr (F == Fn::RELU)
-    return x > 0 ? x : X(0);
-  else if constexpr (F == Fn::SIGMOID)
-    return math::sigmoid(x);
-  else if constexpr (F == Fn::ADD)
-    return X(x + y);
-  else if constexpr (F == Fn::SUB)
-    return X(x - y);
-  else if constexpr (F == Fn::MUL)
-    return X(x * y);
-  else if constexpr (F == Fn::DIV)
-    return X(x / y);
-  else if constexpr (F == Fn::POW)
-    return X(std::pow(x, y));
-  else if constexpr (F == Fn::MAX)
-    return x < y ? y : x;
-  else if constexpr (F == Fn::MIN)
-    return y < x ? y : x;
-  else if constexpr (F == Fn::CMPLT)
-    return x < y;
-  else if constexpr (F == Fn::CMPLE)
-    return x <= y;
-  else if constexpr (F == Fn::CMPEQ)
-    return x == y;
-  else if constexpr (F == Fn::CMPNE)
-    return x != y;
-  else
-    return x ? y : z;
-}
 
 namespace detail {
 template <class E, MovementOps M, auto Arg>
@@ -122,9 +79,8 @@ auto elementwise(const A&... a) {
     }
     return r;
   }();
-  static_assert(
-      shapes_fit<bc.ok, err::elementwise, typename decltype(operand<Like>(std::declval<A>()))::shape...>,
-      "fixed: elementwise op: the operands' shapes do not broadcast (numpy rules)");
+  METAGRAD_FIXED_SHAPE_CHECK(bc.ok, "fixed: elementwise op: the shapes do not broadcast (numpy rules)",
+                             err::elementwise, typename decltype(operand<Like>(std::declval<A>()))::shape...);
   constexpr bool same_type = [] {
     using V = boost::mp11::mp_list<typename decltype(operand<Like>(std::declval<A>()))::value_type...>;
     if constexpr (F == Fn::WHERE)
@@ -136,6 +92,9 @@ auto elementwise(const A&... a) {
   if constexpr (bc.ok && same_type) {
     using S = ShapeOf<bc.shape>;
     return map<F>(broadcast_to<S>(operand<Like>(a))...);
+  } else {  // after the error: a plausible result, so that no second error follows
+    using T = typename Like::value_type;
+    return constant<std::conditional_t<is_comparison(F), bool, T>, S0>({});
   }
 }
 }  // namespace detail
@@ -144,22 +103,40 @@ template <class A, class B>
 concept BinaryOperands = (Operand<A> && (Operand<B> || detail::Scalar<B>)) ||
                          (detail::Scalar<A> && Operand<B>);
 
-#define METAGRAD_FIXED_BINARY(name, F) \
-  template <class A, class B>          \
-  requires BinaryOperands<A, B>        \
-  auto name(const A& a, const B& b) { return detail::elementwise<Fn::F>(a, b); }
-METAGRAD_FIXED_BINARY(operator+, ADD)
-METAGRAD_FIXED_BINARY(operator-, SUB)
-METAGRAD_FIXED_BINARY(operator*, MUL)
-METAGRAD_FIXED_BINARY(operator/, DIV)
-METAGRAD_FIXED_BINARY(operator<, CMPLT)
-METAGRAD_FIXED_BINARY(operator<=, CMPLE)
-METAGRAD_FIXED_BINARY(operator==, CMPEQ)
-METAGRAD_FIXED_BINARY(operator!=, CMPNE)
-METAGRAD_FIXED_BINARY(pow, POW)
-METAGRAD_FIXED_BINARY(maximum, MAX)
-METAGRAD_FIXED_BINARY(minimum, MIN)
-#undef METAGRAD_FIXED_BINARY
+// Written out, not by a macro: a shape error's notes then point at the user's line, not a macro's.
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator+(const A& a, const B& b) { return detail::elementwise<Fn::ADD>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator-(const A& a, const B& b) { return detail::elementwise<Fn::SUB>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator*(const A& a, const B& b) { return detail::elementwise<Fn::MUL>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator/(const A& a, const B& b) { return detail::elementwise<Fn::DIV>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator<(const A& a, const B& b) { return detail::elementwise<Fn::CMPLT>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator<=(const A& a, const B& b) { return detail::elementwise<Fn::CMPLE>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator==(const A& a, const B& b) { return detail::elementwise<Fn::CMPEQ>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto operator!=(const A& a, const B& b) { return detail::elementwise<Fn::CMPNE>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto pow(const A& a, const B& b) { return detail::elementwise<Fn::POW>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto maximum(const A& a, const B& b) { return detail::elementwise<Fn::MAX>(a, b); }
+template <class A, class B>
+requires BinaryOperands<A, B>
+auto minimum(const A& a, const B& b) { return detail::elementwise<Fn::MIN>(a, b); }
 template <class A, class B>
 requires BinaryOperands<A, B>
 auto operator>(const A& a, const B& b) { return b < a; }
@@ -189,7 +166,7 @@ requires(Operand<X> || detail::Scalar<X>) &&
 namespace detail {
 template <Fn F, class E>
 auto unary(const E& e) {
-  static_assert(F == Fn::NEG || F == Fn::RELU || std::is_floating_point_v<typename E::value_type>,
+  static_assert(!FnTraits<F>::float_only || std::is_floating_point_v<typename E::value_type>,
                 "fixed: exp, log, sin, sqrt and sigmoid need a floating-point operand: cast<float>() first");
   return map<F>(e.expr());
 }
@@ -223,107 +200,91 @@ template <class D>
 auto ExprBase<D>::sigmoid() const {
   return detail::unary<Fn::SIGMOID>(self());
 }
-// hlops, composed as on the dynamic path
+// hlops: the formulas both paths share (detail/hlops.hpp), and the few written per path
 template <class D>
-auto ExprBase<D>::cos() const {
-  return (std::numbers::pi / 2 - self()).sin();
+template <class B>
+auto ExprBase<D>::maximum(const B& y) const {
+  return fixed::maximum(self(), y);
 }
 template <class D>
-auto ExprBase<D>::tanh() const {
-  return 2 * (2 * self()).sigmoid() - 1;
+template <class B>
+auto ExprBase<D>::minimum(const B& y) const {
+  return fixed::minimum(self(), y);
+}
+#define METAGRAD_FIXED_HLOP(name)  \
+  template <class D>               \
+  auto ExprBase<D>::name() const { \
+    return hlops::name(self());    \
+  }
+METAGRAD_FIXED_HLOP(cos)
+METAGRAD_FIXED_HLOP(tan)
+METAGRAD_FIXED_HLOP(tanh)
+METAGRAD_FIXED_HLOP(gelu)
+METAGRAD_FIXED_HLOP(quick_gelu)
+METAGRAD_FIXED_HLOP(square)
+METAGRAD_FIXED_HLOP(reciprocal)
+METAGRAD_FIXED_HLOP(log2)
+METAGRAD_FIXED_HLOP(relu6)
+METAGRAD_FIXED_HLOP(hardswish)
+METAGRAD_FIXED_HLOP(swish)
+METAGRAD_FIXED_HLOP(mish)
+METAGRAD_FIXED_HLOP(softsign)
+#undef METAGRAD_FIXED_HLOP
+template <class D>
+auto ExprBase<D>::silu() const {
+  return self().swish();
 }
 template <class D>
-auto ExprBase<D>::gelu() const {
-  const auto& x = self();
-  return 0.5 * x * (1 + (x * 0.7978845608028654 * (1 + 0.044715 * x * x)).tanh());
+auto ExprBase<D>::clip(double min, double max) const {
+  return hlops::clip(self(), min, max);
 }
 template <class D>
-auto ExprBase<D>::square() const {
-  return self() * self();
+auto ExprBase<D>::hardtanh(double min, double max) const {
+  return hlops::clip(self(), min, max);
 }
+template <class D>
+auto ExprBase<D>::elu(double alpha) const {
+  return hlops::elu(self(), alpha);
+}
+template <class D>
+auto ExprBase<D>::celu(double alpha) const {
+  return hlops::celu(self(), alpha);
+}
+template <class D>
+auto ExprBase<D>::leakyrelu(double neg_slope) const {
+  return hlops::leakyrelu(self(), neg_slope);
+}
+template <class D>
+auto ExprBase<D>::softplus(double beta) const {
+  return hlops::softplus(self(), beta);
+}
+// Unsigned and bool values are their own magnitude (negating them would wrap).
 template <class D>
 auto ExprBase<D>::abs() const {
-  return self().relu() + (-self()).relu();
-}
-template <class D>
-auto ExprBase<D>::reciprocal() const {
-  return 1 / self();
-}
-template <class D>
-auto ExprBase<D>::log2() const {
-  return self().log() * (1 / std::numbers::ln2);
+  using T = typename D::value_type;
+  if constexpr (std::is_unsigned_v<T>)
+    return self().expr();
+  else
+    return hlops::abs(self());
 }
 template <class D>
 auto ExprBase<D>::exp2() const {
   return pow(2, self());
 }
 template <class D>
-auto ExprBase<D>::tan() const {
-  return self().sin() / self().cos();
-}
-template <class D>
 auto ExprBase<D>::rsqrt() const {
   return 1 / self().sqrt();
 }
+// From comparisons, so sign(inf) is 1 and tiny values keep their sign; as on the dynamic path, the
+// max with min(x, -1) never changes the value but lets NaN through (and passes x no gradient).
 template <class D>
 auto ExprBase<D>::sign() const {
   using T = typename D::value_type;
-  return (self() > 0).template cast<T>() - (self() < 0).template cast<T>();
-}
-template <class D>
-auto ExprBase<D>::clip(double min, double max) const {
-  return minimum(maximum(self(), min), max);
-}
-template <class D>
-auto ExprBase<D>::hardtanh(double min, double max) const {
-  return self().clip(min, max);
-}
-template <class D>
-auto ExprBase<D>::relu6() const {
-  return minimum(self().relu(), 6);
-}
-template <class D>
-auto ExprBase<D>::elu(double alpha) const {
-  return maximum(self(), 0) + alpha * (minimum(self(), 0).exp() - 1);
-}
-template <class D>
-auto ExprBase<D>::leakyrelu(double neg_slope) const {
-  return self().relu() - neg_slope * (-self()).relu();
-}
-template <class D>
-auto ExprBase<D>::swish() const {
-  return self() * self().sigmoid();
-}
-template <class D>
-auto ExprBase<D>::silu() const {
-  return self().swish();
-}
-template <class D>
-auto ExprBase<D>::hardswish() const {
-  return self() * (self() + 3).relu6() * (1.0 / 6);
-}
-template <class D>
-auto ExprBase<D>::quick_gelu() const {
-  return self() * (self() * 1.702).sigmoid();
-}
-// max(z, 0) + log(1 + e^-|z|), z = beta x, over beta: no overflow for large x (as the dynamic path)
-template <class D>
-auto ExprBase<D>::softplus(double beta) const {
-  auto z = self() * beta;
-  return (maximum(z, 0) + (1 + (-z.abs()).exp()).log()) * (1 / beta);
-}
-template <class D>
-auto ExprBase<D>::mish() const {
-  return self() * self().softplus().tanh();
-}
-template <class D>
-auto ExprBase<D>::softsign() const {
-  return self() / (1 + self().abs());
-}
-template <class D>
-auto ExprBase<D>::celu(double alpha) const {
-  if (alpha == 0) throw std::invalid_argument("fixed: celu: alpha must not be 0 (it divides x)");
-  return maximum(self(), 0) + alpha * ((minimum(self(), 0) * (1 / alpha)).exp() - 1);
+  auto v = (self() > 0).template cast<T>() - (self() < 0).template cast<T>();
+  if constexpr (std::is_floating_point_v<T>)
+    return fixed::maximum(v, self().minimum(-1));
+  else
+    return v;
 }
 
 namespace detail {

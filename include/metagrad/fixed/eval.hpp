@@ -226,7 +226,7 @@ METAGRAD_INLINE T get(const BConst<T>& b, const index_t*, index_t) {
 }
 template <std::size_t R, Fn F, class... C>
 METAGRAD_INLINE auto get(const BMap<F, C...>& b, const index_t* pos, index_t j) {
-  return std::apply([&](const auto&... c) { return apply_fn<F>(get<R>(c, pos, j)...); }, b.c);
+  return std::apply([&](const auto&... c) { return FnTraits<F>::scalar(get<R>(c, pos, j)...); }, b.c);
 }
 template <std::size_t R, class U, class C>
 METAGRAD_INLINE U get(const BCast<U, C>& b, const index_t* pos, index_t j) {
@@ -349,17 +349,14 @@ template <class T, class C>
 struct vector_form<BGate<T, C>> : vector_form<C> {};
 template <Fn F, class... C>
 struct vector_form<BMap<F, C...>>
-    : std::bool_constant<(F == Fn::NEG || F == Fn::ADD || F == Fn::SUB || F == Fn::MUL || F == Fn::DIV ||
-                          F == Fn::MAX || F == Fn::MIN || F == Fn::RELU ||
-                          ((F == Fn::EXP || F == Fn::SIGMOID) && kVectorMath)) &&
-                         (vector_form<C>::value && ...)> {};
-// Worth it only where the vector form beats what the compiler does alone: exp and sigmoid, and
-// outputs large enough to stream past the caches.
+    : std::bool_constant<FnTraits<F>::vector && (vector_form<C>::value && ...)> {};
+// Worth it only where the vector form beats what the compiler does alone: expensive functions
+// (exp, sigmoid), and outputs large enough to stream past the caches.
 template <class B>
 struct vector_math : std::false_type {};
 template <Fn F, class... C>
 struct vector_math<BMap<F, C...>>
-    : std::bool_constant<F == Fn::EXP || F == Fn::SIGMOID || (vector_math<C>::value || ...)> {};
+    : std::bool_constant<FnTraits<F>::cost >= kVectorCost || (vector_math<C>::value || ...)> {};
 template <class T, class C>
 struct vector_math<BGate<T, C>> : vector_math<C> {};
 
@@ -381,37 +378,14 @@ METAGRAD_INLINE auto vget(const BGate<T, C>& b, index_t j) {
 }
 template <Fn F, class... C>
 METAGRAD_INLINE auto vget(const BMap<F, C...>& b, index_t j) {
-  auto x = vget(std::get<0>(b.c), j);
-  using V = decltype(x);
-  if constexpr (sizeof...(C) == 1) {
-    if constexpr (F == Fn::NEG)
-      return V(-x);
-    else if constexpr (F == Fn::RELU)
-      return V(x > 0 ? x : V{});
-#if defined(__AVX512F__)
-    else if constexpr (F == Fn::EXP)
-      return vexp(x);
-    else
-      return vsigmoid(x);
-#else
-    else
-      return x;  // not reached: vector_form excludes it
-#endif
-  } else {
-    auto y = vget(std::get<1>(b.c), j);
-    if constexpr (F == Fn::ADD)
-      return V(x + y);
-    else if constexpr (F == Fn::SUB)
-      return V(x - y);
-    else if constexpr (F == Fn::MUL)
-      return V(x * y);
-    else if constexpr (F == Fn::DIV)
-      return V(x / y);
-    else if constexpr (F == Fn::MAX)
-      return V(x < y ? y : x);
-    else
-      return V(y < x ? y : x);
-  }
+  return std::apply(
+      [&](const auto&... c) {
+        if constexpr (requires { FnTraits<F>::vec(vget(c, j)...); })
+          return FnTraits<F>::vec(vget(c, j)...);
+        else
+          return FnTraits<F>::scalar(vget(c, j)...);
+      },
+      b.c);
 }
 
 // Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I. Restrict: the destination

@@ -41,7 +41,7 @@
 
 namespace metagrad::fixed {
 
-// Elementwise functions of the static path, by arity.
+// Elementwise functions of the static path, by arity; each has a FnTraits entry (functions.hpp).
 enum class Fn : std::uint8_t {
   NEG,
   EXP,
@@ -226,6 +226,10 @@ struct ExprBase {
   auto rsqrt() const;
   auto sign() const;
   auto clip(double min, double max) const;
+  template <class B>
+  auto maximum(const B& y) const;  // y: an operand or a scalar, broadcast (as fixed::maximum)
+  template <class B>
+  auto minimum(const B& y) const;
   auto hardtanh(double min = -1, double max = 1) const;
   auto relu6() const;
   auto elu(double alpha = 1) const;

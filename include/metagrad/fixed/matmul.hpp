@@ -120,11 +120,22 @@ auto matmul(const A& a, const B& b) {
   using EA = expr_t<A>;
   using EB = expr_t<B>;
   constexpr bool ok = detail::matmul_fits<EA, EB>();
-  static_assert(shapes_fit<ok, err::matmul, typename EA::shape, typename EB::shape>,
-                "fixed: matmul (..., m, k) @ (k, n): the inner dimensions (and batch axes) must agree");
+  METAGRAD_FIXED_SHAPE_CHECK(
+      ok, "fixed: matmul: the inner dimensions differ ((..., m, k) @ (k, n), batch axes equal)", err::matmul,
+      typename EA::shape, typename EB::shape);
   static_assert(std::is_same_v<typename EA::value_type, typename EB::value_type>,
                 "fixed: matmul: both operands need the same element type");
-  if constexpr (ok) return Expr<op::MatMul, EA, EB>(op::MatMul{}, a.expr(), b.expr());
+  if constexpr (ok) {
+    return Expr<op::MatMul, EA, EB>(op::MatMul{}, a.expr(), b.expr());
+  } else {  // after the error: a plausible (..., m, n), so that no second error follows
+    constexpr Dims out = [] {
+      Dims d = EA::shape::dims;
+      if (d.empty()) d.push_back(1);
+      d.back() = EB::shape::rank ? EB::shape::dims[EB::shape::rank - 1] : 1;
+      return d;
+    }();
+    return detail::constant<typename EA::value_type, ShapeOf<out>>({});
+  }
 }
 
 // x @ weight + bias (weight is (in, out), as the dynamic Tensor::linear).

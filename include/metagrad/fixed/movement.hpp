@@ -6,18 +6,14 @@
 
 namespace metagrad::fixed {
 
-// How an axis or index list prints in a ShapeMismatch (Shape cannot hold negative values).
-template <index_t... A>
-struct Args {};
-
 template <class D>
 template <index_t... S>
 auto ExprBase<D>::reshape() const {
   using E = expr_t<D>;
   constexpr Dims to{S...};
   constexpr bool ok = ((S >= 0) && ...) && prod(to) == E::shape::size;
-  static_assert(shapes_fit<ok, err::reshape, typename E::shape, Args<S...>>,
-                "fixed: reshape: the new shape must have the same number of elements");
+  METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: reshape: the new shape must have the same number of elements",
+                             err::reshape, typename E::shape, Args<S...>);
   if constexpr (!ok)
     return;
   else if constexpr (to == E::shape::dims)
@@ -32,8 +28,8 @@ auto ExprBase<D>::permute() const {
   using E = expr_t<D>;
   constexpr AxisSet ax = normalize_axes(Dims{Order...}, E::shape::rank);
   constexpr bool ok = ax.ok && sizeof...(Order) == E::shape::rank;
-  static_assert(shapes_fit<ok, err::permute, typename E::shape, Args<Order...>>,
-                "fixed: permute: the order must name every axis once");
+  METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: permute: the order must name every axis once", err::permute,
+                             typename E::shape, Args<Order...>);
   if constexpr (ok) return detail::move<E, MovementOps::PERMUTE, ax.axes>(self().expr());
 }
 
@@ -43,8 +39,8 @@ auto ExprBase<D>::expand() const {
   using E = expr_t<D>;
   constexpr Broadcast bc = broadcast(E::shape::dims, Dims{S...});
   constexpr bool ok = bc.ok && bc.shape == Dims{S...};
-  static_assert(shapes_fit<ok, err::expand, typename E::shape, Args<S...>>,
-                "fixed: expand: only size-1 (or missing leading) axes can grow");
+  METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: expand: only size-1 (or missing leading) axes can grow", err::expand,
+                             typename E::shape, Args<S...>);
   if constexpr (ok) return detail::broadcast_to<Shape<S...>>(self().expr());
 }
 
@@ -64,8 +60,8 @@ template <index_t... P>
 auto ExprBase<D>::pad() const {
   using E = expr_t<D>;
   constexpr bool ok = sizeof...(P) == 2 * E::shape::rank && ((P >= 0) && ...);
-  static_assert(shapes_fit<ok, err::pad, typename E::shape, Args<P...>>,
-                "fixed: pad: give (before, after) >= 0 for every axis");
+  METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: pad: give (before, after) >= 0 for every axis", err::pad,
+                             typename E::shape, Args<P...>);
   if constexpr (ok) return detail::move<E, MovementOps::PAD, detail::pairs<P...>()>(self().expr());
 }
 
@@ -81,8 +77,8 @@ auto ExprBase<D>::shrink() const {
       if (p[i].first < 0 || p[i].second < p[i].first || p[i].second > E::shape::dims[i]) return false;
     return true;
   }();
-  static_assert(shapes_fit<ok, err::shrink, typename E::shape, Args<P...>>,
-                "fixed: shrink: need 0 <= begin <= end <= size for every axis");
+  METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: shrink: need 0 <= begin <= end <= size for every axis", err::shrink,
+                             typename E::shape, Args<P...>);
   if constexpr (ok) return detail::move<E, MovementOps::SHRINK, detail::pairs<P...>()>(self().expr());
 }
 
@@ -92,8 +88,8 @@ template <index_t... A>
 auto ExprBase<D>::flip() const {
   using E = expr_t<D>;
   constexpr AxisSet ax = normalize_axes(Dims{A...}, E::shape::rank);
-  static_assert(shapes_fit<ax.ok, err::flip, typename E::shape, Args<A...>>,
-                "fixed: flip: each axis must exist and appear once");
+  METAGRAD_FIXED_SHAPE_CHECK(ax.ok, "fixed: flip: each axis must exist and appear once", err::flip,
+                             typename E::shape, Args<A...>);
   if constexpr (ax.ok) {
     constexpr Dims steps = [] {
       Dims s = Dims::filled(E::shape::rank, 1);

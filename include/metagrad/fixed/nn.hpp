@@ -34,9 +34,11 @@ auto nll_loss(const L& logp, const Y& labels) {
       if (SY::dims[i] != S::dims[i]) return false;
     return true;
   }();
-  static_assert(shapes_fit<ok, err::cross_entropy, S, SY>,
-                "fixed: nll_loss / sparse_categorical_crossentropy: labels must have the shape of the "
-                "log-probabilities without the class axis");
+  METAGRAD_FIXED_SHAPE_CHECK(
+      ok,
+      "fixed: cross_entropy: nll_loss / sparse_categorical_crossentropy labels must have the shape of the "
+      "log-probabilities without the class axis",
+      err::cross_entropy, S, SY);
   if constexpr (ok) {
     constexpr Dims col = [] {
       Dims d = SY::dims;

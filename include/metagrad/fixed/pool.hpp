@@ -107,9 +107,11 @@ auto windows(const X& x) {
   using S = typename expr_t<X>::shape;
   constexpr bool ok = S::rank >= 2 && KH > 0 && KW > 0 && SH > 0 && SW > 0 && S::dims[S::rank - 2] >= KH &&
                       S::dims[S::rank - 1] >= KW;
-  static_assert(shapes_fit<ok, err::pool, S, Args<KH, KW, SH, SW>>,
-                "fixed: max_pool2d / avg_pool2d<KH, KW, SH, SW> on (..., H, W): the window must fit in "
-                "(H, W), and window and stride must be positive");
+  METAGRAD_FIXED_SHAPE_CHECK(
+      ok,
+      "fixed: pool: max_pool2d / avg_pool2d<KH, KW, SH, SW> on (..., H, W): the window must fit in "
+      "(H, W), and window and stride must be positive",
+      err::pool, S, Args<KH, KW, SH, SW>);
   if constexpr (ok) return Windows<S, KH, KW, SH, SW>::apply(x.expr());
 }
 }  // namespace detail

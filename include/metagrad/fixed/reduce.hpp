@@ -134,8 +134,9 @@ auto reduce(const E& e) {
     std::sort(a.axes.begin(), a.axes.end());
     return a;
   }();
-  static_assert(shapes_fit<ax.ok, err::reduce, S, Args<A...>>,
-                "fixed: reduce (sum, max, min, mean): each axis must exist and appear once");
+  METAGRAD_FIXED_SHAPE_CHECK(ax.ok,
+                             "fixed: reduce: each axis must exist and appear once (sum, max, min, mean)",
+                             err::reduce, S, Args<A...>);
   if constexpr (ax.ok) {
     auto r = Expr<op::Reduce<R, ax.axes>, E>(op::Reduce<R, ax.axes>{}, e);
     if constexpr (Keep)
@@ -153,6 +154,8 @@ auto reduce(const E& e) {
       else
         return move<decltype(r), MovementOps::RESHAPE, kept>(r);
     }
+  } else {  // after the error: a plausible result, so that no second error follows
+    return constant<typename E::value_type, S>({});
   }
 }
 template <class E, index_t... A>
@@ -161,7 +164,7 @@ constexpr index_t reduced_count() {
   if constexpr (sizeof...(A) == 0)
     return S::size;
   else
-    return (S::dims[A < 0 ? A + S::rank : A] * ...);
+    return ((A < -index_t(S::rank) || A >= index_t(S::rank) ? 1 : S::dims[A < 0 ? A + S::rank : A]) * ...);
 }
 }  // namespace detail
 

@@ -1,6 +1,7 @@
 #pragma once
 // Shapes of the static path as types (Shape<64, 128>), the numpy broadcasting rule in constant
-// expressions, and ShapeMismatch: how a shape error becomes a compile error naming op and shapes.
+// expressions, and METAGRAD_FIXED_SHAPE_CHECK: a shape error as a compile error whose first line names
+// the op and its shapes.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -69,37 +70,121 @@ constexpr AxisSet normalize_axes(const Dims& axes, std::size_t rank) {
   return r;
 }
 
-// Op names for shape errors (incomplete types: only their names matter).
+// How an axis or index list prints in a shape error (Shape cannot hold negative values).
+template <index_t... A>
+struct Args {};
+
+// Op names for shape errors, with what joins the op's shapes in the message.
 namespace err {
-struct elementwise;
-struct where;
-struct reshape;
-struct permute;
-struct expand;
-struct pad;
-struct shrink;
-struct flip;
-struct reduce;
-struct matmul;
-struct linear;
-struct conv2d;
-struct pool;
-struct assign;
-struct cross_entropy;
+struct elementwise {
+  static constexpr const char* join = " and ";
+};
+struct where : elementwise {};
+struct reshape {
+  static constexpr const char* join = " to ";
+};
+struct expand : reshape {};
+struct shrink : reshape {};
+struct permute {
+  static constexpr const char* join = " by ";
+};
+struct pad : permute {};
+struct flip {
+  static constexpr const char* join = " over axes ";
+};
+struct reduce : flip {};
+struct matmul {
+  static constexpr const char* join = " @ ";
+};
+struct linear : matmul {};
+struct conv2d {
+  static constexpr const char* join = " with weight ";
+};
+struct pool {
+  static constexpr const char* join = " with window, stride ";
+};
+struct assign {
+  static constexpr const char* join = " = ";
+};
+struct cross_entropy {
+  static constexpr const char* join = " with labels ";
+};
 }  // namespace err
 
-// Instantiated only for a bad shape: the compiler prints the op and the shapes as template
-// arguments (`ShapeMismatch<err::matmul, Shape<64, 128>, Shape<64, 10>>`) next to this message.
-template <class Op, class... Shapes>
-struct ShapeMismatch {
-  static_assert(detail::always_false<Op>,
-                "fixed: these shapes do not fit this op (op and shapes are ShapeMismatch's arguments)");
-  static constexpr bool value = false;
+namespace detail {
+// A shape error's message as a structural value (a template argument g++ prints as a string).
+struct ShapeText {
+  char s[240];
 };
-// true when Ok; otherwise instantiates ShapeMismatch. Use as the condition of a static_assert whose
-// message names the op: static_assert(shapes_fit<ok, err::matmul, A, B>, "matmul: ...").
+constexpr void put(ShapeText& t, const char* x, const char* end = nullptr) {
+  std::size_t n = 0;
+  while (t.s[n]) ++n;
+  for (; *x && x != end && n + 1 < sizeof t.s; ++x) t.s[n++] = *x;
+}
+constexpr void put(ShapeText& t, std::int64_t v) {
+  char buf[24] = {}, *p = buf + 22;
+  bool neg = v < 0;
+  std::uint64_t u = neg ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  do *p-- = static_cast<char>('0' + u % 10), u /= 10;
+  while (u);
+  if (neg) *p-- = '-';
+  put(t, p + 1);
+}
+template <class S>
+struct printed;
+template <index_t... D>
+struct printed<Shape<D...>> {
+  static constexpr Dims dims{D...};
+};
+template <index_t... A>
+struct printed<Args<A...>> : printed<Shape<>> {
+  static constexpr Dims dims{A...};
+};
+constexpr void put(ShapeText& t, const Dims& d) {
+  put(t, "(");
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    if (i) put(t, ", ");
+    put(t, d[i]);
+  }
+  put(t, d.size() == 1 ? ",)" : ")");
+}
+// msg is "fixed: OP: what is wrong"; the text puts the shapes after OP: "fixed: OP (4, 3) @ (5, 3): ...".
+template <class Op, class... S>
+constexpr ShapeText shape_text(const char* msg) {
+  ShapeText t{};
+  const char* colon = msg;
+  for (int seen = 0; *colon && seen < 2; ++colon)
+    if (*colon == ':' && ++seen == 2) break;
+  put(t, msg, colon);
+  bool first = true;
+  for (const Dims& d : {printed<S>::dims...}) {
+    put(t, first ? " " : Op::join);
+    put(t, d);
+    first = false;
+  }
+  put(t, colon);
+  return t;
+}
+}  // namespace detail
+
+// Named only for a bad shape. g++ prints it whole as the error: `incomplete type
+// 'ShapeError<ShapeText{"fixed: matmul (4, 3) @ (5, 3): the inner dimensions ... differ"}>'`.
+template <detail::ShapeText M>
+struct ShapeError;
+// clang prints a failed static_assert's condition with its template arguments: op and shapes.
 template <bool Ok, class Op, class... Shapes>
-inline constexpr bool shapes_fit =
-    std::conditional_t<Ok, std::true_type, ShapeMismatch<Op, Shapes...>>::value;
+inline constexpr bool shape_ok = Ok;
+
+// A shape check in an op's body: a compile error whose first line names the op, its shapes and
+// msg ("fixed: OP: what is wrong"). The op then goes on and returns an expression of a plausible
+// shape, so that the one error is all the user sees.
+#if defined(__clang__)
+#define METAGRAD_FIXED_SHAPE_CHECK(ok, msg, Op, ...) \
+  static_assert(::metagrad::fixed::shape_ok<(ok), Op, __VA_ARGS__>, msg)
+#else
+#define METAGRAD_FIXED_SHAPE_CHECK(ok, msg, Op, ...) \
+  if constexpr (!(ok))                               \
+  (void)sizeof(::metagrad::fixed::ShapeError<::metagrad::fixed::detail::shape_text<Op, __VA_ARGS__>(msg)>)
+#endif
 
 }  // namespace metagrad::fixed

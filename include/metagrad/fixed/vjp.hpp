@@ -6,14 +6,12 @@
 // (comparisons, a where's condition). The rules are the
 // dynamic path's (runtime/mlops.cpp), so both paths agree to rounding.
 #include <cstddef>
-#include <numbers>
 
+#include "metagrad/fixed/functions.hpp"
 #include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/reduce.hpp"
 
 namespace metagrad::fixed {
-
-struct none {};  // "this child gets no gradient"
 
 template <class Op>
 struct Vjp {  // an op without a rule: a clear compile error instead of an incomplete type
@@ -46,64 +44,9 @@ auto sum_to(const G& g) {
 }
 }  // namespace detail
 
+// Elementwise functions: the rule in each one's FnTraits entry (functions.hpp).
 template <Fn F>
-struct Vjp<op::Map<F>> {
-  template <std::size_t I, class N, class G>
-  static auto grad(const N& n, const G& g) {
-    using T = typename G::value_type;
-    if constexpr (is_comparison(F) || (F == Fn::WHERE && I == 0)) {
-      return none{};
-    } else if constexpr (F == Fn::NEG) {
-      return -g;
-    } else if constexpr (F == Fn::EXP) {
-      return n.out() * g;
-    } else if constexpr (F == Fn::LOG) {
-      return g / n.template x<0>();
-    } else if constexpr (F == Fn::SIN) {  // cos(x) = sin(pi/2 - x)
-      return (T(std::numbers::pi / 2) - n.template x<0>()).sin() * g;
-    } else if constexpr (F == Fn::SQRT) {
-      return g / (n.out() * T(2));
-    } else if constexpr (F == Fn::RELU) {  // 1 where the output is positive (0 at 0, as PyTorch)
-      return (T(1) - (n.out() == T(0)).template cast<T>()) * g;
-    } else if constexpr (F == Fn::SIGMOID) {
-      auto s = n.out();
-      return s * (T(1) - s) * g;
-    } else if constexpr (F == Fn::ADD) {
-      return g;
-    } else if constexpr (F == Fn::SUB) {
-      if constexpr (I == 0)
-        return g;
-      else
-        return -g;
-    } else if constexpr (F == Fn::MUL) {
-      return n.template x<1 - I>() * g;
-    } else if constexpr (F == Fn::DIV) {
-      auto y = n.template x<1>();
-      if constexpr (I == 0)
-        return g / y;
-      else
-        return -g * n.template x<0>() / (y * y);
-    } else if constexpr (F == Fn::POW) {  // d/dx = y x^(y-1), d/dy = x^y ln x
-      if constexpr (I == 0)
-        return n.template x<1>() * fixed::pow(n.template x<0>(), n.template x<1>() - T(1)) * g;
-      else
-        return n.out() * n.template x<0>().log() * g;
-    } else if constexpr (F == Fn::MAX || F == Fn::MIN) {  // ties split the gradient equally
-      auto out = n.out();
-      auto xi = (n.template x<0>() == out).template cast<T>();
-      auto yi = (n.template x<1>() == out).template cast<T>();
-      if constexpr (I == 0)
-        return (xi - xi * yi * T(0.5)) * g;
-      else
-        return (yi - xi * yi * T(0.5)) * g;
-    } else {  // WHERE: the taken branch gets g
-      if constexpr (I == 1)
-        return where(n.template x<0>(), g, T(0));
-      else
-        return where(n.template x<0>(), T(0), g);
-    }
-  }
-};
+struct Vjp<op::Map<F>> : FnTraits<F> {};
 
 template <class U>
 struct Vjp<op::Cast<U>> {

@@ -1,0 +1,224 @@
+// Every elementwise op of the static path exists on the dynamic path with the same values and
+// gradients. A table lists them (each Fn, each elementwise method, the operators, where), mostly
+// as one expression spelled the same on both paths; each runs on random float inputs through
+// fx::eval, fixed::grad and lower(), against the dynamic Tensor method and its autograd on the CPU
+// device. The table is checked complete against the Fn enum and ExprBase's declarations.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <boost/mp11/algorithm.hpp>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fixed_grad_check.hpp"
+#include "metagrad/lower.hpp"
+
+using namespace metagrad::test;
+
+namespace {
+
+using T = metagrad::Tensor;
+constexpr index_t R = 4, C = 13;
+using X = fx::Tensor<float, R, C>;
+
+// got (a static gradient) against the dynamic parameter's (none: the op passes no gradient).
+void same_grad(const X& got, const T& p) {
+  if (!p.grad) {
+    for (index_t i = 0; i < X::size; ++i) REQUIRE(got[i] == 0);
+    return;
+  }
+  same(got, *p.grad, "gradient");
+}
+
+// f (static) and d (dynamic) on the same operands: values, lower(f), and the gradients of
+// sum(r * f) for random r with respect to every operand.
+template <class F, class D, class... A>
+void agree(F f, D d, std::mt19937& rng, A&... a) {
+  auto e = f(a...);
+  using V = typename decltype(e)::value_type;
+  auto value = fx::eval(e.template cast<float>());
+  std::array<T, sizeof...(A)> p{dyn(a, true)...};
+  T dv = std::apply(d, p);
+  same(value, dv.cast(metagrad::dtypes::float32), "value");
+  same(value, metagrad::lower(e, "CPU").cast(metagrad::dtypes::float32), "lowered value");
+  if constexpr (std::is_floating_point_v<V>) {
+    auto r = random_tensor<V, R, C>(rng);
+    auto g = fx::eval(fx::grad((e * r).sum(), a...));
+    (dv * dyn(r)).sum().backward();
+    [&]<std::size_t... K>(std::index_sequence<K...>) { (same_grad(std::get<K>(g), p[K]), ...); }
+    (std::index_sequence_for<A...>{});
+  }
+}
+
+struct Case {
+  const char* name;
+  std::function<void(std::mt19937&)> run;
+};
+
+// One expression, spelled alike for both paths (S static, D dynamic), on x (and y) in [lo, hi).
+#define UNARY2(name, S, D, lo, hi)                                                  \
+  Case {                                                                            \
+    name, [](std::mt19937& rng) {                                                   \
+      auto x = random_tensor<float, R, C>(rng, lo, hi);                             \
+      agree([](const auto& x) { return S; }, [](const T& x) { return D; }, rng, x); \
+    }                                                                               \
+  }
+#define UNARY(name, E, lo, hi) UNARY2(name, E, E, lo, hi)
+// y equals x at every third element: ties for maximum, minimum and the comparisons.
+#define BINARY2(name, S, D, lo, hi)                                                                        \
+  Case {                                                                                                   \
+    name, [](std::mt19937& rng) {                                                                          \
+      auto x = random_tensor<float, R, C>(rng, lo, hi), y = random_tensor<float, R, C>(rng, lo, hi);       \
+      for (index_t i = 0; i < X::size; i += 3) y[i] = x[i];                                                \
+      agree([](const auto& x, const auto& y) { return S; }, [](const T& x, const T& y) { return D; }, rng, \
+            x, y);                                                                                         \
+    }                                                                                                      \
+  }
+#define BINARY(name, E, lo, hi) BINARY2(name, E, E, lo, hi)
+
+std::vector<Case> cases() {
+  return {
+      UNARY("neg", -x, -4, 4),
+      UNARY("exp", x.exp(), -4, 4),
+      UNARY("log", x.log(), 0.3, 4),
+      UNARY("sin", x.sin(), -4, 4),
+      UNARY("cos", x.cos(), -4, 4),
+      UNARY("sqrt", x.sqrt(), 0.3, 4),
+      UNARY("relu", x.relu(), -4, 4),
+      UNARY("sigmoid", x.sigmoid(), -6, 6),
+      UNARY("tanh", x.tanh(), -4, 4),
+      UNARY("gelu", x.gelu(), -4, 4),
+      UNARY("square", x.square(), -4, 4),
+      UNARY("abs", x.abs(), -4, 4),
+      UNARY("reciprocal", x.reciprocal(), 0.3, 4),
+      UNARY("log2", x.log2(), 0.3, 4),
+      UNARY("exp2", x.exp2(), -4, 4),
+      UNARY("tan", x.tan(), -1.2, 1.2),
+      UNARY("rsqrt", x.rsqrt(), 0.3, 4),
+      UNARY("sign", x.sign(), -4, 4),
+      UNARY("clip", x.clip(-1.5, 2), -4, 4),
+      UNARY("hardtanh", x.hardtanh(), -3, 3),
+      UNARY("relu6", x.relu6(), -8, 8),
+      UNARY("elu", x.elu(0.5), -4, 4),
+      UNARY("leakyrelu", x.leakyrelu(0.2), -4, 4),
+      UNARY("swish", x.swish(), -4, 4),
+      UNARY("silu", x.silu(), -4, 4),
+      UNARY("hardswish", x.hardswish(), -5, 5),
+      UNARY("quick_gelu", x.quick_gelu(), -4, 4),
+      UNARY("softplus", x.softplus(2), -4, 4),
+      UNARY("mish", x.mish(), -4, 4),
+      UNARY("softsign", x.softsign(), -4, 4),
+      UNARY("floor", x.floor(), -5, 5),
+      UNARY("ceil", x.ceil(), -5, 5),
+      UNARY("celu", x.celu(0.7), -4, 4),
+      UNARY2("cast", (x.template cast<double>() * 3).template cast<float>(),
+             (x.cast(metagrad::dtypes::float64) * 3).cast(metagrad::dtypes::float32), -4, 4),
+      BINARY("add", x + y, -4, 4),
+      BINARY("sub", x - y, -4, 4),
+      BINARY("mul", x * y, -4, 4),
+      BINARY("div", x / y, 0.5, 4),
+      BINARY2("pow", fx::pow(x, y), x.pow(y), 0.5, 2),
+      BINARY("maximum", x.maximum(y), -4, 4),
+      BINARY("minimum", x.minimum(y), -4, 4),
+      BINARY("lt", x < y, -4, 4),
+      BINARY("le", x <= y, -4, 4),
+      BINARY("gt", x > y, -4, 4),
+      BINARY("ge", x >= y, -4, 4),
+      BINARY2("eq", x == y, x.eq(y), -4, 4),
+      BINARY2("ne", x != y, x.ne(y), -4, 4),
+      BINARY2("where", fx::where(x < y, x * 2, y), (x < y).where(x * 2, y), -4, 4),
+  };
+}
+#undef UNARY
+#undef UNARY2
+#undef BINARY
+#undef BINARY2
+
+std::set<std::string> case_names() {
+  std::set<std::string> names;
+  for (const Case& c : cases()) names.insert(c.name);
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("every static elementwise op matches the dynamic path in values and gradients", "[fixed]") {
+  for (const Case& c : cases()) {
+    for (int seed = 0; seed < 2; ++seed) {
+      INFO(c.name << ", seed " << seed);
+      std::mt19937 rng(900 + seed);
+      c.run(rng);
+    }
+  }
+}
+
+TEST_CASE("the elementwise table lists every Fn and every elementwise method", "[fixed]") {
+  std::set<std::string> names = case_names();
+  boost::mp11::mp_for_each<boost::mp11::mp_iota_c<int(fx::Fn::WHERE) + 1>>([&](auto i) {
+    const char* name = fx::FnTraits<fx::Fn(decltype(i)::value)>::name;
+    INFO("Fn " << name);
+    CHECK(names.count(name));
+  });
+  // ExprBase's elementwise methods: its declarations from the first one to reshape's.
+  std::ifstream in(METAGRAD_SOURCE_DIR "/include/metagrad/fixed/expr.hpp");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  std::size_t from = s.find("struct ExprBase {"), to = s.find("auto reshape() const;", from);
+  REQUIRE(from != std::string::npos);
+  REQUIRE(to != std::string::npos);
+  std::string block = s.substr(from, to - from);
+  std::regex method(R"(auto (\w+)\()");
+  int count = 0;
+  for (auto it = std::sregex_iterator(block.begin(), block.end(), method); it != std::sregex_iterator();
+       ++it) {
+    INFO("ExprBase::" << (*it)[1]);
+    CHECK(names.count((*it)[1]));
+    ++count;
+  }
+  REQUIRE(count > 30);
+}
+
+TEST_CASE("static and dynamic hlops reject the same arguments with the same message", "[fixed]") {
+  X x{};
+  T d = dyn(x);
+  auto message = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) { return e.what(); }
+    return "no exception";
+  };
+  std::string s = message([&] { (void)x.softplus(0); }), dm = message([&] { (void)d.softplus(0); });
+  CHECK(s == dm);
+  CHECK(s.find("softplus: beta must not be 0") != std::string::npos);
+  s = message([&] { (void)x.celu(0); }), dm = message([&] { (void)d.celu(0); });
+  CHECK(s == dm);
+  CHECK(s.find("celu: alpha must not be 0") != std::string::npos);
+}
+
+TEST_CASE("static where is a select: the branch not taken never reaches value or gradient", "[fixed]") {
+  std::mt19937 rng(77);
+  auto x = random_tensor<float, R, C>(rng, -4, 4);
+  for (index_t i = 0; i < X::size; i += 5) x[i] = 0;
+  // log(x) is NaN below 0 and -inf at 0, 1 / x inf at 0: both only where not taken
+  auto e = fx::where(x > 0, x.log(), 1 / x) + fx::where(x <= 0, x * 0, x.log());
+  auto v = fx::eval(fx::where(x != 0, e, 0));
+  // the gradient too (away from 0, where log's rule divides the zero it is given by 0)
+  auto y = random_tensor<float, R, C>(rng, -4, 4);
+  auto [g] = fx::eval(fx::grad(fx::where(y > 0, y.log(), y).sum(), y));
+  for (index_t i = 0; i < X::size; ++i) {
+    INFO("x = " << x[i] << ", y = " << y[i]);
+    double want = x[i] > 0 ? 2 * std::log(double(x[i])) : x[i] < 0 ? 1 / double(x[i]) : 0;
+    REQUIRE(close(v[i], want, 1e-5, 1e-5));
+    REQUIRE(close(g[i], y[i] > 0 ? 1 / double(y[i]) : 1, 1e-5, 1e-6));
+  }
+}
