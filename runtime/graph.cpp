@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -27,11 +28,16 @@ namespace {
 
 // Op families and their fill colours (the legend lists them in this order).
 constexpr std::pair<OpType, const char*> kFamilies[] = {
-    {OpType::Load, "#fff1a8"},   {OpType::Unary, "#b3e5fc"}, {OpType::Binary, "#c5cae9"},
-    {OpType::Reduce, "#ffab91"}, {OpType::Fused, "#f48fb1"}, {OpType::Movement, "#c8e6c9"}};
+    {OpType::Load, "#fff1a8"},    {OpType::Unary, "#b3e5fc"},  {OpType::Binary, "#c5cae9"},
+    {OpType::Ternary, "#d1c4e9"}, {OpType::Reduce, "#ffab91"}, {OpType::Fused, "#f48fb1"},
+    {OpType::Movement, "#c8e6c9"}};
 constexpr const char* kBufferRead = "#e0e0e0";  // a kernel's read of one of its buffers
-constexpr const char* kFamilyNames[] = {"UnaryOps",    "BinaryOps", "ReduceOps",
+// Indexed by OpType, in its order.
+constexpr const char* kFamilyNames[] = {"UnaryOps",    "BinaryOps", "TernaryOps", "ReduceOps",
                                         "MovementOps", "FusedOps",  "LoadOps"};
+static_assert(std::size(kFamilyNames) == static_cast<std::size_t>(OpType::Load) + 1,
+              "graph: one family name per OpType");
+static_assert(std::size(kFamilies) == std::size(kFamilyNames), "graph: one colour per OpType");
 constexpr std::size_t kMaxSvgNodes = 4000;  // beyond this, dot takes too long: DOT only
 
 const char* colour(OpType t) {
