@@ -157,7 +157,7 @@ struct Gemm {
     // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
     const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
     const int cparts = std::max(1, parts / rparts);
-    const index_t apack = (std::min(MC, rstrips * MR) + MR) * ks,
+    const index_t apack = (std::min(MC, rstrips * MR) + MR) * padded_row(ks),
                   ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
     T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
     for (index_t jc = 0; jc < n; jc += NC) {
@@ -252,13 +252,22 @@ struct Gemm {
   // A is read in place, its strips unpacked, when its rows are contiguous: the tile's MR row streams
   // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product (5% at 1024).
   // Only a partial last strip is packed, as its loads would pass A's last row. Rows a multiple of
-  // 4 KiB apart stay packed: in place, a tile's MR rows would share one L1 set.
+  // 4 KiB apart would put a tile's MR row streams in one L1 set: the block's rows are copied then,
+  // whole, to rows a cache line more than kc apart (a copy, cheaper than a transposing pack).
   static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
                    index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
-    const bool adirect = acs == 1 && (ars * static_cast<index_t>(sizeof(T))) % 4096 != 0;
+    const bool arows = acs == 1, alias = arows && (ars * static_cast<index_t>(sizeof(T))) % 4096 == 0;
+    const index_t lda = alias ? padded_row(kc) : ars;
     for (index_t ic = r0; ic < r1; ic += MC) {
-      index_t mc = std::min(MC, r1 - ic), full = adirect ? mc / MR * MR : 0;
-      if (full < mc) pack<MR>(ap + full * kc, kc, mc - full, a + (ic + full) * ars, acs, ars);
+      index_t mc = std::min(MC, r1 - ic), full = arows ? mc / MR * MR : 0;
+      const T* ablock = a + ic * ars;
+      if (alias) {
+        for (index_t r = 0; r < full; ++r)
+          std::memcpy(ap + r * lda, ablock + r * ars, static_cast<std::size_t>(kc) * sizeof(T));
+        ablock = ap;
+      }
+      T* apart = ap + full * (alias ? lda : kc);
+      if (full < mc) pack<MR>(apart, kc, mc - full, a + (ic + full) * ars, acs, ars);
       for (index_t jr = c0; jr < c1; jr += NR) {
         const T* bj = B.b + jr * kc;
         index_t bs = NR;
@@ -268,18 +277,26 @@ struct Gemm {
           pack<NR>(edge, kc, B.nc - jr, B.b + jr, B.stride, 1), bj = edge;
         const index_t cols = std::min<index_t>(NR, c1 - jr);
         for (index_t ir = 0; ir < full; ir += MR) {
-          const T* ai = a + (ic + ir) * ars;
+          const T* ai = ablock + ir * lda;
           T* ci = c + (ic + ir) * ldc + jr;
           if (cols > W)
-            tile<MR, NV, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, ars);
+            tile<MR, NV, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, lda);
           else
-            tile<MR, 1, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, ars);
+            tile<MR, 1, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, lda);
         }
         for (index_t ir = full; ir < mc; ir += MR)
-          tile(kc, ap + ir * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir), cols,
-               acc);
+          tile(kc, apart + (ir - full) * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc,
+               std::min<index_t>(MR, mc - ir), cols, acc);
       }
     }
+  }
+
+  // A row copied for the tile: kc rounded up to a cache line, plus one line when that is a multiple
+  // of 4 KiB (the MR rows then fall in different L1 sets).
+  static constexpr index_t padded_row(index_t kc) {
+    constexpr index_t line = 64 / sizeof(T);
+    const index_t r = (kc + line - 1) / line * line;
+    return r * static_cast<index_t>(sizeof(T)) % 4096 == 0 ? r + line : r;
   }
 
   // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. A strip whose
