@@ -10,7 +10,7 @@
 // The targets (ratios to OpenBLAS at the same thread count): static >= 1.0, dynamic >= 0.9 (0.8 for
 // odd sizes), and at 1024 on 1 thread >= 0.8 of the peak. A row that misses one says NOT met.
 //
-// Run: build/bench/bench_gemm (METAGRAD_ISA=avx2 for the AVX2 kernels on an AVX-512 machine;
+// Run: build/bench/bench_gemm (build/bench/bench_gemm_avx2: every path with AVX-512 off;
 // BENCH_REP_MS=N per repetition, default 150; BENCH_ROWS=64,1024 for some rows only; BENCH_THREADS=1
 // for one thread count). The parent re-runs itself with THREADS=1 and 2.
 #include <cblas.h>
@@ -234,6 +234,12 @@ Result run_child(int threads) {
 }  // namespace
 
 int main() {
+#ifdef METAGRAD_BENCH_AVX2
+  // Compiled without AVX-512 (bench/CMakeLists.txt): every path as on an AVX2-only processor. The
+  // children inherit both settings; OpenBLAS reads its own when it loads.
+  setenv("METAGRAD_ISA", "avx2", 1);
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+#endif
   if (std::getenv("BENCH_CHILD")) return child();
   std::printf("metagrad GEMM ISA: %s (best on this CPU: %s); FMA peak measured in that ISA\n",
               metagrad::gemm::to_string(metagrad::gemm::isa()).c_str(),

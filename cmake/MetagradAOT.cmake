@@ -40,8 +40,8 @@ function(metagrad_add_aot_library name)
   endif()
   set_target_properties(${name} PROPERTIES LINKER_LANGUAGE C C_STANDARD 99 C_EXTENSIONS ON
                                            POSITION_INDEPENDENT_CODE ON)
-  # The CLANG device's flags for these kernels: -O3's vectorizer made the matmul kernels 2.5x
-  # slower. COMPILE_OPTIONS come after (e.g. -march=native, for a library built where it runs).
+  # The CLANG device's flags for these kernels. COMPILE_OPTIONS come after: -march=native (or the
+  # target machine's -march) gives the contractions' GEMM its widest vectors (docs/gemm.md).
   target_compile_options(${name} PRIVATE -O2 -fno-math-errno ${AOT_COMPILE_OPTIONS})
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${dir}>)
   find_library(METAGRAD_LIBM m)

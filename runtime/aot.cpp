@@ -15,10 +15,11 @@
 #include <unordered_map>
 #include <utility>
 
+#include "aot_gemm.hpp"
 #include "metagrad/codegen/cstyle.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/lazy.hpp"
-#include "metagrad/runtime/gemm.hpp"
+#include "metagrad/runtime/gemm_program.hpp"
 #include "metagrad/runtime/ops_clang.hpp"
 
 namespace metagrad::aot {
@@ -123,6 +124,7 @@ struct Generator::Impl {
   std::vector<Function> fns;
   // Buffers earlier functions computed: reading one later would freeze it into a constant.
   std::vector<std::shared_ptr<RawBuffer>> computed;
+  std::optional<GemmExtent> gemm;  // the largest contraction, when a function has one
 
   int kernel(const ASTRunner& r);
   std::string constant(const std::shared_ptr<RawBuffer>& b);
@@ -193,6 +195,9 @@ struct Capture {
   void bind_inputs();
   void record();
   void emit_kernels();
+  void emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
+  void emit_gemm(const GemmProgram& gp, const std::vector<std::shared_ptr<RawBuffer>>& bufs,
+                 std::map<std::string, Arena>& arenas);
   void emit_copies();
 };
 
@@ -258,7 +263,6 @@ void Capture::record() {
         std::exchange(GlobalCounters::cache, std::vector<CacheEntry>{});
     ~Restore() { GlobalCounters::cache = std::move(saved); }
   } restore;
-  gemm::Rendered rendered;  // contractions as C kernels too: the library carries no GEMM
   for (const auto* list : {&outputs, &updates})
     for (const Arg& a : *list) {
       const LazyBufferPtr& lb = a.tensor.lazydata;
@@ -302,9 +306,7 @@ void Capture::emit_kernels() {
       home[bufs[0].get()] =
           detail::cat("(", g.prefix, "_", identifier(ctype), " + ", std::to_string(off), ")");
     }
-    std::string call = detail::cat(g.prefix, "_k", std::to_string(g.kernel(rec[k].prg)), "(");
-    for (std::size_t i = 0; i < bufs.size(); ++i) {
-      const auto& b = bufs[i];
+    for (const auto& b : bufs)
       if (!home.count(b.get())) {
         for (const auto& c : g.computed)
           if (c == b && !g.constant_names.count(b.get()))
@@ -313,9 +315,10 @@ void Capture::emit_kernels() {
                 "inputs");
         home[b.get()] = g.constant(b);
       }
-      call += detail::cat(i ? ", " : "", home[b.get()]);
-    }
-    lines.push_back(detail::cat(call, ", 0, ", std::to_string(rec[k].prg.global_size[0]), ");"));
+    if (auto* gp = dynamic_cast<const GemmProgram*>(rec[k].prg.clprg.get()))
+      emit_gemm(*gp, bufs, arenas);
+    else
+      emit_call(rec[k].prg, bufs);
     for (const auto& b : bufs)
       if (last_use[b.get()] == k && where.count(b.get())) {
         auto [ctype, off] = where[b.get()];
@@ -324,6 +327,51 @@ void Capture::emit_kernels() {
       }
   }
   for (auto& [ctype, a] : arenas) g.arenas[ctype] = std::max(g.arenas[ctype], a.size);
+}
+
+// A rendered kernel's call: its buffers' homes, then the range of its one loop.
+void Capture::emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
+  std::string call = detail::cat(g.prefix, "_k", std::to_string(g.kernel(r)), "(");
+  for (std::size_t i = 0; i < bufs.size(); ++i) call += detail::cat(i ? ", " : "", home.at(bufs[i].get()));
+  lines.push_back(detail::cat(call, ", 0, ", std::to_string(r.global_size[0]), ");"));
+}
+
+// A contraction: the library's GEMM once per batch index (C loops over the batch axes), into the
+// output or, when ops follow the reduce, into scratch that the epilogue kernel then reads.
+void Capture::emit_gemm(const GemmProgram& gp, const std::vector<std::shared_ptr<RawBuffer>>& bufs,
+                        std::map<std::string, Arena>& arenas) {
+  const codegen::GemmPlan& p = gp.plan();
+  GemmExtent& ext = g.gemm.emplace(g.gemm.value_or(GemmExtent{}));
+  ext = {std::max(ext.m, p.m), std::max(ext.n, p.n), std::max(ext.k, p.k)};
+  auto num = [](std::int64_t v) { return detail::cat(std::to_string(v), "LL"); };
+  std::string c = home.at(bufs[0].get()), scratch;
+  std::size_t c_off = 0;
+  if (gp.epilogue()) {
+    c_off = arenas["float"].alloc(static_cast<std::size_t>(gp.epilogue()->c_size));
+    c = scratch = detail::cat("(", g.prefix, "_float + ", std::to_string(c_off), ")");
+  }
+  std::string a = detail::cat("(const float*)", home.at(bufs.at(p.a).get()), " + ", num(p.a_offset)),
+              b = detail::cat("(const float*)", home.at(bufs.at(p.b).get()), " + ", num(p.b_offset));
+  c = detail::cat("(float*)", c, " + ", num(p.c_offset));
+  std::string loops, indent = "  ";
+  for (std::size_t d = 0; d < p.batch.size(); ++d) {
+    std::string i = "i" + std::to_string(d);
+    loops += detail::cat("for (int64_t ", i, " = 0; ", i, " < ", num(p.batch[d].size), "; ++", i, ") ");
+    a += detail::cat(" + ", i, " * ", num(p.batch[d].a));
+    b += detail::cat(" + ", i, " * ", num(p.batch[d].b));
+    c += detail::cat(" + ", i, " * ", num(p.batch[d].c));
+  }
+  lines.push_back(detail::cat(loops, g.prefix, "_sgemm(", num(p.m), ", ", num(p.n), ", ", num(p.k), ", ", a,
+                              ", ", num(p.ars), ", ", num(p.acs), ", ", b, ", ", num(p.brs), ", ", num(p.bcs),
+                              ", ", c, ", ", num(p.ldc), ");"));
+  if (!gp.epilogue()) return;
+  const GemmEpilogue& e = *gp.epilogue();
+  std::string call =
+      detail::cat(g.prefix, "_k", std::to_string(g.kernel(e.runner)), "(", home.at(bufs[0].get()));
+  for (int i : e.inputs)
+    call += ", " + (i < 0 ? scratch : home.at(bufs.at(static_cast<std::size_t>(i)).get()));
+  lines.push_back(detail::cat(call, ", 0, ", std::to_string(e.runner.global_size[0]), ");"));
+  arenas["float"].live.erase(c_off);
 }
 
 // Outputs a kernel did not write into, then updates, are copied at the end (updates last: an
@@ -393,6 +441,10 @@ std::string Generator::source() const {
   std::string s =
       detail::cat("/* ", g.name, ".c: generated by metagrad::aot::Generator; do not edit. */\n#include \"",
                   g.name, ".h\"\n\n", g.prelude, "\n");
+  if (g.gemm) {
+    const fixed::CacheSizes& caches = fixed::host_caches();
+    s += gemm_c_source(g.prefix, *g.gemm, caches.l2, caches.l3) + "\n";
+  }
   for (const auto& k : g.kernels) s += k + "\n";
   for (const auto& c : g.constants) s += c + "\n";
   for (const auto& [ctype, n] : g.arenas)

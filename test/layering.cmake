@@ -45,7 +45,7 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/mlops\\.hpp$=mlops"
   "^metagrad/fixed(\\.hpp$|/)=fixed"
   "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
-  "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|mlops)\\.cpp$=tensor"
+  "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|aot_gemm|mlops)\\.cpp$|^runtime/aot_gemm\\.hpp$=tensor"
   "^(metagrad|runtime)/dist/=dist")
 
 function(layer_of path out)

@@ -22,14 +22,14 @@ namespace {
 // loads it; the object is unloaded on destruction.
 struct CLibrary {
   void* lib = nullptr;
-  explicit CLibrary(const aot::Generator& g, const std::string& name) {
+  explicit CLibrary(const aot::Generator& g, const std::string& name, const std::string& flags = "") {
     auto dir = std::filesystem::temp_directory_path() /
                ("metagrad_aot_test_" + std::to_string(::getpid()) + "_" + name);
     std::filesystem::remove_all(dir);
     g.write(dir.string());
     std::string so = (dir / (name + ".so")).string();
-    std::string cmd =
-        "cc -O2 -fno-math-errno -shared -fPIC " + (dir / (name + ".c")).string() + " -o " + so + " -lm";
+    std::string cmd = "cc -O2 -fno-math-errno -shared -fPIC " + flags + " " + (dir / (name + ".c")).string() +
+                      " -o " + so + " -lm";
     REQUIRE(std::system(cmd.c_str()) == 0);
     lib = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     REQUIRE(lib);
@@ -51,14 +51,14 @@ std::vector<float> randn(std::mt19937& rng, std::int64_t n) {
   return v;
 }
 
-void check_close(const std::vector<float>& got, const std::vector<float>& want) {
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double margin = 1e-5) {
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     INFO("element " << i);
     if (std::isnan(want[i]))
       REQUIRE(std::isnan(got[i]));
     else
-      REQUIRE(got[i] == Approx(want[i]).margin(1e-5).epsilon(1e-4));
+      REQUIRE(got[i] == Approx(want[i]).margin(margin).epsilon(1e-4));
   }
 }
 
@@ -99,6 +99,47 @@ TEST_CASE("AOT: functions of random graphs compiled as C equal the CPU device", 
       Tensor want = kGraphs[gi](Tensor(av, {5, 6}, {.device = "CPU"}), Tensor(bv, {5, 6}, {.device = "CPU"}),
                                 Tensor(std::vector<float>{sv}, {}, {.device = "CPU"}));
       check_close(got, want.to_vector<float>());
+    }
+  }
+}
+
+TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and equal the CPU device",
+          "[aot]") {
+  std::vector<std::string> targets{""};  // the compiler's default: SSE vectors
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) targets.push_back("-mavx2 -mfma");
+  if (__builtin_cpu_supports("avx512f")) targets.push_back("-mavx512f -mfma");
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::int64_t> dim(1, 70);
+  // a @ b; a^T @ b^T with a bias and ReLU after (an epilogue); a batch of 3; k past a KC step and
+  // m past an MC block.
+  for (int form = 0; form < 4; ++form) {
+    const std::int64_t m = form == 3 ? 130 : dim(rng), n = dim(rng), k = form == 3 ? 1100 : dim(rng);
+    INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);
+    const Dims ad = form == 1   ? Dims{k, m}
+                    : form == 2 ? Dims{3, m, k}
+                                : Dims{m, k},
+               bd = form == 1   ? Dims{n, k}
+                    : form == 2 ? Dims{3, k, n}
+                                : Dims{k, n};
+    auto graph = [&](const Tensor& a, const Tensor& b, const Tensor& bias) {
+      return form == 1 ? (a.transpose().matmul(b.transpose()) + bias).relu() : a.matmul(b) + bias;
+    };
+    aot::Generator g("mm" + std::to_string(form));
+    Tensor a = Tensor::empty(ad, {.device = "CLANG"}), b = Tensor::empty(bd, {.device = "CLANG"}),
+           bias = Tensor::empty({n}, {.device = "CLANG"});
+    Tensor out = graph(a, b, bias);
+    g.function("f", {{"a", a}, {"b", b}, {"bias", bias}}, {{"out", out}});
+    REQUIRE_THAT(g.source(), Contains("mm" + std::to_string(form) + "_sgemm(") && !Contains(" < 0; "));
+    std::vector<float> av = randn(rng, prod(ad)), bv = randn(rng, prod(bd)), biasv = randn(rng, n);
+    Tensor want = graph(Tensor(av, ad, {.device = "CPU"}), Tensor(bv, bd, {.device = "CPU"}),
+                        Tensor(biasv, {n}, {.device = "CPU"}));
+    for (const std::string& flags : targets) {
+      INFO("compiled with `" << flags << "`");
+      CLibrary lib(g, "mm" + std::to_string(form), flags);
+      std::vector<float> got(static_cast<std::size_t>(out.numel()));
+      lib.fn<void(const float*, const float*, const float*, float*)>("f")(av.data(), bv.data(), biasv.data(),
+                                                                          got.data());
+      check_close(got, want.to_vector<float>(), 1e-6 * static_cast<double>(k));  // sums in other orders
     }
   }
 }

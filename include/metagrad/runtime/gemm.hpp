@@ -40,15 +40,8 @@ void sgemm(const Problem& p, const GemmBlocking& bk = {}, Isa isa = gemm::isa())
 GemmBlocking choose_blocking(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa = gemm::isa());
 GemmBlocking default_blocking(Isa isa = gemm::isa());
 
-// Whether the host devices run contractions through the GEMM: yes unless env METAGRAD_GEMM=0, or
-// on a thread inside a Rendered scope (the AOT generator's capture: every kernel as C source).
+// Whether the host devices run contractions through the GEMM: yes unless env METAGRAD_GEMM=0.
 bool enabled();
-struct Rendered {
-  Rendered();
-  ~Rendered();
-  Rendered(const Rendered&) = delete;
-  Rendered& operator=(const Rendered&) = delete;
-};
 
 // What the tuner did in this process: searches run, choices read from disk.
 struct TuneStats {

@@ -27,6 +27,8 @@ class GemmProgram : public Program {
       : plan_(std::move(plan)), blocking_(blocking), epilogue_(std::move(epilogue)) {}
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
+  const codegen::GemmPlan& plan() const { return plan_; }
+  const std::optional<GemmEpilogue>& epilogue() const { return epilogue_; }
 
  private:
   void products(float* c, const std::vector<RawBuffer*>& bufs) const;

@@ -1,0 +1,20 @@
+#pragma once
+// The matrix product an AOT library carries (runtime/aot_gemm.cpp): fixed/gemm.hpp's design
+// written out as C, since the library links only libc and libm.
+#include <cstdint>
+#include <string>
+
+namespace metagrad::aot {
+
+// The largest product a library runs: its packing buffers are sized for it, not for a whole cache.
+struct GemmExtent {
+  std::int64_t m = 0, n = 0, k = 0;
+};
+
+// C source defining `static void PREFIX_sgemm(m, n, k, a, ars, acs, b, brs, bcs, c, ldc)`:
+// C (m x n, row stride ldc) = A B with A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
+// Its register tile is picked by the C compiler's target (AVX-512, AVX, else SSE vectors); its cache
+// blocking is derived from `l2` and `l3` (bytes, the generating machine's caches).
+std::string gemm_c_source(const std::string& prefix, GemmExtent max, std::int64_t l2, std::int64_t l3);
+
+}  // namespace metagrad::aot
