@@ -64,21 +64,22 @@ double time_op(const std::function<void()>& op) {
   return reps[2];
 }
 
-// FMA peak of one core in the ISA metagrad's GEMM uses: 16 independent accumulators.
-template <class V, V (*Fma)(V, V, V)>
+// FMA peak of one core in the ISA metagrad's GEMM uses: N independent accumulators (12 for AVX2:
+// with its two operands they fit the 16 registers; 16 would spill without AVX-512's 32).
+template <class V, V (*Fma)(V, V, V), int N = sizeof(V) == 64 ? 16 : 12>
 double peak_of(long iters) {
-  V acc[16], m = V{} + 0.999999f, c = V{} + 1e-6f;
-  for (int i = 0; i < 16; ++i) acc[i] = V{} + static_cast<float>(i);
+  V acc[N], m = V{} + 0.999999f, c = V{} + 1e-6f;
+  for (int i = 0; i < N; ++i) acc[i] = V{} + static_cast<float>(i);
   auto t0 = Clock::now();
   for (long it = 0; it < iters; ++it)
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = Fma(acc[i], m, c);
+    for (int i = 0; i < N; ++i) acc[i] = Fma(acc[i], m, c);
   double s = std::chrono::duration<double>(Clock::now() - t0).count();
   float sink = 0;
   for (auto& a : acc) sink += a[0];
   volatile float keep = sink;
   (void)keep;
-  return 16.0 * 2 * sizeof(V) / sizeof(float) * static_cast<double>(iters) / s * 1e-9;
+  return N * 2.0 * sizeof(V) / sizeof(float) * static_cast<double>(iters) / s * 1e-9;
 }
 typedef float V8 __attribute__((vector_size(32)));
 typedef float V16 __attribute__((vector_size(64)));

@@ -196,7 +196,8 @@ struct Gemm {
   // of A's rows times vectors of B's columns, nothing packed (packing would write B's k x NR panel,
   // read once), then one horizontal sum per element.
   static constexpr index_t kDotDepth = 16;
-  static constexpr int DI = 6, DJ = 4;
+  // 6 x 4 accumulators of AVX-512's 32 registers; 4 x 3 of AVX2's 16 (with 3 of B, 1 of A)
+  static constexpr int DI = kVectorBytes == 64 ? 6 : 4, DJ = kVectorBytes == 64 ? 4 : 3;
   static void dots(index_t m, index_t n, index_t k, const T* a, index_t ars, const T* b, index_t bcs, T* c,
                    index_t ldc) {
     const index_t bi = (m + DI - 1) / DI, bj = (n + DJ - 1) / DJ;
@@ -290,8 +291,9 @@ struct Gemm {
   }
 
   // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, then
-  // the rest in tiles of MR/2, MR/4, 2 and 1 rows, so that no load passes A's last row and no
-  // short strip is packed (a conv's 16 = 14 + 2 output channels).
+  // the rest in smaller tiles, so that no load passes A's last row and no short strip is packed (a
+  // conv's 16 output channels: 14 + 2, or 6 + 6 + 4). A tile under 4 rows has too few accumulators
+  // to hide the FMA latency, so 4 is always one of the sizes.
   static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
                        index_t ldc, index_t cols, bool acc) {
     auto run = [&]<int R>() {
@@ -301,11 +303,12 @@ struct Gemm {
         else
           tile<R, 1, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
     };
-    constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
+    constexpr int R2 = (MR + 1) / 2;  // 14: 14, 7, 4, 2, 1; 6: 6, 4, 3, 2, 1
     run.template operator()<MR>();
-    run.template operator()<R2>();
-    if constexpr (R4 < R2) run.template operator()<R4>();
-    if constexpr (2 < R4) run.template operator()<2>();
+    if constexpr (R2 > 4) run.template operator()<R2>();
+    if constexpr (MR > 4) run.template operator()<4>();
+    if constexpr (R2 == 3) run.template operator()<3>();
+    run.template operator()<2>();
     run.template operator()<1>();
   }
 
@@ -317,11 +320,26 @@ struct Gemm {
     return r * static_cast<index_t>(sizeof(T)) % 4096 == 0 ? r + line : r;
   }
 
-  // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. A strip whose
-  // Width elements are contiguous is copied row by row (a constant-size copy); otherwise each of
-  // its columns is read along p, so the source is read in its own order.
+  // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. Strips whose
+  // Width elements are contiguous are copied row by row, eight strips at a time: each source row is
+  // read in runs of whole cache lines, rather than one line from each of kc rows a strip apart (at
+  // a power-of-two row stride those share one L1 set: packing was 40% of a 16 x 150 x 4096
+  // product). Otherwise each of a strip's columns is read along p, in the source's own order.
   template <int Width>
   static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
+    if (across == 1) {
+      constexpr index_t G = 8;
+      const index_t whole = count / Width;
+      for (index_t s0 = 0; s0 < whole; s0 += G) {
+        const index_t g = std::min(G, whole - s0);
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t s = 0; s < g; ++s)
+#pragma GCC unroll 4
+            for (int w = 0; w < Width; ++w)
+              dst[(s0 + s) * Width * kc + p * Width + w] = src[p * step + (s0 + s) * Width + w];
+      }
+      dst += whole * Width * kc, src += whole * Width, count -= whole * Width;
+    }
     for (index_t s = 0; s < count; s += Width, dst += Width * kc) {
       index_t w_end = std::min<index_t>(Width, count - s);
       const T* from = src + s * across;
