@@ -5,6 +5,7 @@
 // static path instantiates it for the ISA it is compiled for; the runtime library compiles it once
 // per ISA (generic, AVX2, AVX-512) and picks one by CPUID (runtime/gemm/).
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "metagrad/fixed/arena.hpp"
@@ -292,25 +293,44 @@ struct Gemm {
 
   // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, then
   // the rest in smaller tiles, so that no load passes A's last row and no short strip is packed (a
-  // conv's 16 output channels: 14 + 2, or 6 + 6 + 4). A tile under 4 rows has too few accumulators
-  // to hide the FMA latency, so 4 is always one of the sizes.
+  // conv's 16 output channels: 14 + 2, or 6 + 6 + 4).
   static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
                        index_t ldc, index_t cols, bool acc) {
-    auto run = [&]<int R>() {
-      for (; rows >= R; rows -= R, a += R * lda, c += R * ldc)
+    auto run = [&]<int R>(index_t times) {
+      for (; times > 0; --times, rows -= R, a += R * lda, c += R * ldc)
         if (cols > W)
           tile<R, NV, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
         else
           tile<R, 1, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
     };
-    constexpr int R2 = (MR + 1) / 2;  // 14: 14, 7, 4, 2, 1; 6: 6, 4, 3, 2, 1
-    run.template operator()<MR>();
-    if constexpr (R2 > 4) run.template operator()<R2>();
-    if constexpr (MR > 4) run.template operator()<4>();
-    if constexpr (R2 == 3) run.template operator()<3>();
-    run.template operator()<2>();
-    run.template operator()<1>();
+    run.template operator()<MR>(rows / MR);
+    const auto& n = kRest[static_cast<std::size_t>(rows)];
+    run.template operator()<kRestRows[0]>(n[0]);
+    run.template operator()<kRestRows[1]>(n[1]);
+    run.template operator()<kRestRows[2]>(n[2]);
+    run.template operator()<kRestRows[3]>(n[3]);
   }
+  // The remainder's tile sizes, and for each remainder 0..MR-1 how many of each: the cheapest sum of
+  // cycles per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency):
+  // with MR = 14, 8 rows are 4 + 4 rather than 7 + 1, 13 are 7 + 4 + 2.
+  static constexpr int kRestRows[4] = {(MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2, 1};
+  static constexpr auto kRest = [] {
+    std::array<std::array<index_t, 4>, MR> n{};
+    std::array<int, MR> cost{};
+    for (int r = 1; r < MR; ++r) {
+      cost[static_cast<std::size_t>(r)] = 1 << 20;
+      for (std::size_t s = 0; s < 4; ++s)
+        if (int rows = kRestRows[s]; rows <= r) {
+          int c = cost[static_cast<std::size_t>(r - rows)] + std::max(rows, 4);
+          if (c < cost[static_cast<std::size_t>(r)]) {
+            cost[static_cast<std::size_t>(r)] = c;
+            n[static_cast<std::size_t>(r)] = n[static_cast<std::size_t>(r - rows)];
+            ++n[static_cast<std::size_t>(r)][s];
+          }
+        }
+    }
+    return n;
+  }();
 
   // A row copied for the tile: kc rounded up to a cache line, plus one line when that is a multiple
   // of 4 KiB (the MR rows then fall in different L1 sets).
