@@ -110,8 +110,9 @@ struct Gemm {
   // Cache blocking, by default derived from the host's caches (cpu.hpp). A KC x NR strip of packed
   // B, reused by every A strip of a block, takes a quarter of the L2 (it streams from there: one
   // B vector per MR FMAs asks little bandwidth, and a long KC halves the passes over C, which
-  // decide large products); an MC x KC block of packed A half the L2; a KC x NC panel of B a
-  // quarter of the L3. BEAM search (runtime/gemm) tunes them per shape.
+  // decide large products); an MC x KC block of packed A half the L2; a KC x NC panel of B an
+  // eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8 MiB of
+  // 32) cost 10% at n = 2048 on Zen 5. BEAM search (runtime/gemm) tunes them per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
                   std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
@@ -119,7 +120,7 @@ struct Gemm {
     GemmBlocking b;
     b.kc = fit(c.l2 / 4, NR * S, 16, 128, 1024);
     b.mc = fit(c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
-    b.nc = fit(c.l3 / 4, b.kc * S, NR, NR, 8192);
+    b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 8192);
     return b;
   }
   static const GemmBlocking& host_blocking() {
