@@ -1,4 +1,5 @@
-# Compiles each public header alone (-fsyntax-only) so none relies on what another includes first.
+# Compiles each header, public or detail, alone (-fsyntax-only): none may rely on what another
+# includes first.
 foreach(h IN LISTS HEADERS)
   execute_process(
     COMMAND ${COMPILER} -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror

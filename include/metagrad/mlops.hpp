@@ -9,18 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "metagrad/detail/mlops.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/ops.hpp"
 
 namespace metagrad {
 
 class Tensor;
-
-namespace detail {
-template <class T, class...>
-using dependent = T;  // delays needing Tensor complete until apply() is instantiated
-std::string demangle(const char* name);
-}  // namespace detail
 
 // The autograd context. apply() runs forward on the inputs' LazyBuffers and, when an input needs
 // a gradient (and Tensor::no_grad is off), keeps the inputs as parents for backward().

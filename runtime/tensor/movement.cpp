@@ -222,66 +222,95 @@ Tensor Tensor::pad2d(const std::vector<std::int64_t>& padding, double value) con
   return pad(grow, value).shrink(keep);
 }
 
-// numpy basic indexing. Each dimension becomes shrink -> flip (negative step) -> for |step| > 1,
-// pad to count * |step| (where the tensor ends first), reshape to (count, |step|) and keep column
-// 0; a final reshape drops integer-indexed axes and inserts the new ones.
-Tensor Tensor::operator[](const std::vector<Index>& index) const {
-  auto fail = [&](const std::string& why) {
-    throw std::invalid_argument(detail::cat("indexing a tensor of shape ", to_string(shape()), ": ", why));
-  };
+namespace {
+[[noreturn]] void index_error(const Tensor& t, const std::string& why) {
+  throw std::invalid_argument(detail::cat("indexing a tensor of shape ", to_string(t.shape()), ": ", why));
+}
+
+// The index with its Ellipsis (or, without one, the end) filled with full slices: one integer or
+// slice per dimension of t, new axes where they were.
+std::vector<Index> expand_ellipsis(const Tensor& t, const std::vector<Index>& index) {
   std::int64_t consuming = 0, ellipses = 0;
   for (const Index& i : index) {
     consuming += std::holds_alternative<std::int64_t>(i) || std::holds_alternative<Slice>(i);
     ellipses += std::holds_alternative<EllipsisT>(i);
   }
-  if (ellipses > 1) fail("an index can only have a single Ellipsis");
-  if (consuming > ndim())
-    fail(detail::cat("too many indices (", std::to_string(consuming), ") for ", std::to_string(ndim()),
-                     " dimensions"));
+  if (ellipses > 1) index_error(t, "an index can only have a single Ellipsis");
+  if (consuming > t.ndim())
+    index_error(t, detail::cat("too many indices (", std::to_string(consuming), ") for ",
+                               std::to_string(t.ndim()), " dimensions"));
+  auto rest = static_cast<std::size_t>(t.ndim() - consuming);
   std::vector<Index> idx;
   for (const Index& i : index) {
     if (!std::holds_alternative<EllipsisT>(i))
       idx.push_back(i);
     else
-      idx.insert(idx.end(), static_cast<std::size_t>(ndim() - consuming), Slice{});
+      idx.insert(idx.end(), rest, Slice{});
   }
-  if (!ellipses) idx.insert(idx.end(), static_cast<std::size_t>(ndim() - consuming), Slice{});
+  if (!ellipses) idx.insert(idx.end(), rest, Slice{});
+  return idx;
+}
 
+// What an integer or a slice takes from dimension d of t: `count` elements from `start`, `step`
+// apart. A slice follows Python's slice.indices: out-of-range bounds clamp, negative ones count
+// from the end.
+struct Taken {
+  std::int64_t start = 0, step = 1, count = 0;
+};
+Taken taken(const Tensor& t, const Index& i, std::size_t d) {
+  std::int64_t n = t.shape()[d];
+  if (const auto* e = std::get_if<std::int64_t>(&i)) {
+    if (*e < -n || *e >= n)
+      index_error(t, detail::cat("index ", std::to_string(*e), " is out of range for dimension ",
+                                 std::to_string(d), " of size ", std::to_string(n)));
+    return {*e < 0 ? *e + n : *e, 1, 1};
+  }
+  const Slice& s = std::get<Slice>(i);
+  std::int64_t step = s.step.value_or(1);
+  if (step == 0) index_error(t, detail::cat("slice step cannot be 0 (dimension ", std::to_string(d), ")"));
+  std::int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n;
+  auto norm = [&](std::optional<std::int64_t> v, std::int64_t dflt) {
+    if (!v) return dflt;
+    std::int64_t x = *v < 0 ? *v + n : *v;
+    return std::clamp(x, lo, hi);
+  };
+  std::int64_t start = norm(s.start, step < 0 ? hi : lo), stop = norm(s.stop, step < 0 ? lo : hi);
+  std::int64_t a = step < 0 ? -step : step, span = step < 0 ? start - stop : stop - start;
+  return {start, step, span > 0 ? (span + a - 1) / a : 0};
+}
+
+// Every steps[k]-th element of axis k of x, from the first, counts[k] of them: pad to
+// count * step (where the tensor ends first), reshape to (count, step) and keep column 0.
+Tensor every_step(const Tensor& x, const Shape& steps, const Shape& counts) {
+  PadArg grow, keep;
+  Shape split;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    std::int64_t a = counts[k] ? steps[k] : 1;
+    grow.push_back({0, counts[k] * a - x.shape()[k]});
+    split.push_back(counts[k]), split.push_back(a);
+    keep.push_back({0, counts[k]}), keep.push_back({0, 1});
+  }
+  return x.pad(grow).reshape(split).shrink(keep);
+}
+}  // namespace
+
+// numpy basic indexing. Each dimension becomes shrink -> flip (negative step) -> for |step| > 1,
+// every_step; a final reshape drops integer-indexed axes and inserts the new ones.
+Tensor Tensor::operator[](const std::vector<Index>& index) const {
   PadArg bounds;                     // the shrink
   std::vector<std::int64_t> flips;   // dimensions walked backwards
   Shape steps, counts, final_shape;  // |step| and element count per dimension
   std::size_t d = 0;
-  for (const Index& i : idx) {
+  for (const Index& i : expand_ellipsis(*this, index)) {
     if (std::holds_alternative<NewAxisT>(i)) {
       final_shape.push_back(1);
       continue;
     }
-    std::int64_t n = shape()[d], start = 0, step = 1, count = 0;
-    if (const auto* e = std::get_if<std::int64_t>(&i)) {
-      if (*e < -n || *e >= n)
-        fail(detail::cat("index ", std::to_string(*e), " is out of range for dimension ", std::to_string(d),
-                         " of size ", std::to_string(n)));
-      start = *e < 0 ? *e + n : *e, count = 1;
-    } else {
-      // Python's slice.indices: out-of-range bounds clamp, negative ones count from the end.
-      const Slice& s = std::get<Slice>(i);
-      step = s.step.value_or(1);
-      if (step == 0) fail(detail::cat("slice step cannot be 0 (dimension ", std::to_string(d), ")"));
-      std::int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n;
-      auto norm = [&](std::optional<std::int64_t> v, std::int64_t dflt) {
-        if (!v) return dflt;
-        std::int64_t x = *v < 0 ? *v + n : *v;
-        return std::clamp(x, lo, hi);
-      };
-      start = norm(s.start, step < 0 ? hi : lo);
-      std::int64_t stop = norm(s.stop, step < 0 ? lo : hi);
-      std::int64_t a = step < 0 ? -step : step, span = step < 0 ? start - stop : stop - start;
-      count = span > 0 ? (span + a - 1) / a : 0;
-      final_shape.push_back(count);
-    }
-    // count * |step| elements from start where the tensor has them, so the pad below is needed
-    // only at its end
-    std::int64_t a = step < 0 ? -step : step, reach = count * a;
+    auto [start, step, count] = taken(*this, i, d);
+    if (std::holds_alternative<Slice>(i)) final_shape.push_back(count);
+    // count * |step| elements from start where the tensor has them, so every_step pads only at
+    // its end
+    std::int64_t a = step < 0 ? -step : step, reach = count * a, n = shape()[d];
     if (count == 0)
       bounds.push_back({0, 0});
     else
@@ -294,17 +323,8 @@ Tensor Tensor::operator[](const std::vector<Index>& index) const {
   }
   Tensor x = shrink(bounds);
   if (!flips.empty()) x = x.flip(Axes(flips));
-  if (std::any_of(steps.begin(), steps.end(), [](std::int64_t a) { return a > 1; })) {
-    PadArg grow, keep;
-    Shape split;
-    for (std::size_t k = 0; k < steps.size(); ++k) {
-      std::int64_t a = counts[k] ? steps[k] : 1;
-      grow.push_back({0, counts[k] * a - x.shape()[k]});
-      split.push_back(counts[k]), split.push_back(a);
-      keep.push_back({0, counts[k]}), keep.push_back({0, 1});
-    }
-    x = x.pad(grow).reshape(split).shrink(keep);
-  }
+  if (std::any_of(steps.begin(), steps.end(), [](std::int64_t a) { return a > 1; }))
+    x = every_step(x, steps, counts);
   return x.reshape(final_shape);
 }
 

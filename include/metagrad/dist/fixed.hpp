@@ -10,18 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "metagrad/detail/dist/fixed.hpp"
 #include "metagrad/dist/comm.hpp"
 #include "metagrad/fixed/tensor.hpp"
-#include "metagrad/shape/view.hpp"
 
 namespace metagrad::dist {
-
-namespace detail {
-template <class T, fixed::index_t... D>
-std::string describe(const fixed::Tensor<T, D...>&) {
-  return metagrad::detail::cat(to_string(fixed::Tensor<T, D...>::shape::dims), " ", dtype_of<T>.name);
-}
-}  // namespace detail
 
 template <class T, fixed::index_t... D>
 void allreduce(fixed::Tensor<T, D...>& t, ReduceOp op = ReduceOp::SUM) {

@@ -2,6 +2,7 @@
 // Movement ops with compile-time arguments: reshape, permute, expand (numpy broadcasting), pad,
 // shrink (slicing), flip, transpose. Each is a Move node; its View is computed in a constant
 // expression, and a bad argument is a compile error naming the op, the shape and the argument.
+#include "metagrad/detail/fixed/movement.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 
 namespace metagrad::fixed {
@@ -43,16 +44,6 @@ auto ExprBase<D>::expand() const {
                              typename E::shape, Args<S...>);
   if constexpr (ok) return detail::broadcast_to<Shape<S...>>(self().expr());
 }
-
-namespace detail {
-template <index_t... P>
-constexpr Pairs pairs() {
-  constexpr index_t v[] = {P..., 0};
-  Pairs r;
-  for (std::size_t i = 0; i + 1 < sizeof...(P); i += 2) r.push_back({v[i], v[i + 1]});
-  return r;
-}
-}  // namespace detail
 
 // pad<before0, after0, before1, after1, ...>(): zeros around each axis.
 template <class D>

@@ -2,24 +2,12 @@
 // The hlops a small CNN or MLP needs beyond elementwise and matmul, composed from static ops (so
 // every evaluator and fixed::grad sees only the core op tags): pooling (pool.hpp), nll_loss and
 // sparse_categorical_crossentropy on integer (or integral float) labels.
+#include "metagrad/detail/fixed/nn.hpp"
 #include "metagrad/fixed/pool.hpp"
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/tensor.hpp"
 
 namespace metagrad::fixed {
-
-namespace detail {
-// 0, 1, ..., C - 1 as a tensor that lives as long as the program: a leaf for one-hot comparisons.
-template <class T, index_t C>
-const Tensor<T, C>& arange() {
-  static const Tensor<T, C> r = [] {
-    Tensor<T, C> t;
-    for (index_t i = 0; i < C; ++i) t[i] = T(i);
-    return t;
-  }();
-  return r;
-}
-}  // namespace detail
 
 // Mean over the labelled positions of -logp[..., label]: logp (..., C) holds log-probabilities,
 // labels (...) the classes, any arithmetic type (compared after a cast to logp's type).

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "metagrad/detail/fixed/shape.hpp"
 #include "metagrad/shape/view.hpp"
 
 namespace metagrad::fixed {
@@ -20,17 +21,6 @@ struct Shape {
   static constexpr index_t size = (index_t{1} * ... * D);
   static constexpr Dims dims{D...};
 };
-
-namespace detail {
-template <Dims D, class = std::make_index_sequence<D.size()>>
-struct shape_of;
-template <Dims D, std::size_t... I>
-struct shape_of<D, std::index_sequence<I...>> {
-  using type = Shape<D[I]...>;
-};
-template <class>
-inline constexpr bool always_false = false;
-}  // namespace detail
 
 // The Shape type of a constexpr Dims value.
 template <Dims D>
@@ -110,62 +100,6 @@ struct cross_entropy {
   static constexpr const char* join = " with labels ";
 };
 }  // namespace err
-
-namespace detail {
-// A shape error's message as a structural value (a template argument g++ prints as a string).
-struct ShapeText {
-  char s[240];
-};
-constexpr void put(ShapeText& t, const char* x, const char* end = nullptr) {
-  std::size_t n = 0;
-  while (t.s[n]) ++n;
-  for (; *x && x != end && n + 1 < sizeof t.s; ++x) t.s[n++] = *x;
-}
-constexpr void put(ShapeText& t, std::int64_t v) {
-  char buf[24] = {}, *p = buf + 22;
-  bool neg = v < 0;
-  std::uint64_t u = neg ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
-  do *p-- = static_cast<char>('0' + u % 10), u /= 10;
-  while (u);
-  if (neg) *p-- = '-';
-  put(t, p + 1);
-}
-template <class S>
-struct printed;
-template <index_t... D>
-struct printed<Shape<D...>> {
-  static constexpr Dims dims{D...};
-};
-template <index_t... A>
-struct printed<Args<A...>> : printed<Shape<>> {
-  static constexpr Dims dims{A...};
-};
-constexpr void put(ShapeText& t, const Dims& d) {
-  put(t, "(");
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    if (i) put(t, ", ");
-    put(t, d[i]);
-  }
-  put(t, d.size() == 1 ? ",)" : ")");
-}
-// msg is "fixed: OP: what is wrong"; the text puts the shapes after OP: "fixed: OP (4, 3) @ (5, 3): ...".
-template <class Op, class... S>
-constexpr ShapeText shape_text(const char* msg) {
-  ShapeText t{};
-  const char* colon = msg;
-  for (int seen = 0; *colon && seen < 2; ++colon)
-    if (*colon == ':' && ++seen == 2) break;
-  put(t, msg, colon);
-  bool first = true;
-  for (const Dims& d : {printed<S>::dims...}) {
-    put(t, first ? " " : Op::join);
-    put(t, d);
-    first = false;
-  }
-  put(t, colon);
-  return t;
-}
-}  // namespace detail
 
 // Named only for a bad shape. g++ prints it whole as the error: `incomplete type
 // 'ShapeError<ShapeText{"fixed: matmul (4, 3) @ (5, 3): the inner dimensions ... differ"}>'`.

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "metagrad/detail/nn/state.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad::nn {
@@ -74,14 +75,6 @@ template <class M>
 concept Model = requires(const M& m) {
   get_state_dict(m, std::string());
 };
-
-namespace detail {
-inline std::string join_key(const std::string& prefix, const std::string& key) {
-  if (prefix.empty()) return key;
-  return key.empty() ? prefix : metagrad::detail::cat(prefix, ".", key);
-}
-void load_state_dict(const StateDict& into, const StateDict& from, bool strict);
-}  // namespace detail
 
 template <HasStateDict M>
 StateDict get_state_dict(const M& m, const std::string& prefix) {

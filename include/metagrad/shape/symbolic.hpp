@@ -12,13 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "metagrad/detail/shape/symbolic.hpp"
+
 namespace metagrad::symbolic {
 
 enum class NodeKind : std::uint8_t { Num, Variable, Mul, Div, Mod, Sum, Lt, And };
-
-namespace detail {
-struct NodeImpl;
-}
 
 class Node {
  public:
@@ -75,17 +73,6 @@ class Node {
 
   std::shared_ptr<const detail::NodeImpl> p_;
 };
-
-namespace detail {
-struct NodeImpl {
-  NodeKind kind;
-  std::int64_t min, max;
-  std::int64_t b = 0;       // Num value; Mul/Div/Mod/Lt constant
-  std::vector<Node> nodes;  // Mul/Div/Mod/Lt: the single child a; Sum/And: the terms
-  std::string name;         // Variable
-  std::string key;          // the rendering, cached: also the identity used to merge like terms
-};
-}  // namespace detail
 
 // The seed's node kinds. Variable and NumNode construct; the others name a kind for Node::is<>.
 struct Variable : Node {

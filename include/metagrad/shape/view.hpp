@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "metagrad/detail/shape/view.hpp"
 #include "metagrad/detail/small_vector.hpp"
 
 namespace metagrad {
@@ -24,42 +25,13 @@ struct Pair {
 using Dims = detail::small_vector<std::int64_t, kMaxDims>;
 using Pairs = detail::small_vector<Pair, kMaxDims>;
 
-namespace detail {
-// Appends every part to one string. Also sidesteps a g++ 12 -O3 false -Wrestrict on `"(" + str`.
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-  std::string out;
-  ((out += parts), ...);
-  return out;
-}
-
-template <class Seq, class F>
-std::string tuple_string(const Seq& seq, F item) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < seq.size(); ++i) {
-    if (i) out += ", ";
-    out += item(seq[i]);
-  }
-  return out + (seq.size() == 1 ? ",)" : ")");
-}
-}  // namespace detail
-
 // Python tuple syntax, as the seed prints: (10, 10), (100,), ((0, 10), (2, 5)).
-inline std::string to_string(const Dims& dims) {
-  return detail::tuple_string(dims, [](std::int64_t d) { return std::to_string(d); });
-}
+inline std::string to_string(const Dims& dims) { return detail::dims_string(dims); }
 inline std::string to_string(const Pairs& pairs) {
   return detail::tuple_string(pairs, [](Pair p) {
     return detail::cat("(", std::to_string(p.first), ", ", std::to_string(p.second), ")");
   });
 }
-
-namespace detail {
-// Not constexpr: only reached on bad input, where constant evaluation must fail.
-[[noreturn]] inline void shape_error(const char* op, const Dims& shape, const std::string& why) {
-  throw std::invalid_argument(cat(op, ": shape ", to_string(shape), " ", why));
-}
-}  // namespace detail
 
 // The element count. Shapes are checked where they enter (check_shape), so this cannot overflow
 // for them; a product past int64 still throws rather than wrap.
@@ -98,14 +70,6 @@ constexpr Dims strides_for_shape(const Dims& shape) {
   }
   return strides;
 }
-
-namespace detail {
-// Not constexpr: only reached on bad input, where constant evaluation must fail.
-[[noreturn]] inline void movement_error(const char* op, const Dims& shape, const std::string& arg,
-                                        const std::string& why) {
-  throw std::invalid_argument(cat(op, " of shape ", to_string(shape), " with ", arg, ": ", why));
-}
-}  // namespace detail
 
 struct View {
   Dims shape, strides;

@@ -1,0 +1,212 @@
+#pragma once
+// Threads for inline evaluation: one process-wide pool of persistent workers, header-only.
+//
+// Size: env THREADS (as the dynamic path) else every core; fixed::set_threads(n) changes it.
+// Dispatch is a function pointer and a void* (no allocation): the caller publishes the job by
+// bumping a generation counter, then every thread, the caller included, claims parts from an
+// atomic counter until none is left (a worker the OS has descheduled leaves its share to the
+// others), and the caller waits only for the parts others claimed, never for a worker that has not
+// woken (on a busy machine that is a scheduler slice). Workers spin a little
+// after a job (the next one of a training step is usually microseconds away), then sleep on the
+// counter (a futex). A call made from inside a part, or while another thread's job runs, runs its
+// parts inline. Parts take their scratch memory from the caller's arena, never their own, so which
+// thread runs which part cannot make a later step allocate.
+//
+// How the kernels split their work (into kPartsPerThread contiguous ranges per thread, so
+// per-element results do not depend on which thread computes them), each above a size threshold:
+//   elementwise (eval.hpp)  the flat range (1-D loops; ranges start on 64-byte boundaries) or the
+//                           outer rows; bitwise the same as one thread.
+//   matmul (gemm.hpp)       rows of C, in whole MR-row strips, each part packing its own A blocks
+//                           after the shared B panel is packed by all; bitwise the same.
+//   reductions (reduce.hpp) along the innermost axis: output rows (W3a); everything into one
+//                           value: one partial per part, combined in part order (W3c: deterministic
+//                           for a thread count, rounded differently from one thread); the innermost
+//                           axis kept: column ranges (W3b), bitwise the same. Other axis sets: one
+//                           thread.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "metagrad/detail/fixed/arena.hpp"
+
+namespace metagrad::fixed::detail {
+
+inline constexpr int kMaxThreads = 64;
+inline constexpr int kPartsPerThread = 4;  // parts per thread where the split is free to choose
+// Below these sizes one thread is faster than waking another: elements written (elementwise) or
+// read (reductions), multiply-adds (matmul).
+inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
+inline constexpr std::int64_t kParallelMacs = std::int64_t{1} << 20;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+class Pool {
+ public:
+  using Fn = void (*)(void* ctx, int part, int parts);
+
+  static Pool& get() {
+    static Pool pool(default_size());
+    return pool;
+  }
+  ~Pool() { stop(); }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  void resize(int n) {
+    std::lock_guard lock(busy_);
+    stop();
+    start(std::clamp(n, 1, kMaxThreads));
+  }
+
+  // fn(ctx, p, parts) once for each p in [0, parts), on whichever thread claims it; with each_thread
+  // (parts == size()), part p on thread p (0: the caller). Returns when all are done.
+  void run(int parts, Fn fn, void* ctx, bool each_thread = false) {
+    if (parts <= 1 || size() == 1 || inside() || !busy_.try_lock()) {
+      for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
+      return;
+    }
+    std::lock_guard lock(busy_, std::adopt_lock);
+    const std::uint64_t g = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
+    Job& j = jobs_[g & 1];
+    j.fn.store(fn, std::memory_order_relaxed), j.ctx.store(ctx, std::memory_order_relaxed);
+    j.parts.store(parts, std::memory_order_relaxed), j.each.store(each_thread, std::memory_order_relaxed);
+    j.done.store(0, std::memory_order_relaxed);
+    state_.store(g << kPartBits, std::memory_order_release);
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
+    inside() = true;
+    if (each_thread)
+      fn(ctx, 0, parts), j.done.fetch_add(1, std::memory_order_release);
+    else
+      claim(g, j);
+    inside() = false;
+    // Only parts already claimed are waited for: a worker the OS has not scheduled yet claims none.
+    for (int spin = 0; j.done.load(std::memory_order_acquire) != parts; ++spin)
+      if (spin < kSpin)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+  }
+
+ private:
+  static constexpr int kSpin = 1 << 14;  // pauses (~0.1-0.5 ms) before a worker sleeps
+  static constexpr int kPartBits = 16;   // state_: job generation << kPartBits | next part
+
+  // A job's description. Jobs alternate between two slots: a slot is rewritten only after the job
+  // that used it two jobs ago finished, so a worker that claimed a part reads a stable one.
+  struct Job {
+    std::atomic<Fn> fn{nullptr};
+    std::atomic<void*> ctx{nullptr};
+    std::atomic<int> parts{0};
+    std::atomic<bool> each{false};
+    alignas(64) std::atomic<int> done{0};
+  };
+
+  explicit Pool(int n) { start(std::clamp(n, 1, kMaxThreads)); }
+  static int default_size() {
+    const char* v = std::getenv("THREADS");
+    long n = v && *v ? std::strtol(v, nullptr, 10) : static_cast<long>(std::thread::hardware_concurrency());
+    return static_cast<int>(std::clamp<long>(n, 1, kMaxThreads));
+  }
+  static bool& inside() {  // this thread is running a part: nested calls run inline
+    thread_local bool in = false;
+    return in;
+  }
+  void start(int n) {
+    stop_.store(false, std::memory_order_relaxed);
+    const std::uint32_t w = wake_.load(std::memory_order_relaxed);  // before any bump they must see
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, w] { work(i, w); });
+  }
+  void stop() {
+    if (workers_.empty()) return;
+    stop_.store(true, std::memory_order_relaxed);
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+  // Claims parts of job g until none is left. The generation in state_ makes a claim by a thread
+  // still looking at an older job fail, so no part runs twice or under the wrong job.
+  void claim(std::uint64_t g, Job& j) {
+    for (std::uint64_t s = state_.load(std::memory_order_acquire);;) {
+      const int p = static_cast<int>(s & ((std::uint64_t{1} << kPartBits) - 1));
+      if (s >> kPartBits != g || p >= j.parts.load(std::memory_order_relaxed)) return;
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), p,
+                                           j.parts.load(std::memory_order_relaxed));
+      j.done.fetch_add(1, std::memory_order_release);
+      s = state_.load(std::memory_order_acquire);
+    }
+  }
+  void work(int index, std::uint32_t seen) {
+    inside() = true;
+    std::uint64_t handled = 0;  // the last each_thread job this thread ran its part of
+    for (;;) {
+      for (int spin = 0; wake_.load(std::memory_order_acquire) == seen; ++spin)
+        if (spin < kSpin)
+          cpu_relax();
+        else
+          wake_.wait(seen, std::memory_order_acquire);
+      seen = wake_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_relaxed)) return;
+      const std::uint64_t g = state_.load(std::memory_order_acquire) >> kPartBits;
+      Job& j = jobs_[g & 1];
+      Arena::Scope scope;
+      if (!j.each.load(std::memory_order_relaxed)) {
+        claim(g, j);
+      } else if (g != handled) {  // an each_thread job cannot finish without this thread's part
+        handled = g;
+        if (index < j.parts.load(std::memory_order_relaxed)) {
+          j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), index,
+                                               j.parts.load(std::memory_order_relaxed));
+          j.done.fetch_add(1, std::memory_order_release);
+        }
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex busy_;  // one job at a time
+  Job jobs_[2];
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<std::uint64_t> state_{0};
+  alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job: what sleeping workers wait on
+};
+
+// f(part, parts) for each part, spread over the threads (the caller among them); with each_thread,
+// f(p, threads()) on every thread p (tests read per-thread state so).
+template <class F>
+void parallel_parts(int parts, F&& f, bool each_thread = false) {
+  using G = std::remove_reference_t<F>;
+  Pool::get().run(
+      parts, [](void* c, int p, int n) { (*static_cast<G*>(c))(p, n); },
+      const_cast<void*>(static_cast<const void*>(&f)), each_thread);
+}
+
+// Parts for n units of work at least `grain` each: kPartsPerThread per thread, fewer when small.
+inline int parts_for(std::int64_t n, std::int64_t grain) {
+  int threads = Pool::get().size();
+  if (threads == 1) return 1;
+  return static_cast<int>(
+      std::min<std::int64_t>(std::int64_t{threads} * kPartsPerThread, n / std::max<std::int64_t>(grain, 1)));
+}
+// f(begin, end) over [0, n) cut into parts_for(n, grain) ranges, each starting at a multiple of
+// `align`; with one range, f(0, n) on the caller.
+template <class F>
+void parallel_for(std::int64_t n, std::int64_t align, std::int64_t grain, F&& f) {
+  int parts = parts_for(n, grain);
+  if (parts <= 1) return f(std::int64_t{0}, n);
+  parallel_parts(parts, [&](int p, int np) {
+    auto cut = [&](int q) { return q == np ? n : n * q / np / align * align; };
+    if (cut(p) < cut(p + 1)) f(cut(p), cut(p + 1));
+  });
+}
+
+}  // namespace metagrad::fixed::detail
