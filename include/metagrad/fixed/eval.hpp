@@ -241,7 +241,7 @@ METAGRAD_INLINE auto get(const BMap<F, A, B, C>& b, const index_t* pos, index_t 
 }
 template <std::size_t R, class U, class C>
 METAGRAD_INLINE U get(const BCast<U, C>& b, const index_t* pos, index_t j) {
-  return static_cast<U>(get<R>(b.c, pos, j));
+  return math::convert<U>(get<R>(b.c, pos, j));
 }
 template <std::size_t R, View M, class T, class C>
 METAGRAD_INLINE T get(const BGuard<M, T, C>& b, const index_t* pos, index_t j) {
