@@ -461,9 +461,10 @@ METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, i
   }
 }
 // The whole loop into out, split across threads when it is big enough (parallel.hpp). In place:
-// the expression reads out, each element at its own position only; the kernel then writes a small
-// buffer per chunk, copied to out after it, so no element is read and written through different
-// pointers (what restrict forbids) and later chunks still read old values.
+// the expression reads out, each element at its own position only, and a row of the loop fits in
+// kChunk; the kernel then writes a small buffer per chunk, copied to out after it, so no element is
+// read and written through different pointers (what restrict forbids) and later chunks still read
+// old values.
 template <Dims I, class B, class T>
 void run_assign(const B& b, T* out, bool in_place) {
   constexpr std::size_t R = I.size();
@@ -471,9 +472,9 @@ void run_assign(const B& b, T* out, bool in_place) {
   constexpr index_t unit = R == 1 ? 1 : I[R - 1];  // elements per position
   auto part = [&](index_t lo, index_t hi) {
     if (!in_place) return assign_range<I>(b, out + lo * unit, lo, hi);
+    // On the stack: a worker thread allocates nothing (a row longer than this never comes here).
     constexpr index_t step = std::max<index_t>(1, kChunk / unit);
-    Arena::Scope scope;
-    T* buf = Arena::local().alloc<T>(static_cast<std::size_t>(step * unit));
+    alignas(kVectorBytes) T buf[kChunk];
     for (index_t c = lo; c < hi; c += step) {
       index_t e = std::min(hi, c + step);
       assign_range<I>(b, buf, c, e);
@@ -514,8 +515,9 @@ void assign(typename E::value_type* out, const E& e) {
   constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
   Ctx ctx{out};
   auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
-  if (!ctx.alias) return run_assign<I>(b, out, ctx.reads_out);
-  T* tmp = Arena::local().alloc<T>(S::size);  // the output is read through another view: no overwrite
+  constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
+  if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
+  T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
   run_assign<I>(b, tmp, false);
   std::copy(tmp, tmp + S::size, out);
 }
