@@ -25,12 +25,10 @@ static_assert(std::is_same_v<decltype(std::declval<A23>().pad<1, 0, 2, 2>())::sh
 static_assert(std::is_same_v<decltype(std::declval<A23>().shrink<0, 1, 1, 3>())::shape, fx::Shape<1, 2>>);
 static_assert(std::is_same_v<decltype(std::declval<A23>() < 1.0f)::value_type, bool>);
 // Broadcasting a (3) against (2, 3) is RESHAPE (1, 3) then EXPAND (2, 3), as on the dynamic path.
-using Bcast = std::tuple_element_t<
-    1, std::remove_cvref_t<decltype((std::declval<A23>() + std::declval<B3>()).children())>>;
+using Bcast = std::remove_cvref_t<decltype(fx::child<1>(std::declval<A23>() + std::declval<B3>()))>;
 static_assert(Bcast::op_type::kind == metagrad::MovementOps::EXPAND);
-static_assert(
-    std::tuple_element_t<0, std::remove_cvref_t<decltype(std::declval<Bcast>().children())>>::op_type::kind ==
-    metagrad::MovementOps::RESHAPE);
+static_assert(std::remove_cvref_t<decltype(fx::child<0>(std::declval<Bcast>()))>::op_type::kind ==
+              metagrad::MovementOps::RESHAPE);
 // A permute's View: strides swapped, computed by the shared View code.
 using P = decltype(std::declval<A23>().permute<1, 0>());
 static_assert(P::op_type::view<fx::Shape<2, 3>> == metagrad::View({3, 2}, {1, 3}));

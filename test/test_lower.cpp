@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 
 #include "metagrad/fixed/grad.hpp"
@@ -77,6 +79,88 @@ TEST_CASE("lower: elementwise ops, broadcasting, scalars, comparisons and where"
     check_lowered(a <= c);
     check_lowered((a != a.flip<1>()).cast<float>() * 3.f + (b > 0.f).cast<float>());
   }
+}
+
+namespace {
+// Values a float -> integer cast must define: NaN, infinities, the limits of every integer type and
+// their neighbours, halves (truncation), and random magnitudes up to 1e30 of either sign.
+template <class T, index_t N>
+fx::Tensor<T, N> cast_inputs(std::mt19937& rng) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> v = {std::nan(""),
+                           inf,
+                           -inf,
+                           0,
+                           -0.0,
+                           0.5,
+                           -0.5,
+                           0.99,
+                           -0.99,
+                           1.5,
+                           -1.5,
+                           2.7,
+                           -2.7,
+                           127,
+                           127.5,
+                           128,
+                           -128,
+                           -128.5,
+                           -129,
+                           255,
+                           255.9,
+                           256,
+                           300.5,
+                           -300.5,
+                           2147483520.0,
+                           2147483647,
+                           2147483648.0,
+                           -2147483648.0,
+                           -2147483904.0,
+                           3e9,
+                           -3e9,
+                           9.2233720368547748e18,
+                           9.223372036854775807e18,
+                           -9.223372036854775808e18,
+                           1e19,
+                           -1e19,
+                           1e30,
+                           -1e30};
+  std::uniform_real_distribution<double> e(-2, 30), u(0, 1);
+  while (v.size() < static_cast<std::size_t>(N))
+    v.push_back((u(rng) < 0.5 ? -1 : 1) * std::pow(10.0, e(rng)));
+  fx::Tensor<T, N> t;
+  for (index_t i = 0; i < N; ++i) t[i] = static_cast<T>(v[static_cast<std::size_t>(i)]);
+  return t;
+}
+// x.cast<U>() evaluated inline equals the same cast on every host device, exactly.
+template <class U, class T, index_t N>
+void check_cast(const fx::Tensor<T, N>& x) {
+  fx::Tensor<U, N> got = x.template cast<U>();
+  for (const std::string& dev : host_devices()) {
+    std::vector<U> want = metagrad::lower(x.template cast<U>(), dev).template to_vector<U>();
+    for (index_t i = 0; i < N; ++i) {
+      INFO(dev << ": " << metagrad::dtype_of<T>.name << " " << x[i] << " as " << metagrad::dtype_of<U>.name);
+      REQUIRE(+got[i] == +want[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+template <class T>
+void check_casts(std::mt19937& rng) {
+  auto x = cast_inputs<T, 256>(rng);
+  check_cast<std::int8_t>(x);
+  check_cast<std::uint8_t>(x);
+  check_cast<std::int32_t>(x);
+  check_cast<std::int64_t>(x);
+  check_cast<bool>(x);
+}
+}  // namespace
+
+// Float -> integer casts saturate to the type's range and give 0 for NaN (static_cast is undefined
+// there): the static path's cast gives each device's result (docs/design-changes.md).
+TEST_CASE("lower: float to integer casts saturate, NaN gives 0, as on every device", "[lower]") {
+  std::mt19937 rng(7);
+  check_casts<float>(rng);
+  check_casts<double>(rng);
 }
 
 TEST_CASE("lower: movement ops of leaves and of expressions", "[lower]") {

@@ -54,12 +54,11 @@ class Lowering {
   // the dynamic graph is a DAG and each is computed once.
   template <class X>
   const Tensor& visit(const X& x) {
-    return visit(x,
-                 std::make_index_sequence<std::tuple_size_v<std::remove_cvref_t<decltype(x.children())>>>{});
+    return visit(x, std::make_index_sequence<boost::mp11::mp_size<typename X::children_types>::value>{});
   }
   template <class X, std::size_t... I>
   const Tensor& visit(const X& x, std::index_sequence<I...>) {
-    const Tensor* kids[] = {&visit(std::get<I>(x.children()))..., nullptr};
+    const Tensor* kids[] = {&visit(fixed::child<I>(x))..., nullptr};
     std::string key = bytes(&node_tag<X>) + payload(x.op);
     for (std::size_t i = 0; i < sizeof...(I); ++i) key += bytes(kids[i]);
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;

@@ -62,6 +62,19 @@ auto operand(const A& a) {
   else
     return a.expr();
 }
+// Operand a as an expression of shape S: a scalar a constant of Like's type and shape, broadcast;
+// an expression of shape S itself. One function per operand (the expression's copy is its pointers).
+template <class S, class Like, class A>
+auto fit(const A& a) {
+  if constexpr (Scalar<A>)
+    return broadcast_to<S>(operand<Like>(a));
+  else if constexpr (!std::is_same_v<typename A::shape, S>)
+    return broadcast_to<S>(a.expr());
+  else if constexpr (is_expr<A>::value)
+    return a;
+  else
+    return a.expr();
+}
 template <class... A>
 using first_operand = boost::mp11::mp_at<boost::mp11::mp_list<A...>,
                                          boost::mp11::mp_find_if<boost::mp11::mp_list<A...>, std::is_class>>;
@@ -91,7 +104,7 @@ auto elementwise(const A&... a) {
   static_assert(same_type, "fixed: elementwise op on different element types: cast<U>() one operand");
   if constexpr (bc.ok && same_type) {
     using S = ShapeOf<bc.shape>;
-    return map<F>(broadcast_to<S>(operand<Like>(a))...);
+    return Expr<op::Map<F>, decltype(fit<S, Like>(a))...>(op::Map<F>{}, fit<S, Like>(a)...);
   } else {  // after the error: a plausible result, so that no second error follows
     using T = typename Like::value_type;
     return constant<std::conditional_t<is_comparison(F), bool, T>, S0>({});

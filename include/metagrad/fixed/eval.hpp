@@ -19,7 +19,6 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <tuple>
 #include <utility>
 
 #include <boost/mp11/algorithm.hpp>
@@ -32,8 +31,10 @@
 
 #if defined(__GNUC__)
 #define METAGRAD_INLINE __attribute__((always_inline)) inline
+#define METAGRAD_NOINLINE __attribute__((noinline))  // one copy of a kernel however many callers
 #else
 #define METAGRAD_INLINE inline
+#define METAGRAD_NOINLINE
 #endif
 
 namespace metagrad::fixed::detail {
@@ -178,7 +179,7 @@ struct BConst {
 };
 template <Fn F, class... C>
 struct BMap {
-  std::tuple<C...> c;
+  Kids<C...> c;
 };
 template <class U, class C>
 struct BCast {
@@ -224,13 +225,23 @@ template <std::size_t R, class T>
 METAGRAD_INLINE T get(const BConst<T>& b, const index_t*, index_t) {
   return b.v;
 }
-template <std::size_t R, Fn F, class... C>
-METAGRAD_INLINE auto get(const BMap<F, C...>& b, const index_t* pos, index_t j) {
-  return std::apply([&](const auto&... c) { return FnTraits<F>::scalar(get<R>(c, pos, j)...); }, b.c);
+// One overload per arity rather than a lambda over the children: fewer instantiations, and
+// nothing between the loop body and the functions for the inliner to see through.
+template <std::size_t R, Fn F, class A>
+METAGRAD_INLINE auto get(const BMap<F, A>& b, const index_t* pos, index_t j) {
+  return FnTraits<F>::scalar(get<R>(b.c.k0, pos, j));
+}
+template <std::size_t R, Fn F, class A, class B>
+METAGRAD_INLINE auto get(const BMap<F, A, B>& b, const index_t* pos, index_t j) {
+  return FnTraits<F>::scalar(get<R>(b.c.k0, pos, j), get<R>(b.c.k1, pos, j));
+}
+template <std::size_t R, Fn F, class A, class B, class C>
+METAGRAD_INLINE auto get(const BMap<F, A, B, C>& b, const index_t* pos, index_t j) {
+  return FnTraits<F>::scalar(get<R>(b.c.k0, pos, j), get<R>(b.c.k1, pos, j), get<R>(b.c.k2, pos, j));
 }
 template <std::size_t R, class U, class C>
 METAGRAD_INLINE U get(const BCast<U, C>& b, const index_t* pos, index_t j) {
-  return static_cast<U>(get<R>(b.c, pos, j));
+  return math::convert<U>(get<R>(b.c, pos, j));
 }
 template <std::size_t R, View M, class T, class C>
 METAGRAD_INLINE T get(const BGuard<M, T, C>& b, const index_t* pos, index_t j) {
@@ -254,14 +265,33 @@ struct Materialise;
 template <class E>
 void assign(typename E::value_type* out, const E& e);
 
-// b masked by the pads in Ops. A function, not a lambda in bind: its view is computed only for
-// the constants and elementwise nodes it wraps, never for a movement node whose view may not exist.
+// b masked by the pads in Ops (for constants and elementwise nodes only: a movement node's view
+// may not exist). Called only below a pad: elsewhere bind returns b itself, one function fewer.
 template <class Ops, class S, class T, class B>
 auto guarded(B b) {
-  if constexpr (has_pad<Ops>)
-    return BGuard<*apply_moves<Ops>(View(S::dims)), T, B>{b};
-  else
-    return b;
+  return BGuard<*apply_moves<Ops>(View(S::dims)), T, B>{b};
+}
+
+template <class Ops, class E>
+auto bind(const E& e, Ctx& ctx);
+// A Map's children bound left to right (braces order the calls), one overload per arity.
+template <class Ops, Fn F, class A>
+auto bind_map(const Expr<op::Map<F>, A>& e, Ctx& ctx) {
+  return BMap<F, decltype(bind<Ops>(e.kids.k0, ctx))>{{bind<Ops>(e.kids.k0, ctx)}};
+}
+template <class Ops, Fn F, class A, class B>
+auto bind_map(const Expr<op::Map<F>, A, B>& e, Ctx& ctx) {
+  using BA = decltype(bind<Ops>(e.kids.k0, ctx));
+  using BB = decltype(bind<Ops>(e.kids.k1, ctx));
+  return BMap<F, BA, BB>{{bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx)}};
+}
+template <class Ops, Fn F, class A, class B, class C>
+auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
+  using BA = decltype(bind<Ops>(e.kids.k0, ctx));
+  using BB = decltype(bind<Ops>(e.kids.k1, ctx));
+  using BC = decltype(bind<Ops>(e.kids.k2, ctx));
+  return BMap<F, BA, BB, BC>{
+      {bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx), bind<Ops>(e.kids.k2, ctx)}};
 }
 
 template <class Ops, class E>
@@ -282,30 +312,31 @@ auto bind(const E& e, Ctx& ctx) {
     }
     return BLeaf<T, v>{p};
   } else if constexpr (kind<E>::constant) {
-    return guarded<Ops, S, T>(BConst<T>{e.op.value});
+    if constexpr (has_pad<Ops>)
+      return guarded<Ops, S, T>(BConst<T>{e.op.value});
+    else
+      return BConst<T>{e.op.value};
   } else if constexpr (kind<E>::map) {
-    return guarded<Ops, S, T>(std::apply(
-        [&](const auto&... c) {
-          return BMap<E::op_type::fn, decltype(bind<Ops>(c, ctx))...>{std::tuple{bind<Ops>(c, ctx)...}};
-        },
-        e.children()));
+    if constexpr (has_pad<Ops>)
+      return guarded<Ops, S, T>(bind_map<Ops>(e, ctx));
+    else
+      return bind_map<Ops>(e, ctx);
   } else if constexpr (kind<E>::cast) {
-    return BCast<T, decltype(bind<Ops>(std::get<0>(e.children()), ctx))>{
-        bind<Ops>(std::get<0>(e.children()), ctx)};
+    return BCast<T, decltype(bind<Ops>(e.kids.k0, ctx))>{bind<Ops>(e.kids.k0, ctx)};
   } else if constexpr (kind<E>::gate) {
-    using C = decltype(bind<Ops>(std::get<0>(e.children()), ctx));
-    return BGate<T, C>{e.op.on, e.op.on ? bind<Ops>(std::get<0>(e.children()), ctx) : C{}};
+    using C = decltype(bind<Ops>(e.kids.k0, ctx));
+    return BGate<T, C>{e.op.on, e.op.on ? bind<Ops>(e.kids.k0, ctx) : C{}};
   } else {
     using C = mp::mp_front<typename E::children_types>;
     using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
     if constexpr (plan<Ops, E>::split) {  // a reshape no view expresses: evaluate C first
       using U = typename C::value_type;
       U* tmp = Arena::local().alloc<U>(C::shape::size);
-      assign(tmp, std::get<0>(e.children()));
+      assign(tmp, e.kids.k0);
       constexpr View v = *apply_moves<Ops2>(View(C::shape::dims));
       return BLeaf<U, v>{tmp};
     } else {
-      return bind<Ops2>(std::get<0>(e.children()), ctx);
+      return bind<Ops2>(e.kids.k0, ctx);
     }
   }
 }
@@ -376,22 +407,33 @@ METAGRAD_INLINE auto vget(const BGate<T, C>& b, index_t j) {
   if (b.on) return vget(b.c, j);
   return simd<T>::splat(T(0));
 }
-template <Fn F, class... C>
-METAGRAD_INLINE auto vget(const BMap<F, C...>& b, index_t j) {
-  return std::apply(
-      [&](const auto&... c) {
-        if constexpr (requires { FnTraits<F>::vec(vget(c, j)...); })
-          return FnTraits<F>::vec(vget(c, j)...);
-        else
-          return FnTraits<F>::scalar(vget(c, j)...);
-      },
-      b.c);
+template <Fn F, class... V>
+METAGRAD_INLINE auto vapply(V... v) {
+  if constexpr (requires { FnTraits<F>::vec(v...); })
+    return FnTraits<F>::vec(v...);
+  else
+    return FnTraits<F>::scalar(v...);
+}
+template <Fn F, class A>
+METAGRAD_INLINE auto vget(const BMap<F, A>& b, index_t j) {
+  return vapply<F>(vget(b.c.k0, j));
+}
+template <Fn F, class A, class B>
+METAGRAD_INLINE auto vget(const BMap<F, A, B>& b, index_t j) {
+  return vapply<F>(vget(b.c.k0, j), vget(b.c.k1, j));
+}
+template <Fn F, class A, class B, class C>
+METAGRAD_INLINE auto vget(const BMap<F, A, B, C>& b, index_t j) {
+  return vapply<F>(vget(b.c.k0, j), vget(b.c.k1, j), vget(b.c.k2, j));
 }
 
-// Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I. Restrict: the destination
-// is not read (the compiler then needs no overlap checks).
-template <Dims I, bool Restrict, class B, class T>
-void run_assign(const B& b, T* out, index_t lo, index_t hi) {
+inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place loop (a buffer in L1)
+
+// Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I, written from dst on (where
+// element or row lo goes). dst is restrict: the expression never reads it (the compiler then needs
+// no overlap checks), and one kernel per expression serves every caller.
+template <Dims I, class B, class T>
+METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, index_t hi) {
   constexpr std::size_t R = I.size();
   constexpr index_t n = I[R - 1];
   if constexpr (R == 1 && vector_form<B>::value) {
@@ -399,47 +441,52 @@ void run_assign(const B& b, T* out, index_t lo, index_t hi) {
     constexpr bool big = n * sizeof(T) >= (std::size_t{32} << 20);  // an L3 of its own: stream it
     if constexpr (vector_math<B>::value || big) {
       index_t body = lo + (hi - lo) / W * W;
-      if (big && reinterpret_cast<std::uintptr_t>(out + lo) % kVectorBytes == 0) {
-        for (index_t j = lo; j < body; j += W) stream(out + j, vget(b, j));
+      if (big && hi - lo > kChunk && reinterpret_cast<std::uintptr_t>(dst) % kVectorBytes == 0) {
+        for (index_t j = lo; j < body; j += W) stream(dst + (j - lo), vget(b, j));
         stream_fence();
       } else {
-        for (index_t j = lo; j < body; j += W) simd<T>::store(out + j, vget(b, j));
+        for (index_t j = lo; j < body; j += W) simd<T>::store(dst + (j - lo), vget(b, j));
       }
-      for (index_t j = body; j < hi; ++j) out[j] = get<1>(b, nullptr, j);
+      for (index_t j = body; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
       return;
     }
   }
   if constexpr (R == 1) {
-    if constexpr (Restrict) {
-      T* __restrict row = out;
-      for (index_t j = lo; j < hi; ++j) row[j] = get<1>(b, nullptr, j);
-    } else {
-      for (index_t j = lo; j < hi; ++j) out[j] = get<1>(b, nullptr, j);
-    }
+    for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
   } else {
     for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
-      if constexpr (Restrict) {
-        T* __restrict row = out + o * n;
-        for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
-      } else {
-        T* row = out + o * n;
-        for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
-      }
+      T* __restrict row = dst + (o - lo) * n;
+      for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
     });
   }
 }
-// The whole loop, split across threads when it is big enough (parallel.hpp).
-template <Dims I, bool Restrict, class B, class T>
-void run_assign(const B& b, T* out) {
+// The whole loop into out, split across threads when it is big enough (parallel.hpp). In place:
+// the expression reads out, each element at its own position only, and a row of the loop fits in
+// kChunk; the kernel then writes a small buffer per chunk, copied to out after it, so no element is
+// read and written through different pointers (what restrict forbids) and later chunks still read
+// old values.
+template <Dims I, class B, class T>
+void run_assign(const B& b, T* out, bool in_place) {
   constexpr std::size_t R = I.size();
   constexpr index_t range = R == 1 ? I[0] : outer_count<I>;
+  constexpr index_t unit = R == 1 ? 1 : I[R - 1];  // elements per position
+  auto part = [&](index_t lo, index_t hi) {
+    if (!in_place) return assign_range<I>(b, out + lo * unit, lo, hi);
+    // On the stack: a worker thread allocates nothing (a row longer than this never comes here).
+    constexpr index_t step = std::max<index_t>(1, kChunk / unit);
+    alignas(kVectorBytes) T buf[kChunk];
+    for (index_t c = lo; c < hi; c += step) {
+      index_t e = std::min(hi, c + step);
+      assign_range<I>(b, buf, c, e);
+      std::copy(buf, buf + (e - c) * unit, out + c * unit);
+    }
+  };
   if constexpr (prod(I) >= kParallelElements) {
     constexpr index_t align = R == 1 ? kVectorBytes / static_cast<index_t>(sizeof(T)) : 1;
     constexpr index_t grain = std::max<index_t>(1, kParallelElements / 2 / (prod(I) / range));
-    parallel_for(range, align, grain,
-                 [&](index_t lo, index_t hi) { run_assign<I, Restrict>(b, out, lo, hi); });
+    parallel_for(range, align, grain, part);
   } else {
-    run_assign<I, Restrict>(b, out, 0, range);
+    part(0, range);
   }
 }
 
@@ -448,8 +495,14 @@ template <class E>
 bool reads(const E& e, const void* p) {
   if constexpr (kind<E>::leaf)
     return e.op.data == p;
+  else if constexpr (E::arity == 0)  // a constant
+    return false;
+  else if constexpr (E::arity == 1)  // no lambda per node type
+    return reads(e.kids.k0, p);
+  else if constexpr (E::arity == 2)
+    return reads(e.kids.k0, p) || reads(e.kids.k1, p);
   else
-    return std::apply([&](const auto&... c) { return (reads(c, p) || ... || false); }, e.children());
+    return reads(e.kids.k0, p) || reads(e.kids.k1, p) || reads(e.kids.k2, p);
 }
 
 template <class E>
@@ -462,10 +515,10 @@ void assign(typename E::value_type* out, const E& e) {
   constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
   Ctx ctx{out};
   auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
-  if (!ctx.reads_out) return run_assign<I, true>(b, out);
-  if (!ctx.alias) return run_assign<I, false>(b, out);
-  T* tmp = Arena::local().alloc<T>(S::size);  // the output is read through another view: no overwrite
-  run_assign<I, true>(b, tmp);
+  constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
+  if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
+  T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
+  run_assign<I>(b, tmp, false);
   std::copy(tmp, tmp + S::size, out);
 }
 

@@ -3,14 +3,17 @@
 // Evaluators (inline loops in eval.hpp; lowering to LazyOp and AOT emission elsewhere) decide how.
 //
 // ---- The node protocol (what evaluators, fixed::grad and lower() rely on) ----
-// Every node is `Expr<Op, Children...>`: an op tag plus its children, held by value. Compile time:
+// Every node is `Expr<Op, Children...>`: an op tag plus 0 to 3 children, held by value. Compile time:
 //   E::op_type         the op tag (below); its template arguments are the op's parameters
 //   E::children_types  boost::mp11::mp_list<Children...>
+//   E::arity           sizeof...(Children), 0 to 3
 //   E::value_type      element type (comparisons give bool)
 //   E::shape           fixed::Shape<D...>: ::dims (a constexpr metagrad::Dims), ::rank, ::size
 // Run time:
 //   e.op               the tag object: a leaf's data pointer or a constant's value, else empty
-//   e.children()       const std::tuple<Children...>&
+//   child<I>(e)        child I (const&); e.kids.apply(f) is f(child 0, child 1, ...)
+//   e.children()       std::tuple<const Children&...>, the same as a tuple (the evaluators use child:
+//                      a std::tuple costs the compiler dozens of instantiations per node type)
 // Op tags, in namespace fixed::op (the dynamic path's mlops, each maps to one Tensor method):
 //   Leaf<T, S>            a fixed::Tensor's storage, row-major: op.data (const T*). No children.
 //   Const<T, S>           op.value broadcast to shape S (scalar operands). No children.
@@ -29,11 +32,14 @@
 // Evaluation (eval.hpp) reads Leaf/Const/Map/Cast/Move element by element; every other tag is
 // materialised whole by its detail::Materialise<Tag> specialisation (Reduce, MatMul, Conv2d).
 // Leaves point at tensors; an Expr must not outlive the tensors it reads (as with Eigen).
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
+#include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
 
 #include "metagrad/fixed/shape.hpp"
@@ -119,6 +125,43 @@ struct Move {
 }  // namespace op
 
 namespace detail {
+// A node's children as plain members, one specialisation per arity (nodes have at most three):
+// an aggregate costs the compiler one class each, where std::tuple costs dozens of traits.
+template <class... C>
+struct Kids {
+  static_assert(sizeof...(C) == 0, "fixed: a node has at most three children");
+  template <class F>
+  constexpr decltype(auto) apply(F&& f) const {
+    return f();
+  }
+};
+template <class A>
+struct Kids<A> {
+  A k0;
+  template <class F>
+  constexpr decltype(auto) apply(F&& f) const {
+    return f(k0);
+  }
+};
+template <class A, class B>
+struct Kids<A, B> {
+  A k0;
+  B k1;
+  template <class F>
+  constexpr decltype(auto) apply(F&& f) const {
+    return f(k0, k1);
+  }
+};
+template <class A, class B, class C>
+struct Kids<A, B, C> {
+  A k0;
+  B k1;
+  C k2;
+  template <class F>
+  constexpr decltype(auto) apply(F&& f) const {
+    return f(k0, k1, k2);
+  }
+};
 template <Dims D, Dims Axes>
 constexpr Dims reduced(const Dims& d = D) {
   Dims r = d;
@@ -139,9 +182,9 @@ struct node<op::Const<T, S>> : node<op::Leaf<T, S>> {};
 template <Fn F, class C0, class... C>
 struct node<op::Map<F>, C0, C...> {
   static_assert(arity(F) == 1 + sizeof...(C), "fixed::Map: wrong number of children");
-  using value_type =
-      std::conditional_t<is_comparison(F), bool,
-                         typename std::tuple_element_t<F == Fn::WHERE, std::tuple<C0, C...>>::value_type>;
+  using value_type = std::conditional_t<
+      is_comparison(F), bool,
+      typename boost::mp11::mp_at_c<boost::mp11::mp_list<C0, C...>, F == Fn::WHERE>::value_type>;
   using shape = typename C0::shape;
 };
 template <class U, class C>
@@ -175,16 +218,30 @@ template <class Op, class... C>
 struct Expr : ExprBase<Expr<Op, C...>> {
   using op_type = Op;
   using children_types = boost::mp11::mp_list<C...>;
+  static constexpr std::size_t arity = sizeof...(C);
   using value_type = typename detail::node<Op, C...>::value_type;
   using shape = typename detail::node<Op, C...>::shape;
 
   [[no_unique_address]] Op op;
-  std::tuple<C...> kids;
+  detail::Kids<C...> kids;
 
-  constexpr explicit Expr(Op o, C... c) : op(o), kids(std::move(c)...) {}
-  constexpr const std::tuple<C...>& children() const { return kids; }
+  constexpr explicit Expr(Op o, const C&... c) : op(o), kids{c...} {}  // copies: pointers and values
+  std::tuple<const C&...> children() const {
+    return kids.apply([](const C&... c) { return std::tuple<const C&...>(c...); });
+  }
   constexpr const Expr& expr() const { return *this; }
 };
+
+// Child I of a node.
+template <std::size_t I, class Op, class... C>
+constexpr const auto& child(const Expr<Op, C...>& e) {
+  if constexpr (I == 0)
+    return e.kids.k0;
+  else if constexpr (I == 1)
+    return e.kids.k1;
+  else
+    return e.kids.k2;
+}
 
 template <class E>
 struct is_expr : std::false_type {};

@@ -51,11 +51,6 @@ using nodes_t = typename preorder<E>::type;
 template <class E>
 inline constexpr std::size_t count = mp::mp_size<nodes_t<E>>::value;
 
-template <class E>
-using is_leaf = std::bool_constant<kind<E>::leaf>;
-template <class E>
-inline constexpr bool has_leaf = mp::mp_any_of<nodes_t<E>, is_leaf>::value;
-
 // Preorder number of child I relative to its parent E.
 template <class E, std::size_t I>
 inline constexpr std::size_t child_offset = []<std::size_t... J>(std::index_sequence<J...>) {
@@ -64,51 +59,34 @@ inline constexpr std::size_t child_offset = []<std::size_t... J>(std::index_sequ
 (std::make_index_sequence<I>{});
 
 template <class E>
-inline constexpr std::size_t arity_of = mp::mp_size<typename E::children_types>::value;
+inline constexpr std::size_t arity_of = E::arity;
 
-// The node numbered Id below e.
-template <std::size_t Id, class E>
-const auto& at(const E& e) {
-  if constexpr (Id == 0) {
-    return e;
-  } else {
-    constexpr std::size_t I = []<std::size_t... J>(std::index_sequence<J...>) {
-      std::size_t i = 0;
-      ((i = child_offset<E, J> <= Id ? J : i), ...);
-      return i;
-    }
-    (std::make_index_sequence<arity_of<E>>{});
-    return at<Id - child_offset<E, I>>(std::get<I>(e.children()));
-  }
+// The preorder number of the first node of type V in Ns (builtin type comparisons, no class
+// templates instantiated).
+template <class V, class... Ns>
+constexpr std::size_t first_of(mp::mp_list<Ns...>) {
+  constexpr bool same[] = {std::is_same_v<Ns, V>...};
+  std::size_t i = 0;
+  while (!same[i]) ++i;
+  return i;
 }
 
-// The parent and the child slot of every node below E (numbered from Id), in preorder.
-template <class E>
-constexpr void link(std::size_t id, std::size_t* parent, std::size_t* slot) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((parent[id + child_offset<E, I>] = id, slot[id + child_offset<E, I>] = I,
-      link<mp::mp_at_c<typename E::children_types, I>>(id + child_offset<E, I>, parent, slot)),
-     ...);
-  }
-  (std::make_index_sequence<arity_of<E>>{});
-}
+// The parent and the child slot of every node of R, in preorder: node id's children follow it,
+// each after the subtree of the one before.
 template <class R>
 struct links {
   struct arrays {
     std::array<std::size_t, count<R>> parent{}, slot{};
   };
-  static constexpr arrays value = [] {
+  static constexpr arrays value = []<std::size_t... I>(std::index_sequence<I...>) {
+    using Ns = nodes_t<R>;
+    const std::size_t size[] = {count<mp::mp_at_c<Ns, I>>...}, arity[] = {arity_of<mp::mp_at_c<Ns, I>>...};
     arrays a;
-    link<R>(0, a.parent.data(), a.slot.data());
+    for (std::size_t id = 0; id < sizeof...(I); ++id)
+      for (std::size_t k = 0, c = id + 1; k < arity[id]; c += size[c], ++k) a.parent[c] = id, a.slot[c] = k;
     return a;
-  }();
-};
-
-template <class E>
-struct height;
-template <class Op, class... C>
-struct height<Expr<Op, C...>> {
-  static constexpr std::size_t value = std::max({std::size_t{0}, (1 + height<C>::value)...});
+  }
+  (std::make_index_sequence<count<R>>{});
 };
 
 // Same type, same leaves and constants: the same value.
@@ -118,11 +96,12 @@ bool equal(const E& a, const E& b) {
     return a.op.data == b.op.data;
   else if constexpr (kind<E>::constant)
     return a.op.value == b.op.value;
+  else if constexpr (arity_of<E> == 1)
+    return equal(a.kids.k0, b.kids.k0);
+  else if constexpr (arity_of<E> == 2)
+    return equal(a.kids.k0, b.kids.k0) && equal(a.kids.k1, b.kids.k1);
   else
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (equal(std::get<I>(a.children()), std::get<I>(b.children())) && ...);
-    }
-  (std::make_index_sequence<arity_of<E>>{});
+    return equal(a.kids.k0, b.kids.k0) && equal(a.kids.k1, b.kids.k1) && equal(a.kids.k2, b.kids.k2);
 }
 
 // Plain reads of a buffer: re-reading them per use costs nothing, so they are never materialised.
@@ -145,14 +124,76 @@ struct Term {
   const void* at;
   bool on;
 };
-template <class Terms>
-void switch_off(Terms& terms) {
-  std::apply([](auto&... t) { ((t.on = false), ...); }, terms);
+
+// The walk's lists of terms: an aggregate of indexed slots, a few instantiations where std::tuple
+// and tuple_cat cost hundreds (their constructors' constraints).
+template <std::size_t I, class T>
+struct Slot {
+  T v;
+};
+template <class Is, class... T>
+struct PackOf;
+template <std::size_t... I, class... T>
+struct PackOf<std::index_sequence<I...>, T...> : Slot<I, T>... {
+  static constexpr std::size_t size = sizeof...(T);
+};
+template <class... T>
+using Pack = PackOf<std::index_sequence_for<T...>, T...>;
+template <std::size_t I, class T>
+constexpr T& slot(Slot<I, T>& s) {
+  return s.v;
 }
-template <class... Tuples>
-auto concat(std::tuple<Tuples...>&& parts) {
-  return std::apply([](auto&&... t) { return std::tuple_cat(std::move(t)...); }, std::move(parts));
+template <std::size_t I, class T>
+constexpr const T& slot(const Slot<I, T>& s) {
+  return s.v;
 }
+template <std::size_t I, class T>
+T slot_type(const Slot<I, T>&);  // declared only: the element type of slot I
+template <std::size_t I, class P>
+using element_t = decltype(slot_type<I>(std::declval<const P&>()));
+
+template <std::size_t... I, class... T>
+void switch_off(PackOf<std::index_sequence<I...>, T...>& terms) {
+  ((slot<I>(terms).on = false), ...);
+}
+template <std::size_t... I, class... T, class U>
+auto append(const PackOf<std::index_sequence<I...>, T...>& p, const U& u) {  // copies: pointers and values
+  return Pack<T..., U>{Slot<I, T>{slot<I>(p)}..., Slot<sizeof...(T), U>{u}};
+}
+// Pack<Pack<a, b>, Pack<>, Pack<c>> as Pack<a, b, c>: where each element comes from, by table.
+template <class... P>
+struct flat_index {
+  static constexpr std::size_t n = (std::size_t{0} + ... + P::size);
+  struct at_t {
+    std::size_t outer[n + 1], inner[n + 1];
+  };
+  static constexpr at_t at = [] {
+    at_t a{};
+    std::size_t k = 0, i = 0;
+    for (std::size_t sz : {std::size_t{0}, P::size...}) {
+      for (std::size_t j = 0; j < sz; ++j) a.outer[k] = i - 1, a.inner[k++] = j;
+      ++i;
+    }
+    return a;
+  }();
+};
+template <class F, class Parts, std::size_t... K>
+auto flatten(const Parts& parts, std::index_sequence<K...>) {
+  return Pack<element_t<F::at.inner[K], element_t<F::at.outer[K], Parts>>...>{
+      {slot<F::at.inner[K]>(slot<F::at.outer[K]>(parts))}...};
+}
+template <std::size_t... I, class... P>
+auto concat(const PackOf<std::index_sequence<I...>, P...>& parts) {
+  using F = flat_index<P...>;
+  return flatten<F>(parts, std::make_index_sequence<F::n>{});
+}
+
+// What the walk returns: the loss and every term.
+template <class T, class Terms>
+struct Run {
+  T loss;
+  Terms terms;
+};
 
 template <class R, class... P>
 class Backward {
@@ -168,58 +209,76 @@ class Backward {
   using is_candidate = std::bool_constant<kind<E>::leaf && mp::mp_contains<param_leaves, E>::value>;
   template <class E>
   static constexpr bool reaches = mp::mp_any_of<nodes_t<E>, is_candidate>::value;
-  // A node is shared when, with equal copies taken as one node, it has two parents (or is two
-  // children of one): the edges into its copies, as (its type, its parent's type, which child),
-  // are not all the same. Its gradients are then summed before it is differentiated, once.
-  template <class Id>
-  using edge = mp::mp_list<node_t<Id::value>, node_t<links<R>::value.parent[Id::value]>,
-                           mp::mp_size_t<links<R>::value.slot[Id::value]>>;
-  using edges = mp::mp_transform<edge, mp::mp_pop_front<mp::mp_iota_c<N>>>;
   template <class E>
-  struct edge_into {
-    template <class Edge>
-    using fn = std::is_same<mp::mp_front<Edge>, E>;
+  static constexpr std::size_t id_of = first_of<E>(Ns{});  // the first node of E's type
+  // The plan as tables over preorder numbers, computed in one constant expression:
+  // - shared: with equal copies taken as one node, it has two parents (or is two children of one):
+  //   the edges into its copies, as (its parent's type, which child), are not all the same. Its
+  //   gradients are then summed before it is differentiated, once;
+  // - stored: shared, or materialised (a reduction or matmul, whose forward value is kept);
+  // - order: the shared nodes, deepest last; equal heights by preorder, so a first copy precedes
+  //   its equals.
+  struct Tables {
+    bool shared[N], stored[N];
+    std::size_t type[N], order[N], n_order, stored_ids[N], n_stored;
   };
+  template <std::size_t... I>
+  static constexpr Tables make_plan(std::index_sequence<I...>) {
+    const auto& L = links<R>::value;
+    Tables t{};
+    const std::size_t type[] = {id_of<node_t<I>>...};
+    const bool leaf[] = {kind<node_t<I>>::leaf...}, mat[] = {materialised<node_t<I>>...},
+               reach[] = {reaches<node_t<I>>...};
+    std::size_t height[N] = {};
+    for (std::size_t j = N; j-- > 1;) height[L.parent[j]] = std::max(height[L.parent[j]], height[j] + 1);
+    for (std::size_t id = 0; id < N; ++id) {
+      t.type[id] = type[id];
+      bool fan_in = false;
+      std::size_t first = 0;  // the first edge into this type
+      for (std::size_t j = 1; j < N; ++j)
+        if (type[j] == type[id]) {
+          if (!first)
+            first = j;
+          else if (type[L.parent[j]] != type[L.parent[first]] || L.slot[j] != L.slot[first])
+            fan_in = true;
+        }
+      t.shared[id] = !leaf[id] && reach[id] && fan_in;
+      t.stored[id] = t.shared[id] || mat[id];
+      if (t.stored[id]) t.stored_ids[t.n_stored++] = id;
+      if (t.shared[id]) {
+        std::size_t k = t.n_order++;
+        for (; k > 0 && height[t.order[k - 1]] < height[id]; --k) t.order[k] = t.order[k - 1];
+        t.order[k] = id;
+      }
+    }
+    return t;
+  }
+  static constexpr Tables plan = make_plan(std::make_index_sequence<N>{});
   template <class E>
-  static constexpr bool fan_in = mp::mp_size<mp::mp_unique<mp::mp_copy_if_q<edges, edge_into<E>>>>::value > 1;
-  template <class E>
-  static constexpr bool shared = !kind<E>::leaf && reaches<E> && fan_in<E>;  // the root has no edge
-  template <class Id>
-  using is_shared = std::bool_constant<shared<node_t<Id::value>>>;
-  template <class Id>
-  using is_stored = std::bool_constant<is_shared<Id>::value || materialised<node_t<Id::value>>>;
-  // Shared subtrees deepest last; equal heights by preorder, so a first copy precedes its equals.
-  template <class A, class B>
-  using before = std::bool_constant<(height<node_t<A::value>>::value > height<node_t<B::value>>::value) ||
-                                    (height<node_t<A::value>>::value == height<node_t<B::value>>::value &&
-                                     A::value < B::value)>;
-  using stored = mp::mp_copy_if<mp::mp_iota_c<N>, is_stored>;
-  using shared_order = mp::mp_sort<mp::mp_copy_if<mp::mp_iota_c<N>, is_shared>, before>;
-  template <std::size_t Id>
-  struct same_as {
-    template <class J>
-    using fn = std::is_same<node_t<J::value>, node_t<Id>>;
-  };
+  static constexpr bool shared = plan.shared[id_of<E>];
+  template <std::size_t... K>
+  static auto order_list(std::index_sequence<K...>) -> mp::mp_list<mp::mp_size_t<plan.order[K]>...>;
+  using shared_order = decltype(order_list(std::make_index_sequence<plan.n_order>{}));
+  template <std::size_t... K>
+  static auto stored_list(std::index_sequence<K...>) -> std::index_sequence<plan.stored_ids[K]...>;
+  using stored = decltype(stored_list(std::make_index_sequence<plan.n_stored>{}));
   using T = typename R::value_type;
 
-  Backward(const R& root, const P&... params) : root_(root), params_(params...) {}
+  Backward(const R& root, const P&... params) : root_(root), params_{params.data()...} {}
 
   // The loss, and every term in the order the walk meets them.
   auto run() {
-    mp::mp_for_each<stored>([&](auto id) {  // equal copies point at the first one
-      constexpr std::size_t Id = decltype(id)::value;
-      rep_[Id] = Id;
-      bool found = false;
-      mp::mp_for_each<mp::mp_copy_if_q<mp::mp_iota_c<Id>, same_as<Id>>>([&](auto j) {
-        if (!found && equal(at<decltype(j)::value>(root_), at<Id>(root_)))
-          rep_[Id] = rep_[decltype(j)::value], found = true;
-      });
-    });
+    locate(root_, 0);
+    [&]<std::size_t... Id>(std::index_sequence<Id...>) {  // equal copies point at the first one
+      (find_rep<node_t<Id>>(Id), ...);
+    }
+    (stored{});
     T loss;
     detail::assign(&loss, cached(root_, 0));
     auto top = back(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}), 0);
-    auto below = concat(expand_shared(std::tuple<>{}, shared_order{}));
-    return std::pair{loss, std::tuple_cat(std::move(top), std::move(below))};
+    auto below = concat(expand_shared(Pack<>{}, shared_order{}));
+    auto all = concat(Pack<decltype(top), decltype(below)>{{top}, {below}});
+    return Run<T, decltype(all)>{loss, all};
   }
 
   // d loss / d parameter K from the terms: the sum of those reaching a leaf that is parameter K,
@@ -232,25 +291,19 @@ class Backward {
     if constexpr (mp::mp_empty<Mine>::value) {
       return Expr<op::Const<T, S>>(op::Const<T, S>{T(0)});
     } else {
-      const void* p = std::get<K>(params_).data();
-      return
-          [&]<class... I>(mp::mp_list<I...>) { return (... + gate(std::get<I::value>(terms), p)); }(Mine{});
+      const void* p = params_[K];
+      return [&]<class... I>(mp::mp_list<I...>) { return (... + gate(slot<I::value>(terms), p)); }(Mine{});
     }
   }
   // The same into a tensor: the counting terms assigned and added, without gates.
   template <std::size_t K, class Terms, class Out>
   void gradient_into(const Terms& terms, Out& out) const {
-    const void* p = std::get<K>(params_).data();
+    const void* p = params_[K];
     bool written = false;
-    mp::mp_for_each<terms_of<K, Terms>>([&](auto i) {
-      const auto& t = std::get<decltype(i)::value>(terms);
-      if (!counts(t, p)) return;
-      if (written)
-        out += t.g;
-      else
-        out = t.g;
-      written = true;
-    });
+    [&]<class... I>(mp::mp_list<I...>) {
+      [[maybe_unused]] constexpr std::size_t first = mp::mp_front<mp::mp_list<I..., mp::mp_size_t<0>>>::value;
+      (add_term<I::value == first>(slot<I::value>(terms), p, out, written), ...);
+    }(terms_of<K, Terms>{});
     if (!written) std::fill(out.begin(), out.end(), T(0));
   }
 
@@ -267,7 +320,7 @@ class Backward {
     auto out() const { return b.cached(e, id); }
     template <std::size_t I>
     auto x() const {
-      return b.cached(std::get<I>(e.children()), id + child_offset<E, I>);
+      return b.cached(fixed::child<I>(e), id + child_offset<E, I>);
     }
   };
 
@@ -293,12 +346,25 @@ class Backward {
   template <std::size_t K, class Terms>
   struct reaching {
     template <class I>
-    using fn =
-        std::is_same<typename std::tuple_element_t<I::value, Terms>::leaf_type, mp::mp_at_c<param_leaves, K>>;
+    using fn = std::is_same<typename element_t<I::value, Terms>::leaf_type, mp::mp_at_c<param_leaves, K>>;
   };
   // The positions of the terms that may reach parameter K (a leaf of its type).
   template <std::size_t K, class Terms>
-  using terms_of = mp::mp_copy_if_q<mp::mp_iota_c<std::tuple_size_v<Terms>>, reaching<K, Terms>>;
+  using terms_of = mp::mp_copy_if_q<mp::mp_iota_c<Terms::size>, reaching<K, Terms>>;
+  // One term into out if it counts: assigned if it is the first to, else added. The first term of
+  // a list only ever assigns, so no adding loop is compiled for it (a parameter read once: none).
+  template <bool First, class Term, class Out>
+  static void add_term(const Term& t, const void* p, Out& out, bool& written) {
+    if (!counts(t, p)) return;
+    if constexpr (!First) {
+      if (written) {
+        out += t.g;
+        return;
+      }
+    }
+    out = t.g;
+    written = true;
+  }
   template <class Term>
   static bool counts(const Term& t, const void* param) {
     return t.on && t.at == param;
@@ -311,8 +377,8 @@ class Backward {
   template <class E>
   auto rebuild(const E& e, std::size_t id) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      using Node = Expr<typename E::op_type, decltype(cached(std::get<I>(e.children()), id))...>;
-      return Node(e.op, cached(std::get<I>(e.children()), id + child_offset<E, I>)...);
+      using Node = Expr<typename E::op_type, decltype(cached(fixed::child<I>(e), id))...>;
+      return Node(e.op, cached(fixed::child<I>(e), id + child_offset<E, I>)...);
     }
     (std::make_index_sequence<arity_of<E>>{});
   }
@@ -328,9 +394,9 @@ class Backward {
   template <class E, class G>
   auto back(const E& e, const G& g, std::size_t id) {
     if constexpr (std::is_same_v<G, none> || !reaches<E>) {
-      return std::tuple<>{};
+      return Pack<>{};
     } else if constexpr (kind<E>::leaf) {
-      return std::tuple<Term<E, G>>{{g, e.op.data, true}};
+      return Pack<Term<E, G>>{{{g, e.op.data, true}}};
     } else {
       static_assert(std::is_same_v<typename G::shape, typename E::shape>,
                     "fixed::grad: a rule gave a gradient of the wrong shape");
@@ -345,7 +411,7 @@ class Backward {
           V* buf = static_cast<V*>(grad_[r]);
           detail::assign(buf, leaf<V, typename E::shape>(buf) + g);
         }
-        return std::tuple<>{};
+        return Pack<>{};
       } else {
         return expand(e, g, id);
       }
@@ -363,19 +429,19 @@ class Backward {
     } else {
       NodeRef<E> n{*this, e, id};
       return [&]<std::size_t... I>(std::index_sequence<I...>) {  // braces: children left to right
-        return concat(std::tuple<decltype(child<I>(n, g))...>{child<I>(n, g)...});
+        return concat(Pack<decltype(child_terms<I>(n, g))...>{{child_terms<I>(n, g)}...});
       }
       (std::make_index_sequence<arity_of<E>>{});
     }
   }
   template <std::size_t I, class E, class G>
-  auto child(const NodeRef<E>& n, const G& g) {
+  auto child_terms(const NodeRef<E>& n, const G& g) {
     using C = mp::mp_at_c<typename E::children_types, I>;
     if constexpr (reaches<C>)
-      return back(std::get<I>(n.e.children()), Vjp<typename E::op_type>::template grad<I>(n, g),
+      return back(fixed::child<I>(n.e), Vjp<typename E::op_type>::template grad<I>(n, g),
                   n.id + child_offset<E, I>);
     else
-      return std::tuple<>{};
+      return Pack<>{};
   }
 
   // Each shared subtree, once its gradient is summed: `done` holds the terms of those before it.
@@ -388,7 +454,7 @@ class Backward {
     constexpr std::size_t I = Id::value;
     using E = node_t<I>;
     using V = typename E::value_type;
-    using Terms = decltype(expand(at<I>(root_), leaf<V, typename E::shape>(nullptr), I));
+    using Terms = decltype(expand(node<I>(), leaf<V, typename E::shape>(nullptr), I));
     std::optional<Terms> mine;
     if (rep_[I] == I) {
       V* g = static_cast<V*>(grad_[I]);
@@ -396,23 +462,48 @@ class Backward {
         g = Arena::local().alloc<V>(E::shape::size);
         std::fill(g, g + E::shape::size, V(0));
       }
-      mine.emplace(expand(at<I>(root_), leaf<V, typename E::shape>(g), I));
+      mine.emplace(expand(node<I>(), leaf<V, typename E::shape>(g), I));
       if (!grad_[I]) switch_off(*mine);
     } else {  // an equal copy: its gradient was summed into the first copy's, which counts it
-      using Pos = mp::mp_iota_c<std::tuple_size_v<Done>>;
+      using Pos = mp::mp_iota_c<Done::size>;
       mp::mp_for_each<Pos>([&](auto k) {
         using J = mp::mp_at_c<shared_order, decltype(k)::value>;
         if constexpr (std::is_same_v<node_t<J::value>, E>)
-          if (rep_[I] == J::value) mine.emplace(std::get<decltype(k)::value>(done));
+          if (rep_[I] == J::value) mine.emplace(slot<decltype(k)::value>(done));
       });
       switch_off(*mine);
     }
-    return expand_shared(std::tuple_cat(std::move(done), std::tuple<Terms>{std::move(*mine)}),
-                         mp::mp_list<Rest...>{});
+    return expand_shared(append(done, *mine), mp::mp_list<Rest...>{});
+  }
+
+  // Where each node is (run time: the tree is held by value); node<Id>() is node Id.
+  template <class E>
+  void locate(const E& e, std::size_t id) {
+    addr_[id] = &e;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (locate(fixed::child<I>(e), id + child_offset<E, I>), ...);
+    }
+    (std::make_index_sequence<arity_of<E>>{});
+  }
+  template <std::size_t Id>
+  const node_t<Id>& node() const {
+    return *static_cast<const node_t<Id>*>(addr_[Id]);
+  }
+  // rep_[id]: the first node equal to node id (of type E).
+  template <class E>
+  void find_rep(std::size_t id) {
+    const E& e = *static_cast<const E*>(addr_[id]);
+    rep_[id] = id;
+    for (std::size_t j = id_of<E>; j < id; ++j)
+      if (plan.type[j] == id_of<E> && equal(*static_cast<const E*>(addr_[j]), e)) {
+        rep_[id] = rep_[j];
+        return;
+      }
   }
 
   const R& root_;
-  std::tuple<const P&...> params_;
+  std::array<const void*, sizeof...(P)> params_;  // the parameters' data: who is who at run time
+  std::array<const void*, N> addr_{};
   std::array<std::size_t, N> rep_{};
   std::array<const void*, N> value_{};  // forward values of reductions and matmuls (by rep_)
   std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
@@ -437,7 +528,7 @@ class Gradients {
   using Result = decltype(std::declval<Plan&>().run());
   template <std::size_t K>
   using Expression = decltype(std::declval<const Plan&>().template gradient<K>(
-      std::declval<const typename Result::second_type&>()));
+      std::declval<const decltype(Result::terms)&>()));
 
  public:
   using value_type = typename E::value_type;
@@ -447,26 +538,26 @@ class Gradients {
   Gradients(const Gradients&) = delete;
   Gradients& operator=(const Gradients&) = delete;
 
-  value_type loss() const { return result_.first; }
+  value_type loss() const { return result_.loss; }
   template <std::size_t K>
   const auto& get() const {
-    return std::get<K>(exprs_);
+    return detail::ad::slot<K>(exprs_);
   }
   // The gradients into tensors of their parameters' types: each one's terms assigned one by one,
   // ungated.
   void into(std::tuple<TensorOf<P>&...> out) const {
     [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (plan_.template gradient_into<K>(result_.second, std::get<K>(out)), ...);
+      (plan_.template gradient_into<K>(result_.terms, std::get<K>(out)), ...);
     }
     (std::index_sequence_for<P...>{});
   }
 
  private:
   template <std::size_t... K>
-  static auto types(std::index_sequence<K...>) -> std::tuple<Expression<K>...>;
+  static auto types(std::index_sequence<K...>) -> detail::ad::Pack<Expression<K>...>;
   template <std::size_t... K>
   auto gradients(std::index_sequence<K...>) const {
-    return decltype(types(std::index_sequence_for<P...>{})){plan_.template gradient<K>(result_.second)...};
+    return decltype(types(std::index_sequence_for<P...>{})){{plan_.template gradient<K>(result_.terms)}...};
   }
 
   detail::Arena::Scope scope_;  // first: everything below allocates in it

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace metagrad::fixed::math {
 
@@ -52,5 +53,24 @@ inline float exp(float x) {
 inline float sigmoid(float x) { return 1.f / (1.f + exp_clamped(clamp_exp(-x))); }
 inline double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 inline double exp(double x) { return std::exp(x); }
+
+// x as a U by the rule every device follows (docs/design-changes.md): a float to an integer
+// truncates toward zero, saturates to U's range and gives 0 for NaN, where static_cast is undefined;
+// a float to bool is x != 0 (NaN is true); every other conversion is static_cast's (integers wrap).
+// The bounds are U's minimum and its maximum + 1, powers of two every float holds exactly.
+template <class U, class X>
+constexpr U convert(X x) {
+  if constexpr (std::is_floating_point_v<X> && std::is_integral_v<U> && !std::is_same_v<U, bool>) {
+    using L = std::numeric_limits<U>;
+    constexpr X lo = X(L::min()), hi = [] {
+      X h = 1;
+      for (int i = 0; i < L::digits; ++i) h *= 2;
+      return h;
+    }();
+    return x != x ? U(0) : x <= lo ? L::min() : x >= hi ? L::max() : static_cast<U>(x);
+  } else {
+    return static_cast<U>(x);
+  }
+}
 
 }  // namespace metagrad::fixed::math

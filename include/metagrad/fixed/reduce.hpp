@@ -75,7 +75,7 @@ struct Materialise<op::Reduce<R, Axes>> {
     constexpr View ov = *out_view.reshape(I);
     std::fill(out, out + S::size, reduce_identity<R, T>());
     Ctx ctx;
-    auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(std::get<0>(e.children()), ctx);
+    auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e.kids.k0, ctx);
     constexpr index_t outer = outer_count<I>;
     constexpr bool par = C::shape::size >= kParallelElements;
     if constexpr (ov.strides[rank - 1] == 0 && n > 1) {  // along the innermost axis: lanes, then one sum
