@@ -2,7 +2,8 @@
 #
 # Layers, lowest first. A file may include metagrad headers of its own layer and of layers below it,
 # never above: codegen and the devices cannot see the lazy graph, the lazy graph cannot see Tensor.
-#   helpers   helpers.hpp, version.hpp, detail/       dtypes, env, small_vector, version macros
+#   helpers   helpers.hpp, version.hpp,               dtypes, env, small_vector, version macros, the
+#             detail/{hlops,small_vector}.hpp         hlops both paths write once
 #   shape     shape/                                  symbolic, View, ShapeTracker
 #   ops       ops.hpp                                 the op vocabulary (enums, Op)
 #   kernels   fixed/{gemm,simd,parallel,arena,cpu,shape}.hpp
@@ -20,16 +21,17 @@
 #                                                     shape, ops, kernels and itself
 #   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
 #   dist      dist/ (runtime/dist/)                   data parallelism over MPI (metagrad::dist)
-# Sources under runtime/ take the layer of what they implement, except runtime/mlops.cpp: the mlops
-# compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports tensor.Function. Every file must
-# be in the table.
+# A detail header (detail/metagrad/detail/X) takes the layer of the public header metagrad/X whose
+# internals it holds. Sources under runtime/ take the layer of what they implement, except
+# runtime/mlops.cpp: the mlops compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports
+# tensor.Function. Every file must be in the table.
 cmake_minimum_required(VERSION 3.20)
 
 set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor dist)
 
 # Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
 set(METAGRAD_LAYER_TABLE
-  "^metagrad/(helpers\\.hpp|version\\.hpp|detail/)=helpers"
+  "^metagrad/(helpers|version|detail/hlops|detail/small_vector)\\.hpp$=helpers"
   "^(metagrad|runtime)/shape/=shape"
   "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
   "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
@@ -49,6 +51,11 @@ set(METAGRAD_LAYER_TABLE
   "^(metagrad|runtime)/dist/=dist")
 
 function(layer_of path out)
+  if(NOT path MATCHES "^metagrad/detail/(hlops|small_vector)\\.hpp$")
+    if(path MATCHES "^metagrad/detail/(.+)$")
+      set(path "metagrad/${CMAKE_MATCH_1}")  # a detail header: its public header's layer
+    endif()
+  endif()
   foreach(entry IN LISTS METAGRAD_LAYER_TABLE)
     string(FIND "${entry}" "=" eq REVERSE)
     string(SUBSTRING "${entry}" 0 ${eq} pattern)
