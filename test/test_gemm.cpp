@@ -132,6 +132,30 @@ TEST_CASE("gemm: deep products (k >> m, n) as dot products, and B read in place"
     }
 }
 
+TEST_CASE("gemm: A rows a multiple of 4 KiB apart (copied to padded rows) over random shapes", "[gemm]") {
+  std::mt19937 g(4096);
+  std::uniform_int_distribution<i64> rows(1, 64), cols(1, 80);
+  for (gemm::Isa isa : isas())
+    for (int t = 0; t < 12; ++t) {
+      Case c = random_case(g, 2);
+      const i64 lda = t % 3 == 2 ? 2048 : 1024;  // 4 or 8 KiB
+      c.m = rows(g), c.n = cols(g), c.k = std::uniform_int_distribution<i64>(1, lda)(g), c.ta = false;
+      c.pad_a = lda - c.k;
+      i64 ldb = (c.tb ? c.k : c.n) + c.pad_b;
+      std::uniform_real_distribution<float> u(-1, 1);
+      c.a.resize(static_cast<std::size_t>(c.off + c.m * lda));
+      c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
+      for (auto& x : c.a) x = u(g);
+      for (auto& x : c.b) x = u(g);
+      c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);
+      gemm::GemmBlocking bk = gemm::default_blocking(isa);
+      if (t % 2) bk.kc = std::uniform_int_distribution<i64>(1, 300)(g), bk.mc = rows(g);
+      gemm::sgemm(c.problem(), bk, isa);
+      check(c, gemm::to_string(isa) + " aliased case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                   " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " lda=" + std::to_string(lda));
+    }
+}
+
 TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {
   std::mt19937 g(7);
   int saved = fixed::threads();

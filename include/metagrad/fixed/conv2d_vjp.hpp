@@ -44,14 +44,14 @@ const typename G::value_type* channels_major(const G& g) {
   }
 }
 
-// The batch's windows as a (Cin*KH*KW x N*OH*OW) matrix, row (ci, i, j), column (b, y, z): im2col
-// in the forward's order, visited a run of output positions at a time, so that each run is read and
-// written along contiguous memory (col2im reads it back the same way). f(at, src, z0, z1, ow): the
-// run of row `at` (ow positions from column `at`) whose positions [z0, z1) read x[src + (z - z0) * S];
-// the others are padding.
+// Images [b0, b1)'s windows as a (Cin*KH*KW x (b1-b0)*OH*OW) matrix, row (ci, i, j), column
+// (b - b0, y, z): im2col in the forward's order, visited a run of output positions at a time, so
+// that each run is read and written along contiguous memory (col2im reads it back the same way).
+// f(at, src, z0, z1, ow): the run of row `at` (ow positions from column `at`) whose positions
+// [z0, z1) read x[src + (z - z0) * S]; the others are padding.
 template <index_t S, index_t P, Dims X, Dims Wt, class F>
-void for_each_window_run(F&& f) {
-  constexpr index_t n = X[0], c = X[1], h = X[2], w = X[3], kh = Wt[2], kw = Wt[3];
+void for_each_window_run(index_t b0, index_t b1, F&& f) {
+  constexpr index_t c = X[1], h = X[2], w = X[3], kh = Wt[2], kw = Wt[3];
   constexpr index_t oh = (h + 2 * P - kh) / S + 1, ow = (w + 2 * P - kw) / S + 1, hw = oh * ow;
   for (index_t ci = 0, tap = 0; ci < c; ++ci)
     for (index_t i = 0; i < kh; ++i)
@@ -59,9 +59,9 @@ void for_each_window_run(F&& f) {
         // positions z whose column z * S + j - P lies inside the image
         const index_t z0 = std::min(ow, std::max<index_t>(0, (P - j + S - 1) / S));
         const index_t z1 = std::max(z0, std::min(ow, (w - 1 + P - j) / S + 1));
-        for (index_t b = 0; b < n; ++b)
+        for (index_t b = b0; b < b1; ++b)
           for (index_t y = 0; y < oh; ++y) {
-            const index_t iy = y * S + i - P, at = tap * n * hw + b * hw + y * ow;
+            const index_t iy = y * S + i - P, at = (tap * (b1 - b0) + b - b0) * hw + y * ow;
             if (iy < 0 || iy >= h)
               f(at, index_t(0), index_t(0), index_t(0), ow);
             else
@@ -82,7 +82,7 @@ struct Materialise<op::Conv2dGradWeight<S, P, KH, KW>> {
     const T* x = contiguous_data(std::get<0>(e.children()));
     const T* g = channels_major(std::get<1>(e.children()));
     T* cols = Arena::local().alloc<T>(k * n * hw);
-    for_each_window_run<S, P, dx, dw>([&](index_t at, index_t src, index_t z0, index_t z1, index_t ow) {
+    for_each_window_run<S, P, dx, dw>(0, n, [&](index_t at, index_t src, index_t z0, index_t z1, index_t ow) {
       T* __restrict to = cols + at;
       std::fill(to, to + z0, T(0));
       for (index_t z = z0; z < z1; ++z) to[z] = x[src + (z - z0) * S];
@@ -93,7 +93,8 @@ struct Materialise<op::Conv2dGradWeight<S, P, KH, KW>> {
 };
 
 // dx = col2im(W^T (Cin*KH*KW x Cout) @ g (Cout x N*OH*OW)): each window's gradient added back to
-// the pixels it read; the padding's share is dropped.
+// the pixels it read; the padding's share is dropped. A few images at a time, so that their windows'
+// gradients (the product's C) are read back from L2 rather than from memory.
 template <index_t S, index_t P, index_t H, index_t W>
 struct Materialise<op::Conv2dGradInput<S, P, H, W>> {
   template <class T, class G, class Wt>
@@ -105,14 +106,19 @@ struct Materialise<op::Conv2dGradInput<S, P, H, W>> {
     Arena::Scope scope;
     const T* g = channels_major(std::get<0>(e.children()));
     const T* wt = contiguous_data(std::get<1>(e.children()));
-    T* cols = Arena::local().alloc<T>(k * n * hw);
-    Gemm<T>::run(k, n * hw, cout, wt, 1, k, g, n * hw, 1, cols, n * hw);
+    const index_t nb = std::clamp<index_t>(host_caches().l2 / 4 / (k * hw * index_t(sizeof(T))), 1, n);
+    T* cols = Arena::local().alloc<T>(k * nb * hw);
     std::fill(out, out + n * chw, T(0));
-    for_each_window_run<S, P, dx, dw>([&](index_t at, index_t src, index_t z0, index_t z1, index_t) {
-      T* __restrict to = out + src;
-      const T* from = cols + at;
-      for (index_t z = z0; z < z1; ++z) to[(z - z0) * S] += from[z];
-    });
+    for (index_t b0 = 0; b0 < n; b0 += nb) {
+      const index_t b1 = std::min(n, b0 + nb);
+      Gemm<T>::run(k, (b1 - b0) * hw, cout, wt, 1, k, g + b0 * hw, n * hw, 1, cols, (b1 - b0) * hw);
+      for_each_window_run<S, P, dx, dw>(b0, b1,
+                                        [&](index_t at, index_t src, index_t z0, index_t z1, index_t) {
+                                          T* __restrict to = out + src;
+                                          const T* from = cols + at;
+                                          for (index_t z = z0; z < z1; ++z) to[(z - z0) * S] += from[z];
+                                        });
+    }
   }
 };
 }  // namespace detail

@@ -157,7 +157,7 @@ struct Gemm {
     // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
     const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
     const int cparts = std::max(1, parts / rparts);
-    const index_t apack = (std::min(MC, rstrips * MR) + MR) * ks,
+    const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                   ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
     T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
     for (index_t jc = 0; jc < n; jc += NC) {
@@ -200,8 +200,11 @@ struct Gemm {
   static void dots(index_t m, index_t n, index_t k, const T* a, index_t ars, const T* b, index_t bcs, T* c,
                    index_t ldc) {
     const index_t bi = (m + DI - 1) / DI, bj = (n + DJ - 1) / DJ;
+    // Blocks run along the longer side: the shorter operand's rows (16 x 4096 of a conv's gradient,
+    // 256 KiB) stay in L2 while the longer one's (150 x 4096, from L3) are read once, not bi times.
+    const bool along_j = m <= n;
     auto block = [&](index_t blk) {
-      const index_t i0 = blk / bj * DI, j0 = blk % bj * DJ;
+      const index_t i0 = (along_j ? blk % bi : blk / bj) * DI, j0 = (along_j ? blk / bi : blk % bj) * DJ;
       const T* ar[DI];
       const T* br[DJ];
       for (int i = 0; i < DI; ++i)
@@ -251,14 +254,22 @@ struct Gemm {
   //
   // A is read in place, its strips unpacked, when its rows are contiguous: the tile's MR row streams
   // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product (5% at 1024).
-  // Only a partial last strip is packed, as its loads would pass A's last row. Rows a multiple of
-  // 4 KiB apart stay packed: in place, a tile's MR rows would share one L1 set.
+  // Rows a multiple of 4 KiB apart would put a tile's MR row streams in one L1 set: the block's rows
+  // are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack).
   static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
                    index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
-    const bool adirect = acs == 1 && (ars * static_cast<index_t>(sizeof(T))) % 4096 != 0;
+    const bool arows = acs == 1, alias = arows && (ars * static_cast<index_t>(sizeof(T))) % 4096 == 0;
+    const index_t lda = alias ? padded_row(kc) : ars;
     for (index_t ic = r0; ic < r1; ic += MC) {
-      index_t mc = std::min(MC, r1 - ic), full = adirect ? mc / MR * MR : 0;
-      if (full < mc) pack<MR>(ap + full * kc, kc, mc - full, a + (ic + full) * ars, acs, ars);
+      const index_t mc = std::min(MC, r1 - ic);
+      const T* ablock = a + ic * ars;
+      if (alias) {
+        for (index_t r = 0; r < mc; ++r)
+          std::memcpy(ap + r * lda, ablock + r * ars, static_cast<std::size_t>(kc) * sizeof(T));
+        ablock = ap;
+      } else if (!arows) {
+        pack<MR>(ap, kc, mc, ablock, acs, ars);
+      }
       for (index_t jr = c0; jr < c1; jr += NR) {
         const T* bj = B.b + jr * kc;
         index_t bs = NR;
@@ -267,19 +278,43 @@ struct Gemm {
         else if (B.direct)
           pack<NR>(edge, kc, B.nc - jr, B.b + jr, B.stride, 1), bj = edge;
         const index_t cols = std::min<index_t>(NR, c1 - jr);
-        for (index_t ir = 0; ir < full; ir += MR) {
-          const T* ai = a + (ic + ir) * ars;
-          T* ci = c + (ic + ir) * ldc + jr;
-          if (cols > W)
-            tile<MR, NV, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, ars);
-          else
-            tile<MR, 1, true>(kc, ai, bj, bs, ci, ldc, MR, cols, acc, ars);
+        T* cj = c + ic * ldc + jr;
+        if (arows) {
+          in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc);
+          continue;
         }
-        for (index_t ir = full; ir < mc; ir += MR)
-          tile(kc, ap + ir * kc, bj, bs, c + (ic + ir) * ldc + jr, ldc, std::min<index_t>(MR, mc - ir), cols,
-               acc);
+        for (index_t ir = 0; ir < mc; ir += MR)
+          tile(kc, ap + ir * kc, bj, bs, cj + ir * ldc, ldc, std::min<index_t>(MR, mc - ir), cols, acc);
       }
     }
+  }
+
+  // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, then
+  // the rest in tiles of MR/2, MR/4, 2 and 1 rows, so that no load passes A's last row and no
+  // short strip is packed (a conv's 16 = 14 + 2 output channels).
+  static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
+                       index_t ldc, index_t cols, bool acc) {
+    auto run = [&]<int R>() {
+      for (; rows >= R; rows -= R, a += R * lda, c += R * ldc)
+        if (cols > W)
+          tile<R, NV, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
+        else
+          tile<R, 1, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
+    };
+    constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
+    run.template operator()<MR>();
+    run.template operator()<R2>();
+    if constexpr (R4 < R2) run.template operator()<R4>();
+    if constexpr (2 < R4) run.template operator()<2>();
+    run.template operator()<1>();
+  }
+
+  // A row copied for the tile: kc rounded up to a cache line, plus one line when that is a multiple
+  // of 4 KiB (the MR rows then fall in different L1 sets).
+  static constexpr index_t padded_row(index_t kc) {
+    constexpr index_t line = 64 / sizeof(T);
+    const index_t r = (kc + line - 1) / line * line;
+    return r * static_cast<index_t>(sizeof(T)) % 4096 == 0 ? r + line : r;
   }
 
   // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. A strip whose
