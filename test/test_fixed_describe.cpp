@@ -15,15 +15,20 @@ using Step = fx::PlanStep;
 
 namespace {
 
-// The arena's high-water mark while e is evaluated into a fresh tensor, on a thread of its own.
+// The arena's high-water mark and the blocks taken from it while e is evaluated into a fresh
+// tensor, on a thread of its own.
+struct Arena {
+  std::size_t peak = 0, blocks = 0;
+};
 template <class E>
-std::size_t observed_peak(const E& e) {
-  std::size_t peak = 0;
+Arena observed(const E& e) {
+  Arena a;
   std::thread([&] {
     fx::TensorOf<E> t = e;
-    peak = fx::detail::Arena::local().capacity();
+    a.peak = fx::detail::Arena::local().capacity();
+    a.blocks = fx::detail::Arena::local().allocations();
   }).join();
-  return peak;
+  return a;
 }
 
 std::size_t lines_with(const fx::FusionPlan& p, Step::Role role, const std::string& text) {
@@ -32,24 +37,34 @@ std::size_t lines_with(const fx::FusionPlan& p, Step::Role role, const std::stri
   return n;
 }
 
+// The plan of e, checked against an evaluation: its arena peak and temporaries equal to the
+// evaluation's, or, where a blocked matmul runs (`gemm`), at most them (packing buffers come on top).
 template <class E>
-fx::FusionPlan exact(const E& e) {
+fx::FusionPlan checked(const E& e, bool gemm) {
   fx::FusionPlan p = fx::fusion_plan(e);
   INFO(p.str());
   REQUIRE(p.modelled);
-  REQUIRE_FALSE(p.packing);
-  REQUIRE(p.arena_bytes == observed_peak(e));
+  REQUIRE(p.packing == gemm);
+  const Arena a = observed(e);
+  std::size_t with_temp = 0;
+  for (const Step& s : p.steps) with_temp += s.temp > 0;
+  REQUIRE(with_temp == p.temporaries);
+  if (gemm) {
+    REQUIRE((p.arena_bytes > 0 && p.arena_bytes <= a.peak));
+    REQUIRE(p.temporaries <= a.blocks);
+  } else {
+    REQUIRE(p.arena_bytes == a.peak);
+    REQUIRE(p.temporaries == a.blocks);
+  }
   return p;
 }
 template <class E>
+fx::FusionPlan exact(const E& e) {
+  return checked(e, false);
+}
+template <class E>
 fx::FusionPlan bounded(const E& e) {
-  fx::FusionPlan p = fx::fusion_plan(e);
-  INFO(p.str());
-  REQUIRE(p.modelled);
-  REQUIRE(p.packing);
-  REQUIRE(p.arena_bytes > 0);
-  REQUIRE(p.arena_bytes <= observed_peak(e));
-  return p;
+  return checked(e, true);
 }
 
 // Reductions, softmax, a reshape no view expresses and pooling (overlapping or not), at one shape.

@@ -40,6 +40,7 @@ struct PlanStep {
 struct FusionPlan {
   std::vector<PlanStep> steps;  // preorder
   std::size_t arena_bytes = 0;  // the arena's high-water mark, packing buffers aside
+  std::size_t temporaries = 0;  // blocks taken from the arena (steps with a temp), packing aside
   bool packing = false;         // a blocked matmul runs, adding its packing buffers
   bool modelled = true;         // false: an op this header does not know (its arena use is not counted)
 
@@ -55,7 +56,7 @@ namespace mp = boost::mp11;
 
 // Child I of a node: the one place this file reads children (the node protocol of expr.hpp).
 template <std::size_t I, class E>
-const auto& child(const E& e) {
+const auto& nth_child(const E& e) {
   return std::get<I>(e.children());
 }
 template <class E>
@@ -220,6 +221,7 @@ class Planner {
   template <class T>
   void alloc(index_t n) {
     used += rounded<T>(n);
+    ++out.temporaries;
     out.arena_bytes = std::max(out.arena_bytes, used);
   }
   void step(int depth, PlanStep::Role role, std::string what, std::size_t temp = 0) {
@@ -263,13 +265,13 @@ class Planner {
       Runs<typename E::op_type>::run(*this, e, depth + 1);
     } else if constexpr (kind<E>::gate) {
       step(depth, e.op.on ? PlanStep::INLINE : PlanStep::SKIPPED, name_of(e));
-      if (e.op.on) bind<Ops>(child<0>(e), depth + 1);
+      if (e.op.on) bind<Ops>(nth_child<0>(e), depth + 1);
     } else if constexpr (kind<E>::move) {
       bind_move<Ops>(e, depth);
     } else {  // a constant, a map or a cast
       step(depth, PlanStep::INLINE, name_of(e) + (kind<E>::cast ? "" : masked));
       mp::mp_for_each<mp::mp_iota_c<arity<E>>>(
-          [&](auto i) { bind<Ops>(child<decltype(i)::value>(e), depth + 1); });
+          [&](auto i) { bind<Ops>(nth_child<decltype(i)::value>(e), depth + 1); });
     }
   }
   template <class Ops, class E>
@@ -277,10 +279,10 @@ class Planner {
     using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
     if constexpr (plan<Ops, E>::split) {  // a reshape no view expresses: its child evaluated first
       step(depth, PlanStep::INLINE, name_of(e) + " (reads a temporary)");
-      assign_temp(child<0>(e), depth + 1, "evaluated for the reshape:");
+      assign_temp(nth_child<0>(e), depth + 1, "evaluated for the reshape:");
     } else {
       step(depth, PlanStep::INLINE, name_of(e));
-      bind<Ops2>(child<0>(e), depth + 1);
+      bind<Ops2>(nth_child<0>(e), depth + 1);
     }
   }
 
@@ -292,7 +294,7 @@ class Planner {
       return strided<E>::view;
     } else if constexpr (permuted<E>::exists) {
       step(depth, PlanStep::INLINE, name_of(e) + " (read through its strides)");
-      assign_temp(child<0>(e), depth + 1, "operand evaluated in its own order:");
+      assign_temp(nth_child<0>(e), depth + 1, "operand evaluated in its own order:");
       return permuted<E>::view;
     } else {
       assign_temp(e, depth, "operand evaluated:");
@@ -330,7 +332,7 @@ class Planner {
   template <class E>
   void in_place(const E& e, int depth) {
     step(depth, PlanStep::IN_PLACE, name_of(e));
-    if constexpr (!kind<E>::leaf) in_place(child<0>(e), depth + 1);
+    if constexpr (!kind<E>::leaf) in_place(nth_child<0>(e), depth + 1);
   }
   std::size_t used = 0;
 };
@@ -355,7 +357,7 @@ struct Runs<op::Reduce<R, Axes>> {  // one loop over the input, bound as reduce.
         in, concat<plan<mp::mp_list<>, C>::count + 1>(plan<mp::mp_list<>, C>::views, Views<1>{out_view}));
     p.step(depth, PlanStep::LOOP,
            metagrad::to_string(in) + " over " + metagrad::to_string(I) + " (reducing)");
-    p.bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(child<0>(e), depth + 1);
+    p.bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(nth_child<0>(e), depth + 1);
   }
 };
 template <>
@@ -363,8 +365,8 @@ struct Runs<op::MatMul> {
   template <class E>
   static void run(Planner& p, const E& e, int depth) {
     Planner::Scope scope{p};
-    p.operand(child<0>(e), depth);
-    p.operand(child<1>(e), depth);
+    p.operand(nth_child<0>(e), depth);
+    p.operand(nth_child<1>(e), depth);
     p.gemm(depth);
   }
 };
@@ -375,8 +377,8 @@ struct Runs<op::Conv2d<S, P>> {
     using W = mp::mp_at_c<typename E::children_types, 1>;
     constexpr Dims dw = W::shape::dims, dout = E::shape::dims;
     Planner::Scope scope{p};
-    p.contiguous(child<0>(e), depth);
-    p.contiguous(child<1>(e), depth);
+    p.contiguous(nth_child<0>(e), depth);
+    p.contiguous(nth_child<1>(e), depth);
     p.scratch<typename E::value_type>(depth, "im2col of one image",
                                       dw[1] * dw[2] * dw[3] * dout[2] * dout[3]);
     p.gemm(depth);
@@ -393,22 +395,27 @@ struct Runs<op::Conv2dGradWeight<S, P, KH, KW>> {
     using X = mp::mp_at_c<typename E::children_types, 0>;
     using G = mp::mp_at_c<typename E::children_types, 1>;
     Planner::Scope scope{p};
-    p.contiguous(child<0>(e), depth);
-    p.channels_major(child<1>(e), depth);
+    p.contiguous(nth_child<0>(e), depth);
+    p.channels_major(nth_child<1>(e), depth);
     p.scratch<typename E::value_type>(depth, "im2col of the batch", window_columns<E, X, G>);
     p.gemm(depth);
   }
 };
 template <index_t S, index_t P, index_t H, index_t W>
-struct Runs<op::Conv2dGradInput<S, P, H, W>> {
+struct Runs<op::Conv2dGradInput<S, P, H, W>> {  // a few images at a time, as many as a quarter of L2 holds
   template <class E>
   static void run(Planner& p, const E& e, int depth) {
+    using T = typename E::value_type;
     using G = mp::mp_at_c<typename E::children_types, 0>;
     using Wt = mp::mp_at_c<typename E::children_types, 1>;
+    constexpr index_t n = E::shape::dims[0], per_image = window_columns<Wt, E, G> / n;
+    const index_t nb = std::clamp<index_t>(host_caches().l2 / 4 / (per_image * index_t(sizeof(T))), 1, n);
     Planner::Scope scope{p};
-    p.channels_major(child<0>(e), depth);
-    p.contiguous(child<1>(e), depth);
-    p.scratch<typename E::value_type>(depth, "columns before col2im", window_columns<Wt, E, G>);
+    p.channels_major(nth_child<0>(e), depth);
+    p.contiguous(nth_child<1>(e), depth);
+    p.scratch<T>(depth,
+                 "columns before col2im, " + std::to_string(nb) + " of " + std::to_string(n) + " images",
+                 per_image * nb);
     p.gemm(depth);
   }
 };
@@ -425,7 +432,8 @@ inline std::string FusionPlan::str() const {
     if (s.temp) out += " [temp " + detail::describe::bytes(s.temp) + "]";
     out += '\n';
   }
-  out += "arena: " + detail::describe::bytes(arena_bytes) + " at peak";
+  out += "arena: " + std::to_string(temporaries) + (temporaries == 1 ? " temporary, " : " temporaries, ") +
+         detail::describe::bytes(arena_bytes) + " at peak";
   if (packing) out += ", plus the matmul's packing buffers";
   if (!modelled) out += ", plus what the unmodelled ops take";
   return out + "\n";
