@@ -17,43 +17,15 @@
 #include <random>
 #include <string>
 
+#include "options.hpp"
+
 using namespace metagrad;
 
 namespace {
 
-struct Options {
-  long epochs = getenv_int("EPOCHS", 1), batch = getenv_int("BS", 64), subset = getenv_int("SUBSET", 30000);
-  double lr = std::strtod(getenv("LR", "0.004").c_str(), nullptr);
-  std::string device = getenv("DEVICE", Device::DEFAULT), data = getenv("DATA", datasets::fashion_mnist_dir);
-};
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      std::string f = detail::cat("--", flag, "=");
-      return a.rfind(f, 0) == 0 ? argv[i] + f.size() : nullptr;
-    };
-    if (const char* v = value("epochs"))
-      o.epochs = std::atol(v);
-    else if (const char* v = value("batch"))
-      o.batch = std::atol(v);
-    else if (const char* v = value("subset"))
-      o.subset = std::atol(v);
-    else if (const char* v = value("lr"))
-      o.lr = std::atof(v);
-    else if (const char* v = value("device"))
-      o.device = Device::canonicalize(v);
-    else if (const char* v = value("data"))
-      o.data = v;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--epochs=N] [--batch=N] [--subset=N] [--lr=X] [--device=NAME] [--data=DIR]\n",
-                   argv[0]);
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
-    }
-  }
+// The command line (examples/options.hpp), checked.
+examples::Options parse(int argc, char** argv) {
+  examples::Options o = examples::parse_options(argc, argv, false);
   if (o.epochs < 1 || o.batch < 1 || o.subset < 1 || !(o.lr > 0)) {
     std::fprintf(stderr, "fashion_mnist: epochs, batch and subset must be positive and lr > 0\n");
     std::exit(2);
@@ -91,7 +63,7 @@ struct Progress {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  Options opt = parse(argc, argv);
+  examples::Options opt = parse(argc, argv);
   Device::get(opt.device);       // a device that is not available says so here
   Device::DEFAULT = opt.device;  // where the layers and batches are created
   datasets::FashionMNIST ds = datasets::load_fashion_mnist(opt.data);

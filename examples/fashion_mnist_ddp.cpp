@@ -18,43 +18,15 @@
 #include <string>
 #include <thread>
 
+#include "options.hpp"
+
 using namespace metagrad;
 
 namespace {
 
-struct Options {
-  long epochs = getenv_int("EPOCHS", 1), batch = getenv_int("BS", 64), subset = getenv_int("SUBSET", 30000);
-  double lr = std::strtod(getenv("LR", "0.004").c_str(), nullptr), min_accuracy = 0;
-  std::string device = getenv("DEVICE", Device::DEFAULT), data = getenv("DATA", datasets::fashion_mnist_dir);
-};
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      std::string f = detail::cat("--", flag, "=");
-      return a.rfind(f, 0) == 0 ? argv[i] + f.size() : nullptr;
-    };
-    if (const char* v = value("epochs"))
-      o.epochs = std::atol(v);
-    else if (const char* v = value("batch"))
-      o.batch = std::atol(v);
-    else if (const char* v = value("subset"))
-      o.subset = std::atol(v);
-    else if (const char* v = value("lr"))
-      o.lr = std::atof(v);
-    else if (const char* v = value("device"))
-      o.device = Device::canonicalize(v);
-    else if (const char* v = value("data"))
-      o.data = v;
-    else if (const char* v = value("min-accuracy"))
-      o.min_accuracy = std::atof(v);
-    else
-      throw std::invalid_argument(
-          "usage: fashion_mnist_ddp [--epochs=N] [--batch=N] [--subset=N] [--lr=X] "
-          "[--device=NAME] [--data=DIR] [--min-accuracy=X]");
-  }
+// The command line (examples/options.hpp), checked.
+examples::Options parse(int argc, char** argv) {
+  examples::Options o = examples::parse_options(argc, argv, true);
   if (o.epochs < 1 || o.batch < dist::world_size() || o.subset < o.batch || !(o.lr > 0))
     throw std::invalid_argument(
         "epochs must be positive, batch at least the number of ranks, subset at least "
@@ -93,7 +65,7 @@ int main(int argc, char** argv) try {
   share_cores();
   dist::init();
   const int rank = dist::rank(), world = dist::world_size();
-  Options opt = parse(argc, argv);
+  examples::Options opt = parse(argc, argv);
   Device::get(opt.device);
   Device::DEFAULT = opt.device;
   datasets::FashionMNIST ds = datasets::load_fashion_mnist(opt.data);

@@ -1,7 +1,8 @@
 #pragma once
 // The static-shape path, all of it: fixed::Tensor<T, Dims...>, expression types and inline evaluation,
-// type-level gradients (fx::grad, fx::grad_into), the CNN ops and pooling, the MLP training step and
-// the thread-pool controls (fx::set_threads). Header-only: link metagrad::headers.
+// type-level gradients (fx::grad, fx::grad_into), the CNN ops and pooling, the MLP training step, the
+// thread-pool controls (fx::set_threads) and fx::describe (an expression's fusion plan). Header-only:
+// link metagrad::headers.
 // First the headers a shape error points into: the compiler's include chain above it is then short.
 #include "metagrad/fixed/shape.hpp"
 
@@ -13,6 +14,9 @@
 #include "metagrad/fixed/matmul.hpp"
 
 #include "metagrad/fixed/conv2d.hpp"
+#include "metagrad/fixed/pool.hpp"
+
+#include "metagrad/fixed/describe.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/expr.hpp"

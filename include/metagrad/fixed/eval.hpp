@@ -24,7 +24,7 @@
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
 
-#include "metagrad/fixed/arena.hpp"
+#include "metagrad/detail/fixed/arena.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/simd.hpp"

@@ -8,7 +8,7 @@
 #include <array>
 #include <cstring>
 
-#include "metagrad/fixed/arena.hpp"
+#include "metagrad/detail/fixed/arena.hpp"
 #include "metagrad/fixed/cpu.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/shape.hpp"

@@ -2,129 +2,40 @@
 // max_pool2d and avg_pool2d over the last two axes with any compile-time window and stride, as the
 // dynamic path's (windows that do not fit at the end are dropped; no padding or dilation there).
 // The windows are tinygrad's _pool: a view of the input built from movement ops, then a max or
-// mean over its last two axes, so every evaluator and fixed::grad see only core op tags.
-#include <algorithm>
-#include <initializer_list>
+// mean over its last two axes, so every evaluator and fixed::grad see only core op tags
+// (detail/metagrad/detail/fixed/pool.hpp).
+#include "metagrad/detail/fixed/pool.hpp"
 
-#include "metagrad/fixed/movement.hpp"
-#include "metagrad/fixed/reduce.hpp"
+// The message of a pooling op's shape check. The check is in each op's own body, so that the
+// error's context is short; after it the op returns zeros of a plausible shape (pool_fallback), so
+// that the one error is all the user sees.
+#define METAGRAD_FIXED_POOL_MESSAGE                                                                  \
+  "fixed: pool: max_pool2d / avg_pool2d<KH, KW, SH, SW> on (..., H, W): the window must fit in (H, " \
+  "W), and window and stride must be positive"
 
 namespace metagrad::fixed {
-
-namespace detail {
-// A movement op on e, or e itself where the op changes nothing.
-template <MovementOps M, auto Arg, class E>
-auto moved(const E& e) {
-  constexpr bool noop = [] {
-    constexpr Dims d = E::shape::dims;
-    if constexpr (M == MovementOps::RESHAPE || M == MovementOps::EXPAND)
-      return Arg == d;
-    else if constexpr (M == MovementOps::PERMUTE || M == MovementOps::SHRINK || M == MovementOps::PAD) {
-      for (std::size_t i = 0; i < d.size(); ++i) {
-        if constexpr (M == MovementOps::PERMUTE) {
-          if (Arg[i] != static_cast<index_t>(i)) return false;
-        } else if constexpr (M == MovementOps::SHRINK) {
-          if (Arg[i].first != 0 || Arg[i].second != d[i]) return false;
-        } else if (Arg[i].first != 0 || Arg[i].second != 0) {
-          return false;
-        }
-      }
-      return true;
-    } else {
-      return false;
-    }
-  }();
-  if constexpr (noop)
-    return e;
-  else
-    return move<E, M, Arg>(e);
-}
-
-// The movement ops that turn (..., H, W) into (..., OH, OW, KH, KW) windows.
-template <class S, index_t KH, index_t KW, index_t SH, index_t SW>
-struct Windows {
-  static constexpr std::size_t np = S::rank - 2;  // the axes in front of H and W
-  static constexpr index_t in[2] = {S::dims[np], S::dims[np + 1]}, k[2] = {KH, KW}, s[2] = {SH, SW};
-  // Overlapping windows come from a repeated input; otherwise a strided reshape of it suffices.
-  static constexpr bool overlap = KH > SH || KW > SW;
-  static constexpr index_t out(std::size_t j) {
-    return overlap ? (in[j] - k[j]) / s[j] + 1 : (in[j] + s[j] - k[j]) / s[j];
-  }
-  static constexpr index_t o[2] = {out(0), out(1)};
-  static constexpr index_t e[2] = {(k[0] * (in[0] + 1) + in[0] - 1) / in[0],  // repeats: no padding needed
-                                   (k[1] * (in[1] + 1) + in[1] - 1) / in[1]};
-  // The prefix axes, then h's sizes, then w's.
-  static constexpr Dims dims(const Dims& h, const Dims& w) {
-    Dims d;
-    for (std::size_t i = 0; i < np; ++i) d.push_back(S::dims[i]);
-    for (index_t x : h) d.push_back(x);
-    for (index_t x : w) d.push_back(x);
-    return d;
-  }
-  // Whole prefix axes, then [0, end) on each of the others.
-  static constexpr Pairs firsts(const Dims& ends) {
-    Pairs p;
-    for (std::size_t i = 0; i < np; ++i) p.push_back({0, S::dims[i]});
-    for (index_t x : ends) p.push_back({0, x});
-    return p;
-  }
-  static constexpr Dims order(std::initializer_list<index_t> last) {
-    Dims d;
-    for (std::size_t i = 0; i < np; ++i) d.push_back(static_cast<index_t>(i));
-    for (index_t x : last) d.push_back(static_cast<index_t>(np) + x);
-    return d;
-  }
-
-  template <class E>
-  static auto apply(const E& x) {
-    using M = MovementOps;
-    if constexpr (overlap) {  // rows of length in + 1 of a repeated input start one further along
-      auto up = moved<M::RESHAPE, dims({e[0] * in[0]}, {e[1] * in[1]})>(
-          moved<M::EXPAND, dims({e[0], in[0]}, {e[1], in[1]})>(
-              moved<M::RESHAPE, dims({1, in[0]}, {1, in[1]})>(x)));
-      auto rows = moved<M::RESHAPE, dims({k[0], in[0] + 1}, {k[1], in[1] + 1})>(
-          moved<M::SHRINK, firsts({k[0] * (in[0] + 1), k[1] * (in[1] + 1)})>(up));
-      auto strided = moved<M::RESHAPE, dims({k[0], o[0], s[0]}, {k[1], o[1], s[1]})>(
-          moved<M::SHRINK, firsts({k[0], o[0] * s[0], k[1], o[1] * s[1]})>(rows));
-      return moved<M::PERMUTE, order({1, 3, 0, 2})>(moved<M::RESHAPE, dims({k[0], o[0]}, {k[1], o[1]})>(
-          moved<M::SHRINK, firsts({k[0], o[0], 1, k[1], o[1], 1})>(strided)));
-    } else {  // fit (..., OH * SH, OW * SW), padding the end that no window reads, keep KxK of each SxS
-      constexpr Pairs grow = [] {
-        Pairs p = firsts({});
-        for (auto& pr : p) pr.second = 0;
-        for (std::size_t j = 0; j < 2; ++j) p.push_back({0, std::max<index_t>(0, o[j] * s[j] - in[j])});
-        return p;
-      }();
-      auto fit = moved<M::SHRINK, firsts({o[0] * s[0], o[1] * s[1]})>(moved<M::PAD, grow>(x));
-      return moved<M::PERMUTE, order({0, 2, 1, 3})>(moved<M::SHRINK, firsts({o[0], k[0], o[1], k[1]})>(
-          moved<M::RESHAPE, dims({o[0], s[0]}, {o[1], s[1]})>(fit)));
-    }
-  }
-};
-
-template <index_t KH, index_t KW, index_t SH, index_t SW, Operand X>
-auto windows(const X& x) {
-  using S = typename expr_t<X>::shape;
-  constexpr bool ok = S::rank >= 2 && KH > 0 && KW > 0 && SH > 0 && SW > 0 && S::dims[S::rank - 2] >= KH &&
-                      S::dims[S::rank - 1] >= KW;
-  METAGRAD_FIXED_SHAPE_CHECK(
-      ok,
-      "fixed: pool: max_pool2d / avg_pool2d<KH, KW, SH, SW> on (..., H, W): the window must fit in "
-      "(H, W), and window and stride must be positive",
-      err::pool, S, Args<KH, KW, SH, SW>);
-  if constexpr (ok) return Windows<S, KH, KW, SH, SW>::apply(x.expr());
-}
-}  // namespace detail
 
 // (..., H, W) -> (..., (H - KH) / SH + 1, (W - KW) / SW + 1): the max (or mean) of each KH x KW
 // window, windows SH and SW apart; they overlap when the window is larger than the stride.
 template <index_t KH, index_t KW, index_t SH, index_t SW, Operand X>
 auto max_pool2d(const X& x) {
-  return detail::windows<KH, KW, SH, SW>(x).template max<-2, -1>();
+  using S = typename expr_t<X>::shape;
+  constexpr bool ok = detail::pool_fits<S, KH, KW, SH, SW>;
+  METAGRAD_FIXED_SHAPE_CHECK(ok, METAGRAD_FIXED_POOL_MESSAGE, err::pool, S, Args<KH, KW, SH, SW>);
+  if constexpr (ok)
+    return detail::Windows<S, KH, KW, SH, SW>::apply(x.expr()).template max<-2, -1>();
+  else
+    return detail::pool_fallback<X, KH, KW, SH, SW>();
 }
 template <index_t KH, index_t KW, index_t SH, index_t SW, Operand X>
 auto avg_pool2d(const X& x) {
-  return detail::windows<KH, KW, SH, SW>(x).template mean<-2, -1>();
+  using S = typename expr_t<X>::shape;
+  constexpr bool ok = detail::pool_fits<S, KH, KW, SH, SW>;
+  METAGRAD_FIXED_SHAPE_CHECK(ok, METAGRAD_FIXED_POOL_MESSAGE, err::pool, S, Args<KH, KW, SH, SW>);
+  if constexpr (ok)
+    return detail::Windows<S, KH, KW, SH, SW>::apply(x.expr()).template mean<-2, -1>();
+  else
+    return detail::pool_fallback<X, KH, KW, SH, SW>();
 }
 // A K x K window, stride S (by default K: windows side by side).
 template <index_t K, index_t S = K, Operand X>
@@ -137,3 +48,5 @@ auto avg_pool2d(const X& x) {
 }
 
 }  // namespace metagrad::fixed
+
+#undef METAGRAD_FIXED_POOL_MESSAGE

@@ -27,6 +27,7 @@ class Arena {
     std::size_t bytes = (n * sizeof(T) + kAlign - 1) / kAlign * kAlign;
     std::size_t at = used_;
     used_ += bytes;
+    ++allocations_;
     if (used_ > high_) high_ = used_;
     if (used_ <= cap_) return reinterpret_cast<T*>(block_ + at);
     // Overflow: its own block, linked through a header of kAlign bytes.
@@ -36,6 +37,7 @@ class Arena {
     return reinterpret_cast<T*>(chunk + kAlign);
   }
   std::size_t capacity() const { return cap_; }
+  std::size_t allocations() const { return allocations_; }  // blocks taken so far (fixed::describe's test)
 
   class Scope {
    public:
@@ -74,7 +76,7 @@ class Arena {
 
   char* block_ = nullptr;
   char* overflow_ = nullptr;
-  std::size_t cap_ = 0, used_ = 0, high_ = 0;
+  std::size_t cap_ = 0, used_ = 0, high_ = 0, allocations_ = 0;
   int depth_ = 0;
 };
 
