@@ -57,10 +57,10 @@ namespace mp = boost::mp11;
 // Child I of a node: the one place this file reads children (the node protocol of expr.hpp).
 template <std::size_t I, class E>
 const auto& nth_child(const E& e) {
-  return std::get<I>(e.children());
+  return fixed::child<I>(e);
 }
 template <class E>
-inline constexpr std::size_t arity = mp::mp_size<typename E::children_types>::value;
+inline constexpr std::size_t arity = E::arity;
 
 inline std::string bytes(std::size_t b) {
   std::ostringstream s;
