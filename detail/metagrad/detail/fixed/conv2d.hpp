@@ -71,8 +71,8 @@ struct Materialise<op::Conv2d<S, P>> {
     constexpr index_t n = dx[0], chw = dx[1] * dx[2] * dx[3], cout = dw[0];
     constexpr index_t k = dw[1] * dw[2] * dw[3], hw = dout[2] * dout[3];
     Arena::Scope scope;
-    const T* x = contiguous_data(std::get<0>(e.children()));
-    const T* wt = contiguous_data(std::get<1>(e.children()));
+    const T* x = contiguous_data(fixed::child<0>(e));
+    const T* wt = contiguous_data(fixed::child<1>(e));
     T* cols = Arena::local().alloc<T>(k * hw);  // row: tap, column: output position
     for (index_t b = 0; b < n; ++b) {
       const T* img = x + b * chw;

@@ -75,8 +75,8 @@ struct Materialise<op::Conv2dGradWeight<S, P, KH, KW>> {
     constexpr index_t n = dx[0], cout = dw[0], k = dw[1] * KH * KW;
     constexpr index_t hw = G::shape::dims[2] * G::shape::dims[3];
     Arena::Scope scope;
-    const T* x = contiguous_data(std::get<0>(e.children()));
-    const T* g = channels_major(std::get<1>(e.children()));
+    const T* x = contiguous_data(fixed::child<0>(e));
+    const T* g = channels_major(fixed::child<1>(e));
     T* cols = Arena::local().alloc<T>(k * n * hw);
     for_each_window_run<S, P, dx, dw>(0, n, [&](index_t at, index_t src, index_t z0, index_t z1, index_t ow) {
       T* __restrict to = cols + at;
@@ -100,8 +100,8 @@ struct Materialise<op::Conv2dGradInput<S, P, H, W>> {
     constexpr index_t hw = G::shape::dims[2] * G::shape::dims[3];
     static_assert(dx[2] == H && dx[3] == W);
     Arena::Scope scope;
-    const T* g = channels_major(std::get<0>(e.children()));
-    const T* wt = contiguous_data(std::get<1>(e.children()));
+    const T* g = channels_major(fixed::child<0>(e));
+    const T* wt = contiguous_data(fixed::child<1>(e));
     const index_t nb = std::clamp<index_t>(host_caches().l2 / 4 / (k * hw * index_t(sizeof(T))), 1, n);
     T* cols = Arena::local().alloc<T>(k * nb * hw);
     std::fill(out, out + n * chw, T(0));

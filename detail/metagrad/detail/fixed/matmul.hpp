@@ -39,7 +39,7 @@ requires(strided<C>::exists) struct strided<Expr<op::Move<M, Arg>, C>> {
   static constexpr std::optional<View> v = op::Move<M, Arg>::apply(strided<C>::view);
   static constexpr bool exists = v.has_value() && v->mask.empty();
   static constexpr View view = v ? *v : View(Dims{});
-  static auto data(const Expr<op::Move<M, Arg>, C>& e) { return strided<C>::data(std::get<0>(e.children())); }
+  static auto data(const Expr<op::Move<M, Arg>, C>& e) { return strided<C>::data(fixed::child<0>(e)); }
 };
 
 // A permuted expression (a gradient's h.transpose()): evaluated in its own row-major order, then
@@ -61,9 +61,9 @@ std::pair<const typename E::value_type*, View> operand_data(const E& e) {
   if constexpr (strided<E>::exists)
     return {strided<E>::data(e), strided<E>::view};
   else if constexpr (permuted<E>::exists) {
-    using C = std::remove_cvref_t<decltype(std::get<0>(e.children()))>;
+    using C = std::remove_cvref_t<decltype(fixed::child<0>(e))>;
     auto* tmp = Arena::local().alloc<typename C::value_type>(C::shape::size);
-    assign(tmp, std::get<0>(e.children()));
+    assign(tmp, fixed::child<0>(e));
     return {tmp, permuted<E>::view};
   } else {
     auto* tmp = Arena::local().alloc<typename E::value_type>(E::shape::size);
@@ -85,8 +85,8 @@ struct Materialise<op::MatMul> {
       return p;
     }();
     Arena::Scope scope;
-    auto [pa, va] = operand_data(std::get<0>(e.children()));
-    auto [pb, vb] = operand_data(std::get<1>(e.children()));
+    auto [pa, va] = operand_data(fixed::child<0>(e));
+    auto [pb, vb] = operand_data(fixed::child<1>(e));
     for (index_t bi = 0; bi < batch; ++bi) {
       index_t oa = va.offset, ob = vb.offset;
       for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
