@@ -341,8 +341,8 @@ void Capture::emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<Ra
 void Capture::emit_gemm(const GemmProgram& gp, const std::vector<std::shared_ptr<RawBuffer>>& bufs,
                         std::map<std::string, Arena>& arenas) {
   const codegen::GemmPlan& p = gp.plan();
-  GemmExtent& ext = g.gemm.emplace(g.gemm.value_or(GemmExtent{}));
-  ext = {std::max(ext.m, p.m), std::max(ext.n, p.n), std::max(ext.k, p.k)};
+  const GemmExtent was = g.gemm.value_or(GemmExtent{});
+  g.gemm = GemmExtent{std::max(was.m, p.m), std::max(was.n, p.n), std::max(was.k, p.k)};
   auto num = [](std::int64_t v) { return detail::cat(std::to_string(v), "LL"); };
   std::string c = home.at(bufs[0].get()), scratch;
   std::size_t c_off = 0;

@@ -364,12 +364,7 @@ struct Gemm {
     for (index_t s = 0; s < count; s += Width, dst += Width * kc) {
       index_t w_end = std::min<index_t>(Width, count - s);
       const T* from = src + s * across;
-      if (across == 1 && w_end == Width) {
-        for (index_t p = 0; p < kc; ++p)
-          for (int w = 0; w < Width; ++w) dst[p * Width + w] = from[p * step + w];
-        continue;
-      }
-      if (across == 1) {  // a partial strip of contiguous rows (n = 25): still row by row
+      if (across == 1) {  // the partial last strip of contiguous rows (n = 25): still row by row
         for (index_t p = 0; p < kc; ++p) {
           for (index_t w = 0; w < w_end; ++w) dst[p * Width + w] = from[p * step + w];
           for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
