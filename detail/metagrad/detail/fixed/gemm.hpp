@@ -48,6 +48,11 @@ struct Gemm {
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
       __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
+    // In place, row r is read at a5[r / 5] + (r % 5) * lda + k: three bases, each row an index
+    // register times 1 or a scale of 4 bytes. Fourteen separate row pointers do not fit x86's 16
+    // registers, and g++ reloaded the spilled ones from the stack on every k (64 x 64: +3-5%).
+    static_assert(Rows <= 15, "Gemm::tile: three row bases of five rows each");
+    const T* a5[3] = {a, a + 5 * lda, a + 10 * lda};
     for (index_t k = 0; k < kc; ++k, a += astep, b += bs) {
       V bv[Nv];
 #pragma GCC unroll 4
@@ -59,7 +64,7 @@ struct Gemm {
 #endif
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
-        V av = simd<T>::broadcast(a + r * arow);
+        V av = simd<T>::broadcast(InPlaceA ? a5[r / 5] + k + (r % 5) * lda : a + r * arow);
 #pragma GCC unroll 4
         for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
       }
