@@ -55,7 +55,7 @@ set(METAGRAD_LAYER_TABLE
   "^(metagrad|runtime)/dist/=dist")
 
 set(DETAIL_NOT_YET_MOVED
-  expr eval grad vjp elementwise functions tensor reduce math simd pool gemm describe)
+  eval grad vjp tensor reduce gemm describe)
 list(TRANSFORM DETAIL_NOT_YET_MOVED PREPEND "metagrad/fixed/")
 list(TRANSFORM DETAIL_NOT_YET_MOVED APPEND ".hpp")
 

@@ -6,7 +6,7 @@
 // First the headers a shape error points into: the compiler's include chain above it is then short.
 #include "metagrad/fixed/shape.hpp"
 
-#include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/detail/fixed/elementwise.hpp"
 
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/tensor.hpp"

@@ -25,9 +25,9 @@
 #include <boost/mp11/list.hpp>
 
 #include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/fixed/simd.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/parallel.hpp"
-#include "metagrad/fixed/simd.hpp"
 
 #if defined(__GNUC__)
 #define METAGRAD_INLINE __attribute__((always_inline)) inline
