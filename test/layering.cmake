@@ -55,7 +55,7 @@ set(METAGRAD_LAYER_TABLE
   "^(metagrad|runtime)/dist/=dist")
 
 set(DETAIL_NOT_YET_MOVED
-  eval grad vjp tensor reduce gemm describe)
+  gemm)
 list(TRANSFORM DETAIL_NOT_YET_MOVED PREPEND "metagrad/fixed/")
 list(TRANSFORM DETAIL_NOT_YET_MOVED APPEND ".hpp")
 
