@@ -3,6 +3,7 @@
 #include "metagrad/lazy.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 #include <utility>
 
@@ -42,7 +43,9 @@ void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after) {
 
 LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<GraphOp> op_,
                        std::shared_ptr<RawBuffer> realized_)
-    : device(Device::canonicalize(device_)),
+    : device(std::any_of(device_.begin(), device_.end(), [](unsigned char c) { return std::islower(c); })
+                 ? Device::canonicalize(device_)
+                 : std::move(device_)),
       dtype(dtype_),
       st(std::move(st_)),
       realized(std::move(realized_)),
@@ -67,9 +70,9 @@ void LazyBuffer::set_realized(std::shared_ptr<RawBuffer> raw) {
 }
 
 LazyBufferPtr LazyBuffer::base() {
-  LazyBufferPtr b = shared_from_this();
-  while (b->is_view()) b = std::get<LazyBufferPtr>(b->op->src[0]);
-  return b;
+  LazyBuffer* b = this;  // (walked by raw pointer: each view holds its source alive)
+  while (b->is_view()) b = std::get<LazyBufferPtr>(b->op->src[0]).get();
+  return b->shared_from_this();
 }
 
 LazyBufferPtr LazyBuffer::from_raw(std::shared_ptr<RawBuffer> raw, const Dims& shape,

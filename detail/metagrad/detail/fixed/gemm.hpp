@@ -1,0 +1,408 @@
+#pragma once
+// The internals of fixed/gemm.hpp: the blocking, the register tiles, the packing and the loops
+// around them, in an ISA-named namespace (simd.hpp).
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/fixed/cpu.hpp"
+#include "metagrad/fixed/parallel.hpp"
+#include "metagrad/fixed/shape.hpp"
+#include "metagrad/fixed/simd.hpp"
+
+namespace metagrad::fixed {
+
+// GEMM cache blocking (see Gemm::blocking): rows of A, the reduce and columns of B per block.
+struct GemmBlocking {
+  std::int64_t mc = 0, kc = 0, nc = 0;
+  friend bool operator==(const GemmBlocking&, const GemmBlocking&) = default;
+};
+
+namespace detail {
+inline namespace METAGRAD_FIXED_ISA {
+
+// Register tile rows: MR x 2 accumulators in 28 of AVX-512's 32 registers, 12 of AVX's 16.
+inline constexpr int kTileRows = kVectorBytes == 64 ? 14 : 6;
+
+template <class T>
+struct Gemm {
+  using V = typename simd<T>::V;
+  static constexpr int W = simd<T>::W;
+  static constexpr int MR = kTileRows, NV = 2, NR = NV * W;
+  static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
+
+  // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
+  // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored. InPlaceA: A's own
+  // rows instead of a packed strip, row r at a + r * lda, contiguous along k.
+  template <int Rows, int Nv, bool InPlaceA = false>
+  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
+                   index_t cols, bool acc, index_t lda = 0) {
+    const index_t astep = InPlaceA ? 1 : MR, arow = InPlaceA ? lda : 1;
+    V sum[Rows][Nv];
+#pragma GCC unroll 32
+    for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) sum[r][v] = V{};
+        // C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick)
+#pragma GCC unroll 32
+    for (int r = 0; r < Rows; ++r)
+      __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
+    for (index_t k = 0; k < kc; ++k, a += astep, b += bs) {
+      V bv[Nv];
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) bv[v] = simd<T>::load(b + v * W);
+#if defined(__x86_64__)  // B's vectors stay in registers (else, for 4 rows or fewer, g++ folds the
+                         // load into every FMA: twice the loads, 2.4 ns a k step at 4 rows, 1.9 at 8)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) asm("" : "+v"(bv[v]));
+#endif
+#pragma GCC unroll 32
+      for (int r = 0; r < Rows; ++r) {
+        V av = simd<T>::broadcast(a + r * arow);
+#pragma GCC unroll 4
+        for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
+      }
+    }
+    // The accumulators leave by value only: were their address taken, g++ may keep them in memory
+    // through the k loop (it did for AVX2: half speed).
+    if (rows == Rows && cols == Nv * W) {
+#pragma GCC unroll 32
+      for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < Nv; ++v) {
+          T* p = c + r * ldc + v * W;
+          simd<T>::store(p, acc ? sum[r][v] + simd<T>::load(p) : sum[r][v]);
+        }
+      return;
+    }
+    alignas(kVectorBytes) T part[Rows][Nv * W];
+#pragma GCC unroll 32
+    for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < Nv; ++v) simd<T>::store(part[r] + v * W, sum[r][v]);
+    for (index_t r = 0; r < rows; ++r) {  // each row's columns contiguous: the copy vectorises
+      T* __restrict out = c + r * ldc;
+      const T* in = part[r];
+      if (acc)
+        for (index_t j = 0; j < cols; ++j) out[j] += in[j];
+      else
+        std::memcpy(out, in, static_cast<std::size_t>(cols) * sizeof(T));
+    }
+  }
+  // The smallest tile covering rows x cols: edge strips (m or n not a multiple of the tile, as
+  // W5's 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
+  static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
+                   index_t cols, bool acc) {
+    constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
+    auto by_rows = [&]<int Nv>() {
+      if (rows > R2)
+        tile<MR, Nv>(kc, a, b, bs, c, ldc, rows, cols, acc);
+      else if (rows > R4)
+        tile<R2, Nv>(kc, a, b, bs, c, ldc, rows, cols, acc);
+      else
+        tile<R4, Nv>(kc, a, b, bs, c, ldc, rows, cols, acc);
+    };
+    if (cols > W)
+      by_rows.template operator()<NV>();
+    else
+      by_rows.template operator()<1>();
+  }
+
+  // Cache blocking, by default derived from the host's caches (cpu.hpp). A KC x NR strip of packed
+  // B, reused by every A strip of a block, takes a quarter of the L2 (it streams from there: one
+  // B vector per MR FMAs asks little bandwidth, and a long KC halves the passes over C, which
+  // decide large products); an MC x KC block of packed A half the L2; a KC x NC panel of B an
+  // eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8 MiB of
+  // 32) cost 10% at n = 2048 on Zen 5. BEAM search (runtime/gemm) tunes them per shape.
+  static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
+    auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
+                  std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
+    constexpr std::int64_t S = sizeof(T);
+    GemmBlocking b;
+    b.kc = fit(c.l2 / 4, NR * S, 16, 128, 1024);
+    b.mc = fit(c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
+    b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 8192);
+    return b;
+  }
+  static const GemmBlocking& host_blocking() {
+    static const GemmBlocking b = blocking();
+    return b;
+  }
+
+  // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
+  // Above kParallelMacs the work of each KC step is cut into parts over C's row strips and, where
+  // there are too few of those (a 6- or 16-row product), its column strips too: the B panel is
+  // packed by all parts, then each part packs the A blocks of its rows into its own buffer (from
+  // the caller's arena, so no worker allocates) and multiplies them by its column strips. Every
+  // element is the same sum whatever the split. `threads` caps the parts (0: the pool's size).
+  static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking()) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+      return;
+    }
+    if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
+      return dots(m, n, k, a, ars, b, bcs, c, ldc);
+    const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
+                  NC = std::max<index_t>(bk.nc / NR, 1) * NR;
+    Arena::Scope scope;
+    const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
+    const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
+    T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
+    // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it
+    // sits in half the L2: small products (64 x 64, a conv's per-image product) pay no packing.
+    // So is a B that only one strip of A's rows reads (nothing would reuse the packed copy).
+    const bool direct =
+        bcs == 1 &&
+        (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
+    const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
+    // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
+    const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
+    const int cparts = std::max(1, parts / rparts);
+    const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
+                  ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
+    T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
+    for (index_t jc = 0; jc < n; jc += NC) {
+      const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
+      for (index_t pc = 0; pc < k; pc += ks) {
+        const index_t kc = std::min(ks, k - pc);
+        const T* bsrc = b + pc * brs + jc * bcs;
+        const T* asrc = a + pc * acs;
+        const Panel panel{direct ? bsrc : bp, direct, brs, nc};
+        if (rparts * cparts == 1) {
+          if (!direct) pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
+          rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
+          continue;
+        }
+        if (!direct)
+          parallel_parts(rparts * cparts, [&](int p, int np) {
+            index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
+            if (s0 < s1)
+              pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs,
+                       bcs);
+          });
+        parallel_parts(rparts * cparts, [&](int p, int) {
+          const int rp = p / cparts, cp = p % cparts;
+          index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
+          index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
+          if (r0 < r1 && c0 < c1)
+            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack,
+                 c + jc, ldc, pc > 0);
+        });
+      }
+    }
+  }
+
+  // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
+  // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
+  // of A's rows times vectors of B's columns, nothing packed (packing would write B's k x NR panel,
+  // read once), then one horizontal sum per element.
+  static constexpr index_t kDotDepth = 16;
+  // 6 x 4 accumulators of AVX-512's 32 registers; 4 x 3 of AVX2's 16 (with 3 of B, 1 of A)
+  static constexpr int DI = kVectorBytes == 64 ? 6 : 4, DJ = kVectorBytes == 64 ? 4 : 3;
+  static void dots(index_t m, index_t n, index_t k, const T* a, index_t ars, const T* b, index_t bcs, T* c,
+                   index_t ldc) {
+    const index_t bi = (m + DI - 1) / DI, bj = (n + DJ - 1) / DJ;
+    // Blocks run along the longer side: the shorter operand's rows (16 x 4096 of a conv's gradient,
+    // 256 KiB) stay in L2 while the longer one's (150 x 4096, from L3) are read once, not bi times.
+    const bool along_j = m <= n;
+    auto block = [&](index_t blk) {
+      const index_t i0 = (along_j ? blk % bi : blk / bj) * DI, j0 = (along_j ? blk / bi : blk % bj) * DJ;
+      const T* ar[DI];
+      const T* br[DJ];
+      for (int i = 0; i < DI; ++i)
+        ar[i] = a + std::min(i0 + i, m - 1) * ars;  // past the edge: a repeat, dropped
+      for (int j = 0; j < DJ; ++j) br[j] = b + std::min(j0 + j, n - 1) * bcs;
+      V sum[DI][DJ] = {};
+      index_t p = 0;
+      for (; p + W <= k; p += W) {
+        V bv[DJ];
+#pragma GCC unroll 4
+        for (int j = 0; j < DJ; ++j) bv[j] = simd<T>::load(br[j] + p);
+#pragma GCC unroll 6
+        for (int i = 0; i < DI; ++i) {
+          V av = simd<T>::load(ar[i] + p);
+#pragma GCC unroll 4
+          for (int j = 0; j < DJ; ++j) sum[i][j] = fma(av, bv[j], sum[i][j]);
+        }
+      }
+      for (int i = 0; i < DI && i0 + i < m; ++i)
+        for (int j = 0; j < DJ && j0 + j < n; ++j) {
+          T t = 0;
+          for (int l = 0; l < W; ++l) t += sum[i][j][l];
+          for (index_t q = p; q < k; ++q) t += ar[i][q] * br[j][q];
+          c[(i0 + i) * ldc + j0 + j] = t;
+        }
+    };
+    const int parts = m * n * k >= kParallelMacs ? parts_for(bi * bj, 1) : 1;
+    if (parts <= 1) {
+      for (index_t blk = 0; blk < bi * bj; ++blk) block(blk);
+      return;
+    }
+    parallel_parts(parts, [&](int q, int np) {
+      for (index_t blk = bi * bj * q / np; blk < bi * bj * (q + 1) / np; ++blk) block(blk);
+    });
+  }
+
+  // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride.
+  struct Panel {
+    const T* b;
+    bool direct;
+    index_t stride, nc;
+  };
+
+  // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
+  // (strips of MR rows, column p then p+1), each times the B strips of the columns. Read in place,
+  // the last strip is packed when it ends inside a vector (its loads would pass B's end).
+  //
+  // A is read in place, its strips unpacked, when its rows are contiguous: the tile's MR row streams
+  // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product (5% at 1024).
+  // Rows a multiple of 4 KiB apart would put a tile's MR row streams in one L1 set: the block's rows
+  // are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack).
+  static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
+                   index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
+    const bool arows = acs == 1, alias = arows && (ars * static_cast<index_t>(sizeof(T))) % 4096 == 0;
+    const index_t lda = alias ? padded_row(kc) : ars;
+    for (index_t ic = r0; ic < r1; ic += MC) {
+      const index_t mc = std::min(MC, r1 - ic);
+      const T* ablock = a + ic * ars;
+      if (alias) {
+        for (index_t r = 0; r < mc; ++r)
+          std::memcpy(ap + r * lda, ablock + r * ars, static_cast<std::size_t>(kc) * sizeof(T));
+        ablock = ap;
+      } else if (!arows) {
+        pack<MR>(ap, kc, mc, ablock, acs, ars);
+      }
+      for (index_t jr = c0; jr < c1; jr += NR) {
+        const T* bj = B.b + jr * kc;
+        index_t bs = NR;
+        if (B.direct && jr + NR <= B.nc)
+          bj = B.b + jr, bs = B.stride;
+        else if (B.direct)
+          pack<NR>(edge, kc, B.nc - jr, B.b + jr, B.stride, 1), bj = edge;
+        const index_t cols = std::min<index_t>(NR, c1 - jr);
+        T* cj = c + ic * ldc + jr;
+        if (arows) {
+          in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc);
+          continue;
+        }
+        for (index_t ir = 0; ir < mc; ir += MR)
+          tile(kc, ap + ir * kc, bj, bs, cj + ir * ldc, ldc, std::min<index_t>(MR, mc - ir), cols, acc);
+      }
+    }
+  }
+
+  // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, then
+  // the rest in smaller tiles, so that no load passes A's last row and no short strip is packed (a
+  // conv's 16 output channels: 14 + 2, or 6 + 6 + 4).
+  static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
+                       index_t ldc, index_t cols, bool acc) {
+    auto run = [&]<int R>(index_t times) {
+      for (; times > 0; --times, rows -= R, a += R * lda, c += R * ldc)
+        if (cols > W)
+          tile<R, NV, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
+        else
+          tile<R, 1, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
+    };
+    run.template operator()<MR>(rows / MR);
+    const auto& n = kRest[static_cast<std::size_t>(rows)];
+    run.template operator()<kRestRows[0]>(n[0]);
+    run.template operator()<kRestRows[1]>(n[1]);
+    run.template operator()<kRestRows[2]>(n[2]);
+    run.template operator()<kRestRows[3]>(n[3]);
+  }
+  // The remainder's tile sizes, and for each remainder 0..MR-1 how many of each: the cheapest sum of
+  // cycles per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency):
+  // with MR = 14, 8 rows are 4 + 4 rather than 7 + 1, 13 are 7 + 4 + 2.
+  static constexpr int kRestRows[4] = {(MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2, 1};
+  static constexpr auto kRest = [] {
+    std::array<std::array<index_t, 4>, MR> n{};
+    std::array<int, MR> cost{};
+    for (int r = 1; r < MR; ++r) {
+      cost[static_cast<std::size_t>(r)] = 1 << 20;
+      for (std::size_t s = 0; s < 4; ++s)
+        if (int rows = kRestRows[s]; rows <= r) {
+          int c = cost[static_cast<std::size_t>(r - rows)] + std::max(rows, 4);
+          if (c < cost[static_cast<std::size_t>(r)]) {
+            cost[static_cast<std::size_t>(r)] = c;
+            n[static_cast<std::size_t>(r)] = n[static_cast<std::size_t>(r - rows)];
+            ++n[static_cast<std::size_t>(r)][s];
+          }
+        }
+    }
+    return n;
+  }();
+
+  // A row copied for the tile: kc rounded up to a cache line, plus one line when that is a multiple
+  // of 4 KiB (the MR rows then fall in different L1 sets).
+  static constexpr index_t padded_row(index_t kc) {
+    constexpr index_t line = 64 / sizeof(T);
+    const index_t r = (kc + line - 1) / line * line;
+    return r * static_cast<index_t>(sizeof(T)) % 4096 == 0 ? r + line : r;
+  }
+
+  // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. Strips whose
+  // Width elements are contiguous are copied row by row, eight strips at a time: each source row is
+  // read in runs of whole cache lines, rather than one line from each of kc rows a strip apart (at
+  // a power-of-two row stride those share one L1 set: packing was 40% of a 16 x 150 x 4096
+  // product). Otherwise each of a strip's columns is read along p, in the source's own order.
+  template <int Width>
+  static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
+    if (across == 1) {
+      constexpr index_t G = 8;
+      const index_t whole = count / Width;
+      for (index_t s0 = 0; s0 < whole; s0 += G) {
+        const index_t g = std::min(G, whole - s0);
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t s = 0; s < g; ++s)
+#pragma GCC unroll 4
+            for (int w = 0; w < Width; ++w)
+              dst[(s0 + s) * Width * kc + p * Width + w] = src[p * step + (s0 + s) * Width + w];
+      }
+      dst += whole * Width * kc, src += whole * Width, count -= whole * Width;
+    }
+    for (index_t s = 0; s < count; s += Width, dst += Width * kc) {
+      index_t w_end = std::min<index_t>(Width, count - s);
+      const T* from = src + s * across;
+      if (across == 1) {  // the partial last strip of contiguous rows (n = 25): still row by row
+        for (index_t p = 0; p < kc; ++p) {
+          for (index_t w = 0; w < w_end; ++w) dst[p * Width + w] = from[p * step + w];
+          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
+        }
+        continue;
+      }
+#if defined(__AVX512F__)
+      // A transpose of 4-byte elements: one gather per column p (lanes w_end.. read row 0 again and
+      // are zeroed by the store's mask), so every row streams in order and the strip stays in L1.
+      if constexpr (sizeof(T) == 4 && Width <= 16)
+        if (across * Width < (index_t{1} << 31) && step == 1) {
+          alignas(64) std::int32_t off[16] = {};
+          for (index_t w = 0; w < w_end; ++w) off[w] = static_cast<std::int32_t>(w * across);
+          const __m512i idx = _mm512_load_si512(off);
+          const __mmask16 live = static_cast<__mmask16>((1u << w_end) - 1), all = (1u << Width) - 1;
+          for (index_t p = 0; p < kc; ++p) {
+            __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, from + p, 4);
+            _mm512_mask_storeu_ps(dst + p * Width, all, v);
+          }
+          continue;
+        }
+#endif
+      // A transpose (row-major A, a transposed B): each source row is read whole and in order, which
+      // the hardware prefetcher follows (blocks of 16 along p, row by row, stalled on misses); the
+      // strip written (kc x Width) stays in L1.
+      for (index_t w = 0; w < w_end; ++w) {
+        const T* row = from + w * across;
+        for (index_t p = 0; p < kc; ++p) dst[p * Width + w] = row[p * step];
+      }
+      if (w_end < Width)
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
+    }
+  }
+};
+
+}  // namespace METAGRAD_FIXED_ISA
+}  // namespace detail
+}  // namespace metagrad::fixed
