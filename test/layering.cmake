@@ -27,8 +27,7 @@
 # tensor.Function. Every file must be in the table.
 #
 # Public headers hold what users name: a header under include/metagrad that opens a `namespace
-# detail` fails, unless DETAIL_NOT_YET_MOVED names it (headers whose internals have not moved to
-# detail/ yet; shrink the list as they do).
+# detail` fails (its internals go to detail/metagrad/detail/<same path>).
 cmake_minimum_required(VERSION 3.20)
 
 set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor dist)
@@ -53,11 +52,6 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
   "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|aot_gemm|mlops)\\.cpp$|^runtime/aot_gemm\\.hpp$=tensor"
   "^(metagrad|runtime)/dist/=dist")
-
-set(DETAIL_NOT_YET_MOVED
-  expr eval grad vjp elementwise functions tensor reduce math simd pool describe)
-list(TRANSFORM DETAIL_NOT_YET_MOVED PREPEND "metagrad/fixed/")
-list(TRANSFORM DETAIL_NOT_YET_MOVED APPEND ".hpp")
 
 function(layer_of path out)
   if(NOT path MATCHES "^metagrad/detail/(hlops|small_vector)\\.hpp$")
@@ -140,7 +134,7 @@ endif()
 
 foreach(h IN LISTS headers)
   file(STRINGS "${ROOT}/include/${h}" opens REGEX "^[ \t]*(inline[ \t]+)?namespace[ \t]+([A-Za-z_0-9]+::)*detail([ \t{:]|$)")
-  if(opens AND NOT h IN_LIST DETAIL_NOT_YET_MOVED)
+  if(opens)
     list(GET opens 0 first)
     string(STRIP "${first}" first)
     string(REGEX REPLACE "^metagrad/" "detail/metagrad/detail/" to "${h}")

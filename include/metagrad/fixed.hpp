@@ -6,9 +6,9 @@
 // First the headers a shape error points into: the compiler's include chain above it is then short.
 #include "metagrad/fixed/shape.hpp"
 
-#include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/detail/fixed/elementwise.hpp"
 
-#include "metagrad/fixed/reduce.hpp"
+#include "metagrad/detail/fixed/reduce.hpp"
 #include "metagrad/fixed/tensor.hpp"
 
 #include "metagrad/fixed/matmul.hpp"
@@ -20,6 +20,7 @@
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/expr.hpp"
+#include "metagrad/fixed/fusion_plan.hpp"
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/math.hpp"
 #include "metagrad/fixed/matmul.hpp"

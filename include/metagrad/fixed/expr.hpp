@@ -39,9 +39,9 @@
 #include <type_traits>
 #include <utility>
 
-#include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
 
+#include "metagrad/detail/fixed/expr.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/ops.hpp"
 
@@ -74,6 +74,9 @@ constexpr bool is_comparison(Fn f) { return f >= Fn::CMPLT && f <= Fn::CMPNE; }
 
 struct keepdim_t {};
 inline constexpr keepdim_t keepdim{};  // x.sum<1>(keepdim)
+
+// A backward rule's result for a child that gets no gradient (FnTraits::grad, fixed::Vjp).
+struct none {};
 
 namespace op {
 template <class T, class S>
@@ -123,93 +126,6 @@ struct Move {
   static constexpr View view = *apply(View(ChildShape::dims));
 };
 }  // namespace op
-
-namespace detail {
-// A node's children as plain members, one specialisation per arity (nodes have at most three):
-// an aggregate costs the compiler one class each, where std::tuple costs dozens of traits.
-template <class... C>
-struct Kids {
-  static_assert(sizeof...(C) == 0, "fixed: a node has at most three children");
-  template <class F>
-  constexpr decltype(auto) apply(F&& f) const {
-    return f();
-  }
-};
-template <class A>
-struct Kids<A> {
-  A k0;
-  template <class F>
-  constexpr decltype(auto) apply(F&& f) const {
-    return f(k0);
-  }
-};
-template <class A, class B>
-struct Kids<A, B> {
-  A k0;
-  B k1;
-  template <class F>
-  constexpr decltype(auto) apply(F&& f) const {
-    return f(k0, k1);
-  }
-};
-template <class A, class B, class C>
-struct Kids<A, B, C> {
-  A k0;
-  B k1;
-  C k2;
-  template <class F>
-  constexpr decltype(auto) apply(F&& f) const {
-    return f(k0, k1, k2);
-  }
-};
-template <Dims D, Dims Axes>
-constexpr Dims reduced(const Dims& d = D) {
-  Dims r = d;
-  for (std::int64_t a : Axes) r[a] = 1;
-  return r;
-}
-
-// value_type and shape of a node, from its op and children.
-template <class Op, class... C>
-struct node;
-template <class T, class S>
-struct node<op::Leaf<T, S>> {
-  using value_type = T;
-  using shape = S;
-};
-template <class T, class S>
-struct node<op::Const<T, S>> : node<op::Leaf<T, S>> {};
-template <Fn F, class C0, class... C>
-struct node<op::Map<F>, C0, C...> {
-  static_assert(arity(F) == 1 + sizeof...(C), "fixed::Map: wrong number of children");
-  using value_type = std::conditional_t<
-      is_comparison(F), bool,
-      typename boost::mp11::mp_at_c<boost::mp11::mp_list<C0, C...>, F == Fn::WHERE>::value_type>;
-  using shape = typename C0::shape;
-};
-template <class U, class C>
-struct node<op::Cast<U>, C> {
-  using value_type = U;
-  using shape = typename C::shape;
-};
-template <class C>
-struct node<op::Gate, C> {
-  using value_type = typename C::value_type;
-  using shape = typename C::shape;
-};
-template <ReduceOps R, Dims Axes, class C>
-struct node<op::Reduce<R, Axes>, C> {
-  static constexpr Dims dims = reduced<C::shape::dims, Axes>();
-  using value_type = typename C::value_type;
-  using shape = ShapeOf<dims>;
-};
-template <MovementOps M, auto Arg, class C>
-struct node<op::Move<M, Arg>, C> {
-  static constexpr Dims dims = op::Move<M, Arg>::template view<typename C::shape>.shape;
-  using value_type = typename C::value_type;
-  using shape = ShapeOf<dims>;
-};
-}  // namespace detail
 
 template <class Derived>
 struct ExprBase;

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "metagrad/detail/fixed/tensor.hpp"
 #include "metagrad/fixed/eval.hpp"
 
 namespace metagrad::fixed {
@@ -107,14 +108,6 @@ class Tensor : public ExprBase<Tensor<T, D...>> {
   T* p_;
 };
 
-namespace detail {
-template <class T, class S>
-struct tensor_for;
-template <class T, index_t... D>
-struct tensor_for<T, Shape<D...>> {
-  using type = Tensor<T, D...>;
-};
-}  // namespace detail
 // The tensor type an operand evaluates to.
 template <Operand E>
 using TensorOf = typename detail::tensor_for<typename E::value_type, typename E::shape>::type;

@@ -7,6 +7,7 @@
 // dynamic path's (runtime/mlops.cpp), so both paths agree to rounding.
 #include <cstddef>
 
+#include "metagrad/detail/fixed/vjp.hpp"
 #include "metagrad/fixed/functions.hpp"
 #include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/reduce.hpp"
@@ -18,31 +19,6 @@ struct Vjp {  // an op without a rule: a clear compile error instead of an incom
   static_assert(detail::always_false<Op>,
                 "fixed::grad: this op has no backward rule (specialise fixed::Vjp<Op>)");
 };
-
-namespace detail {
-// g broadcast back to `To` (a reduction's input shape: same rank, reduced axes 1 in g).
-template <Dims To, class G>
-auto expand_to(const G& g) {
-  if constexpr (G::shape::dims == To)
-    return g;
-  else
-    return move<G, MovementOps::EXPAND, To>(g);
-}
-// g summed down to `To` (same rank: the axes where To is 1 and g is not).
-template <Dims To, class G>
-auto sum_to(const G& g) {
-  constexpr Dims axes = [] {
-    Dims a;
-    for (std::size_t i = 0; i < To.size(); ++i)
-      if (To[i] != G::shape::dims[i]) a.push_back(static_cast<std::int64_t>(i));
-    return a;
-  }();
-  if constexpr (axes.empty())
-    return g;
-  else
-    return Expr<op::Reduce<ReduceOps::SUM, axes>, G>(op::Reduce<ReduceOps::SUM, axes>{}, g);
-}
-}  // namespace detail
 
 // Elementwise functions: the rule in each one's FnTraits entry (functions.hpp).
 template <Fn F>

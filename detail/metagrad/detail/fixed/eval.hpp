@@ -1,0 +1,525 @@
+#pragma once
+// Inline evaluation: an Expr becomes one fused loop nest the host compiler vectorises.
+//
+// 1. Plan (compile time). Walking down from the root, the movement ops met so far are applied to
+//    each leaf's row-major View with the shared View code, so every leaf ends up as one View of the
+//    output's index space: movement costs nothing at run time. A node the loop cannot read element
+//    by element (a reduction; a reshape no View can express) is materialised: evaluated first into
+//    an arena temporary that is then a leaf (or, at the root, straight into the destination when the
+//    expression does not read it). Below a PAD, elementwise nodes and constants are guarded by the
+//    pad's mask (f(0) need not be 0).
+// 2. Iteration shape (compile time). Size-1 axes are dropped and neighbouring axes merged while
+//    every leaf view can follow, so contiguous operands give a single `p[i]` loop.
+// 3. Bind (run time): the Expr becomes a tree of B* nodes holding only pointers and constants, the
+//    Views are template arguments. 4. Loop: outer axes by an odometer, the innermost axis a plain
+//    loop whose body the compiler inlines and vectorises. A large loop is cut into contiguous
+//    ranges (the flat range of a 1-D loop, else outer rows), one per thread (parallel.hpp).
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include <boost/mp11/algorithm.hpp>
+#include <boost/mp11/list.hpp>
+
+#include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/fixed/simd.hpp"
+#include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/fixed/parallel.hpp"
+
+#if defined(__GNUC__)
+#define METAGRAD_INLINE __attribute__((always_inline)) inline
+#define METAGRAD_NOINLINE __attribute__((noinline))  // one copy of a kernel however many callers
+#else
+#define METAGRAD_INLINE inline
+#define METAGRAD_NOINLINE
+#endif
+
+namespace metagrad::fixed::detail {
+
+namespace mp = boost::mp11;
+
+template <class E>
+struct kind {
+  static constexpr bool leaf = false, constant = false, map = false, cast = false, move = false, gate = false;
+};
+template <class T, class S, class... C>
+struct kind<Expr<op::Leaf<T, S>, C...>> : kind<void> {
+  static constexpr bool leaf = true;
+};
+template <class T, class S, class... C>
+struct kind<Expr<op::Const<T, S>, C...>> : kind<void> {
+  static constexpr bool constant = true;
+};
+template <Fn F, class... C>
+struct kind<Expr<op::Map<F>, C...>> : kind<void> {
+  static constexpr bool map = true;
+};
+template <class U, class... C>
+struct kind<Expr<op::Cast<U>, C...>> : kind<void> {
+  static constexpr bool cast = true;
+};
+template <MovementOps M, auto Arg, class... C>
+struct kind<Expr<op::Move<M, Arg>, C...>> : kind<void> {
+  static constexpr bool move = true;
+};
+template <class... C>
+struct kind<Expr<op::Gate, C...>> : kind<void> {
+  static constexpr bool gate = true;
+};
+// Everything else (reductions, matmul, ...) is computed whole by Materialise before the loop.
+template <class E>
+inline constexpr bool materialised =
+    !(kind<E>::leaf || kind<E>::constant || kind<E>::map || kind<E>::cast || kind<E>::move || kind<E>::gate);
+
+// Movement ops in the order they apply (the one nearest the leaf first).
+template <class Ops>
+constexpr std::optional<View> apply_moves(std::optional<View> v) {
+  mp::mp_for_each<Ops>([&](auto m) {
+    if (v) v = decltype(m)::apply(*v);
+  });
+  return v;
+}
+template <class M>
+struct is_pad : std::bool_constant<M::kind == MovementOps::PAD> {};
+template <class Ops>
+inline constexpr bool has_pad = mp::mp_any_of<Ops, is_pad>::value;
+
+template <std::size_t N>
+using Views = std::array<std::optional<View>, N>;
+
+template <std::size_t N, std::size_t... M>
+constexpr Views<N> concat(const Views<M>&... parts) {
+  Views<N> out{};
+  std::size_t k = 0;
+  ((std::copy(parts.begin(), parts.end(), out.begin() + k), k += M), ...);
+  return out;
+}
+
+// The views the fused loop over E (below movement ops Ops) reads through: one per leaf or
+// materialised node, one per guard (nullopt: a reshape the views cannot follow).
+template <class Ops, class E>
+struct plan {
+  static constexpr bool own = !kind<E>::constant || has_pad<Ops>;
+  static constexpr std::size_t count = own ? 1 : 0;
+  static constexpr Views<count> views = [] {
+    Views<count> v{};
+    if constexpr (own) v[0] = apply_moves<Ops>(View(E::shape::dims));
+    return v;
+  }();
+};
+template <std::size_t N>
+constexpr bool all_exist(const Views<N>& views) {
+  return std::all_of(views.begin(), views.end(), [](const auto& v) { return v.has_value(); });
+}
+template <class Ops, Fn F, class... C>
+struct plan<Ops, Expr<op::Map<F>, C...>> {
+  static constexpr std::size_t guard = has_pad<Ops> ? 1 : 0;
+  static constexpr std::size_t count = guard + (plan<Ops, C>::count + ... + 0);
+  static constexpr Views<count> views = concat<count>(
+      [] {
+        Views<guard> v{};
+        if constexpr (guard) v[0] = apply_moves<Ops>(View(Expr<op::Map<F>, C...>::shape::dims));
+        return v;
+      }(),
+      plan<Ops, C>::views...);
+};
+template <class Ops, class U, class C>
+struct plan<Ops, Expr<op::Cast<U>, C>> : plan<Ops, C> {};
+template <class Ops, class C>
+struct plan<Ops, Expr<op::Gate, C>> : plan<Ops, C> {};
+template <class Ops, MovementOps M, auto Arg, class C>
+struct plan<Ops, Expr<op::Move<M, Arg>, C>> {
+  using inner = plan<mp::mp_push_front<Ops, op::Move<M, Arg>>, C>;
+  static constexpr bool split = !all_exist(inner::views);  // materialise C, then move the temporary
+  static constexpr std::size_t count = split ? 1 : inner::count;
+  static constexpr Views<count> views = [] {
+    if constexpr (split)
+      return Views<1>{apply_moves<mp::mp_push_front<Ops, op::Move<M, Arg>>>(View(C::shape::dims))};
+    else
+      return inner::views;
+  }();
+};
+
+// Size-1 axes dropped, then neighbours merged from the innermost out while every view follows.
+template <std::size_t N>
+constexpr Dims iteration_shape(const Dims& shape, const Views<N>& views) {
+  auto fits = [&](const Dims& d) {
+    for (const auto& v : views)
+      if (!v || !v->reshape(d)) return false;
+    return true;
+  };
+  Dims cur;
+  for (std::int64_t d : shape)
+    if (d != 1) cur.push_back(d);
+  if (cur.empty()) cur.push_back(1);
+  if (!fits(cur)) return shape.empty() ? Dims{1} : shape;
+  for (std::size_t i = cur.size(); i-- > 1;) {
+    Dims cand;
+    for (std::size_t k = 0; k < cur.size(); ++k)
+      if (k == i)
+        cand.back() *= cur[k];
+      else
+        cand.push_back(cur[k]);
+    if (fits(cand)) cur = cand;
+  }
+  return cur;
+}
+
+// ---- bound nodes: what the loop reads ----
+template <class T, View V>
+struct BLeaf {
+  const T* p;
+};
+template <class T>
+struct BConst {
+  T v;
+};
+template <Fn F, class... C>
+struct BMap {
+  Kids<C...> c;
+};
+template <class U, class C>
+struct BCast {
+  C c;
+};
+template <View M, class T, class C>
+struct BGuard {
+  C c;
+};
+template <class T, class C>
+struct BGate {  // c is bound (and its materialised nodes computed) only when on
+  bool on;
+  C c;
+};
+
+template <View V, std::size_t R>
+METAGRAD_INLINE index_t offset_of(const index_t* pos, index_t j) {
+  index_t i = V.offset + j * V.strides[R - 1];
+  [&]<std::size_t... d>(std::index_sequence<d...>) { ((i += pos[d] * V.strides[d]), ...); }
+  (std::make_index_sequence<R - 1>{});
+  return i;
+}
+template <View V, std::size_t R>
+METAGRAD_INLINE bool valid_at(const index_t* pos, index_t j) {
+  if constexpr (V.mask.empty())
+    return true;
+  else
+    return [&]<std::size_t... d>(std::index_sequence<d...>) {
+      return ((pos[d] >= V.mask[d].first && pos[d] < V.mask[d].second) && ...) && j >= V.mask[R - 1].first &&
+             j < V.mask[R - 1].second;
+    }
+  (std::make_index_sequence<R - 1>{});
+}
+
+template <std::size_t R, class T, View V>
+METAGRAD_INLINE T get(const BLeaf<T, V>& b, const index_t* pos, index_t j) {
+  if constexpr (V.mask.empty())
+    return b.p[offset_of<V, R>(pos, j)];
+  else
+    return valid_at<V, R>(pos, j) ? b.p[offset_of<V, R>(pos, j)] : T(0);
+}
+template <std::size_t R, class T>
+METAGRAD_INLINE T get(const BConst<T>& b, const index_t*, index_t) {
+  return b.v;
+}
+// One overload per arity rather than a lambda over the children: fewer instantiations, and
+// nothing between the loop body and the functions for the inliner to see through.
+template <std::size_t R, Fn F, class A>
+METAGRAD_INLINE auto get(const BMap<F, A>& b, const index_t* pos, index_t j) {
+  return FnTraits<F>::scalar(get<R>(b.c.k0, pos, j));
+}
+template <std::size_t R, Fn F, class A, class B>
+METAGRAD_INLINE auto get(const BMap<F, A, B>& b, const index_t* pos, index_t j) {
+  return FnTraits<F>::scalar(get<R>(b.c.k0, pos, j), get<R>(b.c.k1, pos, j));
+}
+template <std::size_t R, Fn F, class A, class B, class C>
+METAGRAD_INLINE auto get(const BMap<F, A, B, C>& b, const index_t* pos, index_t j) {
+  return FnTraits<F>::scalar(get<R>(b.c.k0, pos, j), get<R>(b.c.k1, pos, j), get<R>(b.c.k2, pos, j));
+}
+template <std::size_t R, class U, class C>
+METAGRAD_INLINE U get(const BCast<U, C>& b, const index_t* pos, index_t j) {
+  return math::convert<U>(get<R>(b.c, pos, j));
+}
+template <std::size_t R, View M, class T, class C>
+METAGRAD_INLINE T get(const BGuard<M, T, C>& b, const index_t* pos, index_t j) {
+  return valid_at<M, R>(pos, j) ? get<R>(b.c, pos, j) : T(0);
+}
+template <std::size_t R, class T, class C>
+METAGRAD_INLINE T get(const BGate<T, C>& b, const index_t* pos, index_t j) {
+  return b.on ? get<R>(b.c, pos, j) : T(0);
+}
+
+struct Ctx {
+  const void* out = nullptr;  // the destination, to detect a leaf that reads it
+  bool reads_out = false;     // some leaf is the destination, read in place (safe)
+  bool alias = false;         // some leaf reads the destination through another view
+};
+
+// How a materialised op computes its whole result: `Materialise<OpTag>::run(out, expr)`, one
+// specialisation per op (reduce.hpp, matmul.hpp, ...).
+template <class Op>
+struct Materialise;
+template <class E>
+void assign(typename E::value_type* out, const E& e);
+
+// b masked by the pads in Ops (for constants and elementwise nodes only: a movement node's view
+// may not exist). Called only below a pad: elsewhere bind returns b itself, one function fewer.
+template <class Ops, class S, class T, class B>
+auto guarded(B b) {
+  return BGuard<*apply_moves<Ops>(View(S::dims)), T, B>{b};
+}
+
+template <class Ops, class E>
+auto bind(const E& e, Ctx& ctx);
+// A Map's children bound left to right (braces order the calls), one overload per arity.
+template <class Ops, Fn F, class A>
+auto bind_map(const Expr<op::Map<F>, A>& e, Ctx& ctx) {
+  return BMap<F, decltype(bind<Ops>(e.kids.k0, ctx))>{{bind<Ops>(e.kids.k0, ctx)}};
+}
+template <class Ops, Fn F, class A, class B>
+auto bind_map(const Expr<op::Map<F>, A, B>& e, Ctx& ctx) {
+  using BA = decltype(bind<Ops>(e.kids.k0, ctx));
+  using BB = decltype(bind<Ops>(e.kids.k1, ctx));
+  return BMap<F, BA, BB>{{bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx)}};
+}
+template <class Ops, Fn F, class A, class B, class C>
+auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
+  using BA = decltype(bind<Ops>(e.kids.k0, ctx));
+  using BB = decltype(bind<Ops>(e.kids.k1, ctx));
+  using BC = decltype(bind<Ops>(e.kids.k2, ctx));
+  return BMap<F, BA, BB, BC>{
+      {bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx), bind<Ops>(e.kids.k2, ctx)}};
+}
+
+template <class Ops, class E>
+auto bind(const E& e, Ctx& ctx) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  if constexpr (kind<E>::leaf || materialised<E>) {
+    constexpr View v = *apply_moves<Ops>(View(S::dims));
+    const T* p;
+    if constexpr (kind<E>::leaf) {
+      p = e.op.data;
+      ctx.reads_out = ctx.reads_out || p == ctx.out;
+      ctx.alias = ctx.alias || (p == ctx.out && !v.contiguous);
+    } else {
+      T* tmp = Arena::local().alloc<T>(S::size);
+      Materialise<typename E::op_type>::run(tmp, e);
+      p = tmp;
+    }
+    return BLeaf<T, v>{p};
+  } else if constexpr (kind<E>::constant) {
+    if constexpr (has_pad<Ops>)
+      return guarded<Ops, S, T>(BConst<T>{e.op.value});
+    else
+      return BConst<T>{e.op.value};
+  } else if constexpr (kind<E>::map) {
+    if constexpr (has_pad<Ops>)
+      return guarded<Ops, S, T>(bind_map<Ops>(e, ctx));
+    else
+      return bind_map<Ops>(e, ctx);
+  } else if constexpr (kind<E>::cast) {
+    return BCast<T, decltype(bind<Ops>(e.kids.k0, ctx))>{bind<Ops>(e.kids.k0, ctx)};
+  } else if constexpr (kind<E>::gate) {
+    using C = decltype(bind<Ops>(e.kids.k0, ctx));
+    return BGate<T, C>{e.op.on, e.op.on ? bind<Ops>(e.kids.k0, ctx) : C{}};
+  } else {
+    using C = mp::mp_front<typename E::children_types>;
+    using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
+    if constexpr (plan<Ops, E>::split) {  // a reshape no view expresses: evaluate C first
+      using U = typename C::value_type;
+      U* tmp = Arena::local().alloc<U>(C::shape::size);
+      assign(tmp, e.kids.k0);
+      constexpr View v = *apply_moves<Ops2>(View(C::shape::dims));
+      return BLeaf<U, v>{tmp};
+    } else {
+      return bind<Ops2>(e.kids.k0, ctx);
+    }
+  }
+}
+
+// Runs body(o, pos) for each position o in [lo, hi) of the outer axes of I (o: their flat index);
+// the body loops over the innermost axis itself.
+template <Dims I, class Body>
+METAGRAD_INLINE void for_outer(index_t lo, index_t hi, Body&& body) {
+  constexpr std::size_t R = I.size();
+  if constexpr (prod(I) == 0) return;
+  index_t pos[R] = {};
+  for (std::size_t d = R - 1, rest = static_cast<std::size_t>(lo); d-- > 0;)
+    pos[d] = static_cast<index_t>(rest % static_cast<std::size_t>(I[d])),
+    rest /= static_cast<std::size_t>(I[d]);
+  for (index_t o = lo; o < hi; ++o) {
+    body(o, static_cast<const index_t*>(pos));
+    for (std::size_t d = R - 1; d-- > 0;) {
+      if (++pos[d] < I[d]) break;
+      pos[d] = 0;
+    }
+  }
+}
+template <Dims I>
+inline constexpr index_t outer_count = prod(I) / (I[I.size() - 1] ? I[I.size() - 1] : 1);
+template <Dims I, class Body>
+METAGRAD_INLINE void for_outer(Body&& body) {
+  for_outer<I>(0, outer_count<I>, body);
+}
+
+// ---- the contiguous 1-D loop per vector (when every leaf is read at stride 1 or 0, and each Fn
+// has a vector form): simd.hpp's types and intrinsics instead of the auto-vectoriser ----
+template <class B>
+struct vector_form : std::false_type {};
+template <class T, View V>
+struct vector_form<BLeaf<T, V>>
+    : std::bool_constant<std::is_floating_point_v<T> && V.ndim() == 1 && V.mask.empty() &&
+                         (V.strides[0] == 0 || V.strides[0] == 1)> {};
+template <class T>
+struct vector_form<BConst<T>> : std::is_floating_point<T> {};
+template <class T, class C>
+struct vector_form<BGate<T, C>> : vector_form<C> {};
+template <Fn F, class... C>
+struct vector_form<BMap<F, C...>>
+    : std::bool_constant<FnTraits<F>::vector && (vector_form<C>::value && ...)> {};
+// Worth it only where the vector form beats what the compiler does alone: expensive functions
+// (exp, sigmoid), and outputs large enough to stream past the caches.
+template <class B>
+struct vector_math : std::false_type {};
+template <Fn F, class... C>
+struct vector_math<BMap<F, C...>>
+    : std::bool_constant<FnTraits<F>::cost >= kVectorCost || (vector_math<C>::value || ...)> {};
+template <class T, class C>
+struct vector_math<BGate<T, C>> : vector_math<C> {};
+
+template <class T, View V>
+METAGRAD_INLINE auto vget(const BLeaf<T, V>& b, index_t j) {
+  if constexpr (V.strides[0] == 0)
+    return simd<T>::splat(b.p[V.offset]);
+  else
+    return simd<T>::load(b.p + V.offset + j);
+}
+template <class T>
+METAGRAD_INLINE auto vget(const BConst<T>& b, index_t) {
+  return simd<T>::splat(b.v);
+}
+template <class T, class C>
+METAGRAD_INLINE auto vget(const BGate<T, C>& b, index_t j) {
+  if (b.on) return vget(b.c, j);
+  return simd<T>::splat(T(0));
+}
+template <Fn F, class... V>
+METAGRAD_INLINE auto vapply(V... v) {
+  if constexpr (requires { FnTraits<F>::vec(v...); })
+    return FnTraits<F>::vec(v...);
+  else
+    return FnTraits<F>::scalar(v...);
+}
+template <Fn F, class A>
+METAGRAD_INLINE auto vget(const BMap<F, A>& b, index_t j) {
+  return vapply<F>(vget(b.c.k0, j));
+}
+template <Fn F, class A, class B>
+METAGRAD_INLINE auto vget(const BMap<F, A, B>& b, index_t j) {
+  return vapply<F>(vget(b.c.k0, j), vget(b.c.k1, j));
+}
+template <Fn F, class A, class B, class C>
+METAGRAD_INLINE auto vget(const BMap<F, A, B, C>& b, index_t j) {
+  return vapply<F>(vget(b.c.k0, j), vget(b.c.k1, j), vget(b.c.k2, j));
+}
+
+inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place loop (a buffer in L1)
+
+// Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I, written from dst on (where
+// element or row lo goes). dst is restrict: the expression never reads it (the compiler then needs
+// no overlap checks), and one kernel per expression serves every caller.
+template <Dims I, class B, class T>
+METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, index_t hi) {
+  constexpr std::size_t R = I.size();
+  constexpr index_t n = I[R - 1];
+  if constexpr (R == 1 && vector_form<B>::value) {
+    constexpr index_t W = simd<T>::W;
+    constexpr bool big = n * sizeof(T) >= (std::size_t{32} << 20);  // an L3 of its own: stream it
+    if constexpr (vector_math<B>::value || big) {
+      index_t body = lo + (hi - lo) / W * W;
+      if (big && hi - lo > kChunk && reinterpret_cast<std::uintptr_t>(dst) % kVectorBytes == 0) {
+        for (index_t j = lo; j < body; j += W) stream(dst + (j - lo), vget(b, j));
+        stream_fence();
+      } else {
+        for (index_t j = lo; j < body; j += W) simd<T>::store(dst + (j - lo), vget(b, j));
+      }
+      for (index_t j = body; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
+      return;
+    }
+  }
+  if constexpr (R == 1) {
+    for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
+  } else {
+    for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
+      T* __restrict row = dst + (o - lo) * n;
+      for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
+    });
+  }
+}
+// The whole loop into out, split across threads when it is big enough (parallel.hpp). In place:
+// the expression reads out, each element at its own position only, and a row of the loop fits in
+// kChunk; the kernel then writes a small buffer per chunk, copied to out after it, so no element is
+// read and written through different pointers (what restrict forbids) and later chunks still read
+// old values.
+template <Dims I, class B, class T>
+void run_assign(const B& b, T* out, bool in_place) {
+  constexpr std::size_t R = I.size();
+  constexpr index_t range = R == 1 ? I[0] : outer_count<I>;
+  constexpr index_t unit = R == 1 ? 1 : I[R - 1];  // elements per position
+  auto part = [&](index_t lo, index_t hi) {
+    if (!in_place) return assign_range<I>(b, out + lo * unit, lo, hi);
+    // On the stack: a worker thread allocates nothing (a row longer than this never comes here).
+    constexpr index_t step = std::max<index_t>(1, kChunk / unit);
+    alignas(kVectorBytes) T buf[kChunk];
+    for (index_t c = lo; c < hi; c += step) {
+      index_t e = std::min(hi, c + step);
+      assign_range<I>(b, buf, c, e);
+      std::copy(buf, buf + (e - c) * unit, out + c * unit);
+    }
+  };
+  if constexpr (prod(I) >= kParallelElements) {
+    constexpr index_t align = R == 1 ? kVectorBytes / static_cast<index_t>(sizeof(T)) : 1;
+    constexpr index_t grain = std::max<index_t>(1, kParallelElements / 2 / (prod(I) / range));
+    parallel_for(range, align, grain, part);
+  } else {
+    part(0, range);
+  }
+}
+
+// Does e read the tensor at p?
+template <class E>
+bool reads(const E& e, const void* p) {
+  if constexpr (kind<E>::leaf)
+    return e.op.data == p;
+  else if constexpr (E::arity == 0)  // a constant
+    return false;
+  else if constexpr (E::arity == 1)  // no lambda per node type
+    return reads(e.kids.k0, p);
+  else if constexpr (E::arity == 2)
+    return reads(e.kids.k0, p) || reads(e.kids.k1, p);
+  else
+    return reads(e.kids.k0, p) || reads(e.kids.k1, p) || reads(e.kids.k2, p);
+}
+
+template <class E>
+void assign(typename E::value_type* out, const E& e) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  Arena::Scope scope;
+  if constexpr (materialised<E>)  // a matmul or reduction computed straight into out, when it may be
+    if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);
+  constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
+  Ctx ctx{out};
+  auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+  constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
+  if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
+  T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
+  run_assign<I>(b, tmp, false);
+  std::copy(tmp, tmp + S::size, out);
+}
+
+}  // namespace metagrad::fixed::detail

@@ -1,0 +1,503 @@
+#pragma once
+// The internals of fixed/grad.hpp: the compile-time plan of the backward walk (preorder numbers,
+// links, shared subtrees), the walk itself (Backward) and its lists of gradient terms.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include <boost/mp11/algorithm.hpp>
+
+#include "metagrad/fixed/tensor.hpp"
+#include "metagrad/fixed/vjp.hpp"
+
+namespace metagrad::fixed::detail::ad {
+namespace mp = boost::mp11;
+
+template <class E>
+struct preorder;
+template <class Op, class... C>
+struct preorder<Expr<Op, C...>> {
+  using type = mp::mp_append<mp::mp_list<Expr<Op, C...>>, typename preorder<C>::type...>;
+};
+template <class E>
+using nodes_t = typename preorder<E>::type;
+template <class E>
+inline constexpr std::size_t count = mp::mp_size<nodes_t<E>>::value;
+
+// Preorder number of child I relative to its parent E.
+template <class E, std::size_t I>
+inline constexpr std::size_t child_offset = []<std::size_t... J>(std::index_sequence<J...>) {
+  return (std::size_t{1} + ... + count<mp::mp_at_c<typename E::children_types, J>>);
+}
+(std::make_index_sequence<I>{});
+
+template <class E>
+inline constexpr std::size_t arity_of = E::arity;
+
+// The preorder number of the first node of type V in Ns (builtin type comparisons, no class
+// templates instantiated).
+template <class V, class... Ns>
+constexpr std::size_t first_of(mp::mp_list<Ns...>) {
+  constexpr bool same[] = {std::is_same_v<Ns, V>...};
+  std::size_t i = 0;
+  while (!same[i]) ++i;
+  return i;
+}
+
+// The parent and the child slot of every node of R, in preorder: node id's children follow it,
+// each after the subtree of the one before.
+template <class R>
+struct links {
+  struct arrays {
+    std::array<std::size_t, count<R>> parent{}, slot{};
+  };
+  static constexpr arrays value = []<std::size_t... I>(std::index_sequence<I...>) {
+    using Ns = nodes_t<R>;
+    const std::size_t size[] = {count<mp::mp_at_c<Ns, I>>...}, arity[] = {arity_of<mp::mp_at_c<Ns, I>>...};
+    arrays a;
+    for (std::size_t id = 0; id < sizeof...(I); ++id)
+      for (std::size_t k = 0, c = id + 1; k < arity[id]; c += size[c], ++k) a.parent[c] = id, a.slot[c] = k;
+    return a;
+  }
+  (std::make_index_sequence<count<R>>{});
+};
+
+// Same type, same leaves and constants: the same value.
+template <class E>
+bool equal(const E& a, const E& b) {
+  if constexpr (kind<E>::leaf)
+    return a.op.data == b.op.data;
+  else if constexpr (kind<E>::constant)
+    return a.op.value == b.op.value;
+  else if constexpr (arity_of<E> == 1)
+    return equal(a.kids.k0, b.kids.k0);
+  else if constexpr (arity_of<E> == 2)
+    return equal(a.kids.k0, b.kids.k0) && equal(a.kids.k1, b.kids.k1);
+  else
+    return equal(a.kids.k0, b.kids.k0) && equal(a.kids.k1, b.kids.k1) && equal(a.kids.k2, b.kids.k2);
+}
+
+// Plain reads of a buffer: re-reading them per use costs nothing, so they are never materialised.
+template <class E>
+struct cheap : std::bool_constant<kind<E>::leaf || kind<E>::constant> {};
+template <MovementOps M, auto Arg, class C>
+struct cheap<Expr<op::Move<M, Arg>, C>> : cheap<C> {};
+
+template <class T, class S>
+auto leaf(const T* p) {
+  return Expr<op::Leaf<T, S>>(op::Leaf<T, S>{p});
+}
+
+// A gradient that reached a leaf of a parameter's type: its expression, the leaf's data, and
+// whether it counts (a later equal copy of a shared subtree hands its gradient to the first copy).
+template <class L, class G>
+struct Term {
+  using leaf_type = L;
+  G g;
+  const void* at;
+  bool on;
+};
+
+// The walk's lists of terms: an aggregate of indexed slots, a few instantiations where std::tuple
+// and tuple_cat cost hundreds (their constructors' constraints).
+template <std::size_t I, class T>
+struct Slot {
+  T v;
+};
+template <class Is, class... T>
+struct PackOf;
+template <std::size_t... I, class... T>
+struct PackOf<std::index_sequence<I...>, T...> : Slot<I, T>... {
+  static constexpr std::size_t size = sizeof...(T);
+};
+template <class... T>
+using Pack = PackOf<std::index_sequence_for<T...>, T...>;
+template <std::size_t I, class T>
+constexpr T& slot(Slot<I, T>& s) {
+  return s.v;
+}
+template <std::size_t I, class T>
+constexpr const T& slot(const Slot<I, T>& s) {
+  return s.v;
+}
+template <std::size_t I, class T>
+T slot_type(const Slot<I, T>&);  // declared only: the element type of slot I
+template <std::size_t I, class P>
+using element_t = decltype(slot_type<I>(std::declval<const P&>()));
+
+template <std::size_t... I, class... T>
+void switch_off(PackOf<std::index_sequence<I...>, T...>& terms) {
+  ((slot<I>(terms).on = false), ...);
+}
+template <std::size_t... I, class... T, class U>
+auto append(const PackOf<std::index_sequence<I...>, T...>& p, const U& u) {  // copies: pointers and values
+  return Pack<T..., U>{Slot<I, T>{slot<I>(p)}..., Slot<sizeof...(T), U>{u}};
+}
+// Pack<Pack<a, b>, Pack<>, Pack<c>> as Pack<a, b, c>: where each element comes from, by table.
+template <class... P>
+struct flat_index {
+  static constexpr std::size_t n = (std::size_t{0} + ... + P::size);
+  struct at_t {
+    std::size_t outer[n + 1], inner[n + 1];
+  };
+  static constexpr at_t at = [] {
+    at_t a{};
+    std::size_t k = 0, i = 0;
+    for (std::size_t sz : {std::size_t{0}, P::size...}) {
+      for (std::size_t j = 0; j < sz; ++j) a.outer[k] = i - 1, a.inner[k++] = j;
+      ++i;
+    }
+    return a;
+  }();
+};
+template <class F, class Parts, std::size_t... K>
+auto flatten(const Parts& parts, std::index_sequence<K...>) {
+  return Pack<element_t<F::at.inner[K], element_t<F::at.outer[K], Parts>>...>{
+      {slot<F::at.inner[K]>(slot<F::at.outer[K]>(parts))}...};
+}
+template <std::size_t... I, class... P>
+auto concat(const PackOf<std::index_sequence<I...>, P...>& parts) {
+  using F = flat_index<P...>;
+  return flatten<F>(parts, std::make_index_sequence<F::n>{});
+}
+
+// What the walk returns: the loss and every term.
+template <class T, class Terms>
+struct Run {
+  T loss;
+  Terms terms;
+};
+
+template <class R, class... P>
+class Backward {
+ public:  // the plan's types are public: Mp11's algorithms instantiate them from outside
+  using Ns = nodes_t<R>;
+  static constexpr std::size_t N = count<R>;
+  template <std::size_t Id>
+  using node_t = mp::mp_at_c<Ns, Id>;
+  // Only subtrees with a leaf of some parameter's type are differentiated: which leaf is which
+  // parameter is known only at run time (by data pointer), so each such leaf gets a gated term.
+  using param_leaves = mp::mp_list<decltype(std::declval<const P&>().expr())...>;
+  template <class E>
+  using is_candidate = std::bool_constant<kind<E>::leaf && mp::mp_contains<param_leaves, E>::value>;
+  template <class E>
+  static constexpr bool reaches = mp::mp_any_of<nodes_t<E>, is_candidate>::value;
+  template <class E>
+  static constexpr std::size_t id_of = first_of<E>(Ns{});  // the first node of E's type
+  // The plan as tables over preorder numbers, computed in one constant expression:
+  // - shared: with equal copies taken as one node, it has two parents (or is two children of one):
+  //   the edges into its copies, as (its parent's type, which child), are not all the same. Its
+  //   gradients are then summed before it is differentiated, once;
+  // - stored: shared, or materialised (a reduction or matmul, whose forward value is kept);
+  // - order: the shared nodes, deepest last; equal heights by preorder, so a first copy precedes
+  //   its equals.
+  struct Tables {
+    bool shared[N], stored[N];
+    std::size_t type[N], order[N], n_order, stored_ids[N], n_stored;
+  };
+  template <std::size_t... I>
+  static constexpr Tables make_plan(std::index_sequence<I...>) {
+    const auto& L = links<R>::value;
+    Tables t{};
+    const std::size_t type[] = {id_of<node_t<I>>...};
+    const bool leaf[] = {kind<node_t<I>>::leaf...}, mat[] = {materialised<node_t<I>>...},
+               reach[] = {reaches<node_t<I>>...};
+    std::size_t height[N] = {};
+    for (std::size_t j = N; j-- > 1;) height[L.parent[j]] = std::max(height[L.parent[j]], height[j] + 1);
+    for (std::size_t id = 0; id < N; ++id) {
+      t.type[id] = type[id];
+      bool fan_in = false;
+      std::size_t first = 0;  // the first edge into this type
+      for (std::size_t j = 1; j < N; ++j)
+        if (type[j] == type[id]) {
+          if (!first)
+            first = j;
+          else if (type[L.parent[j]] != type[L.parent[first]] || L.slot[j] != L.slot[first])
+            fan_in = true;
+        }
+      t.shared[id] = !leaf[id] && reach[id] && fan_in;
+      t.stored[id] = t.shared[id] || mat[id];
+      if (t.stored[id]) t.stored_ids[t.n_stored++] = id;
+      if (t.shared[id]) {
+        std::size_t k = t.n_order++;
+        for (; k > 0 && height[t.order[k - 1]] < height[id]; --k) t.order[k] = t.order[k - 1];
+        t.order[k] = id;
+      }
+    }
+    return t;
+  }
+  static constexpr Tables plan = make_plan(std::make_index_sequence<N>{});
+  template <class E>
+  static constexpr bool shared = plan.shared[id_of<E>];
+  template <std::size_t... K>
+  static auto order_list(std::index_sequence<K...>) -> mp::mp_list<mp::mp_size_t<plan.order[K]>...>;
+  using shared_order = decltype(order_list(std::make_index_sequence<plan.n_order>{}));
+  template <std::size_t... K>
+  static auto stored_list(std::index_sequence<K...>) -> std::index_sequence<plan.stored_ids[K]...>;
+  using stored = decltype(stored_list(std::make_index_sequence<plan.n_stored>{}));
+  using T = typename R::value_type;
+
+  Backward(const R& root, const P&... params) : root_(root), params_{params.data()...} {}
+
+  // The loss, and every term in the order the walk meets them.
+  auto run() {
+    locate(root_, 0);
+    [&]<std::size_t... Id>(std::index_sequence<Id...>) {  // equal copies point at the first one
+      (find_rep<node_t<Id>>(Id), ...);
+    }
+    (stored{});
+    T loss;
+    detail::assign(&loss, cached(root_, 0));
+    auto top = back(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}), 0);
+    auto below = concat(expand_shared(Pack<>{}, shared_order{}));
+    auto all = concat(Pack<decltype(top), decltype(below)>{{top}, {below}});
+    return Run<T, decltype(all)>{loss, all};
+  }
+
+  // d loss / d parameter K from the terms: the sum of those reaching a leaf that is parameter K,
+  // each gated by that test, which skips the others unevaluated (zeros where no term can).
+  template <std::size_t K, class Terms>
+  auto gradient(const Terms& terms) const {
+    using Param = mp::mp_at_c<mp::mp_list<P...>, K>;
+    using S = typename Param::shape;
+    using Mine = terms_of<K, Terms>;
+    if constexpr (mp::mp_empty<Mine>::value) {
+      return Expr<op::Const<T, S>>(op::Const<T, S>{T(0)});
+    } else {
+      const void* p = params_[K];
+      return [&]<class... I>(mp::mp_list<I...>) { return (... + gate(slot<I::value>(terms), p)); }(Mine{});
+    }
+  }
+  // The same into a tensor: the counting terms assigned and added, without gates.
+  template <std::size_t K, class Terms, class Out>
+  void gradient_into(const Terms& terms, Out& out) const {
+    const void* p = params_[K];
+    bool written = false;
+    [&]<class... I>(mp::mp_list<I...>) {
+      [[maybe_unused]] constexpr std::size_t first = mp::mp_front<mp::mp_list<I..., mp::mp_size_t<0>>>::value;
+      (add_term<I::value == first>(slot<I::value>(terms), p, out, written), ...);
+    }(terms_of<K, Terms>{});
+    if (!written) std::fill(out.begin(), out.end(), T(0));
+  }
+
+  // Node `id` as the rules see it: its value and its children's (reductions already computed).
+  // Node numbers are run-time values, so equal subtrees share one instantiation of the walk.
+  template <class E>
+  struct NodeRef {
+    Backward& b;
+    const E& e;
+    std::size_t id;
+    template <std::size_t I>
+    using child_t = mp::mp_at_c<typename E::children_types, I>;
+    const auto& op() const { return e.op; }
+    auto out() const { return b.cached(e, id); }
+    template <std::size_t I>
+    auto x() const {
+      return b.cached(fixed::child<I>(e), id + child_offset<E, I>);
+    }
+  };
+
+  template <class E>
+  auto cached(const E& e, std::size_t id) {
+    if constexpr (kind<E>::leaf || kind<E>::constant) {
+      return e;
+    } else if constexpr (materialised<E>) {
+      using V = typename E::value_type;
+      const std::size_t r = rep_[id];
+      if (!value_[r]) {
+        V* buf = Arena::local().alloc<V>(E::shape::size);
+        Materialise<typename E::op_type>::run(buf, rebuild(e, id));
+        value_[r] = buf;
+      }
+      return leaf<V, typename E::shape>(static_cast<const V*>(value_[r]));
+    } else {
+      return rebuild(e, id);
+    }
+  }
+
+ private:
+  template <std::size_t K, class Terms>
+  struct reaching {
+    template <class I>
+    using fn = std::is_same<typename element_t<I::value, Terms>::leaf_type, mp::mp_at_c<param_leaves, K>>;
+  };
+  // The positions of the terms that may reach parameter K (a leaf of its type).
+  template <std::size_t K, class Terms>
+  using terms_of = mp::mp_copy_if_q<mp::mp_iota_c<Terms::size>, reaching<K, Terms>>;
+  // One term into out if it counts: assigned if it is the first to, else added. The first term of
+  // a list only ever assigns, so no adding loop is compiled for it (a parameter read once: none).
+  template <bool First, class Term, class Out>
+  static void add_term(const Term& t, const void* p, Out& out, bool& written) {
+    if (!counts(t, p)) return;
+    if constexpr (!First) {
+      if (written) {
+        out += t.g;
+        return;
+      }
+    }
+    out = t.g;
+    written = true;
+  }
+  template <class Term>
+  static bool counts(const Term& t, const void* param) {
+    return t.on && t.at == param;
+  }
+  template <class Term>
+  static auto gate(const Term& t, const void* param) {
+    return Expr<op::Gate, decltype(t.g)>(op::Gate{counts(t, param)}, t.g);
+  }
+
+  template <class E>
+  auto rebuild(const E& e, std::size_t id) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      using Node = Expr<typename E::op_type, decltype(cached(fixed::child<I>(e), id))...>;
+      return Node(e.op, cached(fixed::child<I>(e), id + child_offset<E, I>)...);
+    }
+    (std::make_index_sequence<arity_of<E>>{});
+  }
+
+  template <class G>
+  auto stash(const G& g) {
+    using V = typename G::value_type;
+    V* buf = Arena::local().alloc<V>(G::shape::size);
+    detail::assign(buf, g);
+    return leaf<V, typename G::shape>(buf);
+  }
+
+  template <class E, class G>
+  auto back(const E& e, const G& g, std::size_t id) {
+    if constexpr (std::is_same_v<G, none> || !reaches<E>) {
+      return Pack<>{};
+    } else if constexpr (kind<E>::leaf) {
+      return Pack<Term<E, G>>{{{g, e.op.data, true}}};
+    } else {
+      static_assert(std::is_same_v<typename G::shape, typename E::shape>,
+                    "fixed::grad: a rule gave a gradient of the wrong shape");
+      if constexpr (shared<E>) {  // summed now, differentiated once later
+        using V = typename E::value_type;
+        const std::size_t r = rep_[id];
+        if (!grad_[r]) {
+          V* buf = Arena::local().alloc<V>(E::shape::size);
+          detail::assign(buf, g);
+          grad_[r] = buf;
+        } else {
+          V* buf = static_cast<V*>(grad_[r]);
+          detail::assign(buf, leaf<V, typename E::shape>(buf) + g);
+        }
+        return Pack<>{};
+      } else {
+        return expand(e, g, id);
+      }
+    }
+  }
+
+  template <class E, class G>
+  auto expand(const E& e, const G& g, std::size_t id) {
+    constexpr std::size_t differentiable = []<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::size_t{0} + ... + (reaches<mp::mp_at_c<typename E::children_types, I>> ? 1 : 0));
+    }
+    (std::make_index_sequence<arity_of<E>>{});
+    if constexpr (!cheap<G>::value && (differentiable > 1 || materialised<E>)) {
+      return expand(e, stash(g), id);
+    } else {
+      NodeRef<E> n{*this, e, id};
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {  // braces: children left to right
+        return concat(Pack<decltype(child_terms<I>(n, g))...>{{child_terms<I>(n, g)}...});
+      }
+      (std::make_index_sequence<arity_of<E>>{});
+    }
+  }
+  template <std::size_t I, class E, class G>
+  auto child_terms(const NodeRef<E>& n, const G& g) {
+    using C = mp::mp_at_c<typename E::children_types, I>;
+    if constexpr (reaches<C>)
+      return back(fixed::child<I>(n.e), Vjp<typename E::op_type>::template grad<I>(n, g),
+                  n.id + child_offset<E, I>);
+    else
+      return Pack<>{};
+  }
+
+  // Each shared subtree, once its gradient is summed: `done` holds the terms of those before it.
+  template <class Done>
+  auto expand_shared(Done done, mp::mp_list<>) {
+    return done;
+  }
+  template <class Done, class Id, class... Rest>
+  auto expand_shared(Done done, mp::mp_list<Id, Rest...>) {
+    constexpr std::size_t I = Id::value;
+    using E = node_t<I>;
+    using V = typename E::value_type;
+    using Terms = decltype(expand(node<I>(), leaf<V, typename E::shape>(nullptr), I));
+    std::optional<Terms> mine;
+    if (rep_[I] == I) {
+      V* g = static_cast<V*>(grad_[I]);
+      if (!g) {  // no gradient reached it: zeros keep the terms' reads valid; they do not count
+        g = Arena::local().alloc<V>(E::shape::size);
+        std::fill(g, g + E::shape::size, V(0));
+      }
+      mine.emplace(expand(node<I>(), leaf<V, typename E::shape>(g), I));
+      if (!grad_[I]) switch_off(*mine);
+    } else {  // an equal copy: its gradient was summed into the first copy's, which counts it
+      using Pos = mp::mp_iota_c<Done::size>;
+      mp::mp_for_each<Pos>([&](auto k) {
+        using J = mp::mp_at_c<shared_order, decltype(k)::value>;
+        if constexpr (std::is_same_v<node_t<J::value>, E>)
+          if (rep_[I] == J::value) mine.emplace(slot<decltype(k)::value>(done));
+      });
+      switch_off(*mine);
+    }
+    return expand_shared(append(done, *mine), mp::mp_list<Rest...>{});
+  }
+
+  // Where each node is (run time: the tree is held by value); node<Id>() is node Id.
+  template <class E>
+  void locate(const E& e, std::size_t id) {
+    addr_[id] = &e;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (locate(fixed::child<I>(e), id + child_offset<E, I>), ...);
+    }
+    (std::make_index_sequence<arity_of<E>>{});
+  }
+  template <std::size_t Id>
+  const node_t<Id>& node() const {
+    return *static_cast<const node_t<Id>*>(addr_[Id]);
+  }
+  // rep_[id]: the first node equal to node id (of type E).
+  template <class E>
+  void find_rep(std::size_t id) {
+    const E& e = *static_cast<const E*>(addr_[id]);
+    rep_[id] = id;
+    for (std::size_t j = id_of<E>; j < id; ++j)
+      if (plan.type[j] == id_of<E> && equal(*static_cast<const E*>(addr_[j]), e)) {
+        rep_[id] = rep_[j];
+        return;
+      }
+  }
+
+  const R& root_;
+  std::array<const void*, sizeof...(P)> params_;  // the parameters' data: who is who at run time
+  std::array<const void*, N> addr_{};
+  std::array<std::size_t, N> rep_{};
+  std::array<const void*, N> value_{};  // forward values of reductions and matmuls (by rep_)
+  std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
+};
+
+template <class T>
+struct is_tensor : std::false_type {};
+template <class T, index_t... D>
+struct is_tensor<Tensor<T, D...>> : std::true_type {};
+
+template <Operand L, class... P>
+void check_grad_args() {
+  using E = expr_t<L>;
+  static_assert(E::shape::size == 1, "fixed::grad: the loss must be a single value (sum or mean it)");
+  static_assert(std::is_floating_point_v<typename E::value_type>,
+                "fixed::grad: the loss must be floating-point");
+  static_assert((is_tensor<P>::value && ...), "fixed::grad: parameters must be fixed::Tensors");
+  static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
+                "fixed::grad: parameters must have the loss's element type");
+}
+}  // namespace metagrad::fixed::detail::ad

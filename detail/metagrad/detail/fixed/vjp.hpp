@@ -1,0 +1,31 @@
+#pragma once
+// The internals of fixed/vjp.hpp: a gradient broadcast back to, or summed down to, a shape.
+#include <cstddef>
+#include <cstdint>
+
+#include "metagrad/fixed/elementwise.hpp"
+
+namespace metagrad::fixed::detail {
+// g broadcast back to `To` (a reduction's input shape: same rank, reduced axes 1 in g).
+template <Dims To, class G>
+auto expand_to(const G& g) {
+  if constexpr (G::shape::dims == To)
+    return g;
+  else
+    return move<G, MovementOps::EXPAND, To>(g);
+}
+// g summed down to `To` (same rank: the axes where To is 1 and g is not).
+template <Dims To, class G>
+auto sum_to(const G& g) {
+  constexpr Dims axes = [] {
+    Dims a;
+    for (std::size_t i = 0; i < To.size(); ++i)
+      if (To[i] != G::shape::dims[i]) a.push_back(static_cast<std::int64_t>(i));
+    return a;
+  }();
+  if constexpr (axes.empty())
+    return g;
+  else
+    return Expr<op::Reduce<ReduceOps::SUM, axes>, G>(op::Reduce<ReduceOps::SUM, axes>{}, g);
+}
+}  // namespace metagrad::fixed::detail
