@@ -7,7 +7,7 @@
 //   float_only    needs a floating-point operand (the method's static_assert)
 //   cost          rough cycles per element (Eigen's Cost): the contiguous loop writes its vector
 //                 form out by hand only for the expensive functions (kVectorCost and up)
-//   vector        scalar() also runs on simd.hpp's vectors, or vec() is that vector form
+//   vector        scalar() also runs on detail/fixed/simd.hpp's vectors, or vec() is that vector form
 //   scalar(x...)  one element
 //   grad<I>(n, g) d loss / d child I, or `none`: n is the node (n.out(), n.x<I>()), g the incoming
 //                 gradient; the dynamic path's rule (runtime/mlops.cpp), so both paths agree

@@ -6,10 +6,10 @@
 #include <cstring>
 
 #include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/fixed/simd.hpp"
 #include "metagrad/fixed/cpu.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/shape.hpp"
-#include "metagrad/fixed/simd.hpp"
 
 namespace metagrad::fixed {
 
