@@ -17,6 +17,7 @@
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
 #include "kernel_sources.hpp"
+#include "metagrad/fixed/cpu.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/gemm.hpp"
@@ -286,4 +287,35 @@ TEST_CASE("gemm: BEAM's choice matches the default's results and a second proces
   CHECK(s2 == 0);  // the choice came from disk
   CHECK(h2 == 1);
   CHECK(b1 == b2);
+}
+
+// The static path's cache reader (<cstdio>, compiled into every static unit) against a plain
+// reading of the same sysfs files with streams.
+TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of its files", "[gemm]") {
+  auto expected = [](int level) -> std::int64_t {
+    for (int i = 0; i < 8; ++i) {
+      std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      std::ifstream lv(dir + "level"), ty(dir + "type"), sz(dir + "size");
+      int l = 0;
+      std::string type, size;
+      if (!(lv >> l) || !(ty >> type) || !(sz >> size)) break;
+      if (l != level || type == "Instruction") continue;
+      std::int64_t v = std::stoll(size);
+      char unit = size.back();
+      return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : unit == 'G' ? v << 30 : v;
+    }
+    return 0;
+  };
+  for (int level = 1; level <= 4; ++level)
+    CHECK(metagrad::fixed::detail::sysfs_cache(level) == expected(level));
+  auto path = std::filesystem::temp_directory_path() / "metagrad_read_word_test";
+  std::ofstream(path) << "  12345678901234567890 tail\n";
+  char w[8];
+  REQUIRE(metagrad::fixed::detail::read_word(path.c_str(), w, sizeof w));
+  CHECK(std::string(w) == "1234567");  // at most n - 1 characters
+  std::filesystem::remove(path);
+  CHECK_FALSE(metagrad::fixed::detail::read_word(path.c_str(), w, sizeof w));
+  const auto& c = metagrad::fixed::host_caches();
+  CHECK(c.l1 >= 4096);
+  CHECK(c.l2 >= c.l1);
 }

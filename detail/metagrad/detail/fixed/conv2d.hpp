@@ -26,12 +26,21 @@ struct node<op::Conv2d<S, P>, X, W> {
 
 // An operand as row-major contiguous data: in place when it is a tensor, else evaluated.
 template <class E>
+constexpr bool contiguous_in_place() {
+  if constexpr (strided<E>::exists)
+    return strided<E>::view.contiguous;
+  else
+    return false;
+}
+template <class E>
 const typename E::value_type* contiguous_data(const E& e) {
-  auto [p, v] = operand_data(e);
-  if (v.contiguous) return p;
-  auto* tmp = Arena::local().alloc<typename E::value_type>(E::shape::size);
-  assign(tmp, e);
-  return tmp;
+  if constexpr (contiguous_in_place<E>()) {
+    return strided<E>::data(e);
+  } else {
+    auto* tmp = Arena::local().alloc<typename E::value_type>(E::shape::size);
+    assign(tmp, e);
+    return tmp;
+  }
 }
 
 // Every (kernel tap, output position) pair of one image's convolution with the input offset it

@@ -1,25 +1,40 @@
 #pragma once
 // The internals of fixed/cpu.hpp: where a cache's size is read from.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <string>
+#include <cstring>
 
 #include <unistd.h>
 
 namespace metagrad::fixed::detail {
 
+// The first word of a small text file (at most n - 1 characters), empty if it cannot be read.
+// (<cstdio>, not <fstream>: this is compiled into every static translation unit.)
+inline bool read_word(const char* path, char* out, int n) {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char fmt[16];
+  std::snprintf(fmt, sizeof fmt, "%%%ds", n - 1);
+  bool ok = std::fscanf(f, fmt, out) == 1;
+  std::fclose(f);
+  return ok;
+}
+
 // sysfs: /sys/devices/system/cpu/cpu0/cache/indexN/{level,type,size} ("48K", "1024K", "32M").
 inline std::int64_t sysfs_cache(int level) {
   for (int i = 0; i < 8; ++i) {
-    std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream lv(dir + "level"), ty(dir + "type"), sz(dir + "size");
-    int l = 0;
-    std::string type, size;
-    if (!(lv >> l) || !(ty >> type) || !(sz >> size)) break;
-    if (l != level || type == "Instruction" || size.empty()) continue;
+    char path[64], lv[16], type[32], size[32];
+    auto at = [&](const char* name) {
+      std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, name);
+      return path;
+    };
+    if (!read_word(at("level"), lv, sizeof lv) || !read_word(at("type"), type, sizeof type) ||
+        !read_word(at("size"), size, sizeof size))
+      break;
     char* end = nullptr;  // (strtoll, not stoll: an odd sysfs string reads as no cache, not a throw)
-    std::int64_t v = std::strtoll(size.c_str(), &end, 10);
+    if (std::strtoll(lv, &end, 10) != level || *end || !std::strcmp(type, "Instruction")) continue;
+    std::int64_t v = std::strtoll(size, &end, 10);
     char unit = *end;
     return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : unit == 'G' ? v << 30 : v;
   }

@@ -55,20 +55,32 @@ requires(!strided<C>::exists) struct permuted<Expr<op::Move<MovementOps::PERMUTE
   static constexpr View view = v ? *v : View(Dims{});
 };
 
-// An operand's data and View: in place if it is strided, else evaluated into the arena.
+// An operand's View, known at compile time: its own if it is strided, the permutation's if it is
+// permuted, else row-major (it is evaluated into the arena).
 template <class E>
-std::pair<const typename E::value_type*, View> operand_data(const E& e) {
+constexpr View operand_view() {
   if constexpr (strided<E>::exists)
-    return {strided<E>::data(e), strided<E>::view};
+    return strided<E>::view;
+  else if constexpr (permuted<E>::exists)
+    return permuted<E>::view;
+  else
+    return View(E::shape::dims);
+}
+
+// An operand's data: in place if it is strided, else evaluated into the arena.
+template <class E>
+const typename E::value_type* operand_data(const E& e) {
+  if constexpr (strided<E>::exists)
+    return strided<E>::data(e);
   else if constexpr (permuted<E>::exists) {
     using C = std::remove_cvref_t<decltype(fixed::child<0>(e))>;
     auto* tmp = Arena::local().alloc<typename C::value_type>(C::shape::size);
     assign(tmp, fixed::child<0>(e));
-    return {tmp, permuted<E>::view};
+    return tmp;
   } else {
     auto* tmp = Arena::local().alloc<typename E::value_type>(E::shape::size);
     assign(tmp, e);
-    return {tmp, View(E::shape::dims)};
+    return tmp;
   }
 }
 
@@ -85,8 +97,9 @@ struct Materialise<op::MatMul> {
       return p;
     }();
     Arena::Scope scope;
-    auto [pa, va] = operand_data(fixed::child<0>(e));
-    auto [pb, vb] = operand_data(fixed::child<1>(e));
+    static constexpr View va = operand_view<A>(), vb = operand_view<B>();
+    const T* pa = operand_data(fixed::child<0>(e));
+    const T* pb = operand_data(fixed::child<1>(e));
     for (index_t bi = 0; bi < batch; ++bi) {
       index_t oa = va.offset, ob = vb.offset;
       for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
