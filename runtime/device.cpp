@@ -1,7 +1,6 @@
 // The device registry: devices register themselves (Device::Registrar in runtime/ops_X.cpp), each
 // is built on first use; DEFAULT comes from the environment.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -49,10 +48,12 @@ Device::Registrar::Registrar(std::string name, int rank, Factory make) {
 
 std::string Device::DEFAULT = default_device();
 
-std::string Device::canonicalize(const std::string& name) {
-  std::string out = name;
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
-  return out;
+std::string Device::canonicalize(std::string name) {
+  // ASCII only, in place: every LazyBuffer's construction calls this (std::toupper is a locale
+  // lookup per character)
+  for (char& c : name)
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  return name;
 }
 
 std::vector<std::string> Device::available() {

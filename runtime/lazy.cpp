@@ -3,7 +3,6 @@
 #include "metagrad/lazy.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <stdexcept>
 #include <utility>
 
@@ -43,9 +42,7 @@ void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after) {
 
 LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std::shared_ptr<GraphOp> op_,
                        std::shared_ptr<RawBuffer> realized_)
-    : device(std::any_of(device_.begin(), device_.end(), [](unsigned char c) { return std::islower(c); })
-                 ? Device::canonicalize(device_)
-                 : std::move(device_)),
+    : device(Device::canonicalize(std::move(device_))),
       dtype(dtype_),
       st(std::move(st_)),
       realized(std::move(realized_)),

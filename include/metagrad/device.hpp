@@ -131,7 +131,7 @@ class Device {
   static std::string DEFAULT;
   static Backend& get(const std::string& name);  // throws std::runtime_error naming what is available
   static std::vector<std::string> available();
-  static std::string canonicalize(const std::string& name);  // "cpu" -> "CPU"
+  static std::string canonicalize(std::string name);  // "cpu" -> "CPU"
 
   // Builds the device; throws when it is not available here (no compiler, no OpenCL platform).
   using Factory = std::unique_ptr<Backend> (*)();
