@@ -290,9 +290,8 @@ int main() {
     }
   }
   std::printf(
-      "\ntargets: static >= 1.0x OpenBLAS (odd shapes 0.8), dynamic best of devices and jit >= 0.9x (odd "
-      "0.8), "
-      "1024 on 1 thread >= 0.8 of peak; rows missing one: %d\n",
+      "\ntargets: static >= 1.0x OpenBLAS (odd shapes 0.8), dynamic (best of devices and jit) >= 0.9x "
+      "(odd 0.8), 1024 on 1 thread >= 0.8 of peak; rows missing one: %d\n",
       misses);
   return 0;
 }

@@ -38,7 +38,7 @@ struct Gemm {
   template <int Rows, int Nv, bool InPlaceA = false>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
                    index_t cols, bool acc, index_t lda = 0) {
-    const index_t astep = InPlaceA ? 1 : MR, arow = InPlaceA ? lda : 1;
+    const index_t astep = InPlaceA ? 0 : MR;  // (in place, A's rows are read through a5 below)
     V sum[Rows][Nv];
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
@@ -64,7 +64,7 @@ struct Gemm {
 #endif
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
-        V av = simd<T>::broadcast(InPlaceA ? a5[r / 5] + k + (r % 5) * lda : a + r * arow);
+        V av = simd<T>::broadcast(InPlaceA ? a5[r / 5] + k + (r % 5) * lda : a + r);
 #pragma GCC unroll 4
         for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
       }
