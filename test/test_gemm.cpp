@@ -60,18 +60,22 @@ struct Case {
     if (flip_b) p.b += (k - 1) * p.brs, p.brs = -p.brs;
     return p;
   }
+  // a and b sized for the shape, strides and offset, with random values; c all 7 (written over, or
+  // padding kept)
+  void allocate(std::mt19937& g) {
+    std::uniform_real_distribution<float> u(-1, 1);
+    i64 lda = (ta ? m : k) + pad_a, ldb = (tb ? k : n) + pad_b;
+    a.resize(static_cast<std::size_t>(off + (ta ? k : m) * lda));
+    b.resize(static_cast<std::size_t>(off + (tb ? n : k) * ldb));
+    c.assign(static_cast<std::size_t>(off + m * (n + pad_c)), 7.f);
+    for (auto& x : a) x = u(g);
+    for (auto& x : b) x = u(g);
+  }
 };
 Case random_case(std::mt19937& g, i64 max_dim) {
   std::uniform_int_distribution<i64> dim(1, max_dim), pad(0, 5);
-  std::uniform_real_distribution<float> u(-1, 1);
   Case c{dim(g), dim(g), dim(g), g() % 2 == 0, g() % 2 == 0, pad(g), pad(g), pad(g), pad(g), {}, {}, {}};
-  i64 lda = (c.ta ? c.m : c.k) + c.pad_a, ldb = (c.tb ? c.k : c.n) + c.pad_b;
-  c.a.resize(static_cast<std::size_t>(c.off + (c.ta ? c.k : c.m) * lda));
-  c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
-  c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)),
-             7.f);  // 7: written over, or padding kept
-  for (auto& x : c.a) x = u(g);
-  for (auto& x : c.b) x = u(g);
+  c.allocate(g);
   c.flip_b = g() % 4 == 0;
   return c;
 }
@@ -120,13 +124,7 @@ TEST_CASE("gemm: deep products (k >> m, n) as dot products, and B read in place"
       // t odd: B row-major with one strip of A's rows (B read in place, its last strip packed)
       Case c = random_case(g, 2);
       c.m = small(g), c.n = t % 2 ? small(g) * 5 : small(g), c.k = deep(g), c.ta = false, c.tb = t % 2 == 0;
-      i64 lda = c.k + c.pad_a, ldb = (c.tb ? c.k : c.n) + c.pad_b;
-      c.a.assign(static_cast<std::size_t>(c.off + c.m * lda), 0.5f);
-      c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (auto& x : c.a) x = u(g);
-      for (auto& x : c.b) x = u(g);
-      c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);
+      c.allocate(g);
       gemm::sgemm(c.problem(), gemm::default_blocking(isa), isa);
       check(c, gemm::to_string(isa) + " deep case " + std::to_string(t) + " m=" + std::to_string(c.m) +
                    " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
@@ -142,13 +140,7 @@ TEST_CASE("gemm: A rows a multiple of 4 KiB apart (copied to padded rows) over r
       const i64 lda = t % 3 == 2 ? 2048 : 1024;  // 4 or 8 KiB
       c.m = rows(g), c.n = cols(g), c.k = std::uniform_int_distribution<i64>(1, lda)(g), c.ta = false;
       c.pad_a = lda - c.k;
-      i64 ldb = (c.tb ? c.k : c.n) + c.pad_b;
-      std::uniform_real_distribution<float> u(-1, 1);
-      c.a.resize(static_cast<std::size_t>(c.off + c.m * lda));
-      c.b.resize(static_cast<std::size_t>(c.off + (c.tb ? c.n : c.k) * ldb));
-      for (auto& x : c.a) x = u(g);
-      for (auto& x : c.b) x = u(g);
-      c.c.assign(static_cast<std::size_t>(c.off + c.m * (c.n + c.pad_c)), 7.f);
+      c.allocate(g);
       gemm::GemmBlocking bk = gemm::default_blocking(isa);
       if (t % 2) bk.kc = std::uniform_int_distribution<i64>(1, 300)(g), bk.mc = rows(g);
       gemm::sgemm(c.problem(), bk, isa);
