@@ -3,6 +3,8 @@
 // thread splits bitwise equal to one thread; the host devices' contractions (matmul, transposed,
 // batched, broadcast, matrix-vector) run it and agree with CPU; BEAM's choice gives the same
 // results as the default blocking, and a second process reuses it without searching.
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "gradcheck.hpp"
 #include "kernel_sources.hpp"
 #include "metagrad/fixed/cpu.hpp"
+#include "metagrad/fixed/gemm.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/gemm.hpp"
@@ -310,4 +313,19 @@ TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of
   const auto& c = metagrad::fixed::host_caches();
   CHECK(c.l1 >= 4096);
   CHECK(c.l2 >= c.l1);
+}
+
+// A static unit linked against the library (this one, through metagrad::metagrad's
+// METAGRAD_PREBUILT_GEMM) calls the library's copy of the kernel for its ISA rather than compiling
+// its own (fixed/gemm.hpp): the function it calls lives in libmetagrad, not in this program.
+TEST_CASE("fixed: a unit linked against the library calls the library's GEMM", "[gemm]") {
+#ifndef METAGRAD_FIXED_GEMM_PREBUILT
+  FAIL("METAGRAD_PREBUILT_GEMM did not reach this unit, or no library copy has its ISA");
+#endif
+  for (void* f : {reinterpret_cast<void*>(&metagrad::fixed::detail::Gemm<float>::run),
+                  reinterpret_cast<void*>(&metagrad::fixed::detail::Gemm<double>::run)}) {
+    Dl_info info{};
+    REQUIRE(dladdr(f, &info) != 0);
+    CHECK(std::string(info.dli_fname).find("libmetagrad.so") != std::string::npos);
+  }
 }

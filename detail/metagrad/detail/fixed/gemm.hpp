@@ -142,63 +142,7 @@ struct Gemm {
   // the caller's arena, so no worker allocates) and multiplies them by its column strips. Every
   // element is the same sum whatever the split. `threads` caps the parts (0: the pool's size).
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking()) {
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-      for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
-      return;
-    }
-    if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
-      return dots(m, n, k, a, ars, b, bcs, c, ldc);
-    const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
-                  NC = std::max<index_t>(bk.nc / NR, 1) * NR;
-    Arena::Scope scope;
-    const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
-    const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
-    T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
-    // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it
-    // sits in half the L2: small products (64 x 64, a conv's per-image product) pay no packing.
-    // So is a B that only one strip of A's rows reads (nothing would reuse the packed copy).
-    const bool direct =
-        bcs == 1 &&
-        (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
-    const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
-    // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
-    const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
-    const int cparts = std::max(1, parts / rparts);
-    const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
-                  ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
-    T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
-    for (index_t jc = 0; jc < n; jc += NC) {
-      const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
-      for (index_t pc = 0; pc < k; pc += ks) {
-        const index_t kc = std::min(ks, k - pc);
-        const T* bsrc = b + pc * brs + jc * bcs;
-        const T* asrc = a + pc * acs;
-        const Panel panel{direct ? bsrc : bp, direct, brs, nc};
-        if (rparts * cparts == 1) {
-          if (!direct) pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
-          rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
-          continue;
-        }
-        if (!direct)
-          parallel_parts(rparts * cparts, [&](int p, int np) {
-            index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
-            if (s0 < s1)
-              pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs,
-                       bcs);
-          });
-        parallel_parts(rparts * cparts, [&](int p, int) {
-          const int rp = p / cparts, cp = p % cparts;
-          index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
-          index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
-          if (r0 < r1 && c0 < c1)
-            rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack,
-                 c + jc, ldc, pc > 0);
-        });
-      }
-    }
-  }
+                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking());
 
   // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
   // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
@@ -407,6 +351,82 @@ struct Gemm {
     }
   }
 };
+
+template <class T>
+void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    return;
+  }
+  if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
+    return dots(m, n, k, a, ars, b, bcs, c, ldc);
+  const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
+                NC = std::max<index_t>(bk.nc / NR, 1) * NR;
+  Arena::Scope scope;
+  const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
+  const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
+  T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
+  // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it
+  // sits in half the L2: small products (64 x 64, a conv's per-image product) pay no packing.
+  // So is a B that only one strip of A's rows reads (nothing would reuse the packed copy).
+  const bool direct =
+      bcs == 1 &&
+      (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
+  const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
+  // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
+  const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
+  const int cparts = std::max(1, parts / rparts);
+  const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
+                ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
+  T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
+  for (index_t jc = 0; jc < n; jc += NC) {
+    const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
+    for (index_t pc = 0; pc < k; pc += ks) {
+      const index_t kc = std::min(ks, k - pc);
+      const T* bsrc = b + pc * brs + jc * bcs;
+      const T* asrc = a + pc * acs;
+      const Panel panel{direct ? bsrc : bp, direct, brs, nc};
+      if (rparts * cparts == 1) {
+        if (!direct) pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
+        rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
+        continue;
+      }
+      if (!direct)
+        parallel_parts(rparts * cparts, [&](int p, int np) {
+          index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
+          if (s0 < s1)
+            pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs,
+                     bcs);
+        });
+      parallel_parts(rparts * cparts, [&](int p, int) {
+        const int rp = p / cparts, cp = p % cparts;
+        index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
+        index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
+        if (r0 < r1 && c0 < c1)
+          rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack,
+               c + jc, ldc, pc > 0);
+      });
+    }
+  }
+}
+
+// A unit linked against the runtime library (METAGRAD_PREBUILT_GEMM, which the metagrad target and
+// metagrad.pc export) calls the library's copy for its ISA (runtime/gemm/sgemm_isa.inc) rather than
+// compiling its own: the kernel is the largest part of a static unit's code generation (0.7 s of
+// g++'s 3.3 s for the MLP step at -O2). Only where the unit's flags are those the library's copy was
+// built with (CMakeLists.txt); run is defined outside the class so that it is not inline, which
+// would let the compiler instantiate it anyway.
+#if defined(METAGRAD_PREBUILT_GEMM) &&                                                              \
+    (defined(__AVX512F__) ? defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && \
+                                defined(__FMA__)                                                    \
+     : defined(__AVX__)   ? defined(__AVX2__) && defined(__FMA__)                                   \
+                          : true)
+#define METAGRAD_FIXED_GEMM_PREBUILT 1
+extern template struct Gemm<float>;
+extern template struct Gemm<double>;
+#endif
 
 }  // namespace METAGRAD_FIXED_ISA
 }  // namespace detail
