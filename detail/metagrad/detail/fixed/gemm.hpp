@@ -354,7 +354,7 @@ struct Gemm {
 
 template <class T>
 void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
+                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
@@ -397,8 +397,7 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
         parallel_parts(rparts * cparts, [&](int p, int np) {
           index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
           if (s0 < s1)
-            pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs,
-                     bcs);
+            pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
         });
       parallel_parts(rparts * cparts, [&](int p, int) {
         const int rp = p / cparts, cp = p % cparts;
@@ -412,17 +411,17 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   }
 }
 
-// A unit linked against the runtime library (METAGRAD_PREBUILT_GEMM, which the metagrad target and
-// metagrad.pc export) calls the library's copy for its ISA (runtime/gemm/sgemm_isa.inc) rather than
-// compiling its own: the kernel is the largest part of a static unit's code generation (0.7 s of
-// g++'s 3.3 s for the MLP step at -O2). Only where the unit's flags are those the library's copy was
-// built with (CMakeLists.txt); run is defined outside the class so that it is not inline, which
-// would let the compiler instantiate it anyway.
-#if defined(METAGRAD_PREBUILT_GEMM) &&                                                              \
-    (defined(__AVX512F__) ? defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && \
-                                defined(__FMA__)                                                    \
-     : defined(__AVX__)   ? defined(__AVX2__) && defined(__FMA__)                                   \
-                          : true)
+// A unit linked against the runtime library (METAGRAD_PREBUILT_GEMM, which the metagrad target
+// exports) calls the library's copy for its ISA (runtime/gemm/sgemm_isa.inc) rather than compiling
+// its own: the kernel is the largest part of a static unit's code generation (0.7 s of g++'s 3.3 s
+// for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
+// (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the
+// compiler instantiate it anyway.
+#if defined(METAGRAD_PREBUILT_GEMM) &&                                                                 \
+    (defined(__AVX512F__)                                                                              \
+         ? defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__FMA__) \
+     : defined(__AVX__) ? defined(__AVX2__) && defined(__FMA__)                                        \
+                        : true)
 #define METAGRAD_FIXED_GEMM_PREBUILT 1
 extern template struct Gemm<float>;
 extern template struct Gemm<double>;
