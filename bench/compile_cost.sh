@@ -6,7 +6,7 @@
 #   bench/compile_cost_eigen_step.cpp    the same step written by hand with Eigen
 # then the static step's cost over the Eigen step's per compiler (the goal: at most 1). The static units
 # are compiled as a program linked against metagrad::metagrad compiles them, with the define that target
-# exports (METAGRAD_PREBUILT_GEMM: the GEMM is the library's, fixed/gemm.hpp); "header-only" compiles
+# exports (METAGRAD_PREBUILT: the GEMM and the thread pool are the library's); "header-only" compiles
 # the step without it, as a program using metagrad::headers alone does, its own GEMM included.
 # usage: bench/compile_cost.sh [repetitions]   (from anywhere; default 3, the least cpu time of them
 # is shown, as the one least disturbed by other work; needs `time`, see tools/setup.sh)
@@ -20,7 +20,7 @@ printf "%-46s %-10s %8s %8s %11s\n" "translation unit" compiler "cpu (s)" "wall 
 units=("examples/fashion_mnist_static.cpp" "bench/compile_cost_static_step.cpp"
   "bench/compile_cost_static_step.cpp header-only" "bench/compile_cost_eigen_step.cpp")
 for unit in "${units[@]}"; do
-  src=${unit%% *} defs=-DMETAGRAD_PREBUILT_GEMM
+  src=${unit%% *} defs=-DMETAGRAD_PREBUILT
   [[ $unit == *header-only || $src == *eigen* ]] && defs=
   for cc in g++ clang++-14; do
     best_cpu="" best_wall="" rss=0

@@ -316,14 +316,16 @@ TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of
 }
 
 // A static unit linked against the library (this one, through metagrad::metagrad's
-// METAGRAD_PREBUILT_GEMM) calls the library's copy of the kernel for its ISA rather than compiling
-// its own (fixed/gemm.hpp): the function it calls lives in libmetagrad, not in this program.
-TEST_CASE("fixed: a unit linked against the library calls the library's GEMM", "[gemm]") {
+// METAGRAD_PREBUILT) calls the library's copies of the GEMM for its ISA and of the thread pool
+// rather than compiling its own (fixed/gemm.hpp, fixed/parallel.hpp): the functions it calls live
+// in libmetagrad, not in this program.
+TEST_CASE("fixed: a unit linked against the library calls the library's GEMM and thread pool", "[gemm]") {
 #ifndef METAGRAD_FIXED_GEMM_PREBUILT
-  FAIL("METAGRAD_PREBUILT_GEMM did not reach this unit, or no library copy has its ISA");
+  FAIL("METAGRAD_PREBUILT did not reach this unit, or no library copy has its ISA");
 #endif
-  for (void* f : {reinterpret_cast<void*>(&metagrad::fixed::detail::Gemm<float>::run),
-                  reinterpret_cast<void*>(&metagrad::fixed::detail::Gemm<double>::run)}) {
+  namespace d = metagrad::fixed::detail;
+  for (void* f : {reinterpret_cast<void*>(&d::Gemm<float>::run),
+                  reinterpret_cast<void*>(&d::Gemm<double>::run), reinterpret_cast<void*>(&d::Pool::get)}) {
     Dl_info info{};
     REQUIRE(dladdr(f, &info) != 0);
     CHECK(std::string(info.dli_fname).find("libmetagrad.so") != std::string::npos);

@@ -411,13 +411,13 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   }
 }
 
-// A unit linked against the runtime library (METAGRAD_PREBUILT_GEMM, which the metagrad target
+// A unit linked against the runtime library (METAGRAD_PREBUILT, which the metagrad target
 // exports) calls the library's copy for its ISA (runtime/gemm/sgemm_isa.inc) rather than compiling
 // its own: the kernel is the largest part of a static unit's code generation (0.7 s of g++'s 3.3 s
 // for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
 // (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the
 // compiler instantiate it anyway.
-#if defined(METAGRAD_PREBUILT_GEMM) &&                                                                 \
+#if defined(METAGRAD_PREBUILT) &&                                                                 \
     (defined(__AVX512F__)                                                                              \
          ? defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__FMA__) \
      : defined(__AVX__) ? defined(__AVX2__) && defined(__FMA__)                                        \

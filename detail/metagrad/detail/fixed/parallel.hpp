@@ -51,15 +51,13 @@ inline void cpu_relax() {
 #endif
 }
 
-class Pool {
+template <class>
+class BasicPool {
  public:
   using Fn = void (*)(void* ctx, int part, int parts);
 
-  static Pool& get() {
-    static Pool pool(default_size());
-    return pool;
-  }
-  ~Pool() { stop(); }
+  static BasicPool& get();
+  ~BasicPool() { stop(); }
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   void resize(int n) {
     std::lock_guard lock(busy_);
@@ -69,34 +67,7 @@ class Pool {
 
   // fn(ctx, p, parts) once for each p in [0, parts), on whichever thread claims it; with each_thread
   // (parts == size()), part p on thread p (0: the caller). Returns when all are done.
-  void run(int parts, Fn fn, void* ctx, bool each_thread = false) {
-    if (parts <= 1 || size() == 1 || inside() || !busy_.try_lock()) {
-      for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
-      return;
-    }
-    std::lock_guard lock(busy_, std::adopt_lock);
-    const std::uint64_t g = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
-    Job& j = jobs_[g & 1];
-    j.fn.store(fn, std::memory_order_relaxed), j.ctx.store(ctx, std::memory_order_relaxed);
-    j.parts.store(parts, std::memory_order_relaxed), j.each.store(each_thread, std::memory_order_relaxed);
-    j.done.store(0, std::memory_order_relaxed);
-    for (int r = 0; r < size(); ++r) j.next[r].value.store(g << kPartBits, std::memory_order_relaxed);
-    state_.store(g << kPartBits, std::memory_order_release);
-    wake_.fetch_add(1, std::memory_order_release);
-    wake_.notify_all();
-    inside() = true;
-    if (each_thread)
-      fn(ctx, 0, parts), j.done.fetch_add(1, std::memory_order_release);
-    else
-      claim(g, j, 0);
-    inside() = false;
-    // Only parts already claimed are waited for: a worker the OS has not scheduled yet claims none.
-    for (int spin = 0; j.done.load(std::memory_order_acquire) != parts; ++spin)
-      if (spin < kSpin)
-        cpu_relax();
-      else
-        std::this_thread::yield();
-  }
+  void run(int parts, Fn fn, void* ctx, bool each_thread = false);
 
  private:
   static constexpr int kSpin = 1 << 14;  // pauses (~0.1-0.5 ms) before a worker sleeps
@@ -116,7 +87,7 @@ class Pool {
     Next next[kMaxThreads];
   };
 
-  explicit Pool(int n) { start(std::clamp(n, 1, kMaxThreads)); }
+  explicit BasicPool(int n) { start(std::clamp(n, 1, kMaxThreads)); }
   static int default_size() {
     const char* v = std::getenv("THREADS");
     long n = v && *v ? std::strtol(v, nullptr, 10) : static_cast<long>(std::thread::hardware_concurrency());
@@ -126,67 +97,14 @@ class Pool {
     thread_local bool in = false;
     return in;
   }
-  void start(int n) {
-    stop_.store(false, std::memory_order_relaxed);
-    const std::uint32_t w = wake_.load(std::memory_order_relaxed);  // before any bump they must see
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, w] { work(i, w); });
-  }
-  void stop() {
-    if (workers_.empty()) return;
-    stop_.store(true, std::memory_order_relaxed);
-    wake_.fetch_add(1, std::memory_order_release);
-    wake_.notify_all();
-    for (auto& t : workers_) t.join();
-    workers_.clear();
-  }
+  void start(int n);
+  void stop();
   // Claims parts of job g until none is left: thread `self`'s own range, then the others'. The
   // generation in each range's counter makes a claim by a thread still looking at an older job
   // fail, so no part runs twice or under the wrong job (a claim that succeeds leaves the job
   // unfinished, so its slot is not rewritten while the part runs).
-  void claim(std::uint64_t g, Job& j, int self) {
-    const int threads = size();
-    for (int k = 0; k < threads; ++k) {
-      const int r = (self + k) % threads;
-      auto& next = j.next[r].value;
-      for (std::uint64_t s = next.load(std::memory_order_acquire);;) {
-        if (s >> kPartBits != g) return;
-        const int parts = j.parts.load(std::memory_order_relaxed);
-        const int p = r * parts / threads + static_cast<int>(s & ((std::uint64_t{1} << kPartBits) - 1));
-        if (p >= (r + 1) * parts / threads) break;
-        if (!next.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
-          continue;
-        j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), p, parts);
-        j.done.fetch_add(1, std::memory_order_release);
-        s = next.load(std::memory_order_acquire);
-      }
-    }
-  }
-  void work(int index, std::uint32_t seen) {
-    inside() = true;
-    std::uint64_t handled = 0;  // the last each_thread job this thread ran its part of
-    for (;;) {
-      for (int spin = 0; wake_.load(std::memory_order_acquire) == seen; ++spin)
-        if (spin < kSpin)
-          cpu_relax();
-        else
-          wake_.wait(seen, std::memory_order_acquire);
-      seen = wake_.load(std::memory_order_acquire);
-      if (stop_.load(std::memory_order_relaxed)) return;
-      const std::uint64_t g = state_.load(std::memory_order_acquire) >> kPartBits;
-      Job& j = jobs_[g & 1];
-      Arena::Scope scope;
-      if (!j.each.load(std::memory_order_relaxed)) {
-        claim(g, j, index);
-      } else if (g != handled) {  // an each_thread job cannot finish without this thread's part
-        handled = g;
-        if (index < j.parts.load(std::memory_order_relaxed)) {
-          j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), index,
-                                               j.parts.load(std::memory_order_relaxed));
-          j.done.fetch_add(1, std::memory_order_release);
-        }
-      }
-    }
-  }
+  void claim(std::uint64_t g, Job& j, int self);
+  void work(int index, std::uint32_t seen);
 
   std::vector<std::thread> workers_;
   std::mutex busy_;  // one job at a time
@@ -195,6 +113,116 @@ class Pool {
   alignas(64) std::atomic<std::uint64_t> state_{0};
   alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job: what sleeping workers wait on
 };
+
+// Pool is a class template only so that the runtime library can hold its one compiled copy: a unit
+// built with METAGRAD_PREBUILT (linked against the library) declares it extern and compiles none of
+// it (0.1 s of each static unit). Its larger members are defined out of the class, as an inline one
+// would still be instantiated (clang does, to inline it).
+using Pool = BasicPool<void>;
+#ifdef METAGRAD_PREBUILT
+extern template class BasicPool<void>;
+#endif
+
+template <class V>
+BasicPool<V>& BasicPool<V>::get() {
+  static BasicPool pool(default_size());
+  return pool;
+}
+
+template <class V>
+void BasicPool<V>::run(int parts, Fn fn, void* ctx, bool each_thread) {
+  if (parts <= 1 || size() == 1 || inside() || !busy_.try_lock()) {
+    for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
+    return;
+  }
+  std::lock_guard lock(busy_, std::adopt_lock);
+  const std::uint64_t g = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
+  Job& j = jobs_[g & 1];
+  j.fn.store(fn, std::memory_order_relaxed), j.ctx.store(ctx, std::memory_order_relaxed);
+  j.parts.store(parts, std::memory_order_relaxed), j.each.store(each_thread, std::memory_order_relaxed);
+  j.done.store(0, std::memory_order_relaxed);
+  for (int r = 0; r < size(); ++r) j.next[r].value.store(g << kPartBits, std::memory_order_relaxed);
+  state_.store(g << kPartBits, std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_release);
+  wake_.notify_all();
+  inside() = true;
+  if (each_thread)
+    fn(ctx, 0, parts), j.done.fetch_add(1, std::memory_order_release);
+  else
+    claim(g, j, 0);
+  inside() = false;
+  // Only parts already claimed are waited for: a worker the OS has not scheduled yet claims none.
+  for (int spin = 0; j.done.load(std::memory_order_acquire) != parts; ++spin)
+    if (spin < kSpin)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+}
+
+template <class V>
+void BasicPool<V>::start(int n) {
+  stop_.store(false, std::memory_order_relaxed);
+  const std::uint32_t w = wake_.load(std::memory_order_relaxed);  // before any bump they must see
+  for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, w] { work(i, w); });
+}
+
+template <class V>
+void BasicPool<V>::stop() {
+  if (workers_.empty()) return;
+  stop_.store(true, std::memory_order_relaxed);
+  wake_.fetch_add(1, std::memory_order_release);
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+template <class V>
+void BasicPool<V>::claim(std::uint64_t g, Job& j, int self) {
+  const int threads = size();
+  for (int k = 0; k < threads; ++k) {
+    const int r = (self + k) % threads;
+    auto& next = j.next[r].value;
+    for (std::uint64_t s = next.load(std::memory_order_acquire);;) {
+      if (s >> kPartBits != g) return;
+      const int parts = j.parts.load(std::memory_order_relaxed);
+      const int p = r * parts / threads + static_cast<int>(s & ((std::uint64_t{1} << kPartBits) - 1));
+      if (p >= (r + 1) * parts / threads) break;
+      if (!next.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), p, parts);
+      j.done.fetch_add(1, std::memory_order_release);
+      s = next.load(std::memory_order_acquire);
+    }
+  }
+}
+
+template <class V>
+void BasicPool<V>::work(int index, std::uint32_t seen) {
+  inside() = true;
+  std::uint64_t handled = 0;  // the last each_thread job this thread ran its part of
+  for (;;) {
+    for (int spin = 0; wake_.load(std::memory_order_acquire) == seen; ++spin)
+      if (spin < kSpin)
+        cpu_relax();
+      else
+        wake_.wait(seen, std::memory_order_acquire);
+    seen = wake_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_relaxed)) return;
+    const std::uint64_t g = state_.load(std::memory_order_acquire) >> kPartBits;
+    Job& j = jobs_[g & 1];
+    Arena::Scope scope;
+    if (!j.each.load(std::memory_order_relaxed)) {
+      claim(g, j, index);
+    } else if (g != handled) {  // an each_thread job cannot finish without this thread's part
+      handled = g;
+      if (index < j.parts.load(std::memory_order_relaxed)) {
+        j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), index,
+                                             j.parts.load(std::memory_order_relaxed));
+        j.done.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+}
 
 // f(part, parts) for each part, spread over the threads (the caller among them); with each_thread,
 // f(p, threads()) on every thread p (tests read per-thread state so).
