@@ -257,23 +257,23 @@ struct Gemm {
     };
     run.template operator()<MR>(rows / MR);
     const auto& n = kRest[static_cast<std::size_t>(rows)];
-    run.template operator()<kRestRows[0]>(n[0]);
-    run.template operator()<kRestRows[1]>(n[1]);
-    run.template operator()<kRestRows[2]>(n[2]);
-    run.template operator()<kRestRows[3]>(n[3]);
+    [&]<std::size_t... S>(std::index_sequence<S...>) { (run.template operator()<kRestRows[S]>(n[S]), ...); }
+    (std::make_index_sequence<kRestRows.size()>{});
   }
   // The remainder's tile sizes, and for each remainder 0..MR-1 how many of each: the cheapest sum of
-  // cycles per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency):
-  // with MR = 14, 8 rows are 4 + 4 rather than 7 + 1, 13 are 7 + 4 + 2.
-  static constexpr int kRestRows[4] = {(MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2, 1};
+  // cycles per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency),
+  // plus one a tile for its entry and stores: with MR = 14, 8 rows are one tile rather than 4 + 4
+  // (64 x 64: +2%), 13 are 7 + 4 + 2; with MR = 6, 5 rows are one.
+  static constexpr std::array<int, 5> kRestRows = {MR > 8 ? 8 : 5, (MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2,
+                                                   1};
   static constexpr auto kRest = [] {
-    std::array<std::array<index_t, 4>, MR> n{};
+    std::array<std::array<index_t, kRestRows.size()>, MR> n{};
     std::array<int, MR> cost{};
     for (int r = 1; r < MR; ++r) {
       cost[static_cast<std::size_t>(r)] = 1 << 20;
-      for (std::size_t s = 0; s < 4; ++s)
+      for (std::size_t s = 0; s < kRestRows.size(); ++s)
         if (int rows = kRestRows[s]; rows <= r) {
-          int c = cost[static_cast<std::size_t>(r - rows)] + std::max(rows, 4);
+          int c = cost[static_cast<std::size_t>(r - rows)] + std::max(rows, 4) + 1;
           if (c < cost[static_cast<std::size_t>(r)]) {
             cost[static_cast<std::size_t>(r)] = c;
             n[static_cast<std::size_t>(r)] = n[static_cast<std::size_t>(r - rows)];
@@ -417,11 +417,10 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
 // for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
 // (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the
 // compiler instantiate it anyway.
-#if defined(METAGRAD_PREBUILT) &&                                                                 \
-    (defined(__AVX512F__)                                                                              \
-         ? defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__FMA__) \
-     : defined(__AVX__) ? defined(__AVX2__) && defined(__FMA__)                                        \
-                        : true)
+#if defined(METAGRAD_PREBUILT) && (defined(__AVX512F__) ? defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+                                                              defined(__AVX512BW__) && defined(__FMA__)     \
+                                   : defined(__AVX__) ? defined(__AVX2__) && defined(__FMA__)               \
+                                                      : true)
 #define METAGRAD_FIXED_GEMM_PREBUILT 1
 extern template struct Gemm<float>;
 extern template struct Gemm<double>;
