@@ -3,7 +3,9 @@
 //
 // Rows: square n = 64 ... 2048 with odd sizes (127, 1000), a batched product, a 6-row and a 16-row
 // product (LeNet's conv layers as GEMMs) and W5's first layer. Paths:
-//   static   fixed::matmul into a fixed::Tensor (header-only, this file's -march=native)
+//   static   fixed::matmul into a fixed::Tensor (this file's -march=native)
+//   aot      the same product compiled ahead of time (metagrad_add_aot_library, gemm_aot_gen.cpp: C
+//            with the library's C GEMM, -march=native); one thread, as AOT code runs (no target)
 //   dynamic  Tensor::matmul realized on each compiled host device (its float contractions run the
 //            runtime GEMM picked by CPUID or METAGRAD_ISA), eagerly: each call builds the graph,
 //            schedules it and looks its kernel up (about 4 us, the whole gap at 64 x 64)
@@ -32,12 +34,19 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "gemm_shapes.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/threadpool.hpp"
+#ifdef METAGRAD_BENCH_AVX2
+#include "gemm_aot_avx2.h"
+#else
+#include "gemm_aot.h"
+#endif
 
 namespace {
 
@@ -102,11 +111,7 @@ double core_peak() {
   return best;
 }
 
-struct Shape {
-  std::string key;
-  std::int64_t batch, m, k, n;
-  bool odd;  // the 0.8 target
-};
+using Shape = metagrad::bench::GemmShape;
 
 std::vector<float> random_data(std::size_t n, unsigned seed) {
   std::mt19937 g(seed);
@@ -133,21 +138,20 @@ std::function<void()> static_op(const std::vector<float>& a, const std::vector<f
 struct Row {
   Shape shape;
   std::function<std::function<void()>(const std::vector<float>&, const std::vector<float>&)> make_static;
+  void (*aot)(const float*, const float*, float*);  // gemm_<i> of the AOT library
 };
+// The AOT library's functions, gemm_<i> for shape i.
+constexpr void (*kAot[])(const float*, const float*, float*) = {
+    gemm_0, gemm_1, gemm_2, gemm_3, gemm_4, gemm_5, gemm_6, gemm_7, gemm_8, gemm_9, gemm_10};
+static_assert(std::size(kAot) == std::size(metagrad::bench::kGemmShapes), "one AOT function per shape");
 std::vector<Row> rows() {
-  return {
-      {{"64", 1, 64, 64, 64, false}, static_op<1, 64, 64, 64>},
-      {{"127", 1, 127, 127, 127, true}, static_op<1, 127, 127, 127>},
-      {{"256", 1, 256, 256, 256, false}, static_op<1, 256, 256, 256>},
-      {{"512", 1, 512, 512, 512, false}, static_op<1, 512, 512, 512>},
-      {{"1000", 1, 1000, 1000, 1000, true}, static_op<1, 1000, 1000, 1000>},
-      {{"1024", 1, 1024, 1024, 1024, false}, static_op<1, 1024, 1024, 1024>},
-      {{"2048", 1, 2048, 2048, 2048, false}, static_op<1, 2048, 2048, 2048>},
-      {{"8x256", 8, 256, 256, 256, false}, static_op<8, 256, 256, 256>},
-      {{"6x25x36864", 1, 6, 25, 36864, true}, static_op<1, 6, 25, 36864>},      // LeNet conv1, batch 64
-      {{"16x150x4096", 1, 16, 150, 4096, true}, static_op<1, 16, 150, 4096>},   // conv2
-      {{"128x784x512", 1, 128, 784, 512, false}, static_op<1, 128, 784, 512>},  // W5 layer 1
-  };
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    using metagrad::bench::kGemmShapes;
+    return std::vector<Row>{
+        {kGemmShapes[I],
+         static_op<kGemmShapes[I].batch, kGemmShapes[I].m, kGemmShapes[I].k, kGemmShapes[I].n>, kAot[I]}...};
+  }
+  (std::make_index_sequence<std::size(metagrad::bench::kGemmShapes)>{});
 }
 
 // BENCH_ROWS: a comma-separated list of row keys, all rows when unset.
@@ -177,7 +181,7 @@ int child() {
     std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
     double flops = 2.0 * static_cast<double>(s.batch * s.m * s.k * s.n);
     auto emit = [&](const char* path, const std::function<void()>& op) {
-      std::printf("R %s %s %.6g\n", s.key.c_str(), path, flops / time_op(op) * 1e-9);
+      std::printf("R %s %s %.6g\n", s.key, path, flops / time_op(op) * 1e-9);
       std::fflush(stdout);
     };
     emit("OpenBLAS", [&] {
@@ -198,6 +202,7 @@ int child() {
       });
     }
     emit("static", r.make_static(a, b));
+    emit("aot", [&] { r.aot(a.data(), b.data(), c.data()); });
     for (const auto& dev : devices) {
       metagrad::Dims da = s.batch == 1 ? metagrad::Dims{s.m, s.k} : metagrad::Dims{s.batch, s.m, s.k};
       metagrad::Dims db = s.batch == 1 ? metagrad::Dims{s.k, s.n} : metagrad::Dims{s.batch, s.k, s.n};
@@ -265,8 +270,9 @@ int main() {
     Result r = run_child(t);
     std::printf("\n%d thread%s: GFLOP/s, and x OpenBLAS; FMA peak %.0f GFLOP/s\n", t, t > 1 ? "s" : "",
                 r.peak);
-    std::printf("%-13s %9s %9s %9s %9s %9s %9s   %-7s %-7s %-7s %-7s %-7s  %s\n", "row", "OpenBLAS", "Eigen",
-                "static", "CLANG", "LLVM", "jit", "static", "CLANG", "LLVM", "jit", "xpeak", "targets");
+    std::printf("%-13s %9s %9s %9s %9s %9s %9s %9s   %-7s %-7s %-7s %-7s %-7s %-7s  %s\n", "row", "OpenBLAS",
+                "Eigen", "static", "aot", "CLANG", "LLVM", "jit", "static", "aot", "CLANG", "LLVM", "jit",
+                "xpeak", "targets");
     for (const auto& row : rows()) {
       if (!selected(row.shape.key)) continue;
       auto& g = r.g[row.shape.key];
@@ -280,13 +286,13 @@ int main() {
       if (best_dyn < dyn_target) verdict += "dynamic NOT met; ";
       double xpeak =
           r.peak > 0 ? std::max({fig("static"), fig("CLANG"), fig("LLVM"), fig("jit")}) / r.peak : 0;
-      if (row.shape.key == "1024" && t == 1 && xpeak < 0.8) verdict += "peak NOT met; ";
+      if (std::string_view(row.shape.key) == "1024" && t == 1 && xpeak < 0.8) verdict += "peak NOT met; ";
       if (verdict.empty()) verdict = "met";
       misses += verdict != "met";
-      std::printf("%-13s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f   %-7.2f %-7.2f %-7.2f %-7.2f %-7.2f  %s\n",
-                  row.shape.key.c_str(), ob, fig("Eigen"), fig("static"), fig("CLANG"), fig("LLVM"),
-                  fig("jit"), ratio("static"), ratio("CLANG"), ratio("LLVM"), ratio("jit"), xpeak,
-                  verdict.c_str());
+      std::printf(
+          "%-13s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f   %-7.2f %-7.2f %-7.2f %-7.2f %-7.2f %-7.2f  %s\n",
+          row.shape.key, ob, fig("Eigen"), fig("static"), fig("aot"), fig("CLANG"), fig("LLVM"), fig("jit"),
+          ratio("static"), ratio("aot"), ratio("CLANG"), ratio("LLVM"), ratio("jit"), xpeak, verdict.c_str());
     }
   }
   std::printf(

@@ -1,0 +1,28 @@
+#pragma once
+// The products bench_gemm times (W4 and the shapes around it), shared with the generator of their
+// AOT library (gemm_aot_gen.cpp): C[batch] (m x n) = A[batch] (m x k) B[batch] (k x n).
+#include <cstdint>
+
+namespace metagrad::bench {
+
+struct GemmShape {
+  const char* key;
+  std::int64_t batch, m, k, n;
+  bool odd;  // a size that is no multiple of any tile: the 0.8 targets
+};
+
+inline constexpr GemmShape kGemmShapes[] = {
+    {"64", 1, 64, 64, 64, false},
+    {"127", 1, 127, 127, 127, true},
+    {"256", 1, 256, 256, 256, false},
+    {"512", 1, 512, 512, 512, false},
+    {"1000", 1, 1000, 1000, 1000, true},
+    {"1024", 1, 1024, 1024, 1024, false},
+    {"2048", 1, 2048, 2048, 2048, false},
+    {"8x256", 8, 256, 256, 256, false},
+    {"6x25x36864", 1, 6, 25, 36864, true},     // LeNet conv1 as a GEMM, batch 64
+    {"16x150x4096", 1, 16, 150, 4096, true},   // conv2
+    {"128x784x512", 1, 128, 784, 512, false},  // W5's first layer
+};
+
+}  // namespace metagrad::bench
