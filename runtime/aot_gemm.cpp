@@ -12,8 +12,9 @@ namespace metagrad::aot {
 
 namespace {
 
-// P_tile's body for MR rows: accumulate, then store whole or through a temporary at an edge.
-std::string tile_body(int mr) {
+// P_tile<mr>: an mr x P_NR tile from rows of a packed A strip (row r at a[r], the strip's row stride
+// P_MR); accumulate, then store whole or through a temporary at an edge.
+std::string tile_fn(int mr) {
   auto n = [](int i) { return std::to_string(i); };
   std::string decl = "  P_v", k = "", full = "", part = "";
   for (int r = 0; r < mr; ++r) {
@@ -25,12 +26,16 @@ std::string tile_body(int mr) {
       part += detail::cat("  P_put(t[", n(r), "] + ", n(v), " * P_W, c", n(r), "_", n(v), ", 0);\n");
     }
   }
-  return detail::cat(decl, ";\n  float t[P_MR][P_NR];\n",
-                     "  for (int64_t p = 0; p < kc; ++p, a += P_MR, b += P_NR) {\n",
-                     "    P_v b0 = P_load(b), b1 = P_load(b + P_W);\n", k, "  }\n",
-                     "  if (rows == P_MR && cols == P_NR) {\n", full, "    return;\n  }\n", part,
-                     "  for (int64_t r = 0; r < rows; ++r)\n    for (int64_t j = 0; j < cols; ++j)\n",
-                     "      c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];\n");
+  return detail::cat(
+      "static void P_tile", n(mr),
+      "(int64_t kc, const float* restrict a, const float* restrict b, int64_t bs,\n"
+      "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc) {\n",
+      decl, ";\n  float t[", n(mr), "][P_NR];\n",
+      "  for (int64_t p = 0; p < kc; ++p, a += P_MR, b += bs) {\n",
+      "    P_v b0 = P_load(b), b1 = P_load(b + P_W);\n", k, "  }\n", "  if (rows == ", n(mr),
+      " && cols == P_NR) {\n", full, "    return;\n  }\n", part,
+      "  for (int64_t r = 0; r < rows; ++r)\n    for (int64_t j = 0; j < cols; ++j)\n",
+      "      c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];\n}\n");
 }
 
 constexpr const char* kSource = R"(
@@ -68,14 +73,44 @@ static inline void P_put(float* p, P_v v, int acc) {
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-/* C's rows x cols corner of a P_MR x P_NR tile (+)= a packed A strip times a packed B strip. */
-static void P_tile(int64_t kc, const float* restrict a, const float* restrict b, float* restrict c,
-                   int64_t ldc, int64_t rows, int64_t cols, int acc) {
+/* C's rows x cols corner of an R x P_NR tile (+)= R rows of a packed A strip times a B strip whose row p
+   is at b + p * bs (packed: bs = P_NR; or B's own rows). */
 #if P_MR == 14
 P_TILE14
+P_TILE8
 #else
 P_TILE6
 #endif
+P_TILE4
+P_TILE2
+P_TILE1
+/* A strip of rows < P_MR runs as tiles of 8 (AVX-512), 4, 2 and 1 rows rather than one padded tile:
+   a 6-row product does not pay for 14. */
+static void P_strip(int64_t kc, const float* a, const float* b, int64_t bs, float* c, int64_t ldc,
+                    int64_t rows, int64_t cols, int acc) {
+  if (rows == P_MR) {
+#if P_MR == 14
+    P_tile14(kc, a, b, bs, c, ldc, rows, cols, acc);
+#else
+    P_tile6(kc, a, b, bs, c, ldc, rows, cols, acc);
+#endif
+    return;
+  }
+  for (int64_t r = 0; r < rows;) {
+    int64_t left = rows - r;
+#if P_MR == 14
+    if (left >= 8) {
+      P_tile8(kc, a + r, b, bs, c + r * ldc, ldc, 8, cols, acc), r += 8;
+      continue;
+    }
+#endif
+    if (left >= 4)
+      P_tile4(kc, a + r, b, bs, c + r * ldc, ldc, 4, cols, acc), r += 4;
+    else if (left >= 2)
+      P_tile2(kc, a + r, b, bs, c + r * ldc, ldc, 2, cols, acc), r += 2;
+    else
+      P_tile1(kc, a + r, b, bs, c + r * ldc, ldc, 1, cols, acc), r += 1;
+  }
 }
 
 /* Strips of `width` along `count`: d[strip][p][w] = s[p * along + (strip * width + w) * across],
@@ -84,7 +119,9 @@ static void P_pack(float* d, int64_t kc, int64_t count, int64_t width, const flo
                    int64_t across) {
   for (int64_t i = 0; i < count; i += width, d += width * kc, s += width * across) {
     int64_t w = P_MIN(width, count - i), x, p;
-    if (across == 1 || along != 1)
+    if (across == 1 && w == width) /* a whole strip of contiguous rows: row by row, as copies */
+      for (p = 0; p < kc; ++p) __builtin_memcpy(d + p * width, s + p * along, sizeof(float) * width);
+    else if (across == 1 || along != 1)
       for (p = 0; p < kc; ++p)
         for (x = 0; x < width; ++x) d[p * width + x] = x < w ? s[p * along + x * across] : 0.f;
     else
@@ -99,17 +136,24 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
   if (k == 0)
     for (ir = 0; ir < m; ++ir)
       for (jr = 0; jr < n; ++jr) c[ir * ldc + jr] = 0.f;
+  /* B read in place where its rows are contiguous, one step covers k and all of it sits in half the
+     L2 (small products pay no packing); its last strip is packed where it ends inside a vector. */
+  int direct = bcs == 1 && k <= P_KC && k * n * 4 <= P_L2 / 2;
   for (jc = 0; jc < n; jc += P_NC)
     for (pc = 0; pc < k; pc += P_KC) {
-      int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(P_KC, k - pc);
-      P_pack(P_bpack, kc, nc, P_NR, b + pc * brs + jc * bcs, brs, bcs);
+      int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(P_KC, k - pc), whole = direct ? nc / P_NR * P_NR : 0;
+      const float* bsrc = b + pc * brs + jc * bcs;
+      P_pack(P_bpack + whole * kc, kc, nc - whole, P_NR, bsrc + whole * bcs, brs, bcs);
       for (ic = 0; ic < m; ic += P_MC) {
         int64_t mc = P_MIN(P_MC, m - ic);
         P_pack(P_apack, kc, mc, P_MR, a + ic * ars + pc * acs, acs, ars);
-        for (jr = 0; jr < nc; jr += P_NR)
+        for (jr = 0; jr < nc; jr += P_NR) {
+          const float* bj = jr < whole ? bsrc + jr : P_bpack + jr * kc;
+          int64_t bs = jr < whole ? brs : P_NR;
           for (ir = 0; ir < mc; ir += P_MR)
-            P_tile(kc, P_apack + ir * kc, P_bpack + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
-                   P_MIN(P_MR, mc - ir), P_MIN(P_NR, nc - jr), pc > 0);
+            P_strip(kc, P_apack + ir * kc, bj, bs, c + (ic + ir) * ldc + jc + jr, ldc, P_MIN(P_MR, mc - ir),
+                    P_MIN(P_NR, nc - jr), pc > 0);
+        }
       }
     }
 }
@@ -129,8 +173,7 @@ std::string gemm_c_source(const std::string& prefix, GemmExtent max, std::int64_
       std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
       std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
       std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
-  replace_all(s, "P_TILE14", tile_body(14));
-  replace_all(s, "P_TILE6", tile_body(6));
+  for (int r : {14, 8, 6, 4, 2, 1}) replace_all(s, "P_TILE" + std::to_string(r) + "\n", tile_fn(r));
   replace_all(s, "P_", prefix + "_");
   return s;
 }
