@@ -189,3 +189,27 @@ TEST_CASE("fixed::describe: one line per step, indented by depth, then the arena
   CHECK(p.steps[0].role == Step::LOOP);
   CHECK(p.steps[0].depth == 0);
 }
+
+// FusionPlan::str is defined with the type (fusion_plan.hpp), so a plan built or kept without
+// describe.hpp prints too: each role's word, sizes in B, KiB and MiB to three digits (no exponents).
+TEST_CASE("fixed::FusionPlan: str() names each role and prints sizes in B, KiB and MiB", "[fixed]") {
+  fx::FusionPlan p;
+  p.steps = {{0, Step::LOOP, "(2, 3)", 0},
+             {1, Step::MATERIALISE, "MatMul (2, 4) @ (4, 3) -> (2, 3)", 512},
+             {2, Step::READ, "Leaf (2, 4)", 0},
+             {1, Step::SCRATCH, "scratch", 12800},
+             {1, Step::KERNEL, "k", std::size_t{3} << 20}};
+  p.arena_bytes = (std::size_t{12} << 20) + (std::size_t{1} << 19);
+  p.temporaries = 3;
+  p.packing = true;
+  CHECK(p.str() ==
+        "loop (2, 3)\n"
+        "  materialise MatMul (2, 4) @ (4, 3) -> (2, 3) [temp 512 B]\n"
+        "    read Leaf (2, 4)\n"
+        "  scratch [temp 12.5 KiB]\n"
+        "  kernel k [temp 3 MiB]\n"
+        "arena: 3 temporaries, 12.5 MiB at peak, plus the matmul's packing buffers\n");
+  p.temporaries = 1, p.packing = false, p.modelled = false, p.arena_bytes = 10239;
+  CHECK(p.str().substr(p.str().rfind("arena")) ==
+        "arena: 1 temporary, 10239 B at peak, plus what the unmodelled ops take\n");
+}

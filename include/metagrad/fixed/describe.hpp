@@ -22,24 +22,6 @@
 
 namespace metagrad::fixed {
 
-inline std::string FusionPlan::str() const {
-  using R = PlanStep::Role;
-  static constexpr const char* roles[] = {"loop",     "inline", "read", "materialise",
-                                          "in place", "temp",   "skip", "kernel"};
-  std::string out;
-  for (const PlanStep& s : steps) {
-    out.append(2 * static_cast<std::size_t>(s.depth), ' ');
-    out += s.role == R::SCRATCH ? s.what : roles[s.role] + (" " + s.what);
-    if (s.temp) out += " [temp " + detail::describe::bytes(s.temp) + "]";
-    out += '\n';
-  }
-  out += "arena: " + std::to_string(temporaries) + (temporaries == 1 ? " temporary, " : " temporaries, ") +
-         detail::describe::bytes(arena_bytes) + " at peak";
-  if (packing) out += ", plus the matmul's packing buffers";
-  if (!modelled) out += ", plus what the unmodelled ops take";
-  return out + "\n";
-}
-
 // The plan of evaluating e into a fresh tensor.
 template <Operand E>
 FusionPlan fusion_plan(const E& e) {

@@ -1,8 +1,9 @@
 #pragma once
-// fixed::FusionPlan, what fixed::fusion_plan returns (describe.hpp, which also defines str()): the
-// steps of evaluating an expression into a fresh tensor, and the arena memory they take.
+// fixed::FusionPlan, what fixed::fusion_plan returns (describe.hpp): the steps of evaluating an
+// expression into a fresh tensor, and the arena memory they take.
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,41 @@ struct FusionPlan {
     return static_cast<std::size_t>(
         std::count_if(steps.begin(), steps.end(), [&](const PlanStep& s) { return s.role == r; }));
   }
-  std::string str() const;  // the plan as text, as fixed::describe prints it (defined in describe.hpp)
+  // The plan as text, as fixed::describe prints it.
+  std::string str() const {
+    using R = PlanStep::Role;
+    static constexpr const char* roles[] = {"loop",     "inline", "read", "materialise",
+                                            "in place", "temp",   "skip", "kernel"};
+    std::string out;
+    for (const PlanStep& s : steps) {
+      out.append(2 * static_cast<std::size_t>(s.depth), ' ');
+      out += s.role == R::SCRATCH ? s.what : roles[s.role] + (" " + s.what);
+      if (s.temp) out += " [temp " + bytes(s.temp) + "]";
+      out += '\n';
+    }
+    out += "arena: " + std::to_string(temporaries) + (temporaries == 1 ? " temporary, " : " temporaries, ") +
+           bytes(arena_bytes) + " at peak";
+    if (packing) out += ", plus the matmul's packing buffers";
+    if (!modelled) out += ", plus what the unmodelled ops take";
+    return out + "\n";
+  }
+
+ private:
+  // Bytes below 10 KiB, then the largest unit that keeps three significant digits before the point:
+  // "512 B", "12.5 KiB", "3 MiB", "1.5 GiB".
+  static std::string bytes(std::size_t b) {
+    char buf[32];
+    if (b < 10240) {
+      std::snprintf(buf, sizeof buf, "%zu B", b);
+      return buf;
+    }
+    double v = static_cast<double>(b) / 1024;
+    const char* unit = "KiB";
+    for (const char* next : {"MiB", "GiB", "TiB"})
+      if (v >= 999.5) v /= 1024, unit = next;  // (999.5 would print as 1e+03)
+    std::snprintf(buf, sizeof buf, "%.3g %s", v, unit);
+    return buf;
+  }
 };
 
 }  // namespace metagrad::fixed

@@ -25,17 +25,6 @@ const auto& nth_child(const E& e) {
 template <class E>
 inline constexpr std::size_t arity = E::arity;
 
-inline std::string bytes(std::size_t b) {
-  std::ostringstream s;
-  s.precision(3);
-  if (b < 10240)
-    s << b << " B";
-  else if (b < (std::size_t{10} << 20))
-    s << static_cast<double>(b) / 1024 << " KiB";
-  else
-    s << static_cast<double>(b) / (1 << 20) << " MiB";
-  return s.str();
-}
 // As the arena rounds a request.
 template <class T>
 constexpr std::size_t rounded(index_t n) {
