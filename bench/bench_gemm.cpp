@@ -78,7 +78,11 @@ double time_op(const std::function<void()>& op) {
 }
 
 // FMA peak of one core in the ISA metagrad's GEMM uses: N independent accumulators (12 for AVX2:
-// with its two operands they fit the 16 registers; 16 would spill without AVX-512's 32).
+// with its two operands they fit the 16 registers; 16 would spill without AVX-512's 32). Built
+// without AVX-512 (an AVX2 machine's -march=native), peak_of<V16> passes vectors in memory, which
+// GCC warns of; it is never called there (the GEMM's ISA is then AVX2), so the warning is off.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
 template <class V, V (*Fma)(V, V, V), int N = sizeof(V) == 64 ? 16 : 12>
 double peak_of(long iters) {
   V acc[N], m = V{} + 0.999999f, c = V{} + 1e-6f;
@@ -104,6 +108,7 @@ __attribute__((target("avx512f"))) V16 fma16(V16 a, V16 b, V16 c) {
 }
 __attribute__((target("avx2,fma"))) double peak8(long n) { return peak_of<V8, fma8>(n); }
 __attribute__((target("avx512f"))) double peak16(long n) { return peak_of<V16, fma16>(n); }
+#pragma GCC diagnostic pop
 double core_peak() {
   bool wide = metagrad::gemm::isa() == metagrad::gemm::Isa::avx512;
   double best = 0;
