@@ -17,8 +17,8 @@
 // that misses one says NOT met.
 //
 // Run: build/bench/bench_gemm (build/bench/bench_gemm_avx2: every path with AVX-512 off;
-// BENCH_REP_MS=N per repetition, default 150; BENCH_ROWS=64,1024 for some rows only; BENCH_THREADS=1
-// for one thread count). The parent re-runs itself with THREADS=1 and 2.
+// BENCH_REP_MS=N, each path timed for about 5 N ms, default 150; BENCH_ROWS=64,1024 for some rows
+// only; BENCH_THREADS=1 for one thread count). The parent re-runs itself with THREADS=1 and 2.
 #include <cblas.h>
 #include <immintrin.h>
 
@@ -35,6 +35,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "gemm_shapes.hpp"
@@ -60,21 +61,36 @@ double rep_seconds() {
          1e-3;
 }
 
-// Median over 5 repetitions of seconds per call, each repetition long enough to time.
-double time_op(const std::function<void()>& op) {
-  op();
-  auto t0 = Clock::now();
-  op();
-  double one = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count());
-  long calls = std::max(1L, static_cast<long>(rep_seconds() / one));
-  std::vector<double> reps;
-  for (int r = 0; r < 5; ++r) {
-    t0 = Clock::now();
-    for (long i = 0; i < calls; ++i) op();
-    reps.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(calls));
+// Seconds per call of each path, timed in turns: blocks of about a thirtieth of BENCH_REP_MS x 5
+// calls, each path's block after the other's, and the median block of each. A shared VM's speed
+// drifts by 10-30% over tens of milliseconds; timing one path after another would give each path its
+// own slice of that drift, timing them in turns gives every path the same. A pause after each block
+// lets the pool that ran it go to sleep before the next path starts (see run_child).
+std::vector<double> time_paths(const std::vector<std::function<void()>>& ops) {
+  constexpr int kBlocks = 30;
+  std::vector<long> calls;
+  for (const auto& op : ops) {
+    op();
+    auto t0 = Clock::now();
+    op();
+    double one = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count());
+    calls.push_back(std::max(1L, static_cast<long>(5 * rep_seconds() / kBlocks / one)));
   }
-  std::sort(reps.begin(), reps.end());
-  return reps[2];
+  std::vector<std::vector<double>> blocks(ops.size());
+  for (int b = 0; b < kBlocks; ++b)
+    for (std::size_t p = 0; p < ops.size(); ++p) {
+      auto t0 = Clock::now();
+      for (long i = 0; i < calls[p]; ++i) ops[p]();
+      blocks[p].push_back(std::chrono::duration<double>(Clock::now() - t0).count() /
+                          static_cast<double>(calls[p]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  std::vector<double> median;
+  for (auto& v : blocks) {
+    std::nth_element(v.begin(), v.begin() + kBlocks / 2, v.end());
+    median.push_back(v[kBlocks / 2]);
+  }
+  return median;
 }
 
 // FMA peak of one core in the ISA metagrad's GEMM uses: N independent accumulators (12 for AVX2:
@@ -185,9 +201,11 @@ int child() {
     auto b = random_data(static_cast<std::size_t>(s.batch * s.k * s.n), 2);
     std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
     double flops = 2.0 * static_cast<double>(s.batch * s.m * s.k * s.n);
-    auto emit = [&](const char* path, const std::function<void()>& op) {
-      std::printf("R %s %s %.6g\n", s.key, path, flops / time_op(op) * 1e-9);
-      std::fflush(stdout);
+    std::vector<std::string> names;
+    std::vector<std::function<void()>> ops;
+    auto emit = [&](const char* path, std::function<void()> op) {
+      names.push_back(path);
+      ops.push_back(std::move(op));
     };
     emit("OpenBLAS", [&] {
       for (std::int64_t i = 0; i < s.batch; ++i)
@@ -211,14 +229,19 @@ int child() {
     for (const auto& dev : devices) {
       metagrad::Dims da = s.batch == 1 ? metagrad::Dims{s.m, s.k} : metagrad::Dims{s.batch, s.m, s.k};
       metagrad::Dims db = s.batch == 1 ? metagrad::Dims{s.k, s.n} : metagrad::Dims{s.batch, s.k, s.n};
-      Tensor ta(a, da, {.device = dev}), tb(b, db, {.device = dev});
-      ta.realize(), tb.realize();
-      emit(dev.c_str(), [&] { ta.matmul(tb).realize(); });
+      auto ta = std::make_shared<Tensor>(a, da, metagrad::TensorOptions{.device = dev});
+      auto tb = std::make_shared<Tensor>(b, db, metagrad::TensorOptions{.device = dev});
+      ta->realize(), tb->realize();
+      emit(dev.c_str(), [ta, tb] { ta->matmul(*tb).realize(); });
       if (dev != devices.back()) continue;
       auto step = [](const Tensor& x, const Tensor& y) { return x.matmul(y).realize(); };
       auto jit = std::make_shared<metagrad::TinyJit<decltype(step)>>(step);
-      emit("jit", [&] { (*jit)(ta, tb); });
+      emit("jit", [jit, ta, tb] { (*jit)(*ta, *tb); });
     }
+    std::vector<double> seconds = time_paths(ops);
+    for (std::size_t p = 0; p < ops.size(); ++p)
+      std::printf("R %s %s %.6g\n", s.key, names[p].c_str(), flops / seconds[p] * 1e-9);
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -230,9 +253,15 @@ struct Result {
 
 Result run_child(int threads) {
   std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string cmd = "BENCH_CHILD=1 THREADS=" + std::to_string(threads) +
-                    " OMP_NUM_THREADS=" + std::to_string(threads) +
-                    " OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " '" + exe + "'";
+  // After a call, OpenBLAS's workers spin for 2^28 cycles (about 0.1 s) and libgomp's (Eigen's) for
+  // 300,000 pauses (several ms on Zen 3) before they sleep, taking a vCPU from whatever path runs
+  // next: Eigen's cost the static path, which follows it, 10-50% at 2 threads. Both are cut to about
+  // what metagrad's workers spin (well under a millisecond), still far longer than the gap between
+  // two calls of one block.
+  std::string cmd =
+      "BENCH_CHILD=1 OPENBLAS_THREAD_TIMEOUT=20 GOMP_SPINCOUNT=10000 THREADS=" + std::to_string(threads) +
+      " OMP_NUM_THREADS=" + std::to_string(threads) + " OPENBLAS_NUM_THREADS=" + std::to_string(threads) +
+      " '" + exe + "'";
   std::fprintf(stderr, "[bench_gemm] %d thread(s)\n", threads);
   Result res;
   FILE* p = popen(cmd.c_str(), "r");

@@ -54,19 +54,19 @@ struct Gemm {
     static_assert(Rows <= 15, "Gemm::tile: three row bases of five rows each");
     const T* a5[3] = {a, a + 5 * lda, a + 10 * lda};
     for (index_t k = 0; k < kc; ++k, a += astep, b += bs) {
-      V bv[Nv];
-#pragma GCC unroll 4
-      for (int v = 0; v < Nv; ++v) bv[v] = simd<T>::load(b + v * W);
+      static_assert(Nv == 1 || Nv == 2, "Gemm::tile: one or two vectors of B");
+      V b0 = simd<T>::load(b), b1 = Nv == 2 ? simd<T>::load(b + W) : b0;
 #if defined(__x86_64__)  // B's vectors stay in registers (else, for 4 rows or fewer, g++ folds the
-                         // load into every FMA: twice the loads, 2.4 ns a k step at 4 rows, 1.9 at 8)
-#pragma GCC unroll 4
-      for (int v = 0; v < Nv; ++v) asm("" : "+v"(bv[v]));
+                         // load into every FMA: twice the loads, 2.4 ns a k step at 4 rows, 1.9 at 8).
+                         // Two scalars, not an array: inlined into rows(), g++ also stored an
+                         // array's vectors to the stack on every k, two stores a step for nothing.
+      asm("" : "+v"(b0), "+v"(b1));
 #endif
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
         V av = simd<T>::broadcast(InPlaceA ? a5[r / 5] + k + (r % 5) * lda : a + r);
-#pragma GCC unroll 4
-        for (int v = 0; v < Nv; ++v) sum[r][v] = fma(av, bv[v], sum[r][v]);
+        sum[r][0] = fma(av, b0, sum[r][0]);
+        if constexpr (Nv == 2) sum[r][1] = fma(av, b1, sum[r][1]);
       }
     }
     // The accumulators leave by value only: were their address taken, g++ may keep them in memory
@@ -114,18 +114,19 @@ struct Gemm {
       by_rows.template operator()<1>();
   }
 
-  // Cache blocking, by default derived from the host's caches (cpu.hpp). A KC x NR strip of packed
-  // B, reused by every A strip of a block, takes a quarter of the L2 (it streams from there: one
-  // B vector per MR FMAs asks little bandwidth, and a long KC halves the passes over C, which
-  // decide large products); an MC x KC block of packed A half the L2; a KC x NC panel of B an
-  // eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8 MiB of
-  // 32) cost 10% at n = 2048 on Zen 5. BEAM search (runtime/gemm) tunes them per shape.
+  // Cache blocking, by default derived from the host's caches (cpu.hpp). KC is the L2's size in
+  // KiB, up to 1024: a KC x NR strip of packed B, reused by every A strip of a block, streams from
+  // the L2, and a long KC halves the passes over C, which decide large products (1024 over 512: +5%
+  // at n = 1024 on Zen 5's 1 MiB L2), but on a 512 KiB L2 (Zen 3) 1024 cost 8-10% against 512. An
+  // MC x KC block of packed A takes half the L2; a KC x NC panel of B an eighth of the L3, which
+  // every core (and, in a VM, other guests) shares: a quarter (8 MiB of 32) cost 10% at n = 2048
+  // on Zen 5. BEAM search (runtime/gemm) tunes them per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
                   std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
-    b.kc = fit(c.l2 / 4, NR * S, 16, 128, 1024);
+    b.kc = fit(c.l2, 1024, 16, 128, 1024);
     b.mc = fit(c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
     b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 8192);
     return b;
