@@ -61,8 +61,8 @@ double rep_seconds() {
          1e-3;
 }
 
-// Seconds per call of each path, timed in turns: blocks of about a thirtieth of BENCH_REP_MS x 5
-// calls, each path's block after the other's, and the median block of each. A shared VM's speed
+// Seconds per call of each path, timed in turns: 30 blocks per path, each about 5 x BENCH_REP_MS / 30
+// long, one path's block after another's, and the median block of each. A shared VM's speed
 // drifts by 10-30% over tens of milliseconds; timing one path after another would give each path its
 // own slice of that drift, timing them in turns gives every path the same. A pause after each block
 // lets the pool that ran it go to sleep before the next path starts (see run_child).
