@@ -31,6 +31,7 @@ std::string tile_fn(int mr) {
       "(int64_t kc, const float* restrict a, const float* restrict b, int64_t bs,\n"
       "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc) {\n",
       decl, ";\n  float t[", n(mr), "][P_NR];\n",
+      "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as fixed/gemm.hpp's tile
       "  for (int64_t p = 0; p < kc; ++p, a += P_MR, b += bs) {\n",
       "    P_v b0 = P_load(b), b1 = P_load(b + P_W);\n", k, "  }\n", "  if (rows == ", n(mr),
       " && cols == P_NR) {\n", full, "    return;\n  }\n", part,

@@ -5,13 +5,19 @@
 #include <dlfcn.h>
 
 #include <unistd.h>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <regex>
 
 #include "metagrad/aot.hpp"
+#include "metagrad/fixed/gemm.hpp"
+#include "metagrad/runtime/gemm.hpp"
 
 using namespace metagrad;
 using Catch::Contains;
@@ -206,4 +212,75 @@ TEST_CASE("AOT: a generator's mistakes are clear errors", "[aot]") {
   REQUIRE_THROWS_WITH(g.function("second", {{"x", x}}, {{"o", h + 1}}),
                       Contains("an earlier function computed"));
   REQUIRE_THROWS_WITH(aot::Generator("no-dash"), Contains("not a C identifier"));
+}
+
+// The C GEMM spells the library's cache blocking as macros: compiled for each vector width, they
+// give the blocking the runtime's kernel of that width derives from the same caches, on this
+// machine's caches and (its L2 and L3 lines rewritten) on others'.
+TEST_CASE("AOT: the C GEMM's cache blocking is the library's for every vector width and cache size",
+          "[aot]") {
+  std::vector<std::pair<std::string, gemm::Isa>> targets{{"", gemm::Isa::generic}};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    targets.emplace_back("-mavx2 -mfma", gemm::Isa::avx2);
+  if (__builtin_cpu_supports("avx512f")) targets.emplace_back("-mavx512f -mfma", gemm::Isa::avx512);
+  aot::Generator g("blk");
+  Tensor a = Tensor::empty({40, 30}, {.device = "CLANG"}), b = Tensor::empty({30, 20}, {.device = "CLANG"});
+  g.function("f", {{"a", a}, {"b", b}}, {{"out", a.matmul(b)}});
+  auto dir = std::filesystem::temp_directory_path() / ("metagrad_aot_blocking_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  g.write(dir.string());
+  std::string source;
+  {
+    std::ifstream in(dir / "blk.c");
+    source.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto c_blocking =
+      [&](const std::string& flags, std::int64_t l2, std::int64_t l3) {
+        std::string s = std::regex_replace(source, std::regex("#define blk_L2 [0-9]+L"),
+                                           "#define blk_L2 " + std::to_string(l2) + "L");
+        s = std::regex_replace(s, std::regex("#define blk_L3 [0-9]+L"),
+                               "#define blk_L3 " + std::to_string(l3) + "L");
+        std::ofstream(dir / "main.c")
+            << "#include <stdio.h>\n"
+            << s
+            << "int main(void) { printf(\"%ld %ld %ld\", (long)(blk_MC), (long)(blk_KC), "
+               "(long)(blk_NC)); return 0; }\n";
+        const std::string exe = (dir / "main").string();
+        REQUIRE(std::system(("cc -O0 -w " + flags + " -I" + dir.string() + " " + (dir / "main.c").string() +
+                             " -o " + exe + " -lm")
+                                .c_str()) == 0);
+        std::array<char, 128> out{};
+        FILE* p = ::popen(exe.c_str(), "r");
+        REQUIRE(p);
+        const bool read = std::fgets(out.data(), out.size(), p) != nullptr;
+        ::pclose(p);
+        REQUIRE(read);
+        long mc = 0, kc = 0, nc = 0;
+        REQUIRE(std::sscanf(out.data(), "%ld %ld %ld", &mc, &kc, &nc) == 3);
+        return fixed::GemmBlocking{mc, kc, nc};
+      };
+  auto same = [](const fixed::GemmBlocking& got, const fixed::GemmBlocking& want) {
+    INFO("C: MC " << got.mc << " KC " << got.kc << " NC " << got.nc << "; library: MC " << want.mc << " KC "
+                  << want.kc << " NC " << want.nc);
+    REQUIRE(got == want);
+  };
+  const fixed::CacheSizes& host = fixed::host_caches();
+  for (const auto& [flags, isa] : targets) {
+    INFO("compiled with `" << flags << "`");
+    same(c_blocking(flags, host.l2, host.l3), gemm::default_blocking(isa));
+  }
+  // Other machines' caches, for this unit's own vector width.
+  const std::string own = fixed::detail::kVectorBytes == 64   ? "-mavx512f -mfma"
+                          : fixed::detail::kVectorBytes == 32 ? "-mavx2 -mfma"
+                                                              : "";
+  for (auto [l2, l3] : {std::pair<std::int64_t, std::int64_t>{256 << 10, 8 << 20},
+                        {512 << 10, 32 << 20},
+                        {1 << 20, 32 << 20},
+                        {2 << 20, 36 << 20},
+                        {1280 << 10, 24 << 20},
+                        {64 << 10, 1 << 20}}) {
+    INFO("L2 " << l2 << ", L3 " << l3);
+    same(c_blocking(own, l2, l3), fixed::detail::Gemm<float>::blocking({32 << 10, l2, l3}));
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -70,8 +70,15 @@ class BasicPool {
   void run(int parts, Fn fn, void* ctx, bool each_thread = false);
 
  private:
-  static constexpr int kSpin = 1 << 14;  // pauses (~0.1-0.5 ms) before a worker sleeps
-  static constexpr int kPartBits = 16;   // state_, Job::next: job generation << kPartBits (| offset)
+  static constexpr int kSpin = 1 << 14;     // pauses (~0.1-0.5 ms) before a worker sleeps
+  static constexpr int kMaxParts = 0xffff;  // a part's index fits a range counter's 16 bits
+  // A range's counter: the job's generation (32 bits), then the next part to claim and the end
+  // (16 bits each). One compare-exchange both checks that the job is the one the claimer saw and
+  // takes a part, so nothing of the job is read before the claim holds: a slot being rewritten for
+  // a later job may already show some of that job's fields.
+  static std::uint64_t range(std::uint32_t g, int begin, int end) {
+    return std::uint64_t{g} << 32 | static_cast<std::uint64_t>(begin) << 16 | static_cast<std::uint64_t>(end);
+  }
 
   // A job's description. Jobs alternate between two slots: a slot is rewritten only after the job
   // that used it two jobs ago finished, so a worker that claimed a part reads a stable one.
@@ -79,9 +86,8 @@ class BasicPool {
     std::atomic<Fn> fn{nullptr};
     std::atomic<void*> ctx{nullptr};
     std::atomic<int> parts{0};
-    std::atomic<bool> each{false};
     alignas(64) std::atomic<int> done{0};
-    struct alignas(64) Next {  // thread r's range: the generation, and how many of it are claimed
+    struct alignas(64) Next {  // thread r's range(generation, next part, end)
       std::atomic<std::uint64_t> value{0};
     };
     Next next[kMaxThreads];
@@ -99,19 +105,19 @@ class BasicPool {
   }
   void start(int n);
   void stop();
-  // Claims parts of job g until none is left: thread `self`'s own range, then the others'. The
-  // generation in each range's counter makes a claim by a thread still looking at an older job
-  // fail, so no part runs twice or under the wrong job (a claim that succeeds leaves the job
-  // unfinished, so its slot is not rewritten while the part runs).
-  void claim(std::uint64_t g, Job& j, int self);
+  // Claims parts of job g until none is left: thread `self`'s own range, then (unless `own`, as in
+  // an each-thread job) the others'. A claim by a thread still looking at a finished job fails on
+  // the generation, so no part runs twice or under the wrong job; one that succeeds leaves the job
+  // unfinished, so its slot is not rewritten while the part runs.
+  void claim(std::uint32_t g, Job& j, int self, bool own);
   void work(int index, std::uint32_t seen);
 
   std::vector<std::thread> workers_;
   std::mutex busy_;  // one job at a time
   Job jobs_[2];
   std::atomic<bool> stop_{false};
-  alignas(64) std::atomic<std::uint64_t> state_{0};
-  alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job: what sleeping workers wait on
+  alignas(64) std::atomic<std::uint64_t> state_{0};  // the current job: generation << 1 | each-thread
+  alignas(64) std::atomic<std::uint32_t> wake_{0};   // bumped per job: what sleeping workers wait on
 };
 
 // Pool is a class template only so that the runtime library can hold its one compiled copy: a unit
@@ -131,27 +137,32 @@ BasicPool<V>& BasicPool<V>::get() {
 
 template <class V>
 void BasicPool<V>::run(int parts, Fn fn, void* ctx, bool each_thread) {
-  if (parts <= 1 || size() == 1 || inside() || !busy_.try_lock()) {
+  if (parts <= 1 || parts > kMaxParts || size() == 1 || inside() || !busy_.try_lock()) {
     for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
     return;
   }
   std::lock_guard lock(busy_, std::adopt_lock);
-  const std::uint64_t g = (state_.load(std::memory_order_relaxed) >> kPartBits) + 1;
+  const int threads = size();
+  const auto g = static_cast<std::uint32_t>(state_.load(std::memory_order_relaxed) >> 1) + 1;
   Job& j = jobs_[g & 1];
   j.fn.store(fn, std::memory_order_relaxed), j.ctx.store(ctx, std::memory_order_relaxed);
-  j.parts.store(parts, std::memory_order_relaxed), j.each.store(each_thread, std::memory_order_relaxed);
+  j.parts.store(parts, std::memory_order_relaxed);
   j.done.store(0, std::memory_order_relaxed);
-  for (int r = 0; r < size(); ++r) j.next[r].value.store(g << kPartBits, std::memory_order_relaxed);
-  state_.store(g << kPartBits, std::memory_order_release);
+  for (int r = 0; r < threads; ++r) {
+    // each-thread: part r on thread r (the last thread takes any parts beyond the threads)
+    const int b = each_thread ? std::min(r, parts) : r * parts / threads;
+    const int e =
+        each_thread ? (r == threads - 1 ? parts : std::min(r + 1, parts)) : (r + 1) * parts / threads;
+    j.next[r].value.store(range(g, b, e), std::memory_order_relaxed);
+  }
+  state_.store(std::uint64_t{g} << 1 | std::uint64_t{each_thread}, std::memory_order_release);
   wake_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
   inside() = true;
-  if (each_thread)
-    fn(ctx, 0, parts), j.done.fetch_add(1, std::memory_order_release);
-  else
-    claim(g, j, 0);
+  claim(g, j, 0, each_thread);
   inside() = false;
-  // Only parts already claimed are waited for: a worker the OS has not scheduled yet claims none.
+  // Only parts already claimed are waited for: a worker the OS has not scheduled yet claims none
+  // (except in an each-thread job, which waits for every thread).
   for (int spin = 0; j.done.load(std::memory_order_acquire) != parts; ++spin)
     if (spin < kSpin)
       cpu_relax();
@@ -177,19 +188,18 @@ void BasicPool<V>::stop() {
 }
 
 template <class V>
-void BasicPool<V>::claim(std::uint64_t g, Job& j, int self) {
+void BasicPool<V>::claim(std::uint32_t g, Job& j, int self, bool own) {
   const int threads = size();
-  for (int k = 0; k < threads; ++k) {
-    const int r = (self + k) % threads;
-    auto& next = j.next[r].value;
+  for (int k = 0; k < (own ? 1 : threads); ++k) {
+    auto& next = j.next[(self + k) % threads].value;
     for (std::uint64_t s = next.load(std::memory_order_acquire);;) {
-      if (s >> kPartBits != g) return;
-      const int parts = j.parts.load(std::memory_order_relaxed);
-      const int p = r * parts / threads + static_cast<int>(s & ((std::uint64_t{1} << kPartBits) - 1));
-      if (p >= (r + 1) * parts / threads) break;
-      if (!next.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      if (static_cast<std::uint32_t>(s >> 32) != g) return;  // job g is finished, its slot reused
+      const int p = static_cast<int>(s >> 16 & 0xffff);
+      if (p >= static_cast<int>(s & 0xffff)) break;
+      if (!next.compare_exchange_weak(s, s + (1 << 16), std::memory_order_acq_rel, std::memory_order_acquire))
         continue;
-      j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), p, parts);
+      j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), p,
+                                           j.parts.load(std::memory_order_relaxed));
       j.done.fetch_add(1, std::memory_order_release);
       s = next.load(std::memory_order_acquire);
     }
@@ -199,7 +209,6 @@ void BasicPool<V>::claim(std::uint64_t g, Job& j, int self) {
 template <class V>
 void BasicPool<V>::work(int index, std::uint32_t seen) {
   inside() = true;
-  std::uint64_t handled = 0;  // the last each_thread job this thread ran its part of
   for (;;) {
     for (int spin = 0; wake_.load(std::memory_order_acquire) == seen; ++spin)
       if (spin < kSpin)
@@ -208,19 +217,11 @@ void BasicPool<V>::work(int index, std::uint32_t seen) {
         wake_.wait(seen, std::memory_order_acquire);
     seen = wake_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_relaxed)) return;
-    const std::uint64_t g = state_.load(std::memory_order_acquire) >> kPartBits;
-    Job& j = jobs_[g & 1];
+    // Generation and kind in one load: a job's slot may already hold the next job's fields.
+    const std::uint64_t s = state_.load(std::memory_order_acquire);
+    const auto g = static_cast<std::uint32_t>(s >> 1);
     Arena::Scope scope;
-    if (!j.each.load(std::memory_order_relaxed)) {
-      claim(g, j, index);
-    } else if (g != handled) {  // an each_thread job cannot finish without this thread's part
-      handled = g;
-      if (index < j.parts.load(std::memory_order_relaxed)) {
-        j.fn.load(std::memory_order_relaxed)(j.ctx.load(std::memory_order_relaxed), index,
-                                             j.parts.load(std::memory_order_relaxed));
-        j.done.fetch_add(1, std::memory_order_release);
-      }
-    }
+    claim(g, jobs_[g & 1], index, s & 1);
   }
 }
 
