@@ -124,17 +124,18 @@ struct Gemm {
   // KiB, up to 1024: a KC x NR strip of packed B, reused by every A strip of a block, streams from
   // the L2, and a long KC halves the passes over C, which decide large products (1024 over 512: +5%
   // at n = 1024 on Zen 5's 1 MiB L2), but on a 512 KiB L2 (Zen 3) 1024 cost 8-10% against 512. An
-  // MC x KC block of packed A takes half the L2; a KC x NC panel of B an eighth of the L3, which
-  // every core (and, in a VM, other guests) shares: a quarter (8 MiB of 32) cost 10% at n = 2048
-  // on Zen 5. NC stays at most 1024 columns: on Zen 3 (KC 512), 2048 cost 5-8% at n = 2048. BEAM
-  // search (runtime/gemm) tunes them per shape.
+  // MC x KC block of packed A takes half the L2, or a quarter of one of 512 KiB or less (on Zen 3,
+  // MC 60 rather than 126 gained 2-4% at n = 512-2048, more at 2 threads). A KC x NC panel of B
+  // takes an eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8
+  // MiB of 32) cost 10% at n = 2048 on Zen 5. NC stays at most 1024 columns: on Zen 3 (KC 512),
+  // 2048 cost 5-8% at n = 2048. BEAM search (runtime/gemm) tunes them per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
                   std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
     b.kc = fit(c.l2, 1024, 16, 128, 1024);
-    b.mc = fit(c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
+    b.mc = fit(c.l2 <= (512 << 10) ? c.l2 / 4 : c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
     b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 1024);
     return b;
   }
