@@ -85,6 +85,16 @@ const Graph kGraphs[] = {
     },
 };
 
+// The vector widths the C compiler can target on this CPU, each with its flags and the runtime's
+// kernel of that width: SSE (the compiler's default), then AVX2 and AVX-512 where the CPU has them.
+std::vector<std::pair<std::string, gemm::Isa>> c_targets() {
+  std::vector<std::pair<std::string, gemm::Isa>> t{{"", gemm::Isa::generic}};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    t.emplace_back("-mavx2 -mfma", gemm::Isa::avx2);
+  if (__builtin_cpu_supports("avx512f")) t.emplace_back("-mavx512f -mfma", gemm::Isa::avx512);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("AOT: functions of random graphs compiled as C equal the CPU device", "[aot]") {
@@ -111,9 +121,6 @@ TEST_CASE("AOT: functions of random graphs compiled as C equal the CPU device", 
 
 TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and equal the CPU device",
           "[aot]") {
-  std::vector<std::string> targets{""};  // the compiler's default: SSE vectors
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) targets.push_back("-mavx2 -mfma");
-  if (__builtin_cpu_supports("avx512f")) targets.push_back("-mavx512f -mfma");
   std::mt19937 rng(11);
   std::uniform_int_distribution<std::int64_t> dim(1, 70);
   // a @ b; a^T @ b^T with a bias and ReLU after (an epilogue); a batch of 3; k past a KC step and
@@ -139,7 +146,7 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
     std::vector<float> av = randn(rng, prod(ad)), bv = randn(rng, prod(bd)), biasv = randn(rng, n);
     Tensor want = graph(Tensor(av, ad, {.device = "CPU"}), Tensor(bv, bd, {.device = "CPU"}),
                         Tensor(biasv, {n}, {.device = "CPU"}));
-    for (const std::string& flags : targets) {
+    for (const auto& [flags, isa] : c_targets()) {
       INFO("compiled with `" << flags << "`");
       CLibrary lib(g, "mm" + std::to_string(form), flags);
       std::vector<float> got(static_cast<std::size_t>(out.numel()));
@@ -219,10 +226,6 @@ TEST_CASE("AOT: a generator's mistakes are clear errors", "[aot]") {
 // machine's caches and (its L2 and L3 lines rewritten) on others'.
 TEST_CASE("AOT: the C GEMM's cache blocking is the library's for every vector width and cache size",
           "[aot]") {
-  std::vector<std::pair<std::string, gemm::Isa>> targets{{"", gemm::Isa::generic}};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    targets.emplace_back("-mavx2 -mfma", gemm::Isa::avx2);
-  if (__builtin_cpu_supports("avx512f")) targets.emplace_back("-mavx512f -mfma", gemm::Isa::avx512);
   aot::Generator g("blk");
   Tensor a = Tensor::empty({40, 30}, {.device = "CLANG"}), b = Tensor::empty({30, 20}, {.device = "CLANG"});
   g.function("f", {{"a", a}, {"b", b}}, {{"out", a.matmul(b)}});
@@ -265,14 +268,16 @@ TEST_CASE("AOT: the C GEMM's cache blocking is the library's for every vector wi
     REQUIRE(got == want);
   };
   const fixed::CacheSizes& host = fixed::host_caches();
-  for (const auto& [flags, isa] : targets) {
+  // Other machines' caches, below, for this unit's own vector width (one of the targets: it runs here).
+  const gemm::Isa unit = fixed::detail::kVectorBytes == 64   ? gemm::Isa::avx512
+                         : fixed::detail::kVectorBytes == 32 ? gemm::Isa::avx2
+                                                             : gemm::Isa::generic;
+  std::string own;
+  for (const auto& [flags, isa] : c_targets()) {
     INFO("compiled with `" << flags << "`");
     same(c_blocking(flags, host.l2, host.l3), gemm::default_blocking(isa));
+    if (isa == unit) own = flags;
   }
-  // Other machines' caches, for this unit's own vector width.
-  const std::string own = fixed::detail::kVectorBytes == 64   ? "-mavx512f -mfma"
-                          : fixed::detail::kVectorBytes == 32 ? "-mavx2 -mfma"
-                                                              : "";
   for (auto [l2, l3] : {std::pair<std::int64_t, std::int64_t>{256 << 10, 8 << 20},
                         {512 << 10, 32 << 20},
                         {1 << 20, 32 << 20},
