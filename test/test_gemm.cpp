@@ -155,10 +155,12 @@ TEST_CASE("gemm: A rows a multiple of 4 KiB apart (copied to padded rows) over r
 TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {
   std::mt19937 g(7);
   int saved = fixed::threads();
+  // n = 1500: each product is above the split's threshold; 6 and 16 rows split the columns (too
+  // few row strips), 200 the rows
   for (i64 m : {6, 16, 200}) {
-    Case c{m, 300, 150, false, false, 0, 0, 0, 0, {}, {}, {}};
-    c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(300 * 150),
-        c.c.resize(static_cast<std::size_t>(m * 300));
+    Case c{m, 1500, 150, false, false, 0, 0, 0, 0, {}, {}, {}};
+    c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(1500 * 150),
+        c.c.resize(static_cast<std::size_t>(m * 1500));
     std::uniform_real_distribution<float> u(-1, 1);
     for (auto& x : c.a) x = u(g);
     for (auto& x : c.b) x = u(g);

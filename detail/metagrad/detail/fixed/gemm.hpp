@@ -124,8 +124,9 @@ struct Gemm {
   // KiB, up to 1024: a KC x NR strip of packed B, reused by every A strip of a block, streams from
   // the L2, and a long KC halves the passes over C, which decide large products (1024 over 512: +5%
   // at n = 1024 on Zen 5's 1 MiB L2), but on a 512 KiB L2 (Zen 3) 1024 cost 8-10% against 512. An
-  // MC x KC block of packed A takes half the L2, or a quarter of one of 512 KiB or less (on Zen 3,
-  // MC 60 rather than 126 gained 2-4% at n = 512-2048, more at 2 threads). A KC x NC panel of B
+  // MC x KC block of packed A takes half the L2 up to 512 KiB, or a quarter of one of 512 KiB or
+  // less (on Zen 3, MC 60 rather than 126 gained 2-4% at n = 512-2048, more at 2 threads; on a 2 MiB
+  // L2 (Emerald Rapids), MC 126 rather than 252 gained 6-9% at n = 1000-2048). A KC x NC panel of B
   // takes an eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8
   // MiB of 32) cost 10% at n = 2048 on Zen 5. NC stays at most 1024 columns: on Zen 3 (KC 512),
   // 2048 cost 5-8% at n = 2048. BEAM search (runtime/gemm) tunes them per shape.
@@ -135,7 +136,8 @@ struct Gemm {
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
     b.kc = fit(c.l2, 1024, 16, 128, 1024);
-    b.mc = fit(c.l2 <= (512 << 10) ? c.l2 / 4 : c.l2 / 2, b.kc * S, MR, MR, 4096 / MR * MR);
+    b.mc = fit(c.l2 <= (512 << 10) ? c.l2 / 4 : std::min<std::int64_t>(c.l2 / 2, 512 << 10), b.kc * S, MR, MR,
+               4096 / MR * MR);
     b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 1024);
     return b;
   }
@@ -384,9 +386,12 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
       bcs == 1 &&
       (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
   const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
-  // parts = rparts x cparts; rows first (no A block is packed twice), columns where rows run out
-  const int rparts = static_cast<int>(std::min<index_t>(parts, rstrips));
-  const int cparts = std::max(1, parts / rparts);
+  // Row strips split over the parts, where there are enough of them: no A block is packed twice,
+  // and the B panel, packed by all, is read by all. Too few (a 16-row product at AVX-512's MR 14:
+  // 14 rows and 2) and the parts split the columns instead, each packing and reading only its own
+  // B strips: no part waits for another's packing or reads B from another core's cache (a 16 x 150
+  // x 4096 product at 2 threads on Emerald Rapids was no faster than at 1 with the rows split).
+  const int rparts = rstrips >= parts ? parts : 1, cparts = parts / rparts;
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
   T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
@@ -397,24 +402,29 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
       const T* bsrc = b + pc * brs + jc * bcs;
       const T* asrc = a + pc * acs;
       const Panel panel{direct ? bsrc : bp, direct, brs, nc};
-      if (rparts * cparts == 1) {
-        if (!direct) pack<NR>(bp, kc, nc, bsrc, brs, bcs);  // strips of NR columns, row p then p+1
-        rows(0, m, 0, nc, kc, MC, asrc, ars, acs, panel, ap, ap + apack, c + jc, ldc, pc > 0);
+      if (rparts == 1) {  // one part, or the columns split
+        parallel_parts(cparts, [&](int p, int np) {
+          const index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
+          const index_t c0 = s0 * NR, c1 = std::min(nc, s1 * NR);
+          if (c0 >= c1) return;
+          if (!direct)  // strips of NR columns, row p then p+1
+            pack<NR>(bp + s0 * NR * kc, kc, c1 - c0, bsrc + c0 * bcs, brs, bcs);
+          rows(0, m, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack, c + jc,
+               ldc, pc > 0);
+        });
         continue;
       }
       if (!direct)
-        parallel_parts(rparts * cparts, [&](int p, int np) {
+        parallel_parts(rparts, [&](int p, int np) {
           index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
           if (s0 < s1)
             pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
         });
-      parallel_parts(rparts * cparts, [&](int p, int) {
-        const int rp = p / cparts, cp = p % cparts;
-        index_t r0 = rstrips * rp / rparts * MR, r1 = std::min(m, rstrips * (rp + 1) / rparts * MR);
-        index_t c0 = bstrips * cp / cparts * NR, c1 = std::min(nc, bstrips * (cp + 1) / cparts * NR);
-        if (r0 < r1 && c0 < c1)
-          rows(r0, r1, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack,
-               c + jc, ldc, pc > 0);
+      parallel_parts(rparts, [&](int p, int np) {
+        const index_t r0 = rstrips * p / np * MR, r1 = std::min(m, rstrips * (p + 1) / np * MR);
+        if (r0 < r1)
+          rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack, c + jc,
+               ldc, pc > 0);
       });
     }
   }
