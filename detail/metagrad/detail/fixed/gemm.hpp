@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <utility>
 
 #include "metagrad/detail/fixed/arena.hpp"
 #include "metagrad/detail/fixed/simd.hpp"
@@ -391,10 +392,10 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   // 14 rows and 2) and the parts split the columns instead, each packing and reading only its own
   // B strips: no part waits for another's packing or reads B from another core's cache (a 16 x 150
   // x 4096 product at 2 threads on Emerald Rapids was no faster than at 1 with the rows split).
-  const int rparts = rstrips >= parts ? parts : 1, cparts = parts / rparts;
+  const bool by_rows = rstrips >= parts;
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
-  T* ap = Arena::local().alloc<T>(rparts * cparts * ablock);
+  T* ap = Arena::local().alloc<T>(parts * ablock);
   for (index_t jc = 0; jc < n; jc += NC) {
     const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
     for (index_t pc = 0; pc < k; pc += ks) {
@@ -402,30 +403,30 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
       const T* bsrc = b + pc * brs + jc * bcs;
       const T* asrc = a + pc * acs;
       const Panel panel{direct ? bsrc : bp, direct, brs, nc};
-      if (rparts == 1) {  // one part, or the columns split
-        parallel_parts(cparts, [&](int p, int np) {
-          const index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
-          const index_t c0 = s0 * NR, c1 = std::min(nc, s1 * NR);
-          if (c0 >= c1) return;
-          if (!direct)  // strips of NR columns, row p then p+1
-            pack<NR>(bp + s0 * NR * kc, kc, c1 - c0, bsrc + c0 * bcs, brs, bcs);
-          rows(0, m, c0, c1, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack, c + jc,
-               ldc, pc > 0);
+      // Part p of np's B strips, packed (strips of NR columns, row p then p+1) unless read in
+      // place; returns their columns [c0, c1).
+      auto b_part = [&](int p, int np) {
+        const index_t s0 = bstrips * p / np, c0 = s0 * NR, c1 = std::min(nc, bstrips * (p + 1) / np * NR);
+        if (!direct && c0 < c1) pack<NR>(bp + s0 * NR * kc, kc, c1 - c0, bsrc + c0 * bcs, brs, bcs);
+        return std::pair{c0, c1};
+      };
+      auto a_part = [&](int p) { return ap + p * ablock; };
+      if (by_rows) {  // (one part included)
+        if (!direct) parallel_parts(parts, [&](int p, int np) { b_part(p, np); });
+        parallel_parts(parts, [&](int p, int np) {
+          const index_t r0 = rstrips * p / np * MR, r1 = std::min(m, rstrips * (p + 1) / np * MR);
+          if (r0 < r1)
+            rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, panel, a_part(p), a_part(p) + apack, c + jc, ldc,
+                 pc > 0);
         });
-        continue;
+      } else {
+        parallel_parts(parts, [&](int p, int np) {
+          const auto [c0, c1] = b_part(p, np);
+          if (c0 < c1)
+            rows(0, m, c0, c1, kc, MC, asrc, ars, acs, panel, a_part(p), a_part(p) + apack, c + jc, ldc,
+                 pc > 0);
+        });
       }
-      if (!direct)
-        parallel_parts(rparts, [&](int p, int np) {
-          index_t s0 = bstrips * p / np, s1 = bstrips * (p + 1) / np;
-          if (s0 < s1)
-            pack<NR>(bp + s0 * NR * kc, kc, std::min(nc, s1 * NR) - s0 * NR, bsrc + s0 * NR * bcs, brs, bcs);
-        });
-      parallel_parts(rparts, [&](int p, int np) {
-        const index_t r0 = rstrips * p / np * MR, r1 = std::min(m, rstrips * (p + 1) / np * MR);
-        if (r0 < r1)
-          rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, panel, ap + p * ablock, ap + p * ablock + apack, c + jc,
-               ldc, pc > 0);
-      });
     }
   }
 }
