@@ -55,11 +55,12 @@ constexpr const char* kSource = R"(
 #define P_MIN(x, y) ((x) < (y) ? (x) : (y))
 #define P_CLAMP(x, lo, hi) ((x) < (lo) ? (lo) : (x) > (hi) ? (hi) : (x))
 #define P_UP(x, q) (((x) + (q) - 1) / (q) * (q))
-/* Cache blocking as metagrad's: KC the L2's size in KiB (up to 1024), an MC x KC block of A in
-   half of the L2 up to 512 KiB (a quarter of one of 512 KiB or less), a KC x NC panel of B in an
-   eighth of L3, NC at most 1024. */
-#define P_KC P_CLAMP(P_L2 / 1024 / 16 * 16, 128, 1024)
-#define P_MC P_CLAMP((P_L2 <= 524288L ? P_L2 / 4 : P_MIN(P_L2 / 2, 524288L)) / (P_KC * 4) / P_MR * P_MR, P_MR, 4096 / P_MR * P_MR)
+/* Cache blocking as metagrad's: P_K0 the L2's size in KiB (up to 1024), an MC x P_K0 block of A
+   in half of the L2 up to 512 KiB (a quarter of one of 512 KiB or less), KC P_K0 but at most 512
+   under AVX2, a KC x NC panel of B in an eighth of L3, NC at most 1024. */
+#define P_K0 P_CLAMP(P_L2 / 1024 / 16 * 16, 128, 1024)
+#define P_KC P_MIN(P_K0, P_VB == 32 ? 512 : 1024)
+#define P_MC P_CLAMP((P_L2 <= 524288L ? P_L2 / 4 : P_MIN(P_L2 / 2, 524288L)) / (P_K0 * 4) / P_MR * P_MR, P_MR, 4096 / P_MR * P_MR)
 #define P_NC P_CLAMP(P_L3 / 8 / (P_KC * 4) / P_NR * P_NR, P_NR, 1024 / P_NR * P_NR)
 typedef float P_v __attribute__((vector_size(P_VB)));
 static float P_apack[P_UP(P_MIN(P_MC, P_MMAX), P_MR) * P_MIN(P_KC, P_KMAX)] __attribute__((aligned(64)));

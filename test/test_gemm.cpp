@@ -156,8 +156,8 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
   std::mt19937 g(7);
   int saved = fixed::threads();
   // n = 1500: each product is above the split's threshold; 6 and 16 rows split the columns (too
-  // few row strips), 200 the rows
-  for (i64 m : {6, 16, 200}) {
+  // few row strips), 200 too (A is the smaller read), 800 the rows
+  for (i64 m : {6, 16, 200, 800}) {
     Case c{m, 1500, 150, false, false, 0, 0, 0, 0, {}, {}, {}};
     c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(1500 * 150),
         c.c.resize(static_cast<std::size_t>(m * 1500));

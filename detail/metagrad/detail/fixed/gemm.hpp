@@ -130,15 +130,21 @@ struct Gemm {
   // L2 (Emerald Rapids), MC 126 rather than 252 gained 6-9% at n = 1000-2048). A KC x NC panel of B
   // takes an eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8
   // MiB of 32) cost 10% at n = 2048 on Zen 5. NC stays at most 1024 columns: on Zen 3 (KC 512),
-  // 2048 cost 5-8% at n = 2048. BEAM search (runtime/gemm) tunes them per shape.
+  // 2048 cost 5-8% at n = 2048. Under AVX2, KC then stops at 512 (a KC x NR strip of B, 32 KiB,
+  // in L1) and MC keeps the rows of the longer KC: on Emerald Rapids' 2 MiB L2, KC 512 and MC 126
+  // rather than 1024 and 126 gained 1-3% at n = 1024-2048 and 5% at 128 x 784 x 512 at 1 thread,
+  // KC 768 less, MC 252 lost 10% at n = 512; AVX-512 keeps 1024 (512 cost 5% on Zen 5, 2-8% at n =
+  // 1024-2048 on Emerald Rapids). BEAM search (runtime/gemm) tunes them per shape.
+  static constexpr std::int64_t kMaxKc = kVectorBytes == 32 ? 512 : 1024;
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
                   std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
-    b.kc = fit(c.l2, 1024, 16, 128, 1024);
-    b.mc = fit(c.l2 <= (512 << 10) ? c.l2 / 4 : std::min<std::int64_t>(c.l2 / 2, 512 << 10), b.kc * S, MR, MR,
+    const std::int64_t kc = fit(c.l2, 1024, 16, 128, 1024);
+    b.mc = fit(c.l2 <= (512 << 10) ? c.l2 / 4 : std::min<std::int64_t>(c.l2 / 2, 512 << 10), kc * S, MR, MR,
                4096 / MR * MR);
+    b.kc = std::min(kc, kMaxKc);
     b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 1024);
     return b;
   }
@@ -148,11 +154,10 @@ struct Gemm {
   }
 
   // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
-  // Above kParallelMacs the work of each KC step is cut into parts over C's row strips and, where
-  // there are too few of those (a 6- or 16-row product), its column strips too: the B panel is
-  // packed by all parts, then each part packs the A blocks of its rows into its own buffer (from
-  // the caller's arena, so no worker allocates) and multiplies them by its column strips. Every
-  // element is the same sum whatever the split. `threads` caps the parts (0: the pool's size).
+  // Above kParallelMacs the work of each KC step is cut into parts (kPartsPerThread a pool thread)
+  // over C's row strips or its column strips (by_rows below); each part packs its A blocks into its
+  // own buffer (from the caller's arena, so no worker allocates). Every element is the same sum
+  // whatever the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking());
 
@@ -387,12 +392,16 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
       bcs == 1 &&
       (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
   const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
-  // Row strips split over the parts, where there are enough of them: no A block is packed twice,
-  // and the B panel, packed by all, is read by all. Too few (a 16-row product at AVX-512's MR 14:
-  // 14 rows and 2) and the parts split the columns instead, each packing and reading only its own
-  // B strips: no part waits for another's packing or reads B from another core's cache (a 16 x 150
-  // x 4096 product at 2 threads on Emerald Rapids was no faster than at 1 with the rows split).
-  const bool by_rows = rstrips >= parts;
+  // The parts split C's row strips or its column strips. By rows, no A block is packed twice, but
+  // the B panel, packed by all, is read by all, partly from other cores' caches. By columns, each
+  // part packs and reads only its own B strips, with no wait for another's packing, but reads all
+  // of A (in place where its rows are contiguous). So the columns where there are too few row
+  // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2, no faster than 1 thread on Emerald
+  // Rapids), or where A is read in place and has at most 3/4 as many rows as the step has columns:
+  // at 2 threads, 128 x 784 x 512 and 256 x 512 x 1024 went from 0.86-0.98x OpenBLAS to 1.05-1.19x
+  // on Emerald Rapids (AVX-512 and AVX2) and Zen 3, and m = n / 2 gained up to 10%; m = 0.7 n was
+  // even, and m = n (1000-2048) lost 5-10% by columns.
+  const bool by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
   T* ap = Arena::local().alloc<T>(parts * ablock);
