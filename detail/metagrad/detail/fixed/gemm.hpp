@@ -397,10 +397,11 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   // part packs and reads only its own B strips, with no wait for another's packing, but reads all
   // of A (in place where its rows are contiguous). So the columns where there are too few row
   // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2, no faster than 1 thread on Emerald
-  // Rapids), or where A is read in place and has at most 3/4 as many rows as the step has columns:
-  // at 2 threads, 128 x 784 x 512 and 256 x 512 x 1024 went from 0.86-0.98x OpenBLAS to 1.05-1.19x
-  // on Emerald Rapids (AVX-512 and AVX2) and Zen 3, and m = n / 2 gained up to 10%; m = 0.7 n was
-  // even, and m = n (1000-2048) lost 5-10% by columns.
+  // Rapids), or where A's rows are contiguous (read in place, or copied whole by each part where
+  // they are 4 KiB apart) and at most 3/4 as many as the step has columns: at 2 threads, 128 x 784
+  // x 512 and 256 x 512 x 1024 went from 0.86-0.98x OpenBLAS to 1.05-1.19x on Emerald Rapids
+  // (AVX-512 and AVX2) and Zen 3, and m = n / 2 gained up to 10%; m = 0.7 n was even, and m = n
+  // (1000-2048) lost 5-10% by columns.
   const bool by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
