@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -156,10 +157,11 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
   std::mt19937 g(7);
   int saved = fixed::threads();
   // n = 1500: each product is above the split's threshold; 6 and 16 rows split the columns (too
-  // few row strips), 200 too (A is the smaller read), 800 the rows
-  for (i64 m : {6, 16, 200, 800}) {
-    Case c{m, 1500, 150, false, false, 0, 0, 0, 0, {}, {}, {}};
-    c.a.resize(static_cast<std::size_t>(m * 150)), c.b.resize(1500 * 150),
+  // few row strips), 200 too (A is the smaller read), 800 the rows; with k = 1024, A's rows are 4
+  // KiB apart: one thread copies them, each column part reads them in place
+  for (auto [m, k] : {std::pair<i64, i64>{6, 150}, {16, 150}, {200, 150}, {800, 150}, {200, 1024}}) {
+    Case c{m, 1500, k, false, false, 0, 0, 0, 0, {}, {}, {}};
+    c.a.resize(static_cast<std::size_t>(m * k)), c.b.resize(static_cast<std::size_t>(1500 * k)),
         c.c.resize(static_cast<std::size_t>(m * 1500));
     std::uniform_real_distribution<float> u(-1, 1);
     for (auto& x : c.a) x = u(g);
@@ -171,7 +173,7 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
       fixed::set_threads(t);
       std::fill(c.c.begin(), c.c.end(), 0.f);
       gemm::sgemm(c.problem(), gemm::default_blocking());
-      INFO("m = " << m << ", " << t << " threads");
+      INFO("m = " << m << ", k = " << k << ", " << t << " threads");
       REQUIRE(c.c == one);
     }
   }

@@ -226,10 +226,15 @@ struct Gemm {
   // A is read in place, its strips unpacked, when its rows are contiguous: the tile's MR row streams
   // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product (5% at 1024).
   // Rows a multiple of 4 KiB apart would put a tile's MR row streams in one L1 set: the block's rows
-  // are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack).
+  // are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack),
+  // unless every part reads all of A (`whole_a`, the column split), which would copy it once a part:
+  // read in place there, 128 x 1024 x 512 at 2 threads went from 0.89x OpenBLAS to 1.04-1.15x on
+  // Emerald Rapids (AVX2 and AVX-512), 256 x 1024 x 1024 from 0.94 to 1.02.
   static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
-                   index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc) {
-    const bool arows = acs == 1, alias = arows && (ars * static_cast<index_t>(sizeof(T))) % 4096 == 0;
+                   index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc,
+                   bool whole_a) {
+    const bool arows = acs == 1,
+               alias = arows && !whole_a && (ars * static_cast<index_t>(sizeof(T))) % 4096 == 0;
     const index_t lda = alias ? padded_row(kc) : ars;
     for (index_t ic = r0; ic < r1; ic += MC) {
       const index_t mc = std::min(MC, r1 - ic);
@@ -397,11 +402,10 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   // part packs and reads only its own B strips, with no wait for another's packing, but reads all
   // of A (in place where its rows are contiguous). So the columns where there are too few row
   // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2, no faster than 1 thread on Emerald
-  // Rapids), or where A's rows are contiguous (read in place, or copied whole by each part where
-  // they are 4 KiB apart) and at most 3/4 as many as the step has columns: at 2 threads, 128 x 784
-  // x 512 and 256 x 512 x 1024 went from 0.86-0.98x OpenBLAS to 1.05-1.19x on Emerald Rapids
-  // (AVX-512 and AVX2) and Zen 3, and m = n / 2 gained up to 10%; m = 0.7 n was even, and m = n
-  // (1000-2048) lost 5-10% by columns.
+  // Rapids), or where A's rows are contiguous (read in place, even 4 KiB apart: see rows()) and at
+  // most 3/4 as many as the step has columns: at 2 threads, 128 x 784 x 512 and 256 x 512 x 1024
+  // went from 0.86-0.98x OpenBLAS to 1.05-1.19x on Emerald Rapids (AVX-512 and AVX2) and Zen 3,
+  // and m = n / 2 gained up to 10%; m = 0.7 n was even, and m = n (1000-2048) lost 5-10% by columns.
   const bool by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
@@ -427,14 +431,14 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
           const index_t r0 = rstrips * p / np * MR, r1 = std::min(m, rstrips * (p + 1) / np * MR);
           if (r0 < r1)
             rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, panel, a_part(p), a_part(p) + apack, c + jc, ldc,
-                 pc > 0);
+                 pc > 0, false);
         });
       } else {
         parallel_parts(parts, [&](int p, int np) {
           const auto [c0, c1] = b_part(p, np);
           if (c0 < c1)
             rows(0, m, c0, c1, kc, MC, asrc, ars, acs, panel, a_part(p), a_part(p) + apack, c + jc, ldc,
-                 pc > 0);
+                 pc > 0, parts > 1);
         });
       }
     }
