@@ -1,7 +1,7 @@
-// The AOT library's GEMM as C text: fixed/gemm.hpp's structure (packed B in KC x NR strips, packed A
-// in MR-row strips, an MR x NR register tile of two vectors per row) in GNU C vector extensions, the
-// tile's accumulators spelled out so that every C compiler keeps them in registers. One thread: a
-// library's functions already share static scratch memory.
+// The AOT library's GEMM as C text: fixed/gemm.hpp's design (B packed in KC x NR strips or read in
+// place, A read in place or packed in MR-row strips, an MR x NR register tile of two vectors per row)
+// in GNU C vector extensions, the tile's accumulators spelled out so that every C compiler keeps them
+// in registers. One thread: a library's functions already share static scratch memory.
 #include "aot_gemm.hpp"
 
 #include <algorithm>
@@ -12,14 +12,23 @@ namespace metagrad::aot {
 
 namespace {
 
-// P_tile<mr>: an mr x P_NR tile from rows of a packed A strip (row r at a[r], the strip's row stride
-// P_MR); accumulate, then store whole or through a temporary at an edge.
-std::string tile_fn(int mr) {
+// P_tile<mr>: an mr x P_NR tile from a packed A strip (row r at a[r], the strip's row stride P_MR);
+// P_itile<mr>: from A's own rows (row r at a + r * lda, contiguous along k), addressed as
+// fixed/gemm.hpp's tile does, from a base every five rows (fourteen row pointers would not fit x86's
+// registers). C's tile is asked for before the k loop, which hides its misses; accumulate, then store
+// whole or through a temporary at an edge.
+std::string tile_fn(int mr, bool in_place) {
   auto n = [](int i) { return std::to_string(i); };
-  std::string decl = "  P_v", k = "", full = "", part = "";
+  std::string decl = "  P_v", k = "", full = "", part = "", bases = "", pre = "";
+  for (int r = 0; r < mr; r += 5)
+    bases += detail::cat("  const float* a", n(r), " = a + ", n(r), " * lda;\n");
   for (int r = 0; r < mr; ++r) {
+    std::string ar = in_place ? detail::cat("a", n(r / 5 * 5), "[", n(r % 5), " * lda + p]")
+                              : detail::cat("a[", n(r), "]");
     decl += detail::cat(r ? ", " : " ", "c", n(r), "_0 = {0}, c", n(r), "_1 = {0}");
-    k += detail::cat("    c", n(r), "_0 += a[", n(r), "] * b0;\n    c", n(r), "_1 += a[", n(r), "] * b1;\n");
+    pre += detail::cat("  __builtin_prefetch(c + ", n(r), " * ldc, 1), __builtin_prefetch(c + ", n(r),
+                       " * ldc + P_NR - 1, 1);\n");
+    k += detail::cat("    c", n(r), "_0 += ", ar, " * b0;\n    c", n(r), "_1 += ", ar, " * b1;\n");
     for (int v = 0; v < 2; ++v) {
       full +=
           detail::cat("    P_put(c + ", n(r), " * ldc + ", n(v), " * P_W, c", n(r), "_", n(v), ", acc);\n");
@@ -27,12 +36,12 @@ std::string tile_fn(int mr) {
     }
   }
   return detail::cat(
-      "static void P_tile", n(mr),
-      "(int64_t kc, const float* restrict a, const float* restrict b, int64_t bs,\n"
+      "static void P_", in_place ? "i" : "", "tile", n(mr),
+      "(int64_t kc, const float* restrict a, int64_t lda, const float* restrict b, int64_t bs,\n"
       "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc) {\n",
-      decl, ";\n  float t[", n(mr), "][P_NR];\n",
+      decl, ";\n  float t[", n(mr), "][P_NR];\n", in_place ? bases : "  (void)lda;\n", pre,
       "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as fixed/gemm.hpp's tile
-      "  for (int64_t p = 0; p < kc; ++p, a += P_MR, b += bs) {\n",
+      "  for (int64_t p = 0; p < kc; ++p, ", in_place ? "" : "a += P_MR, ", "b += bs) {\n",
       "    P_v b0 = P_load(b), b1 = P_load(b + P_W);\n", k, "  }\n", "  if (rows == ", n(mr),
       " && cols == P_NR) {\n", full, "    return;\n  }\n", part,
       "  for (int64_t r = 0; r < rows; ++r)\n    for (int64_t j = 0; j < cols; ++j)\n",
@@ -63,7 +72,8 @@ constexpr const char* kSource = R"(
 #define P_MC P_CLAMP((P_L2 <= 524288L ? P_L2 / 4 : P_MIN(P_L2 / 2, 524288L)) / (P_K0 * 4) / P_MR * P_MR, P_MR, 4096 / P_MR * P_MR)
 #define P_NC P_CLAMP(P_L3 / 8 / (P_KC * 4) / P_NR * P_NR, P_NR, 1024 / P_NR * P_NR)
 typedef float P_v __attribute__((vector_size(P_VB)));
-static float P_apack[P_UP(P_MIN(P_MC, P_MMAX), P_MR) * P_MIN(P_KC, P_KMAX)] __attribute__((aligned(64)));
+static float P_apack[P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16)]
+    __attribute__((aligned(64)));
 static float P_bpack[P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX)] __attribute__((aligned(64)));
 
 static inline P_v P_load(const float* p) {
@@ -76,8 +86,8 @@ static inline void P_put(float* p, P_v v, int acc) {
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-/* C's rows x cols corner of an R x P_NR tile (+)= R rows of a packed A strip times a B strip whose row p
-   is at b + p * bs (packed: bs = P_NR; or B's own rows). */
+/* C's rows x cols corner of an R x P_NR tile (+)= R rows of A (a packed strip, or in place: P_itile)
+   times a B strip whose row p is at b + p * bs (packed: bs = P_NR; or B's own rows). */
 #if P_MR == 14
 P_TILE14
 P_TILE8
@@ -87,44 +97,50 @@ P_TILE6
 P_TILE4
 P_TILE2
 P_TILE1
-/* A strip of rows < P_MR runs as tiles of 8 (AVX-512), 4, 2 and 1 rows rather than one padded tile:
-   a 6-row product does not pay for 14. */
-static void P_strip(int64_t kc, const float* a, const float* b, int64_t bs, float* c, int64_t ldc,
-                    int64_t rows, int64_t cols, int acc) {
-  if (rows == P_MR) {
+/* `rows` rows of A (packed strips, lda 0, or rows in place) times one B strip: tiles of P_MR rows,
+   then the rest as tiles of 8 (AVX-512), 4, 2 and 1 rows rather than one padded tile (a 6-row product
+   does not pay for 14, and no load in place passes A's last row). */
+#define P_CALL(R)                                                                             \
+  (lda ? P_itile##R(kc, a + r * lda, lda, b, bs, c + r * ldc, ldc, R, cols, acc)             \
+       : P_tile##R(kc, a + (r / P_MR) * P_MR * kc + r % P_MR, 0, b, bs, c + r * ldc, ldc, R, \
+                   cols, acc))
+static void P_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t bs, float* c,
+                   int64_t ldc, int64_t rows, int64_t cols, int acc) {
+  int64_t r = 0;
+  for (; r + P_MR <= rows; r += P_MR)
 #if P_MR == 14
-    P_tile14(kc, a, b, bs, c, ldc, rows, cols, acc);
+    P_CALL(14);
+  for (; r + 8 <= rows; r += 8) P_CALL(8);
 #else
-    P_tile6(kc, a, b, bs, c, ldc, rows, cols, acc);
+    P_CALL(6);
 #endif
-    return;
-  }
-  for (int64_t r = 0; r < rows;) {
-    int64_t left = rows - r;
-#if P_MR == 14
-    if (left >= 8) {
-      P_tile8(kc, a + r, b, bs, c + r * ldc, ldc, 8, cols, acc), r += 8;
-      continue;
-    }
-#endif
-    if (left >= 4)
-      P_tile4(kc, a + r, b, bs, c + r * ldc, ldc, 4, cols, acc), r += 4;
-    else if (left >= 2)
-      P_tile2(kc, a + r, b, bs, c + r * ldc, ldc, 2, cols, acc), r += 2;
-    else
-      P_tile1(kc, a + r, b, bs, c + r * ldc, ldc, 1, cols, acc), r += 1;
-  }
+  for (; r + 4 <= rows; r += 4) P_CALL(4);
+  for (; r + 2 <= rows; r += 2) P_CALL(2);
+  for (; r < rows; r += 1) P_CALL(1);
 }
 
 /* Strips of `width` along `count`: d[strip][p][w] = s[p * along + (strip * width + w) * across],
-   zero past count; read in the source's own order. */
-static void P_pack(float* d, int64_t kc, int64_t count, int64_t width, const float* s, int64_t along,
-                   int64_t across) {
-  for (int64_t i = 0; i < count; i += width, d += width * kc, s += width * across) {
-    int64_t w = P_MIN(width, count - i), x, p;
-    if (across == 1 && w == width) /* a whole strip of contiguous rows: row by row, as copies */
-      for (p = 0; p < kc; ++p) __builtin_memcpy(d + p * width, s + p * along, sizeof(float) * width);
-    else if (across == 1 || along != 1)
+   zero past count. Whole strips of contiguous rows are copied row by row, eight strips at a time:
+   each source row is read in runs of whole cache lines, not one line from each of kc rows a strip
+   apart (at a power-of-two row stride, those share one L1 set). Otherwise in the source's order.
+   Inlined, so that each caller's width is a constant and the row copies are vector moves. */
+static inline __attribute__((always_inline)) void P_pack(float* d, int64_t kc, int64_t count, int64_t width,
+                                                         const float* s, int64_t along, int64_t across) {
+  int64_t i = 0, x, p, g;
+  if (across == 1)
+    for (; i + width <= count; i += 8 * width, d += 8 * width * kc, s += 8 * width) {
+      int64_t strips = P_MIN(8, (count - i) / width);
+      for (p = 0; p < kc; ++p)
+        for (g = 0; g < strips; ++g)
+          __builtin_memcpy(d + g * width * kc + p * width, s + p * along + g * width, sizeof(float) * width);
+      if (strips < 8) {
+        i += strips * width, d += strips * width * kc, s += strips * width;
+        break;
+      }
+    }
+  for (; i < count; i += width, d += width * kc, s += width * across) {
+    int64_t w = P_MIN(width, count - i);
+    if (across == 1 || along != 1)
       for (p = 0; p < kc; ++p)
         for (x = 0; x < width; ++x) d[p * width + x] = x < w ? s[p * along + x * across] : 0.f;
     else
@@ -135,28 +151,39 @@ static void P_pack(float* d, int64_t kc, int64_t count, int64_t width, const flo
 
 static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs,
                     const float* b, int64_t brs, int64_t bcs, float* c, int64_t ldc) {
-  int64_t jc, pc, ic, jr, ir;
+  int64_t jc, pc, ic, jr;
   if (k == 0)
-    for (ir = 0; ir < m; ++ir)
-      for (jr = 0; jr < n; ++jr) c[ir * ldc + jr] = 0.f;
-  /* B read in place where its rows are contiguous, one step covers k and all of it sits in half the
-     L2 (small products pay no packing); its last strip is packed where it ends inside a vector. */
-  int direct = bcs == 1 && k <= P_KC && k * n * 4 <= P_L2 / 2;
+    for (ic = 0; ic < m; ++ic)
+      for (jr = 0; jr < n; ++jr) c[ic * ldc + jr] = 0.f;
+  if (m == 0 || n == 0 || k == 0) return;
+  /* k in equal steps of at most KC. B read in place where its rows are contiguous and either one
+     strip of A's rows reads it (nothing would reuse a packed copy) or one step covers k and all of it
+     sits in half the L2 (small products pay no packing); its last strip is packed where it ends
+     inside a vector. A read in place where its rows are contiguous; a multiple of 4 KiB apart (its MR
+     row streams would share one L1 set), a block's rows are copied first to rows a cache line more
+     than kc apart. */
+  const int64_t steps = (k + P_KC - 1) / P_KC, ks = (k + steps - 1) / steps;
+  const int direct = bcs == 1 && (m <= P_MR || (ks == k && k * n * 4 <= P_L2 / 2));
+  const int alias = acs == 1 && ars * 4 % 4096 == 0;
   for (jc = 0; jc < n; jc += P_NC)
-    for (pc = 0; pc < k; pc += P_KC) {
-      int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(P_KC, k - pc), whole = direct ? nc / P_NR * P_NR : 0;
+    for (pc = 0; pc < k; pc += ks) {
+      int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc), whole = direct ? nc / P_NR * P_NR : 0;
       const float* bsrc = b + pc * brs + jc * bcs;
       P_pack(P_bpack + whole * kc, kc, nc - whole, P_NR, bsrc + whole * bcs, brs, bcs);
       for (ic = 0; ic < m; ic += P_MC) {
         int64_t mc = P_MIN(P_MC, m - ic);
-        P_pack(P_apack, kc, mc, P_MR, a + ic * ars + pc * acs, acs, ars);
-        for (jr = 0; jr < nc; jr += P_NR) {
-          const float* bj = jr < whole ? bsrc + jr : P_bpack + jr * kc;
-          int64_t bs = jr < whole ? brs : P_NR;
-          for (ir = 0; ir < mc; ir += P_MR)
-            P_strip(kc, P_apack + ir * kc, bj, bs, c + (ic + ir) * ldc + jc + jr, ldc, P_MIN(P_MR, mc - ir),
-                    P_MIN(P_NR, nc - jr), pc > 0);
+        const float* ablock = a + ic * ars + pc * acs;
+        int64_t lda = acs == 1 ? ars : 0, r;
+        if (alias) {
+          lda = P_UP(kc, 16) + (P_UP(kc, 16) * 4 % 4096 == 0 ? 16 : 0);
+          for (r = 0; r < mc; ++r) __builtin_memcpy(P_apack + r * lda, ablock + r * ars, sizeof(float) * kc);
+          ablock = P_apack;
+        } else if (!lda) {
+          P_pack(P_apack, kc, mc, P_MR, ablock, acs, ars), ablock = P_apack;
         }
+        for (jr = 0; jr < nc; jr += P_NR)
+          P_rows(kc, ablock, lda, jr < whole ? bsrc + jr : P_bpack + jr * kc, jr < whole ? brs : P_NR,
+                 c + ic * ldc + jc + jr, ldc, mc, P_MIN(P_NR, nc - jr), pc > 0);
       }
     }
 }
@@ -176,7 +203,8 @@ std::string gemm_c_source(const std::string& prefix, GemmExtent max, std::int64_
       std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
       std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
       std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
-  for (int r : {14, 8, 6, 4, 2, 1}) replace_all(s, "P_TILE" + std::to_string(r) + "\n", tile_fn(r));
+  for (int r : {14, 8, 6, 4, 2, 1})
+    replace_all(s, "P_TILE" + std::to_string(r) + "\n", tile_fn(r, false) + tile_fn(r, true));
   replace_all(s, "P_", prefix + "_");
   return s;
 }

@@ -123,32 +123,44 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
           "[aot]") {
   std::mt19937 rng(11);
   std::uniform_int_distribution<std::int64_t> dim(1, 70);
-  // a @ b; a^T @ b^T with a bias and ReLU after (an epilogue); a batch of 3; k past a KC step and
-  // m past an MC block.
-  for (int form = 0; form < 4; ++form) {
-    const std::int64_t m = form == 3 ? 130 : dim(rng), n = dim(rng), k = form == 3 ? 1100 : dim(rng);
+  // Each form a path of the C GEMM: a @ b; a^T @ b^T with a bias and ReLU after (an epilogue); a
+  // batch of 3; k in equal steps past KC, m past an MC block and B packed in groups of eight strips;
+  // one strip of A's rows (B read in place but for its last strip); A's rows 4 KiB apart (copied);
+  // a transposed A of many strips (packed in groups).
+  struct Form {
+    std::int64_t m, n, k;
+    bool ta, tb;
+    std::int64_t batch;
+  };
+  const Form forms[] = {{dim(rng), dim(rng), dim(rng), false, false, 0},
+                        {dim(rng), dim(rng), dim(rng), true, true, 0},
+                        {dim(rng), dim(rng), dim(rng), false, false, 3},
+                        {130, 300, 1100, false, false, 0},
+                        {5, 333, 40, false, false, 0},
+                        {20, 37, 1024, false, false, 0},
+                        {100, 20, 30, true, false, 0}};
+  for (std::size_t form = 0; form < std::size(forms); ++form) {
+    const auto [m, n, k, ta, tb, batch] = forms[form];
     INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);
-    const Dims ad = form == 1   ? Dims{k, m}
-                    : form == 2 ? Dims{3, m, k}
-                                : Dims{m, k},
-               bd = form == 1   ? Dims{n, k}
-                    : form == 2 ? Dims{3, k, n}
-                                : Dims{k, n};
+    Dims ad = ta ? Dims{k, m} : Dims{m, k}, bd = tb ? Dims{n, k} : Dims{k, n};
+    if (batch) ad.insert(0, batch), bd.insert(0, batch);
     auto graph = [&](const Tensor& a, const Tensor& b, const Tensor& bias) {
-      return form == 1 ? (a.transpose().matmul(b.transpose()) + bias).relu() : a.matmul(b) + bias;
+      Tensor p = (ta ? a.transpose() : a).matmul(tb ? b.transpose() : b) + bias;
+      return ta && tb ? p.relu() : p;
     };
-    aot::Generator g("mm" + std::to_string(form));
+    const std::string name = "mm" + std::to_string(form);
+    aot::Generator g(name);
     Tensor a = Tensor::empty(ad, {.device = "CLANG"}), b = Tensor::empty(bd, {.device = "CLANG"}),
            bias = Tensor::empty({n}, {.device = "CLANG"});
     Tensor out = graph(a, b, bias);
     g.function("f", {{"a", a}, {"b", b}, {"bias", bias}}, {{"out", out}});
-    REQUIRE_THAT(g.source(), Contains("mm" + std::to_string(form) + "_sgemm(") && !Contains(" < 0; "));
+    REQUIRE_THAT(g.source(), Contains(name + "_sgemm(") && !Contains(" < 0; "));
     std::vector<float> av = randn(rng, prod(ad)), bv = randn(rng, prod(bd)), biasv = randn(rng, n);
     Tensor want = graph(Tensor(av, ad, {.device = "CPU"}), Tensor(bv, bd, {.device = "CPU"}),
                         Tensor(biasv, {n}, {.device = "CPU"}));
     for (const auto& [flags, isa] : c_targets()) {
       INFO("compiled with `" << flags << "`");
-      CLibrary lib(g, "mm" + std::to_string(form), flags);
+      CLibrary lib(g, name, flags);
       std::vector<float> got(static_cast<std::size_t>(out.numel()));
       lib.fn<void(const float*, const float*, const float*, float*)>("f")(av.data(), bv.data(), biasv.data(),
                                                                           got.data());
