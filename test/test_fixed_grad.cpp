@@ -373,6 +373,42 @@ TEST_CASE(
       b, [&](index_t i) { return b_ref[i]; }, 1e-6, 1e-7);
 }
 
+TEST_CASE("fixed grad: vjp_into is grad_into of sum(y * g), and leaves y unevaluated", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(800 + seed);
+    auto x = random_tensor<double, 3, 4>(rng);
+    auto w = random_tensor<double, 4, 5>(rng);
+    auto g = random_tensor<double, 3, 5>(rng);
+    auto y = fx::matmul(x.sin(), w).tanh() * w.sum<0>().reshape<1, 5>().expand<3, 5>();
+    fx::Tensor<double, 3, 4> dx, ex;
+    fx::Tensor<double, 4, 5> dw, ew;
+    fx::vjp_into(std::tie(dx, dw), y, g, x, w);
+    fx::grad_into(std::tie(ex, ew), (y * g).sum(), x, w);
+    for (index_t i = 0; i < 12; ++i) REQUIRE(close(dx[i], ex[i], 1e-12, 1e-12));
+    for (index_t i = 0; i < 20; ++i) REQUIRE(close(dw[i], ew[i], 1e-12, 1e-12));
+
+    auto xc = random_tensor<double, 2, 3, 6, 6>(rng);
+    auto wc = random_tensor<double, 4, 3, 3, 3>(rng);
+    auto gc = random_tensor<double, 2, 4, 4, 4>(rng);
+    fx::Tensor<double, 2, 3, 6, 6> dxc, exc;
+    fx::Tensor<double, 4, 3, 3, 3> dwc, ewc;
+    fx::vjp_into(std::tie(dxc, dwc), fx::conv2d(xc, wc), gc, xc, wc);
+    fx::grad_into(std::tie(exc, ewc), (fx::conv2d(xc, wc) * gc).sum(), xc, wc);
+    for (index_t i = 0; i < dxc.size; ++i) REQUIRE(close(dxc[i], exc[i], 1e-12, 1e-12));
+    for (index_t i = 0; i < dwc.size; ++i) REQUIRE(close(dwc[i], ewc[i], 1e-12, 1e-12));
+  }
+  // y reads a dangling leaf that no rule needs: evaluating y would crash; its gradient is g spread
+  using Dangling = fx::Expr<fx::op::Leaf<double, fx::Shape<3, 4>>>;
+  std::mt19937 rng(9);
+  auto x = random_tensor<double, 3, 4>(rng);
+  auto g = random_tensor<double, 3>(rng);
+  fx::Tensor<double, 3, 4> dx;
+  fx::vjp_into(std::tie(dx), (x + Dangling(fx::op::Leaf<double, fx::Shape<3, 4>>{nullptr}).exp()).sum<1>(), g,
+               x);
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 4; ++j) REQUIRE(dx(i, j) == g[i]);
+}
+
 TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic path on CPU", "[fixed]") {
   for (int seed = 0; seed < kSeeds; ++seed) {
     std::mt19937 rng(700 + seed);

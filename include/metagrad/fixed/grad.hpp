@@ -4,6 +4,7 @@
 //   auto [gw1, gb1, gw2] = fixed::grad(loss, w1, b1, w2);  // gradient expressions, lazily evaluated
 //   w2 -= lr * gw2;                                        // ... e.g. fused into an update
 //   T l = fixed::grad_into(std::tie(tw1, tb1, tw2), loss, w1, b1, w2);  // into tensors
+//   fixed::vjp_into(std::tie(dx, dw), conv2d(x, w), g, x, w);  // given the output's gradient g
 //
 // The loss is one Expr tree (held by value, as every static expression). Its nodes are numbered
 // in preorder at compile time; each node's gradient is an expression type built by its Vjp
@@ -117,6 +118,35 @@ typename expr_t<L>::value_type grad_into(std::tuple<TensorOf<P>&...> out, const 
   }
   (std::index_sequence_for<P...>{});
   return result.loss;
+}
+
+namespace err {
+struct vjp {
+  static constexpr const char* join = " with gradient ";
+};
+}  // namespace err
+
+// The vector-Jacobian product of an output y with a cotangent g of y's shape: d sum(y * g) / d params
+// into `out` (PyTorch's y.backward(g), JAX's vjp), without evaluating y itself, only what the rules
+// read. A layer's backward step given its output's gradient: where grad_into's loss would need the
+// forward again (a conv's output, already computed for the next layer), this does not.
+template <Operand Y, Operand G, class... P>
+void vjp_into(std::tuple<TensorOf<P>&...> out, const Y& y, const G& g, const P&... params) {
+  using S = typename expr_t<Y>::shape;
+  using GS = typename expr_t<G>::shape;
+  constexpr bool ok = std::is_same_v<S, GS>;
+  METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: vjp_into: the gradient must have the output shape", err::vjp, S, GS);
+  detail::ad::check_vjp_args<Y, G, P...>();
+  if constexpr (ok) {
+    detail::Arena::Scope scope;
+    const expr_t<Y> root = y.expr();
+    detail::ad::Backward<expr_t<Y>, P...> plan(root, params...);
+    auto terms = plan.run_from(g.expr());
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (plan.template gradient_into<K>(terms, std::get<K>(out)), ...);
+    }
+    (std::index_sequence_for<P...>{});
+  }
 }
 
 // The gradients evaluated: a std::tuple of tensors of the parameters' types.

@@ -244,17 +244,17 @@ class Backward {
 
   // The loss, and every term in the order the walk meets them.
   auto run() {
-    locate(root_, 0);
-    [&]<std::size_t... Id>(std::index_sequence<Id...>) {  // equal copies point at the first one
-      (find_rep<node_t<Id>>(Id), ...);
-    }
-    (stored{});
+    prepare();
     T loss;
     detail::assign(&loss, cached(root_, 0));
-    auto top = back(root_, Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}), 0);
-    auto below = concat(expand_shared(Pack<>{}, shared_order{}));
-    auto all = concat(Pack<decltype(top), decltype(below)>{{top}, {below}});
+    auto all = walk(Expr<op::Const<T, typename R::shape>>(op::Const<T, typename R::shape>{T(1)}));
     return Run<T, decltype(all)>{loss, all};
+  }
+  // The terms of sum(root * seed) (seed: root's shape), the root itself left unevaluated.
+  template <class G>
+  auto run_from(const G& seed) {
+    prepare();
+    return walk(seed);
   }
 
   // d loss / d parameter K from the terms: the sum of those reaching a leaf that is parameter K,
@@ -348,6 +348,20 @@ class Backward {
   template <class Term>
   static auto gate(const Term& t, const void* param) {
     return Expr<op::Gate, decltype(t.g)>(op::Gate{counts(t, param)}, t.g);
+  }
+
+  void prepare() {
+    locate(root_, 0);
+    [&]<std::size_t... Id>(std::index_sequence<Id...>) {  // equal copies point at the first one
+      (find_rep<node_t<Id>>(Id), ...);
+    }
+    (stored{});
+  }
+  template <class G>
+  auto walk(const G& seed) {
+    auto top = back(root_, seed, 0);
+    auto below = concat(expand_shared(Pack<>{}, shared_order{}));
+    return concat(Pack<decltype(top), decltype(below)>{{top}, {below}});
   }
 
   template <class E>
@@ -499,5 +513,16 @@ void check_grad_args() {
   static_assert((is_tensor<P>::value && ...), "fixed::grad: parameters must be fixed::Tensors");
   static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
                 "fixed::grad: parameters must have the loss's element type");
+}
+template <Operand Y, Operand G, class... P>
+void check_vjp_args() {
+  using E = expr_t<Y>;
+  static_assert(std::is_same_v<typename expr_t<G>::value_type, typename E::value_type>,
+                "fixed::vjp_into: the gradient must have the output's element type");
+  static_assert(std::is_floating_point_v<typename E::value_type>,
+                "fixed::vjp_into: the output must be floating-point");
+  static_assert((is_tensor<P>::value && ...), "fixed::vjp_into: parameters must be fixed::Tensors");
+  static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
+                "fixed::vjp_into: parameters must have the output's element type");
 }
 }  // namespace metagrad::fixed::detail::ad
