@@ -53,8 +53,8 @@ struct Layer {
     }
     float step() {
       *y = fx::conv2d(*x, w);
-      fx::vjp_into(std::tie(*dx, dw), fx::conv2d(*x, w), *g, *x,
-                   w);  // g: y's gradient, as from the next layer
+      // g: y's gradient, as from the next layer
+      fx::vjp_into(std::tie(*dx, dw), fx::conv2d(*x, w), *g, *x, w);
       return (*y)[0] + dw[0] + (*dx)[0];
     }
   };

@@ -31,6 +31,18 @@ namespace {
 
 constexpr int kSeeds = 4;  // random cases per op
 
+// fx::vjp_into(y, g) against fx::grad_into of sum(y * g), parameter by parameter, in double.
+template <class Y, class G, class... P>
+void check_vjp(const Y& y, const G& g, const P&... params) {
+  std::tuple<fx::TensorOf<P>...> got, want;
+  std::apply([&](auto&... t) { fx::vjp_into(std::tie(t...), y, g, params...); }, got);
+  std::apply([&](auto&... t) { fx::grad_into(std::tie(t...), (y * g).sum(), params...); }, want);
+  auto same = [](const auto& a, const auto& b) {
+    for (index_t i = 0; i < a.size; ++i) REQUIRE(close(a[i], b[i], 1e-12, 1e-12));
+  };
+  std::apply([&](const auto&... a) { std::apply([&](const auto&... b) { (same(a, b), ...); }, want); }, got);
+}
+
 }  // namespace
 
 TEST_CASE("fixed grad: unary ops against finite differences", "[fixed]") {
@@ -379,23 +391,10 @@ TEST_CASE("fixed grad: vjp_into is grad_into of sum(y * g), and leaves y unevalu
     auto x = random_tensor<double, 3, 4>(rng);
     auto w = random_tensor<double, 4, 5>(rng);
     auto g = random_tensor<double, 3, 5>(rng);
-    auto y = fx::matmul(x.sin(), w).tanh() * w.sum<0>().reshape<1, 5>().expand<3, 5>();
-    fx::Tensor<double, 3, 4> dx, ex;
-    fx::Tensor<double, 4, 5> dw, ew;
-    fx::vjp_into(std::tie(dx, dw), y, g, x, w);
-    fx::grad_into(std::tie(ex, ew), (y * g).sum(), x, w);
-    for (index_t i = 0; i < 12; ++i) REQUIRE(close(dx[i], ex[i], 1e-12, 1e-12));
-    for (index_t i = 0; i < 20; ++i) REQUIRE(close(dw[i], ew[i], 1e-12, 1e-12));
-
+    check_vjp(fx::matmul(x.sin(), w).tanh() * w.sum<0>().reshape<1, 5>().expand<3, 5>(), g, x, w);
     auto xc = random_tensor<double, 2, 3, 6, 6>(rng);
     auto wc = random_tensor<double, 4, 3, 3, 3>(rng);
-    auto gc = random_tensor<double, 2, 4, 4, 4>(rng);
-    fx::Tensor<double, 2, 3, 6, 6> dxc, exc;
-    fx::Tensor<double, 4, 3, 3, 3> dwc, ewc;
-    fx::vjp_into(std::tie(dxc, dwc), fx::conv2d(xc, wc), gc, xc, wc);
-    fx::grad_into(std::tie(exc, ewc), (fx::conv2d(xc, wc) * gc).sum(), xc, wc);
-    for (index_t i = 0; i < dxc.size; ++i) REQUIRE(close(dxc[i], exc[i], 1e-12, 1e-12));
-    for (index_t i = 0; i < dwc.size; ++i) REQUIRE(close(dwc[i], ewc[i], 1e-12, 1e-12));
+    check_vjp(fx::conv2d(xc, wc), random_tensor<double, 2, 4, 4, 4>(rng), xc, wc);
   }
   // y reads a dangling leaf that no rule needs: evaluating y would crash; its gradient is g spread
   using Dangling = fx::Expr<fx::op::Leaf<double, fx::Shape<3, 4>>>;
