@@ -5,7 +5,8 @@
 // product (LeNet's conv layers as GEMMs) and W5's first layer. Paths:
 //   static   fixed::matmul into a fixed::Tensor (this file's -march=native)
 //   aot      the same product compiled ahead of time (metagrad_add_aot_library, gemm_aot_gen.cpp: C
-//            with the library's C GEMM, -march=native); one thread, as AOT code runs (no target)
+//            with the library's C GEMM, -march=native), at the row's thread count through
+//            gemm_aot_set_threads: threads started per product (no target)
 //   dynamic  Tensor::matmul realized on each compiled host device (its float contractions run the
 //            runtime GEMM picked by CPUID or METAGRAD_ISA), eagerly: each call builds the graph,
 //            schedules it and looks its kernel up (about 4 us, the whole gap at 64 x 64)
@@ -189,6 +190,11 @@ int child() {
   fx::set_threads(threads);
   openblas_set_num_threads(threads);
   Eigen::setNbThreads(threads);
+#ifdef METAGRAD_BENCH_AVX2
+  gemm_aot_avx2_set_threads(threads);
+#else
+  gemm_aot_set_threads(threads);
+#endif
   std::printf("P %.6g\n", core_peak() * threads);
   std::fflush(stdout);
   std::vector<std::string> devices;

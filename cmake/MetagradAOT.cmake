@@ -44,6 +44,9 @@ function(metagrad_add_aot_library name)
   # target machine's -march) gives the contractions' GEMM its widest vectors (docs/gemm.md).
   target_compile_options(${name} PRIVATE -O2 -fno-math-errno ${AOT_COMPILE_OPTIONS})
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${dir}>)
+  # Threads only for NAME_set_threads's products; from glibc 2.34 they are part of libc.
+  find_package(Threads REQUIRED)
+  target_link_libraries(${name} PUBLIC Threads::Threads)
   find_library(METAGRAD_LIBM m)
   if(METAGRAD_LIBM)
     target_link_libraries(${name} PUBLIC ${METAGRAD_LIBM})

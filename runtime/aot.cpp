@@ -424,6 +424,10 @@ std::string Generator::header() const {
                   "   Arrays are row-major. Calls share static scratch memory: one thread at a time. */\n",
                   "#ifndef ", guard, "\n#define ", guard, "\n#include <stdint.h>\n\n",
                   "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+  s += detail::cat(
+      "/* The threads each matrix product of a call may use: default 1, so that a call starts none;\n",
+      "   more are started by a product large enough to gain, and joined before it returns. */\n", "void ",
+      g.name, "_set_threads(int threads);\n\n");
   for (const Function& f : g.fns) {
     s += "/*";
     for (const Param& p : f.params)
@@ -445,6 +449,8 @@ std::string Generator::source() const {
     const fixed::CacheSizes& caches = fixed::host_caches();
     s += gemm_c_source(g.prefix, *g.gemm, caches.l2, caches.l3) + "\n";
   }
+  s += detail::cat("void ", g.name, "_set_threads(int threads) { ",
+                   g.gemm ? g.prefix + "_use_threads(threads);" : "(void)threads;", " }\n");
   for (const auto& k : g.kernels) s += k + "\n";
   for (const auto& c : g.constants) s += c + "\n";
   for (const auto& [ctype, n] : g.arenas)

@@ -1,7 +1,8 @@
 // The AOT library's GEMM as C text: fixed/gemm.hpp's design (B packed in KC x NR strips or read in
 // place, A read in place or packed in MR-row strips, an MR x NR register tile of two vectors per row)
 // in GNU C vector extensions, the tile's accumulators spelled out so that every C compiler keeps them
-// in registers. One thread: a library's functions already share static scratch memory.
+// in registers. Threads only where the caller asks for them (NAME_set_threads): each runs a part of
+// C as a product of its own, with its own packing buffers.
 #include "aot_gemm.hpp"
 
 #include <algorithm>
@@ -49,6 +50,8 @@ std::string tile_fn(int mr, bool in_place) {
 }
 
 constexpr const char* kSource = R"(
+#include <pthread.h>
+#include <stdlib.h>
 #if defined(__AVX512F__)
 #define P_VB 64
 #define P_MR 14
@@ -72,9 +75,10 @@ constexpr const char* kSource = R"(
 #define P_MC P_CLAMP((P_L2 <= 524288L ? P_L2 / 4 : P_MIN(P_L2 / 2, 524288L)) / (P_K0 * 4) / P_MR * P_MR, P_MR, 4096 / P_MR * P_MR)
 #define P_NC P_CLAMP(P_L3 / 8 / (P_KC * 4) / P_NR * P_NR, P_NR, 1024 / P_NR * P_NR)
 typedef float P_v __attribute__((vector_size(P_VB)));
-static float P_apack[P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16)]
-    __attribute__((aligned(64)));
-static float P_bpack[P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX)] __attribute__((aligned(64)));
+#define P_ASIZE (P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16))
+#define P_BSIZE (P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX))
+static float P_apack[P_ASIZE] __attribute__((aligned(64)));
+static float P_bpack[P_BSIZE] __attribute__((aligned(64)));
 
 static inline P_v P_load(const float* p) {
   P_v v;
@@ -149,13 +153,20 @@ static inline __attribute__((always_inline)) void P_pack(float* d, int64_t kc, i
   }
 }
 
-static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs,
-                    const float* b, int64_t brs, int64_t bcs, float* c, int64_t ldc) {
+/* One thread's product: C's m x n (+)= A B through the packing buffers ap and bp (P_ASIZE and P_BSIZE
+   floats). `whole_a`: every thread reads all of A (the column split), so none copies it. */
+typedef struct {
+  int64_t m, n, k, ars, acs, brs, bcs, ldc;
+  const float *a, *b;
+  float *c, *ap, *bp;
+  int whole_a;
+} P_part;
+static void P_block(const P_part* t) {
+  const int64_t m = t->m, n = t->n, k = t->k, ars = t->ars, acs = t->acs, brs = t->brs, bcs = t->bcs,
+                ldc = t->ldc;
+  const float *a = t->a, *b = t->b;
+  float *c = t->c, *apack = t->ap, *bpack = t->bp;
   int64_t jc, pc, ic, jr;
-  if (k == 0)
-    for (ic = 0; ic < m; ++ic)
-      for (jr = 0; jr < n; ++jr) c[ic * ldc + jr] = 0.f;
-  if (m == 0 || n == 0 || k == 0) return;
   /* k in equal steps of at most KC. B read in place where its rows are contiguous and either one
      strip of A's rows reads it (nothing would reuse a packed copy) or one step covers k and all of it
      sits in half the L2 (small products pay no packing); its last strip is packed where it ends
@@ -164,28 +175,83 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
      than kc apart. */
   const int64_t steps = (k + P_KC - 1) / P_KC, ks = (k + steps - 1) / steps;
   const int direct = bcs == 1 && (m <= P_MR || (ks == k && k * n * 4 <= P_L2 / 2));
-  const int alias = acs == 1 && ars * 4 % 4096 == 0;
+  const int alias = acs == 1 && !t->whole_a && ars * 4 % 4096 == 0;
   for (jc = 0; jc < n; jc += P_NC)
     for (pc = 0; pc < k; pc += ks) {
       int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc), whole = direct ? nc / P_NR * P_NR : 0;
       const float* bsrc = b + pc * brs + jc * bcs;
-      P_pack(P_bpack + whole * kc, kc, nc - whole, P_NR, bsrc + whole * bcs, brs, bcs);
+      P_pack(bpack + whole * kc, kc, nc - whole, P_NR, bsrc + whole * bcs, brs, bcs);
       for (ic = 0; ic < m; ic += P_MC) {
         int64_t mc = P_MIN(P_MC, m - ic);
         const float* ablock = a + ic * ars + pc * acs;
         int64_t lda = acs == 1 ? ars : 0, r;
         if (alias) {
           lda = P_UP(kc, 16) + (P_UP(kc, 16) * 4 % 4096 == 0 ? 16 : 0);
-          for (r = 0; r < mc; ++r) __builtin_memcpy(P_apack + r * lda, ablock + r * ars, sizeof(float) * kc);
-          ablock = P_apack;
+          for (r = 0; r < mc; ++r) __builtin_memcpy(apack + r * lda, ablock + r * ars, sizeof(float) * kc);
+          ablock = apack;
         } else if (!lda) {
-          P_pack(P_apack, kc, mc, P_MR, ablock, acs, ars), ablock = P_apack;
+          P_pack(apack, kc, mc, P_MR, ablock, acs, ars), ablock = apack;
         }
         for (jr = 0; jr < nc; jr += P_NR)
-          P_rows(kc, ablock, lda, jr < whole ? bsrc + jr : P_bpack + jr * kc, jr < whole ? brs : P_NR,
+          P_rows(kc, ablock, lda, jr < whole ? bsrc + jr : bpack + jr * kc, jr < whole ? brs : P_NR,
                  c + ic * ldc + jc + jr, ldc, mc, P_MIN(P_NR, nc - jr), pc > 0);
       }
     }
+}
+static void* P_run(void* t) {
+  P_block((const P_part*)t);
+  return 0;
+}
+
+/* Threads, split as metagrad's C++ kernel splits them: C's row strips, or its column strips where A's
+   rows are contiguous and fewer than 3/4 of the columns of a panel (each part then packs only its own
+   columns of B and reads A in place), or where there are too few row strips. Part 0 runs on the
+   caller; each other part on a thread started for the call (with buffers allocated on first use and
+   kept), and only for 2^22 multiply-adds a part: a thread's start and join cost 30 us on Zen 3, and
+   at 2^20 a part (the C++ pool's threshold, whose threads persist) 127 x 127 at 2 threads ran at
+   half its speed on one. Each element is the same sum whatever the split. */
+#define P_TMAX 64
+static int P_threads = 1;
+static float* P_tbuf[P_TMAX];
+static void P_use_threads(int threads) { P_threads = threads < 1 ? 1 : threads > P_TMAX ? P_TMAX : threads; }
+
+static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs,
+                    const float* b, int64_t brs, int64_t bcs, float* c, int64_t ldc) {
+  const int64_t rstrips = (m + P_MR - 1) / P_MR, cstrips = (P_MIN(n, P_NC) + P_NR - 1) / P_NR,
+                nstrips = (n + P_NR - 1) / P_NR;
+  int64_t parts = P_MIN(P_threads, m * n * k >> 22), p, i, j;
+  const int by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * P_MIN(n, P_NC));
+  P_part part[P_TMAX];
+  pthread_t thread[P_TMAX];
+  int started[P_TMAX];
+  char* raw;
+  if (k == 0)
+    for (i = 0; i < m; ++i)
+      for (j = 0; j < n; ++j) c[i * ldc + j] = 0.f;
+  if (m == 0 || n == 0 || k == 0) return;
+  parts = P_CLAMP(parts, 1, by_rows ? rstrips : nstrips);
+  for (p = 1; p < parts && (P_tbuf[p] || (raw = (char*)malloc((P_ASIZE + P_BSIZE) * 4 + 64))); ++p)
+    if (!P_tbuf[p]) P_tbuf[p] = (float*)(raw + 64 - (uintptr_t)raw % 64); /* kept for later calls */
+  parts = p;  /* fewer where memory ran out */
+  for (p = 0; p < parts; ++p) {
+    P_part* t = &part[p];
+    t->k = k, t->ars = ars, t->acs = acs, t->brs = brs, t->bcs = bcs, t->ldc = ldc, t->whole_a = !by_rows;
+    t->ap = p ? P_tbuf[p] : P_apack, t->bp = p ? P_tbuf[p] + P_ASIZE : P_bpack;
+    if (by_rows) {
+      i = rstrips * p / parts * P_MR, j = P_MIN(m, rstrips * (p + 1) / parts * P_MR);
+      t->m = j - i, t->n = n, t->a = a + i * ars, t->b = b, t->c = c + i * ldc;
+    } else {
+      i = nstrips * p / parts * P_NR, j = P_MIN(n, nstrips * (p + 1) / parts * P_NR);
+      t->m = m, t->n = j - i, t->a = a, t->b = b + i * bcs, t->c = c + i;
+    }
+  }
+  for (p = 1; p < parts; ++p) started[p] = pthread_create(&thread[p], 0, P_run, &part[p]) == 0;
+  P_block(&part[0]);
+  for (p = 1; p < parts; ++p)
+    if (started[p])
+      pthread_join(thread[p], 0);
+    else
+      P_block(&part[p]);  /* no thread: the caller runs it */
 }
 )";
 

@@ -11,7 +11,8 @@ struct GemmExtent {
   std::int64_t m = 0, n = 0, k = 0;
 };
 
-// C source defining `static void PREFIX_sgemm(m, n, k, a, ars, acs, b, brs, bcs, c, ldc)`:
+// C source defining `static void PREFIX_sgemm(m, n, k, a, ars, acs, b, brs, bcs, c, ldc)` and
+// `static void PREFIX_use_threads(int)` (the threads it splits a product over; 1 until called):
 // C (m x n, row stride ldc) = A B with A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
 // Its register tile is picked by the C compiler's target (AVX-512, AVX, else SSE vectors); its cache
 // blocking is derived from `l2` and `l3` (bytes, the generating machine's caches).

@@ -108,6 +108,7 @@ TEST_CASE("AOT: functions of random graphs compiled as C equal the CPU device", 
     g.function("f", {{"a", a}, {"b", b}, {"s", s}}, {{"out", out}});
     CLibrary lib(g, "g" + std::to_string(gi));
     auto* f = lib.fn<void(const float*, const float*, float, float*)>("f");
+    lib.fn<void(int)>(("g" + std::to_string(gi) + "_set_threads").c_str())(2);  // every library has it
     for (int trial = 0; trial < 5; ++trial) {
       std::vector<float> av = randn(rng, 30), bv = randn(rng, 30), got(static_cast<std::size_t>(out.numel()));
       float sv = randn(rng, 1)[0];
@@ -167,6 +168,68 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
       check_close(got, want.to_vector<float>(), 1e-6 * static_cast<double>(k));  // sums in other orders
     }
   }
+}
+
+// NAME_set_threads splits a product over threads started for the call: by C's row strips (m a good
+// part of n, or A transposed and packed) or its column strips (A's rows read in place by every part,
+// even 4 KiB apart). Each element is the same sum whatever the split, so 2 and 3 threads must give
+// one thread's result bit for bit, and one thread the CPU device's. Every form has at least 2^22
+// multiply-adds a part at 3 threads, the library's threshold; the library is compiled with a
+// pthread_create that counts the threads started, so a split not taken fails too.
+TEST_CASE("AOT: a product split over threads is bitwise the one-thread product", "[aot]") {
+  std::mt19937 rng(5);
+  const auto counter =
+      std::filesystem::temp_directory_path() / ("metagrad_aot_threads_" + std::to_string(::getpid()) + ".h");
+  std::ofstream(counter)
+      << "#include <pthread.h>\n"
+         "static int started;\n"
+         "static int counted_create(pthread_t* t, const pthread_attr_t* at, void* (*f)(void*), "
+         "void* x) {\n  ++started;\n  return pthread_create(t, at, f, x);\n}\n"
+         "int threads_started(void) { return started; }\n"
+         "#define pthread_create counted_create\n";
+  struct Form {
+    std::int64_t m, n, k;
+    bool ta;
+  };
+  const Form forms[] = {{300, 203, 300, false},    // rows
+                        {130, 600, 1100, false},   // columns, k in two steps
+                        {100, 330, 600, true},     // rows of a packed A
+                        {20, 1500, 1024, false}};  // columns, A's rows 4 KiB apart
+  for (std::size_t form = 0; form < std::size(forms); ++form) {
+    const auto [m, n, k, ta] = forms[form];
+    INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);
+    REQUIRE(m * n * k >= 3 * (std::int64_t{1} << 22));
+    const Dims ad = ta ? Dims{k, m} : Dims{m, k}, bd{k, n};
+    const std::string name = "thr" + std::to_string(form);
+    aot::Generator g(name);
+    Tensor a = Tensor::empty(ad, {.device = "CLANG"}), b = Tensor::empty(bd, {.device = "CLANG"});
+    g.function("f", {{"a", a}, {"b", b}}, {{"out", (ta ? a.transpose() : a).matmul(b)}});
+    std::vector<float> av = randn(rng, prod(ad)), bv = randn(rng, prod(bd));
+    const Tensor at(av, ad, {.device = "CPU"});
+    const std::vector<float> want =
+        (ta ? at.transpose() : at).matmul(Tensor(bv, bd, {.device = "CPU"})).to_vector<float>();
+    for (const auto& [flags, isa] : c_targets()) {
+      INFO("compiled with `" << flags << "`");
+      CLibrary lib(g, name, flags + " -include " + counter.string());
+      auto* f = lib.fn<void(const float*, const float*, float*)>("f");
+      auto* set_threads = lib.fn<void(int)>((name + "_set_threads").c_str());
+      auto* started = lib.fn<int()>("threads_started");
+      std::vector<float> one(static_cast<std::size_t>(m * n));
+      f(av.data(), bv.data(), one.data());
+      REQUIRE(started() == 0);  // one thread until asked
+      check_close(one, want, 1e-6 * static_cast<double>(k));
+      for (int threads : {2, 3}) {
+        INFO(threads << " threads");
+        set_threads(threads);
+        const int before = started();
+        std::vector<float> got(one.size(), NAN);
+        f(av.data(), bv.data(), got.data());
+        REQUIRE(started() - before == threads - 1);
+        REQUIRE(std::memcmp(got.data(), one.data(), one.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  std::filesystem::remove(counter);
 }
 
 TEST_CASE("AOT: updates in place, several outputs, integer inputs and constants", "[aot]") {

@@ -26,7 +26,9 @@
 // The emitted C function takes, in order: each input (`const T*`; an updated input is `T*`,
 // written in place after everything else is computed; a 0-d input is passed by value), then each
 // output (`T*`, row-major). Outputs must not overlap inputs. The scratch arena makes functions of
-// one library non-reentrant: call them from one thread at a time.
+// one library non-reentrant: call them from one thread at a time. `NAME_set_threads(n)` (NAME.h)
+// lets each matrix product of a call split its work over up to n threads, started for the product
+// and joined before it returns; by default a call starts none.
 #include <memory>
 #include <string>
 #include <vector>
