@@ -213,6 +213,12 @@ static void* P_run(void* t) {
 #define P_TMAX 64
 static int P_threads = 1;
 static float* P_tbuf[P_TMAX];
+static char* P_traw[P_TMAX];
+/* the buffers go with the library (dlclose), not only with the process */
+__attribute__((destructor)) static void P_free_buffers(void) {
+  int p;
+  for (p = 0; p < P_TMAX; ++p) free(P_traw[p]), P_traw[p] = 0, P_tbuf[p] = 0;
+}
 static void P_use_threads(int threads) { P_threads = threads < 1 ? 1 : threads > P_TMAX ? P_TMAX : threads; }
 
 static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs,
@@ -224,14 +230,13 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
   P_part part[P_TMAX];
   pthread_t thread[P_TMAX];
   int started[P_TMAX];
-  char* raw;
   if (k == 0)
     for (i = 0; i < m; ++i)
       for (j = 0; j < n; ++j) c[i * ldc + j] = 0.f;
   if (m == 0 || n == 0 || k == 0) return;
   parts = P_CLAMP(parts, 1, by_rows ? rstrips : nstrips);
-  for (p = 1; p < parts && (P_tbuf[p] || (raw = (char*)malloc((P_ASIZE + P_BSIZE) * 4 + 64))); ++p)
-    if (!P_tbuf[p]) P_tbuf[p] = (float*)(raw + 64 - (uintptr_t)raw % 64); /* kept for later calls */
+  for (p = 1; p < parts && (P_traw[p] || (P_traw[p] = (char*)malloc((P_ASIZE + P_BSIZE) * 4 + 64))); ++p)
+    P_tbuf[p] = (float*)(P_traw[p] + 64 - (uintptr_t)P_traw[p] % 64); /* kept for later calls */
   parts = p;  /* fewer where memory ran out */
   for (p = 0; p < parts; ++p) {
     P_part* t = &part[p];
