@@ -39,7 +39,7 @@ struct Gemm {
   template <int Rows, int Nv, bool InPlaceA = false>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
                    index_t cols, bool acc, index_t lda = 0) {
-    const index_t astep = InPlaceA ? 0 : MR;  // (in place, A's rows are read through a5 below)
+    const index_t astep = InPlaceA ? 1 : MR;
     V sum[Rows][Nv];
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
@@ -49,9 +49,13 @@ struct Gemm {
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
       __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
-    // In place, row r is read at a5[r / 5] + (r % 5) * lda + k: three bases, each row an index
-    // register times 1 or a scale of 4 bytes. Fourteen separate row pointers do not fit x86's 16
-    // registers, and g++ reloaded the spilled ones from the stack on every k (64 x 64: +3-5%).
+    // In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k: g++ keeps
+    // each r * lda in a register, as for the AOT C's tile, 89 instructions for 4 k steps; written as
+    // below, it rebuilt rows 3-5's addresses with 8 more `lea`s, and in turns the C ran 1-5% faster
+    // on Zen 3 at 512-2048 (now even). More rows are read at a5[r / 5] + (r % 5) * lda + k: three
+    // bases, each row an index register times 1 or a scale of 4 bytes. Fourteen separate row
+    // pointers do not fit x86's 16 registers, and g++ reloaded the spilled ones from the stack on
+    // every k (64 x 64: +3-5%).
     static_assert(Rows <= 15, "Gemm::tile: three row bases of five rows each");
     const T* a5[3] = {a, a + 5 * lda, a + 10 * lda};
     // Four k steps a trip under AVX2: the loop's own instructions were a fifth of a 6-row step's,
@@ -71,7 +75,9 @@ struct Gemm {
 #endif
 #pragma GCC unroll 32
       for (int r = 0; r < Rows; ++r) {
-        V av = simd<T>::broadcast(InPlaceA ? a5[r / 5] + k + (r % 5) * lda : a + r);
+        V av = simd<T>::broadcast(!InPlaceA   ? a + r
+                                  : Rows <= 6 ? a + r * lda
+                                              : a5[r / 5] + k + (r % 5) * lda);
         sum[r][0] = fma(av, b0, sum[r][0]);
         if constexpr (Nv == 2) sum[r][1] = fma(av, b1, sum[r][1]);
       }
