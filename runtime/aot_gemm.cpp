@@ -14,10 +14,10 @@ namespace metagrad::aot {
 namespace {
 
 // P_tile<mr>: an mr x P_NR tile from a packed A strip (row r at a[r], the strip's row stride P_MR);
-// P_itile<mr>: from A's own rows (row r at a + r * lda, contiguous along k), addressed as
-// fixed/gemm.hpp's tile does, from a base every five rows (fourteen row pointers would not fit x86's
-// registers). C's tile is asked for before the k loop, which hides its misses; accumulate, then store
-// whole or through a temporary at an edge.
+// P_itile<mr>: from A's own rows (row r at a + r * lda, contiguous along k), addressed from a base
+// every five rows (fourteen row pointers would not fit x86's registers; for six, compilers keep each
+// r * lda in a register, as fixed/gemm.hpp's tile spells it). C's tile is asked for before the k
+// loop, which hides its misses; accumulate, then store whole or through a temporary at an edge.
 std::string tile_fn(int mr, bool in_place) {
   auto n = [](int i) { return std::to_string(i); };
   std::string decl = "  P_v", k = "", full = "", part = "", bases = "", pre = "";
