@@ -212,12 +212,11 @@ static void* P_run(void* t) {
    half its speed on one. Each element is the same sum whatever the split. */
 #define P_TMAX 64
 static int P_threads = 1;
-static float* P_tbuf[P_TMAX];
 static char* P_traw[P_TMAX];
 /* the buffers go with the library (dlclose), not only with the process */
 __attribute__((destructor)) static void P_free_buffers(void) {
   int p;
-  for (p = 0; p < P_TMAX; ++p) free(P_traw[p]), P_traw[p] = 0, P_tbuf[p] = 0;
+  for (p = 0; p < P_TMAX; ++p) free(P_traw[p]), P_traw[p] = 0;
 }
 static void P_use_threads(int threads) { P_threads = threads < 1 ? 1 : threads > P_TMAX ? P_TMAX : threads; }
 
@@ -235,13 +234,15 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
       for (j = 0; j < n; ++j) c[i * ldc + j] = 0.f;
   if (m == 0 || n == 0 || k == 0) return;
   parts = P_CLAMP(parts, 1, by_rows ? rstrips : nstrips);
-  for (p = 1; p < parts && (P_traw[p] || (P_traw[p] = (char*)malloc((P_ASIZE + P_BSIZE) * 4 + 64))); ++p)
-    P_tbuf[p] = (float*)(P_traw[p] + 64 - (uintptr_t)P_traw[p] % 64); /* kept for later calls */
-  parts = p;  /* fewer where memory ran out */
+  for (p = 1; p < parts; ++p) /* each helper's buffers, kept for later calls; fewer parts without */
+    if (!P_traw[p] && !(P_traw[p] = (char*)malloc((P_ASIZE + P_BSIZE) * 4 + 64))) break;
+  parts = p;
   for (p = 0; p < parts; ++p) {
     P_part* t = &part[p];
-    t->k = k, t->ars = ars, t->acs = acs, t->brs = brs, t->bcs = bcs, t->ldc = ldc, t->whole_a = !by_rows;
-    t->ap = p ? P_tbuf[p] : P_apack, t->bp = p ? P_tbuf[p] + P_ASIZE : P_bpack;
+    float* buf = p ? (float*)(P_traw[p] + 64 - (uintptr_t)P_traw[p] % 64) : 0;
+    t->k = k, t->ars = ars, t->acs = acs, t->brs = brs, t->bcs = bcs, t->ldc = ldc;
+    t->whole_a = !by_rows && parts > 1; /* one part copies A's aliased rows, as the C++ kernel's does */
+    t->ap = p ? buf : P_apack, t->bp = p ? buf + P_ASIZE : P_bpack;
     if (by_rows) {
       i = rstrips * p / parts * P_MR, j = P_MIN(m, rstrips * (p + 1) / parts * P_MR);
       t->m = j - i, t->n = n, t->a = a + i * ars, t->b = b, t->c = c + i * ldc;
