@@ -2,7 +2,7 @@
 // (cblas_sgemm), Eigen 3.4 and the machine's FMA peak, at 1 and 2 threads, from one run.
 //
 // Rows: square n = 64 ... 2048 with odd sizes (127, 1000), a batched product, a 6-row and a 16-row
-// product (LeNet's conv layers as GEMMs) and W5's first layer. Paths:
+// product (LeNet's conv layers as GEMMs), W5's first layer and a vector times a matrix. Paths:
 //   static   fixed::matmul into a fixed::Tensor (this file's -march=native)
 //   aot      the same product compiled ahead of time (metagrad_add_aot_library, gemm_aot_gen.cpp: C
 //            with the library's C GEMM, -march=native), at the row's thread count through
@@ -164,7 +164,7 @@ struct Row {
 };
 // The AOT library's functions, gemm_<i> for shape i.
 constexpr void (*kAot[])(const float*, const float*, float*) = {
-    gemm_0, gemm_1, gemm_2, gemm_3, gemm_4, gemm_5, gemm_6, gemm_7, gemm_8, gemm_9, gemm_10};
+    gemm_0, gemm_1, gemm_2, gemm_3, gemm_4, gemm_5, gemm_6, gemm_7, gemm_8, gemm_9, gemm_10, gemm_11};
 static_assert(std::size(kAot) == std::size(metagrad::bench::kGemmShapes), "one AOT function per shape");
 std::vector<Row> rows() {
   return []<std::size_t... I>(std::index_sequence<I...>) {

@@ -23,6 +23,7 @@ inline constexpr GemmShape kGemmShapes[] = {
     {"6x25x36864", 1, 6, 25, 36864, true},     // LeNet conv1 as a GEMM, batch 64
     {"16x150x4096", 1, 16, 150, 4096, true},   // conv2
     {"128x784x512", 1, 128, 784, 512, false},  // W5's first layer
+    {"1x1024x1024", 1, 1, 1024, 1024, true},   // batch 1: a vector times a matrix
 };
 
 }  // namespace metagrad::bench

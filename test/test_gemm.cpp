@@ -153,13 +153,32 @@ TEST_CASE("gemm: A rows a multiple of 4 KiB apart (copied to padded rows) over r
     }
 }
 
+TEST_CASE("gemm: one or two rows of A (a vector times a matrix), B read along its rows", "[gemm]") {
+  std::mt19937 g(1);
+  std::uniform_int_distribution<i64> rows(1, 3), cols(1, 2600), depth(1, 70);
+  for (gemm::Isa isa : isas())
+    for (int t = 0; t < 30; ++t) {
+      // columns past a vector, and past one block of 4 KiB (kFewCols), k past a step of 4; a B with
+      // padded or reversed rows; 3 rows as the tiles' control
+      Case c = random_case(g, 2);
+      c.m = rows(g), c.n = t % 3 ? cols(g) : rows(g) * 7, c.k = depth(g), c.tb = false;
+      c.allocate(g);
+      gemm::sgemm(c.problem(), gemm::default_blocking(isa), isa);
+      check(c, gemm::to_string(isa) + " few-rows case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                   " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + (c.ta ? " A transposed" : "") +
+                   (c.flip_b ? " B reversed" : ""));
+    }
+}
+
 TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {
   std::mt19937 g(7);
   int saved = fixed::threads();
   // n = 1500: each product is above the split's threshold; 6 and 16 rows split the columns (too
   // few row strips), 200 too (A is the smaller read), 800 the rows; with k = 1024, A's rows are 4
-  // KiB apart: one thread copies them, each column part reads them in place
-  for (auto [m, k] : {std::pair<i64, i64>{6, 150}, {16, 150}, {200, 150}, {800, 150}, {200, 1024}}) {
+  // KiB apart: one thread copies them, each column part reads them in place; 1 and 2 rows split the
+  // columns of B's rows
+  for (auto [m, k] :
+       {std::pair<i64, i64>{6, 150}, {16, 150}, {200, 150}, {800, 150}, {200, 1024}, {1, 800}, {2, 400}}) {
     Case c{m, 1500, k, false, false, 0, 0, 0, 0, {}, {}, {}};
     c.a.resize(static_cast<std::size_t>(m * k)), c.b.resize(static_cast<std::size_t>(1500 * k)),
         c.c.resize(static_cast<std::size_t>(m * 1500));

@@ -218,6 +218,49 @@ struct Gemm {
     });
   }
 
+  // One or two rows of A (batch 1: a vector times a matrix) times a B whose rows are contiguous: C's
+  // rows are sums of B's rows, four at a time, B read once along its rows in runs of kFewCols (no
+  // packing; a B strip, packed or in place, is read down its columns, at n = 1024 a row a page apart,
+  // which no prefetcher follows). On Zen 3, 1 x 1024 x 1024 went from 0.65x OpenBLAS to 4.2x, 2 x
+  // 1024 x 1024 from 0.77x to 2.1x, 1 x 512 x 10 from 0.26x to 0.68x; with 3 or 4 rows, tiles were
+  // faster (3 x 500 x 500: 47 GFLOP/s against 34). C's kFewCols columns of a row stay in L1, and each
+  // element sums its terms in k's order, as a tile does.
+  static constexpr index_t kFewRows = 2, kFewCols = 4096 / sizeof(T);
+  static void few_rows(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                       index_t brs, T* c, index_t ldc) {
+    constexpr index_t U = 4;
+    auto block = [&](index_t j0, index_t j1) {
+      for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, T(0));
+      for (index_t p = 0; p < k; p += U) {
+        const T* bp = b + p * brs;
+        for (index_t i = 0; i < m; ++i) {
+          T* ci = c + i * ldc;
+          const T* ai = a + i * ars + p * acs;
+          index_t j = j0;
+          if (p + U <= k) {
+            const V a0 = simd<T>::broadcast(ai), a1 = simd<T>::broadcast(ai + acs),
+                    a2 = simd<T>::broadcast(ai + 2 * acs), a3 = simd<T>::broadcast(ai + 3 * acs);
+            for (; j + W <= j1; j += W) {
+              V s = simd<T>::load(ci + j);
+              s = fma(a0, simd<T>::load(bp + j), s);
+              s = fma(a1, simd<T>::load(bp + brs + j), s);
+              s = fma(a2, simd<T>::load(bp + 2 * brs + j), s);
+              s = fma(a3, simd<T>::load(bp + 3 * brs + j), s);
+              simd<T>::store(ci + j, s);
+            }
+          }
+          for (; j < j1; ++j)  // the columns past the last vector, or the last k % U terms
+            for (index_t q = 0; q < U && p + q < k; ++q) ci[j] += ai[q * acs] * bp[q * brs + j];
+        }
+      }
+    };
+    auto range = [&](index_t j0, index_t j1) {
+      for (index_t j = j0; j < j1; j += kFewCols) block(j, std::min(j1, j + kFewCols));
+    };
+    if (m * n * k < kParallelMacs) return range(0, n);
+    parallel_for(n, W, W, range);  // parts of whole vectors
+  }
+
   // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride.
   struct Panel {
     const T* b;
@@ -271,9 +314,9 @@ struct Gemm {
     }
   }
 
-  // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, then
-  // the rest in smaller tiles, so that no load passes A's last row and no short strip is packed (a
-  // conv's 16 output channels: 14 + 2, or 6 + 6 + 4).
+  // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, the
+  // last MR and the rest split as kSplit says, so that no load passes A's last row and no short strip
+  // is packed (a conv's 16 output channels: 8 + 8, or 6 + 6 + 4).
   static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
                        index_t ldc, index_t cols, bool acc) {
     auto run = [&]<int R>(index_t times) {
@@ -283,24 +326,26 @@ struct Gemm {
         else
           tile<R, 1, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
     };
-    run.template operator()<MR>(rows / MR);
-    const auto& n = kRest[static_cast<std::size_t>(rows)];
-    [&]<std::size_t... S>(std::index_sequence<S...>) { (run.template operator()<kRestRows[S]>(n[S]), ...); }
-    (std::make_index_sequence<kRestRows.size()>{});
+    run.template operator()<MR>(rows >= MR ? rows / MR - 1 : 0);
+    const auto& n = kSplit[static_cast<std::size_t>(rows)];
+    [&]<std::size_t... S>(std::index_sequence<S...>) { (run.template operator()<kSizes[S]>(n[S]), ...); }
+    (std::make_index_sequence<kSizes.size()>{});
   }
-  // The remainder's tile sizes, and for each remainder 0..MR-1 how many of each: the cheapest sum of
-  // cycles per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency),
-  // plus one a tile for its entry and stores: with MR = 14, 8 rows are one tile rather than 4 + 4
-  // (64 x 64: +2%), 13 are 7 + 4 + 2; with MR = 6, 5 rows are one.
-  static constexpr std::array<int, 5> kRestRows = {MR > 8 ? 8 : 5, (MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2,
-                                                   1};
-  static constexpr auto kRest = [] {
-    std::array<std::array<index_t, kRestRows.size()>, MR> n{};
-    std::array<int, MR> cost{};
-    for (int r = 1; r < MR; ++r) {
+  // The tile sizes, and for the last 0 .. 2 MR - 1 rows how many of each: the cheapest sum of cycles
+  // per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency), plus one a
+  // tile for its entry and stores. With MR = 14, 8 rows are one tile rather than 4 + 4 (64 x 64: +2%),
+  // 13 are 7 + 4 + 2; with MR = 6, 5 rows are one. The last MR rows join the rest: with MR = 6, 8
+  // rows are 4 + 4 rather than 6 + 2, which on Zen 3 gained 11% at 8 x 1024 x 1024, 7% at 20 x 300 x
+  // 300 (12 + 4 + 4) and 1.5% at 128 x 784 x 512, W5's first layer (its last block 8 rows).
+  static constexpr std::array<int, 6> kSizes = {MR, MR > 8 ? 8 : 5, (MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2,
+                                                1};
+  static constexpr auto kSplit = [] {
+    std::array<std::array<index_t, kSizes.size()>, 2 * MR> n{};
+    std::array<int, 2 * MR> cost{};
+    for (int r = 1; r < 2 * MR; ++r) {
       cost[static_cast<std::size_t>(r)] = 1 << 20;
-      for (std::size_t s = 0; s < kRestRows.size(); ++s)
-        if (int rows = kRestRows[s]; rows <= r) {
+      for (std::size_t s = 0; s < kSizes.size(); ++s)
+        if (int rows = kSizes[s]; rows <= r) {
           int c = cost[static_cast<std::size_t>(r - rows)] + std::max(rows, 4) + 1;
           if (c < cost[static_cast<std::size_t>(r)]) {
             cost[static_cast<std::size_t>(r)] = c;
@@ -311,6 +356,16 @@ struct Gemm {
     }
     return n;
   }();
+  static_assert(
+      [] {
+        for (std::size_t r = 0; r < kSplit.size(); ++r) {
+          index_t sum = 0;
+          for (std::size_t s = 0; s < kSizes.size(); ++s) sum += kSplit[r][s] * kSizes[s];
+          if (sum != static_cast<index_t>(r)) return false;
+        }
+        return true;
+      }(),
+      "Gemm::kSplit: every split covers its rows");
 
   // A row copied for the tile: kc rounded up to a cache line, plus one line when that is a multiple
   // of 4 KiB (the MR rows then fall in different L1 sets).
@@ -390,6 +445,7 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   }
   if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
     return dots(m, n, k, a, ars, b, bcs, c, ldc);
+  if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
   const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
                 NC = std::max<index_t>(bk.nc / NR, 1) * NR;
   Arena::Scope scope;
