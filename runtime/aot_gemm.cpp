@@ -85,6 +85,12 @@ static inline P_v P_load(const float* p) {
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
+static inline P_v P_splat(float x) {
+  P_v v = {0};
+  int l;
+  for (l = 0; l < P_W; ++l) v[l] = x;
+  return v;
+}
 static inline void P_put(float* p, P_v v, int acc) {
   if (acc) v += P_load(p);
   __builtin_memcpy(p, &v, sizeof v);
@@ -198,6 +204,37 @@ static void P_block(const P_part* t) {
       }
     }
 }
+/* One or two rows of A (batch 1) times a B whose rows are contiguous, as metagrad's C++ kernel does
+   it: C's rows are sums of B's rows, four at a time, B read once along its rows in runs of 1024
+   columns, not down its columns in strips (at n = 1024 a row a page apart, which no prefetcher
+   follows). On the caller's thread: it is bound by reading B. */
+static void P_few(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs, const float* b,
+                  int64_t brs, float* c, int64_t ldc) {
+  int64_t j0, j1, i, p, j, q;
+  for (j0 = 0; j0 < n; j0 += 1024) {
+    j1 = P_MIN(n, j0 + 1024);
+    for (i = 0; i < m; ++i)
+      for (j = j0; j < j1; ++j) c[i * ldc + j] = 0.f;
+    for (p = 0; p < k; p += 4)
+      for (i = 0; i < m; ++i) {
+        const float *ai = a + i * ars + p * acs, *bp = b + p * brs;
+        float* ci = c + i * ldc;
+        j = j0;
+        if (p + 4 <= k) {
+          const P_v a0 = P_splat(ai[0]), a1 = P_splat(ai[acs]), a2 = P_splat(ai[2 * acs]),
+                    a3 = P_splat(ai[3 * acs]);
+          for (; j + P_W <= j1; j += P_W) {
+            P_v s = P_load(ci + j) + a0 * P_load(bp + j);
+            s += a1 * P_load(bp + brs + j);
+            s += a2 * P_load(bp + 2 * brs + j);
+            P_put(ci + j, s + a3 * P_load(bp + 3 * brs + j), 0);
+          }
+        }
+        for (; j < j1; ++j) /* the columns past the last vector, or the last k % 4 terms */
+          for (q = 0; q < 4 && p + q < k; ++q) ci[j] += ai[q * acs] * bp[q * brs + j];
+      }
+  }
+}
 static void* P_run(void* t) {
   P_block((const P_part*)t);
   return 0;
@@ -233,6 +270,10 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
     for (i = 0; i < m; ++i)
       for (j = 0; j < n; ++j) c[i * ldc + j] = 0.f;
   if (m == 0 || n == 0 || k == 0) return;
+  if (m <= 2 && bcs == 1) {
+    P_few(m, n, k, a, ars, acs, b, brs, c, ldc);
+    return;
+  }
   parts = P_CLAMP(parts, 1, by_rows ? rstrips : nstrips);
   for (p = 1; p < parts; ++p) /* each helper's buffers, kept for later calls; fewer parts without */
     if (!P_traw[p] && !(P_traw[p] = (char*)malloc((P_ASIZE + P_BSIZE) * 4 + 64))) break;

@@ -127,7 +127,8 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
   // Each form a path of the C GEMM: a @ b; a^T @ b^T with a bias and ReLU after (an epilogue); a
   // batch of 3; k in equal steps past KC, m past an MC block and B packed in groups of eight strips;
   // one strip of A's rows (B read in place but for its last strip); A's rows 4 KiB apart (copied);
-  // a transposed A of many strips (packed in groups).
+  // a transposed A of many strips (packed in groups); one row and two of a transposed A (B's rows
+  // summed, past a run of 1024 columns and a step of 4 k).
   struct Form {
     std::int64_t m, n, k;
     bool ta, tb;
@@ -139,7 +140,9 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
                         {130, 300, 1100, false, false, 0},
                         {5, 333, 40, false, false, 0},
                         {20, 37, 1024, false, false, 0},
-                        {100, 20, 30, true, false, 0}};
+                        {100, 20, 30, true, false, 0},
+                        {1, 1100, 45, false, false, 0},
+                        {2, 30, 7, true, false, 0}};
   for (std::size_t form = 0; form < std::size(forms); ++form) {
     const auto [m, n, k, ta, tb, batch] = forms[form];
     INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);
