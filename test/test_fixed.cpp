@@ -332,11 +332,11 @@ std::vector<double> reference_matmul(index_t m, index_t k, index_t n, Fa a, Fb b
     }
   return c;
 }
-template <index_t M, index_t K, index_t N>
+template <index_t M, index_t K, index_t N, class T = float>
 void check_matmul(std::mt19937& rng) {
-  auto a = random_tensor<float, M, K>(rng);
-  auto b = random_tensor<float, K, N>(rng);
-  fx::Tensor<float, M, N> c = fx::matmul(a, b);
+  auto a = random_tensor<T, M, K>(rng);
+  auto b = random_tensor<T, K, N>(rng);
+  fx::Tensor<T, M, N> c = fx::matmul(a, b);
   auto want = reference_matmul(
       M, K, N, [&](index_t i, index_t p) { return double(a(i, p)); },
       [&](index_t p, index_t j) { return double(b(p, j)); });
@@ -356,6 +356,10 @@ TEST_CASE("fixed matmul matches the triple loop on shapes around the kernel's ti
   check_matmul<161, 300, 67>(rng);  // several row blocks and a second K block
   check_matmul<20, 7, 2100>(rng);   // a second column block
   check_matmul<4, 0, 3>(rng);       // empty inner dimension: zeros
+  // one row and two (batch 1): B's rows summed, past a run of 4 KiB and a step of 4 k
+  check_matmul<1, 9, 1030>(rng);
+  check_matmul<2, 6, 1030>(rng);
+  check_matmul<2, 11, 517, double>(rng);
 }
 
 TEST_CASE("fixed matmul reads moved tensors in place and evaluates expressions first", "[fixed]") {
