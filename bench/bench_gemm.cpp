@@ -163,8 +163,9 @@ struct Row {
   void (*aot)(const float*, const float*, float*);  // gemm_<i> of the AOT library
 };
 // The AOT library's functions, gemm_<i> for shape i.
-constexpr void (*kAot[])(const float*, const float*, float*) = {
-    gemm_0, gemm_1, gemm_2, gemm_3, gemm_4, gemm_5, gemm_6, gemm_7, gemm_8, gemm_9, gemm_10, gemm_11};
+constexpr void (*kAot[])(const float*, const float*, float*) = {gemm_0,  gemm_1,  gemm_2, gemm_3, gemm_4,
+                                                                gemm_5,  gemm_6,  gemm_7, gemm_8, gemm_9,
+                                                                gemm_10, gemm_11, gemm_12};
 static_assert(std::size(kAot) == std::size(metagrad::bench::kGemmShapes), "one AOT function per shape");
 std::vector<Row> rows() {
   return []<std::size_t... I>(std::index_sequence<I...>) {

@@ -24,6 +24,7 @@ inline constexpr GemmShape kGemmShapes[] = {
     {"16x150x4096", 1, 16, 150, 4096, true},   // conv2
     {"128x784x512", 1, 128, 784, 512, false},  // W5's first layer
     {"1x1024x1024", 1, 1, 1024, 1024, true},   // batch 1: a vector times a matrix
+    {"8x4096x1024", 1, 8, 4096, 1024, true},   // a small batch through a wide layer: B from memory
 };
 
 }  // namespace metagrad::bench

@@ -16,9 +16,13 @@ namespace {
 // P_tile<mr>: an mr x P_NR tile from a packed A strip (row r at a[r], the strip's row stride P_MR);
 // P_itile<mr>: from A's own rows (row r at a + r * lda, contiguous along k), addressed from a base
 // every five rows (fourteen row pointers would not fit x86's registers; for six, compilers keep each
-// r * lda in a register, as fixed/gemm.hpp's tile spells it). C's tile is asked for before the k
-// loop, which hides its misses; accumulate, then store whole or through a temporary at an edge.
-std::string tile_fn(int mr, bool in_place) {
+// r * lda in a register, as fixed/gemm.hpp's tile spells it); P_atile<mr>: as P_itile, B in place
+// from memory, asking each k step for the lines of the next strip's row (`ahead`, as fixed/gemm.hpp's
+// tile). C's tile is asked for before the k loop, which hides its misses; accumulate, then store
+// whole or through a temporary at an edge.
+enum class Tile { packed, in_place, ahead };
+std::string tile_fn(int mr, Tile kind) {
+  const bool in_place = kind != Tile::packed, ahead = kind == Tile::ahead;
   auto n = [](int i) { return std::to_string(i); };
   std::string decl = "  P_v", k = "", full = "", part = "", bases = "", pre = "";
   for (int r = 0; r < mr; r += 5)
@@ -37,12 +41,21 @@ std::string tile_fn(int mr, bool in_place) {
     }
   }
   return detail::cat(
-      "static void P_", in_place ? "i" : "", "tile", n(mr),
+      "static void P_",
+      ahead      ? "a"
+      : in_place ? "i"
+                 : "",
+      "tile", n(mr),
       "(int64_t kc, const float* restrict a, int64_t lda, const float* restrict b, int64_t bs,\n"
-      "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc) {\n",
-      decl, ";\n  float t[", n(mr), "][P_NR];\n", in_place ? bases : "  (void)lda;\n", pre,
+      "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc",
+      ahead ? ", const float* ahead" : "", ") {\n", decl, ";\n  float t[", n(mr), "][P_NR];\n",
+      in_place ? bases : "  (void)lda;\n", pre,
       "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as fixed/gemm.hpp's tile
       "  for (int64_t p = 0; p < kc; ++p, ", in_place ? "" : "a += P_MR, ", "b += bs) {\n",
+      ahead
+          ? "    for (int l = 0; l < (P_NR + 15) / 16; ++l) __builtin_prefetch(ahead + P_NR - 1 - 16 * l);\n"
+            "    ahead += bs;\n"
+          : "",
       "    P_v b0 = P_load(b), b1 = P_load(b + P_W);\n", k, "  }\n", "  if (rows == ", n(mr),
       " && cols == P_NR) {\n", full, "    return;\n  }\n", part,
       "  for (int64_t r = 0; r < rows; ++r)\n    for (int64_t j = 0; j < cols; ++j)\n",
@@ -109,13 +122,17 @@ P_TILE2
 P_TILE1
 /* `rows` rows of A (packed strips, lda 0, or rows in place) times one B strip: tiles of P_MR rows,
    then the rest as tiles of 8 (AVX-512), 4, 2 and 1 rows rather than one padded tile (a 6-row product
-   does not pay for 14, and no load in place passes A's last row). */
-#define P_CALL(R)                                                                             \
-  (lda ? P_itile##R(kc, a + r * lda, lda, b, bs, c + r * ldc, ldc, R, cols, acc)             \
-       : P_tile##R(kc, a + (r / P_MR) * P_MR * kc + r % P_MR, 0, b, bs, c + r * ldc, ldc, R, \
-                   cols, acc))
+   does not pay for 14, and no load in place passes A's last row). With A in place, the first tile
+   asks for the next strip `ahead` (or null). */
+#define P_CALL(R)                                                                                \
+  if (lda && ahead)                                                                              \
+    P_atile##R(kc, a + r * lda, lda, b, bs, c + r * ldc, ldc, R, cols, acc, ahead), ahead = 0;   \
+  else if (lda)                                                                                  \
+    P_itile##R(kc, a + r * lda, lda, b, bs, c + r * ldc, ldc, R, cols, acc);                     \
+  else                                                                                           \
+    P_tile##R(kc, a + (r / P_MR) * P_MR * kc + r % P_MR, 0, b, bs, c + r * ldc, ldc, R, cols, acc)
 static void P_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t bs, float* c,
-                   int64_t ldc, int64_t rows, int64_t cols, int acc) {
+                   int64_t ldc, int64_t rows, int64_t cols, int acc, const float* ahead) {
   int64_t r = 0;
   for (; r + P_MR <= rows; r += P_MR)
 #if P_MR == 14
@@ -130,24 +147,21 @@ static void P_rows(int64_t kc, const float* a, int64_t lda, const float* b, int6
 }
 
 /* Strips of `width` along `count`: d[strip][p][w] = s[p * along + (strip * width + w) * across],
-   zero past count. Whole strips of contiguous rows are copied row by row, eight strips at a time:
-   each source row is read in runs of whole cache lines, not one line from each of kc rows a strip
-   apart (at a power-of-two row stride, those share one L1 set). Otherwise in the source's order.
-   Inlined, so that each caller's width is a constant and the row copies are vector moves. */
+   zero past count. Whole strips of contiguous rows are copied row by row, all of them a row: each
+   source row is read whole and in order, not one line (or a few) from each of kc rows a strip apart
+   (at a power-of-two row stride those share one L1 set; from memory, prefetchers stop at each page).
+   Otherwise in the source's order. Inlined, so that each caller's width is a constant and the row
+   copies are vector moves. */
 static inline __attribute__((always_inline)) void P_pack(float* d, int64_t kc, int64_t count, int64_t width,
                                                          const float* s, int64_t along, int64_t across) {
   int64_t i = 0, x, p, g;
-  if (across == 1)
-    for (; i + width <= count; i += 8 * width, d += 8 * width * kc, s += 8 * width) {
-      int64_t strips = P_MIN(8, (count - i) / width);
-      for (p = 0; p < kc; ++p)
-        for (g = 0; g < strips; ++g)
-          __builtin_memcpy(d + g * width * kc + p * width, s + p * along + g * width, sizeof(float) * width);
-      if (strips < 8) {
-        i += strips * width, d += strips * width * kc, s += strips * width;
-        break;
-      }
-    }
+  if (across == 1) {
+    const int64_t strips = count / width;
+    for (p = 0; p < kc; ++p)
+      for (g = 0; g < strips; ++g)
+        __builtin_memcpy(d + g * width * kc + p * width, s + p * along + g * width, sizeof(float) * width);
+    i = strips * width, d += strips * width * kc, s += strips * width;
+  }
   for (; i < count; i += width, d += width * kc, s += width * across) {
     int64_t w = P_MIN(width, count - i);
     if (across == 1 || along != 1)
@@ -160,12 +174,13 @@ static inline __attribute__((always_inline)) void P_pack(float* d, int64_t kc, i
 }
 
 /* One thread's product: C's m x n (+)= A B through the packing buffers ap and bp (P_ASIZE and P_BSIZE
-   floats). `whole_a`: every thread reads all of A (the column split), so none copies it. */
+   floats). `whole_a`: every thread reads all of A (the column split), so none copies it. `direct`:
+   B is read in place (`ahead`: from memory); see P_sgemm. */
 typedef struct {
   int64_t m, n, k, ars, acs, brs, bcs, ldc;
   const float *a, *b;
   float *c, *ap, *bp;
-  int whole_a;
+  int whole_a, direct, ahead;
 } P_part;
 static void P_block(const P_part* t) {
   const int64_t m = t->m, n = t->n, k = t->k, ars = t->ars, acs = t->acs, brs = t->brs, bcs = t->bcs,
@@ -173,15 +188,22 @@ static void P_block(const P_part* t) {
   const float *a = t->a, *b = t->b;
   float *c = t->c, *apack = t->ap, *bpack = t->bp;
   int64_t jc, pc, ic, jr;
-  /* k in equal steps of at most KC. B read in place where its rows are contiguous and either one
-     strip of A's rows reads it (nothing would reuse a packed copy) or one step covers k and all of it
-     sits in half the L2 (small products pay no packing); its last strip is packed where it ends
-     inside a vector. A read in place where its rows are contiguous; a multiple of 4 KiB apart (its MR
-     row streams would share one L1 set), a block's rows are copied first to rows a cache line more
-     than kc apart. */
+  /* k in equal steps of at most KC. B in place: its last strip is packed where it ends inside a
+     vector, and where its rows are all equally off a cache line, the columns up to the first line
+     are a product of their own once a strip's 2 ks lines pass half the L1 (as metagrad's C++ kernel:
+     each row of a strip would span two lines, the second gone when the next strip reads it). A read
+     in place where its rows are contiguous; a multiple of 4 KiB apart (its MR row streams would share
+     one L1 set), a block's rows are copied first to rows a cache line more than kc apart. */
   const int64_t steps = (k + P_KC - 1) / P_KC, ks = (k + steps - 1) / steps;
-  const int direct = bcs == 1 && (m <= P_MR || (ks == k && k * n * 4 <= P_L2 / 2));
-  const int alias = acs == 1 && !t->whole_a && ars * 4 % 4096 == 0;
+  const int direct = t->direct, alias = acs == 1 && !t->whole_a && ars * 4 % 4096 == 0;
+  const int64_t off = (int64_t)((uintptr_t)b % 64), lead = 16 - off / 4;
+  if (direct && off && off % 4 == 0 && brs % 16 == 0 && ks * 128 > P_L1 / 2 && n > lead) {
+    P_part head = *t, rest = *t;
+    head.n = lead, rest.n = n - lead, rest.b = b + lead, rest.c = c + lead;
+    P_block(&head);
+    P_block(&rest);
+    return;
+  }
   for (jc = 0; jc < n; jc += P_NC)
     for (pc = 0; pc < k; pc += ks) {
       int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc), whole = direct ? nc / P_NR * P_NR : 0;
@@ -200,7 +222,8 @@ static void P_block(const P_part* t) {
         }
         for (jr = 0; jr < nc; jr += P_NR)
           P_rows(kc, ablock, lda, jr < whole ? bsrc + jr : bpack + jr * kc, jr < whole ? brs : P_NR,
-                 c + ic * ldc + jc + jr, ldc, mc, P_MIN(P_NR, nc - jr), pc > 0);
+                 c + ic * ldc + jc + jr, ldc, mc, P_MIN(P_NR, nc - jr), pc > 0,
+                 t->ahead && jr + P_NR < whole ? bsrc + jr + P_NR : 0);
       }
     }
 }
@@ -263,6 +286,14 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
                 nstrips = (n + P_NR - 1) / P_NR;
   int64_t parts = P_MIN(P_threads, m * n * k >> 22), p, i, j;
   const int by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * P_MIN(n, P_NC));
+  /* B read in place where its rows are contiguous and either one step covers k and all of it sits in
+     half the L2 (small products pay no packing), or A's rows are one block (each packed strip would
+     be read once, by that block's tiles in turn), unless B's rows are a multiple of 4 KiB apart and
+     the block more than two tiles (a strip in place shares one L1 set). In place from memory (more
+     than an eighth of L3), each tile asks for the next strip ahead. */
+  const int64_t ksteps = (k + P_KC - 1) / P_KC, ks = (k + ksteps - 1) / ksteps;
+  const int direct = bcs == 1 && ((ks == k && k * n * 4 <= P_L2 / 2) ||
+                                  (m <= P_MC && (brs * 4 % 4096 != 0 || m <= 2 * P_MR)));
   P_part part[P_TMAX];
   pthread_t thread[P_TMAX];
   int started[P_TMAX];
@@ -283,6 +314,7 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
     float* buf = p ? (float*)(P_traw[p] + 64 - (uintptr_t)P_traw[p] % 64) : 0;
     t->k = k, t->ars = ars, t->acs = acs, t->brs = brs, t->bcs = bcs, t->ldc = ldc;
     t->whole_a = !by_rows && parts > 1; /* one part copies A's aliased rows, as the C++ kernel's does */
+    t->direct = direct, t->ahead = direct && k * n * 4 > P_L3 / 8;
     t->ap = p ? buf : P_apack, t->bp = p ? buf + P_ASIZE : P_bpack;
     if (by_rows) {
       i = rstrips * p / parts * P_MR, j = P_MIN(m, rstrips * (p + 1) / parts * P_MR);
@@ -309,15 +341,17 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-std::string gemm_c_source(const std::string& prefix, GemmExtent max, std::int64_t l2, std::int64_t l3) {
+std::string gemm_c_source(const std::string& prefix, GemmExtent max, const fixed::CacheSizes& caches) {
   std::string s = detail::cat(
       "/* ", prefix, "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n",
-      "#define P_L2 ", std::to_string(l2), "L\n#define P_L3 ", std::to_string(l3), "L\n#define P_MMAX ",
+      "#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ", std::to_string(caches.l2),
+      "L\n#define P_L3 ", std::to_string(caches.l3), "L\n#define P_MMAX ",
       std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
       std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
       std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
   for (int r : {14, 8, 6, 4, 2, 1})
-    replace_all(s, "P_TILE" + std::to_string(r) + "\n", tile_fn(r, false) + tile_fn(r, true));
+    replace_all(s, "P_TILE" + std::to_string(r) + "\n",
+                tile_fn(r, Tile::packed) + tile_fn(r, Tile::in_place) + tile_fn(r, Tile::ahead));
   replace_all(s, "P_", prefix + "_");
   return s;
 }

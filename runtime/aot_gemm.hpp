@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "metagrad/fixed/cpu.hpp"
+
 namespace metagrad::aot {
 
 // The largest product a library runs: its packing buffers are sized for it, not for a whole cache.
@@ -15,7 +17,7 @@ struct GemmExtent {
 // `static void PREFIX_use_threads(int)` (the threads it splits a product over; 1 until called):
 // C (m x n, row stride ldc) = A B with A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
 // Its register tile is picked by the C compiler's target (AVX-512, AVX, else SSE vectors); its cache
-// blocking is derived from `l2` and `l3` (bytes, the generating machine's caches).
-std::string gemm_c_source(const std::string& prefix, GemmExtent max, std::int64_t l2, std::int64_t l3);
+// blocking is derived from `caches` (the generating machine's).
+std::string gemm_c_source(const std::string& prefix, GemmExtent max, const fixed::CacheSizes& caches);
 
 }  // namespace metagrad::aot

@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "metagrad/aot.hpp"
+#include "metagrad/fixed/cpu.hpp"
 #include "metagrad/fixed/gemm.hpp"
 #include "metagrad/runtime/gemm.hpp"
 
@@ -125,10 +126,13 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
   std::mt19937 rng(11);
   std::uniform_int_distribution<std::int64_t> dim(1, 70);
   // Each form a path of the C GEMM: a @ b; a^T @ b^T with a bias and ReLU after (an epilogue); a
-  // batch of 3; k in equal steps past KC, m past an MC block and B packed in groups of eight strips;
-  // one strip of A's rows (B read in place but for its last strip); A's rows 4 KiB apart (copied);
-  // a transposed A of many strips (packed in groups); one row and two of a transposed A (B's rows
-  // summed, past a run of 1024 columns and a step of 4 k).
+  // batch of 3; k in equal steps past KC, m past an MC block and B packed whole rows at a time; one
+  // strip of A's rows (B read in place but for its last strip); A's rows 4 KiB apart (copied); a
+  // transposed A of many strips (packed in groups); one row and two of a transposed A (B's rows
+  // summed, past a run of 1024 columns and a step of 4 k); one block of A's rows reading B in place,
+  // its rows 4 KiB or 4000 bytes apart; a B larger than an eighth of L3 (in place from memory, each
+  // tile asking for the next strip). B is passed off a 64-byte line by a different amount in each
+  // form: where its rows are 4 KiB apart and k long, the first columns are a product of their own.
   struct Form {
     std::int64_t m, n, k;
     bool ta, tb;
@@ -142,7 +146,10 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
                         {20, 37, 1024, false, false, 0},
                         {100, 20, 30, true, false, 0},
                         {1, 1100, 45, false, false, 0},
-                        {2, 30, 7, true, false, 0}};
+                        {2, 30, 7, true, false, 0},
+                        {12, 1024, 300, false, false, 0},
+                        {9, 1000, 600, false, false, 0},
+                        {6, 1024, fixed::host_caches().l3 / 8 / 4096 + 1, false, false, 0}};
   for (std::size_t form = 0; form < std::size(forms); ++form) {
     const auto [m, n, k, ta, tb, batch] = forms[form];
     INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);
@@ -162,11 +169,15 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
     std::vector<float> av = randn(rng, prod(ad)), bv = randn(rng, prod(bd)), biasv = randn(rng, n);
     Tensor want = graph(Tensor(av, ad, {.device = "CPU"}), Tensor(bv, bd, {.device = "CPU"}),
                         Tensor(biasv, {n}, {.device = "CPU"}));
+    std::vector<float> bbuf(bv.size() + 16);
+    float* bat = bbuf.data() + (16 - reinterpret_cast<std::uintptr_t>(bbuf.data()) / 4 % 16 + form * 5) % 16;
+    std::copy(bv.begin(), bv.end(), bat);
     for (const auto& [flags, isa] : c_targets()) {
-      INFO("compiled with `" << flags << "`");
+      INFO("compiled with `" << flags << "`, B " << reinterpret_cast<std::uintptr_t>(bat) % 64
+                             << " bytes off a line");
       CLibrary lib(g, name, flags);
       std::vector<float> got(static_cast<std::size_t>(out.numel()));
-      lib.fn<void(const float*, const float*, const float*, float*)>("f")(av.data(), bv.data(), biasv.data(),
+      lib.fn<void(const float*, const float*, const float*, float*)>("f")(av.data(), bat, biasv.data(),
                                                                           got.data());
       check_close(got, want.to_vector<float>(), 1e-6 * static_cast<double>(k));  // sums in other orders
     }

@@ -153,6 +153,36 @@ TEST_CASE("gemm: A rows a multiple of 4 KiB apart (copied to padded rows) over r
     }
 }
 
+TEST_CASE("gemm: B read in place by one block of A's rows: rows 4 KiB apart, off a line, from memory",
+          "[gemm]") {
+  std::mt19937 g(64);
+  std::uniform_int_distribution<i64> rows(3, 40), two_tiles(3, 12), depth(140, 700), line(0, 15);
+  // B's rows 4 KiB apart (in place up to two tiles of rows, 12 under AVX2, else packed whole rows at
+  // a time) or 4000 bytes (in place); k past a strip whose two lines a row outgrow half the L1, with
+  // B's rows off a cache line by every amount (the first columns a product of their own); and a B
+  // larger than an eighth of L3, read in place from memory (each tile asking for the next strip)
+  const i64 from_memory = static_cast<i64>(fixed::host_caches().l3) / 8 / 4000 + 1;
+  for (gemm::Isa isa : isas())
+    for (int t = 0; t < 16; ++t) {
+      Case c = random_case(g, 2);
+      const i64 ldb = t % 4 == 3 ? 1000 : 1024;
+      const bool memory = t >= 14;
+      c.m = memory ? 6 : t % 2 ? rows(g) : two_tiles(g);
+      c.k = memory ? from_memory : depth(g);
+      c.n = t % 2 || memory ? ldb : std::uniform_int_distribution<i64>(1, ldb)(g);
+      c.ta = false, c.tb = false, c.pad_b = ldb - c.n, c.off = 15;
+      c.allocate(g);
+      // B's first element `line(g)` floats past a 64-byte boundary (a, b and c share the offset)
+      const auto at = reinterpret_cast<std::uintptr_t>(c.b.data()) / sizeof(float);
+      c.off = static_cast<i64>((16 - at % 16 + static_cast<std::uintptr_t>(line(g))) % 16);
+      gemm::sgemm(c.problem(), gemm::default_blocking(isa), isa);
+      check(c, gemm::to_string(isa) + " in-place case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                   " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " ldb=" + std::to_string(ldb) +
+                   " B off a line by " +
+                   std::to_string(reinterpret_cast<std::uintptr_t>(c.problem().b) % 64) + " bytes");
+    }
+}
+
 TEST_CASE("gemm: one or two rows of A (a vector times a matrix), B read along its rows", "[gemm]") {
   std::mt19937 g(1);
   std::uniform_int_distribution<i64> rows(1, 3), cols(1, 2600), depth(1, 70);
@@ -176,9 +206,16 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
   // n = 1500: each product is above the split's threshold; 6 and 16 rows split the columns (too
   // few row strips), 200 too (A is the smaller read), 800 the rows; with k = 1024, A's rows are 4
   // KiB apart: one thread copies them, each column part reads them in place; 1 and 2 rows split the
-  // columns of B's rows
-  for (auto [m, k] :
-       {std::pair<i64, i64>{6, 150}, {16, 150}, {200, 150}, {800, 150}, {200, 1024}, {1, 800}, {2, 400}}) {
+  // columns of B's rows; 12 and 5 rows read B in place (5: from memory, asking for strips ahead)
+  for (auto [m, k] : {std::pair<i64, i64>{6, 150},
+                      {16, 150},
+                      {200, 150},
+                      {800, 150},
+                      {200, 1024},
+                      {1, 800},
+                      {2, 400},
+                      {12, 600},
+                      {5, fixed::host_caches().l3 / 8 / 6000 + 1}}) {
     Case c{m, 1500, k, false, false, 0, 0, 0, 0, {}, {}, {}};
     c.a.resize(static_cast<std::size_t>(m * k)), c.b.resize(static_cast<std::size_t>(1500 * k)),
         c.c.resize(static_cast<std::size_t>(m * 1500));

@@ -3,6 +3,7 @@
 // around them, in an ISA-named namespace (simd.hpp).
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -35,10 +36,13 @@ struct Gemm {
 
   // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
   // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored. InPlaceA: A's own
-  // rows instead of a packed strip, row r at a + r * lda, contiguous along k.
-  template <int Rows, int Nv, bool InPlaceA = false>
+  // rows instead of a packed strip, row r at a + r * lda, contiguous along k. Ahead: B is read in
+  // place from memory, and each k step asks for the next strip's new lines of that row (`ahead`, the
+  // next strip's start): down a strip the rows are a page or more apart, which no hardware prefetcher
+  // follows, so without it every line of B was a miss to memory.
+  template <int Rows, int Nv, bool InPlaceA = false, bool Ahead = false>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
-                   index_t cols, bool acc, index_t lda = 0) {
+                   index_t cols, bool acc, index_t lda = 0, const T* ahead = nullptr) {
     const index_t astep = InPlaceA ? 1 : MR;
     V sum[Rows][Nv];
 #pragma GCC unroll 32
@@ -66,6 +70,12 @@ struct Gemm {
 #endif
     for (index_t k = 0; k < kc; ++k, a += astep, b += bs) {
       static_assert(Nv == 1 || Nv == 2, "Gemm::tile: one or two vectors of B");
+      if constexpr (Ahead) {  // the lines holding the next strip's last element and those before it
+        constexpr int line = 64 / sizeof(T), lines = Nv * W > line ? Nv * W / line : 1;
+#pragma GCC unroll 4
+        for (int l = 0; l < lines; ++l) __builtin_prefetch(ahead + Nv * W - 1 - l * line);
+        ahead += bs;
+      }
       V b0 = simd<T>::load(b), b1 = Nv == 2 ? simd<T>::load(b + W) : b0;
 #if defined(__x86_64__)  // B's vectors stay in registers (else, for 4 rows or fewer, g++ folds the
                          // load into every FMA: twice the loads, 2.4 ns a k step at 4 rows, 1.9 at 8).
@@ -261,11 +271,13 @@ struct Gemm {
     parallel_for(n, W, W, range);  // parts of whole vectors
   }
 
-  // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride.
+  // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride, then
+  // (ahead) from memory: see tile.
   struct Panel {
     const T* b;
     bool direct;
     index_t stride, nc;
+    bool ahead = false;
   };
 
   // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
@@ -305,7 +317,8 @@ struct Gemm {
         const index_t cols = std::min<index_t>(NR, c1 - jr);
         T* cj = c + ic * ldc + jr;
         if (arows) {
-          in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc);
+          in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc,
+                   B.ahead && jr + 2 * NR <= B.nc ? B.b + jr + NR : nullptr);
           continue;
         }
         for (index_t ir = 0; ir < mc; ir += MR)
@@ -316,12 +329,15 @@ struct Gemm {
 
   // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, the
   // last MR and the rest split as kSplit says, so that no load passes A's last row and no short strip
-  // is packed (a conv's 16 output channels: 8 + 8, or 6 + 6 + 4).
+  // is packed (a conv's 16 output channels: 8 + 8, or 6 + 6 + 4). The first tile asks for the next
+  // strip `ahead` (a whole strip of B's own rows, or null).
   static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
-                       index_t ldc, index_t cols, bool acc) {
+                       index_t ldc, index_t cols, bool acc, const T* ahead = nullptr) {
     auto run = [&]<int R>(index_t times) {
       for (; times > 0; --times, rows -= R, a += R * lda, c += R * ldc)
-        if (cols > W)
+        if (ahead)
+          tile<R, NV, true, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda, std::exchange(ahead, nullptr));
+        else if (cols > W)
           tile<R, NV, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
         else
           tile<R, 1, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
@@ -376,23 +392,21 @@ struct Gemm {
   }
 
   // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. Strips whose
-  // Width elements are contiguous are copied row by row, eight strips at a time: each source row is
-  // read in runs of whole cache lines, rather than one line from each of kc rows a strip apart (at
-  // a power-of-two row stride those share one L1 set: packing was 40% of a 16 x 150 x 4096
-  // product). Otherwise each of a strip's columns is read along p, in the source's own order.
+  // Width elements are contiguous are copied row by row, all of them a row: each source row is read
+  // whole and in order, rather than one line from each of kc rows a strip apart (at a power-of-two
+  // row stride those share one L1 set: packing was 40% of a 16 x 150 x 4096 product) or a few lines
+  // of each (eight strips a row: B rows a page apart from memory, where prefetchers stop at each
+  // page; whole rows took 8 x 4096 x 1024 from 0.63x OpenBLAS to 0.92x on Zen 3, 32 x 4096 x 1024
+  // from 0.78x to 0.97x, n = 1024 even). Otherwise each of a strip's columns is read along p, in the
+  // source's own order.
   template <int Width>
   static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
     if (across == 1) {
-      constexpr index_t G = 8;
       const index_t whole = count / Width;
-      for (index_t s0 = 0; s0 < whole; s0 += G) {
-        const index_t g = std::min(G, whole - s0);
-        for (index_t p = 0; p < kc; ++p)
-          for (index_t s = 0; s < g; ++s)
+      for (index_t p = 0; p < kc; ++p)
+        for (index_t s = 0; s < whole; ++s)
 #pragma GCC unroll 4
-            for (int w = 0; w < Width; ++w)
-              dst[(s0 + s) * Width * kc + p * Width + w] = src[p * step + (s0 + s) * Width + w];
-      }
+          for (int w = 0; w < Width; ++w) dst[s * Width * kc + p * Width + w] = src[p * step + s * Width + w];
       dst += whole * Width * kc, src += whole * Width, count -= whole * Width;
     }
     for (index_t s = 0; s < count; s += Width, dst += Width * kc) {
@@ -448,16 +462,40 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
   const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
                 NC = std::max<index_t>(bk.nc / NR, 1) * NR;
-  Arena::Scope scope;
   const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
   const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
+  // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it sits
+  // in half the L2: small products (64 x 64, a conv's per-image product) pay no packing. So is B
+  // where A's rows are one block (MC): each packed strip would be read by that block's tiles once,
+  // one after another; unless B's rows are a multiple of 4 KiB apart and the block more than two
+  // tiles, where a strip in place shares one L1 set and each further tile reads it from the L2. On
+  // Zen 3, in place rather than packed: 8 x 2048 x 2048 0.67x OpenBLAS -> 1.11x, 12 x 4096 x 1024
+  // 0.89x -> 1.19x, 12 x 1000 x 1000 0.99x -> 1.31x, 16 x 784 x 512 1.04x -> 1.23x; but 16 x 1024
+  // x 1024 0.86x -> 0.78x.
+  constexpr index_t S = sizeof(T), line = 64 / S;
+  const CacheSizes& caches = host_caches();
+  const bool direct = bcs == 1 && ((ks == k && n * k * S <= caches.l2 / 2) ||
+                                   (m <= MC && (brs * S % 4096 != 0 || m <= 2 * MR)));
+  // B's rows all equally off a cache line: each row of a strip in place spans two lines, the second
+  // also the next strip's, and once a strip's 2 ks lines pass half the L1 it is gone when that strip
+  // reads it. So the first columns, up to a line, are a product of their own, and the rest's strips
+  // start on lines: 3 x 1024 x 1024 from 1.55x OpenBLAS to 2.65x, 4 x 256 x 1024 1.05x -> 1.72x (at
+  // k = 64, two products cost a quarter of 64 x 64).
+  if (const auto off = static_cast<index_t>(reinterpret_cast<std::uintptr_t>(b) % 64);
+      direct && off % S == 0) {
+    if (const index_t lead = line - off / S;
+        off && brs % line == 0 && ks * 2 * 64 > caches.l1 / 2 && n > lead) {
+      run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
+      return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk);
+    }
+  }
+  // A B read in place from memory (larger than an eighth of L3, as a panel) asks for each next strip
+  // (see tile): on Zen 3, 4 x 4096 x 1024 went from 0.90x OpenBLAS to 1.53x, 6 x 2048 x 2048 from
+  // 1.59x to 2.07x, 6 x 4000 x 1000 from 1.37x to 2.96x; on a B in the L2 or L3 it cost up to 20%
+  // (3 x 500 x 500), so not there.
+  const bool ahead = direct && k * n * S > caches.l3 / 8;
+  Arena::Scope scope;
   T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
-  // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it
-  // sits in half the L2: small products (64 x 64, a conv's per-image product) pay no packing.
-  // So is a B that only one strip of A's rows reads (nothing would reuse the packed copy).
-  const bool direct =
-      bcs == 1 &&
-      (rstrips == 1 || (ks == k && n * k * static_cast<index_t>(sizeof(T)) <= host_caches().l2 / 2));
   const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
   // The parts split C's row strips or its column strips. By rows, no A block is packed twice, but
   // the B panel, packed by all, is read by all, partly from other cores' caches. By columns, each
@@ -478,7 +516,7 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
       const index_t kc = std::min(ks, k - pc);
       const T* bsrc = b + pc * brs + jc * bcs;
       const T* asrc = a + pc * acs;
-      const Panel panel{direct ? bsrc : bp, direct, brs, nc};
+      const Panel panel{direct ? bsrc : bp, direct, brs, nc, ahead};
       // Part p of np's B strips, packed (strips of NR columns, row p then p+1) unless read in
       // place; returns their columns [c0, c1).
       auto b_part = [&](int p, int np) {
