@@ -41,9 +41,9 @@ std::vector<std::string> split_words(const std::string& s) {
 }
 
 // Runs argv (argv[0] looked up in PATH) with no shell in between: no path or name is ever parsed as
-// shell syntax. stdout and stderr go to `log` (/dev/null when empty). The exit status, or -1 when
-// the program could not be started or did not exit normally.
-int run_program(const std::vector<std::string>& args, const std::string& log) {
+// shell syntax. stdin reads `in` (when given); stdout and stderr go to `log` (/dev/null when empty).
+// The exit status, or -1 when the program could not be started or did not exit normally.
+int run_program(const std::vector<std::string>& args, const std::string& log, const std::string& in = "") {
   if (args.empty()) return -1;
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -53,6 +53,7 @@ int run_program(const std::vector<std::string>& args, const std::string& log) {
   ::posix_spawn_file_actions_addopen(&fa, 2, log.empty() ? "/dev/null" : log.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ::posix_spawn_file_actions_adddup2(&fa, 2, 1);
+  if (!in.empty()) ::posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
   pid_t pid = 0;
   int err = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
   ::posix_spawn_file_actions_destroy(&fa);
@@ -63,11 +64,14 @@ int run_program(const std::vector<std::string>& args, const std::string& log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The C compiler (env CC, split into words: `ccache cc` works) with its arguments.
-std::vector<std::string> compile_command(const std::string& cc, const std::string& c_file,
-                                         const std::string& so_file) {
+// The C compiler (env CC, split into words: `ccache cc` works) with its arguments, the source read
+// from stdin: a named source file's name goes into the object (its symbol table's FILE entry), so two
+// processes compiling one kernel from their private names wrote different bytes, and where their
+// renames of the object and of its sidecar interleaved, the cache kept one's object with the other's
+// sidecar, which every later process rejected and compiled again.
+std::vector<std::string> compile_command(const std::string& cc, const std::string& so_file) {
   std::vector<std::string> args = split_words(cc);
-  for (const char* a : {"-x", "c", c_file.c_str(), "-o", so_file.c_str()}) args.emplace_back(a);
+  for (const char* a : {"-x", "c", "-", "-o", so_file.c_str()}) args.emplace_back(a);
   for (std::string& w : split_words(kFlags)) args.push_back(std::move(w));
   return args;
 }
@@ -90,7 +94,7 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
     std::string tmp = detail::cat(so.string(), ".", std::to_string(::getpid()), ".",
                                   std::to_string(counter++), ".", stable_hash(name_ + src).substr(0, 6));
     std::ofstream(tmp + ".c") << src;
-    int rc = run_program(compile_command(cc, tmp + ".c", tmp + ".so"), tmp + ".log");
+    int rc = run_program(compile_command(cc, tmp + ".so"), tmp + ".log", tmp + ".c");
     std::string log = read_file_bytes(tmp + ".log").value_or("");
     std::error_code ec;
     fs::remove(tmp + ".c", ec);

@@ -17,6 +17,8 @@
 #include "child_process.hpp"
 
 #include "metagrad/metagrad.hpp"
+#include "metagrad/runtime/disk_cache.hpp"
+#include "metagrad/runtime/ops_clang.hpp"
 
 using namespace metagrad;
 namespace fs = std::filesystem;
@@ -100,4 +102,38 @@ TEST_CASE("two processes share a fresh disk kernel cache, and a third compiles n
   pid_t third = test::spawn_child(kChild, env("third"));
   REQUIRE(test::wait_for(third) == 0);
   REQUIRE(compiles_reported(dir / "third") == 0);
+}
+
+// Two processes that compile one kernel at once each rename their object and then its sidecar into
+// place; only if both wrote the same bytes does every interleaving leave a matching pair. Compiled
+// twice here (each a fresh cache, as a second process would), the objects must be byte for byte
+// equal: no private file name may reach them.
+TEST_CASE("CLANG writes the same object bytes for a kernel however often it is compiled", "[kernel_cache]") {
+  try {
+    Device::get("CLANG");
+  } catch (const std::exception& e) {
+    WARN("CLANG is not available, skipped: " << e.what());
+    return;
+  }
+  test::TempDir tmp("metagrad_cache_bytes");
+  REQUIRE(!tmp.path.empty());
+  const char* saved = std::getenv("METAGRAD_CACHE");
+  const std::string before = saved ? saved : "";
+  const std::string src = "void twice(float* out, const float* in) { out[0] = 2 * in[0]; }\n";
+  std::vector<std::string> objects;
+  for (const char* cache : {"one", "two"}) {
+    ::setenv("METAGRAD_CACHE", (tmp.path / cache).string().c_str(), 1);
+    const int compiles = ClangProgram::compiles.load();
+    ClangProgram program("twice", src);
+    REQUIRE(ClangProgram::compiles.load() == compiles + 1);  // compiled, not found
+    for (const auto& e : fs::directory_iterator(tmp.path / cache / "clang"))
+      if (e.path().extension() == ".so") objects.push_back(read_file_bytes(e.path()).value_or(""));
+  }
+  if (saved)
+    ::setenv("METAGRAD_CACHE", before.c_str(), 1);
+  else
+    ::unsetenv("METAGRAD_CACHE");
+  REQUIRE(objects.size() == 2);
+  REQUIRE(!objects[0].empty());
+  REQUIRE(objects[0] == objects[1]);
 }
