@@ -1,6 +1,7 @@
 #pragma once
-// Tests that run on one device: DeviceScope makes it the default for a scope, or says (a printed
-// warning) why it is not available so the test can return; float32-exact random inputs for them.
+// Tests that run on one device: `available` says whether it can be used (a printed warning says why
+// not, so the test can return); DeviceScope makes it the default for a scope when it is; float32-exact
+// random inputs for them.
 #include <catch2/catch.hpp>
 
 #include <metagrad/metagrad.hpp>
@@ -10,15 +11,22 @@
 
 namespace metagrad::test {
 
+// Whether the device can be used; if not, a printed warning says why (the test can return).
+inline bool available(const std::string& name) {
+  try {
+    Device::get(name);
+    return true;
+  } catch (const std::exception& e) {
+    WARN(name << " is not available, skipped: " << e.what());
+    return false;
+  }
+}
+
 struct DeviceScope {
   std::string saved = Device::DEFAULT;
   bool ok = false;
-  explicit DeviceScope(const std::string& name) {
-    try {
-      Device::get(name);
-      Device::DEFAULT = name;
-      ok = true;
-    } catch (const std::exception& e) { WARN(name << " is not available, skipped: " << e.what()); }
+  explicit DeviceScope(const std::string& name) : ok(available(name)) {
+    if (ok) Device::DEFAULT = name;
   }
   ~DeviceScope() { Device::DEFAULT = saved; }
   DeviceScope(const DeviceScope&) = delete;

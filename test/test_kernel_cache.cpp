@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "child_process.hpp"
+#include "device_scope.hpp"
 
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/disk_cache.hpp"
@@ -63,12 +64,7 @@ TEST_CASE("kernel cache child process", "[.][kernel_cache]") {
 }
 
 TEST_CASE("two processes share a fresh disk kernel cache, and a third compiles nothing", "[kernel_cache]") {
-  try {
-    Device::get("CLANG");
-  } catch (const std::exception& e) {
-    WARN("CLANG is not available, skipped: " << e.what());
-    return;
-  }
+  if (!test::available("CLANG")) return;
   test::TempDir tmp("metagrad_cache_test");
   REQUIRE(!tmp.path.empty());
   const fs::path& dir = tmp.path;
@@ -109,12 +105,7 @@ TEST_CASE("two processes share a fresh disk kernel cache, and a third compiles n
 // twice here (each a fresh cache, as a second process would), the objects must be byte for byte
 // equal: no private file name may reach them.
 TEST_CASE("CLANG writes the same object bytes for a kernel however often it is compiled", "[kernel_cache]") {
-  try {
-    Device::get("CLANG");
-  } catch (const std::exception& e) {
-    WARN("CLANG is not available, skipped: " << e.what());
-    return;
-  }
+  if (!test::available("CLANG")) return;
   test::TempDir tmp("metagrad_cache_bytes");
   REQUIRE(!tmp.path.empty());
   const char* saved = std::getenv("METAGRAD_CACHE");

@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "child_process.hpp"
+#include "device_scope.hpp"
 
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/disk_cache.hpp"
@@ -42,16 +43,6 @@ Report read_report(const fs::path& file) {
   f >> std::ws;
   std::getline(f, r.dir);
   return r;
-}
-
-bool clang_available() {
-  try {
-    Device::get("CLANG");
-    return true;
-  } catch (const std::exception& e) {
-    WARN("CLANG is not available, skipped: " << e.what());
-    return false;
-  }
 }
 
 // Runs the child with `env`; its exit code and report.
@@ -97,7 +88,7 @@ TEST_CASE("kernel cache safety child process", "[.][kernel_cache]") {
 
 TEST_CASE("kernel_cache: a cache path with a semicolon and spaces is a path, never a shell command",
           "[kernel_cache]") {
-  if (!clang_available()) return;
+  if (!test::available("CLANG")) return;
   test::TempDir tmp("metagrad_cache_safety");
   REQUIRE(!tmp.path.empty());
   fs::path pwned = tmp.path / "pwned";
@@ -112,7 +103,7 @@ TEST_CASE("kernel_cache: a cache path with a semicolon and spaces is a path, nev
 
 TEST_CASE("kernel_cache: an object truncated, corrupted or deleted between processes is rebuilt",
           "[kernel_cache]") {
-  if (!clang_available()) return;
+  if (!test::available("CLANG")) return;
   test::TempDir tmp("metagrad_cache_damage");
   REQUIRE(!tmp.path.empty());
   fs::path cache = tmp.path / "cache", out = tmp.path / "out";
@@ -159,7 +150,7 @@ TEST_CASE("kernel_cache: an object truncated, corrupted or deleted between proce
 }
 
 TEST_CASE("kernel_cache: without HOME the cache is a private per-user directory", "[kernel_cache]") {
-  if (!clang_available()) return;
+  if (!test::available("CLANG")) return;
   test::TempDir tmp("metagrad_cache_nohome");
   REQUIRE(!tmp.path.empty());
   auto [rc, report] = run_child(tmp.path / "out", {"METAGRAD_CACHE=", "HOME="});
