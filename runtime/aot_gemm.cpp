@@ -196,8 +196,8 @@ static void P_block(const P_part* t) {
      one L1 set), a block's rows are copied first to rows a cache line more than kc apart. */
   const int64_t steps = (k + P_KC - 1) / P_KC, ks = (k + steps - 1) / steps;
   const int direct = t->direct, alias = acs == 1 && !t->whole_a && ars * 4 % 4096 == 0;
-  const int64_t off = (int64_t)((uintptr_t)b % 64), lead = 16 - off / 4;
-  if (direct && off && off % 4 == 0 && brs % 16 == 0 && ks * 128 > P_L1 / 2 && n > lead) {
+  const int64_t off = (int64_t)((uintptr_t)b % 64) / 4, lead = 16 - off;
+  if (direct && off && brs % 16 == 0 && ks * 128 > P_L1 / 2 && n > lead) {
     P_part head = *t, rest = *t;
     head.n = lead, rest.n = n - lead, rest.b = b + lead, rest.c = c + lead;
     P_block(&head);
@@ -286,13 +286,12 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
                 nstrips = (n + P_NR - 1) / P_NR;
   int64_t parts = P_MIN(P_threads, m * n * k >> 22), p, i, j;
   const int by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * P_MIN(n, P_NC));
-  /* B read in place where its rows are contiguous and either one step covers k and all of it sits in
-     half the L2 (small products pay no packing), or A's rows are one block (each packed strip would
-     be read once, by that block's tiles in turn), unless B's rows are a multiple of 4 KiB apart and
-     the block more than two tiles (a strip in place shares one L1 set). In place from memory (more
-     than an eighth of L3), each tile asks for the next strip ahead. */
-  const int64_t ksteps = (k + P_KC - 1) / P_KC, ks = (k + ksteps - 1) / ksteps;
-  const int direct = bcs == 1 && ((ks == k && k * n * 4 <= P_L2 / 2) ||
+  /* B read in place where its rows are contiguous and either one step covers k (k <= KC) and all of
+     it sits in half the L2 (small products pay no packing), or A's rows are one block (each packed
+     strip would be read once, by that block's tiles in turn), unless B's rows are a multiple of 4 KiB
+     apart and the block more than two tiles (a strip in place shares one L1 set). In place from
+     memory (more than an eighth of L3), each tile asks for the next strip ahead. */
+  const int direct = bcs == 1 && ((k <= P_KC && k * n * 4 <= P_L2 / 2) ||
                                   (m <= P_MC && (brs * 4 % 4096 != 0 || m <= 2 * P_MR)));
   P_part part[P_TMAX];
   pthread_t thread[P_TMAX];
