@@ -290,7 +290,7 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
      it sits in half the L2 (small products pay no packing), or A's rows are one block (each packed
      strip would be read once, by that block's tiles in turn), unless B's rows are a multiple of 4 KiB
      apart and the block more than two tiles (a strip in place shares one L1 set). In place from
-     memory (more than an eighth of L3), each tile asks for the next strip ahead. */
+     memory (more than P_FAR bytes, CacheSizes::from_memory), each tile asks for the next strip ahead. */
   const int direct = bcs == 1 && ((k <= P_KC && k * n * 4 <= P_L2 / 2) ||
                                   (m <= P_MC && (brs * 4 % 4096 != 0 || m <= 2 * P_MR)));
   P_part part[P_TMAX];
@@ -313,7 +313,7 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
     float* buf = p ? (float*)(P_traw[p] + 64 - (uintptr_t)P_traw[p] % 64) : 0;
     t->k = k, t->ars = ars, t->acs = acs, t->brs = brs, t->bcs = bcs, t->ldc = ldc;
     t->whole_a = !by_rows && parts > 1; /* one part copies A's aliased rows, as the C++ kernel's does */
-    t->direct = direct, t->ahead = direct && k * n * 4 > P_L3 / 8;
+    t->direct = direct, t->ahead = direct && k * n * 4 > P_FAR;
     t->ap = p ? buf : P_apack, t->bp = p ? buf + P_ASIZE : P_bpack;
     if (by_rows) {
       i = rstrips * p / parts * P_MR, j = P_MIN(m, rstrips * (p + 1) / parts * P_MR);
@@ -341,13 +341,14 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 }  // namespace
 
 std::string gemm_c_source(const std::string& prefix, GemmExtent max, const fixed::CacheSizes& caches) {
-  std::string s = detail::cat(
-      "/* ", prefix, "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n",
-      "#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ", std::to_string(caches.l2),
-      "L\n#define P_L3 ", std::to_string(caches.l3), "L\n#define P_MMAX ",
-      std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
-      std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
-      std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
+  std::string s = detail::cat("/* ", prefix,
+                              "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n",
+                              "#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ",
+                              std::to_string(caches.l2), "L\n#define P_L3 ", std::to_string(caches.l3),
+                              "L\n#define P_FAR ", std::to_string(caches.from_memory()), "L\n#define P_MMAX ",
+                              std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
+                              std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
+                              std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
   for (int r : {14, 8, 6, 4, 2, 1})
     replace_all(s, "P_TILE" + std::to_string(r) + "\n",
                 tile_fn(r, Tile::packed) + tile_fn(r, Tile::in_place) + tile_fn(r, Tile::ahead));

@@ -130,7 +130,7 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
   // strip of A's rows (B read in place but for its last strip); A's rows 4 KiB apart (copied); a
   // transposed A of many strips (packed in groups); one row and two of a transposed A (B's rows
   // summed, past a run of 1024 columns and a step of 4 k); one block of A's rows reading B in place,
-  // its rows 4 KiB or 4000 bytes apart; a B larger than an eighth of L3 (in place from memory, each
+  // its rows 4 KiB or 4000 bytes apart; a B larger than CacheSizes::from_memory() (in place, each
   // tile asking for the next strip). B is passed off a 64-byte line by a different amount in each
   // form: where its rows are 4 KiB apart and k long, the first columns are a product of their own.
   struct Form {
@@ -149,7 +149,7 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
                         {2, 30, 7, true, false, 0},
                         {12, 1024, 300, false, false, 0},
                         {9, 1000, 600, false, false, 0},
-                        {6, 1024, fixed::host_caches().l3 / 8 / 4096 + 1, false, false, 0}};
+                        {6, 1024, fixed::host_caches().from_memory() / 4096 + 1, false, false, 0}};
   for (std::size_t form = 0; form < std::size(forms); ++form) {
     const auto [m, n, k, ta, tb, batch] = forms[form];
     INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);

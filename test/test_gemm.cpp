@@ -160,8 +160,8 @@ TEST_CASE("gemm: B read in place by one block of A's rows: rows 4 KiB apart, off
   // B's rows 4 KiB apart (in place up to two tiles of rows, 12 under AVX2, else packed whole rows at
   // a time) or 4000 bytes (in place); k past a strip whose two lines a row outgrow half the L1, with
   // B's rows off a cache line by every amount (the first columns a product of their own); and a B
-  // larger than an eighth of L3, read in place from memory (each tile asking for the next strip)
-  const i64 from_memory = static_cast<i64>(fixed::host_caches().l3) / 8 / 4000 + 1;
+  // larger than CacheSizes::from_memory(), read in place (each tile asking for the next strip)
+  const i64 from_memory = fixed::host_caches().from_memory() / 4000 + 1;
   for (gemm::Isa isa : isas())
     for (int t = 0; t < 16; ++t) {
       Case c = random_case(g, 2);
@@ -215,7 +215,7 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
                       {1, 800},
                       {2, 400},
                       {12, 600},
-                      {5, fixed::host_caches().l3 / 8 / 6000 + 1}}) {
+                      {5, fixed::host_caches().from_memory() / 6000 + 1}}) {
     Case c{m, 1500, k, false, false, 0, 0, 0, 0, {}, {}, {}};
     c.a.resize(static_cast<std::size_t>(m * k)), c.b.resize(static_cast<std::size_t>(1500 * k)),
         c.c.resize(static_cast<std::size_t>(m * 1500));

@@ -10,6 +10,11 @@ namespace metagrad::fixed {
 
 struct CacheSizes {
   std::int64_t l1 = 32 << 10, l2 = 512 << 10, l3 = 8 << 20;  // bytes: L1d and L2 per core, L3 in all
+  // Above this many bytes, an operand read once is taken to come from memory: an eighth of the L3,
+  // which every core shares, and of at most 64 MiB of it, since a virtual machine shares its host's
+  // L3 with other guests (an Emerald Rapids guest reads 300 MiB of it, and a 16 MiB B there is
+  // read at memory's speed).
+  std::int64_t from_memory() const { return (l3 < (64 << 20) ? l3 : 64 << 20) / 8; }
 };
 
 // The host's caches, read on first use.

@@ -487,11 +487,12 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
     run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
     return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk);
   }
-  // A B read in place from memory (larger than an eighth of L3, as a panel) asks for each next strip
-  // (see tile): on Zen 3, 4 x 4096 x 1024 went from 0.90x OpenBLAS to 1.53x, 6 x 2048 x 2048 from
-  // 1.59x to 2.07x, 6 x 4000 x 1000 from 1.37x to 2.96x; on a B in the L2 or L3 it cost up to 20%
-  // (3 x 500 x 500), so not there.
-  const bool ahead = direct && k * n * S > caches.l3 / 8;
+  // A B read in place from memory (CacheSizes::from_memory) asks for each next strip (see tile): on
+  // Zen 3, 4 x 4096 x 1024 went from 0.90x OpenBLAS to 1.53x, 6 x 2048 x 2048 from 1.59x to 2.07x,
+  // 6 x 4000 x 1000 from 1.37x to 2.96x; on Emerald Rapids (1 thread, B not in the L3), 8 x 4096 x
+  // 1024 0.91x -> 1.46x with AVX-512, 0.53x -> 0.67x with AVX2. On a B in the L2 or L3 it cost up
+  // to 20% (3 x 500 x 500 on Zen 3; 8 x 1024 x 1024 with AVX-512), so not there.
+  const bool ahead = direct && k * n * S > caches.from_memory();
   Arena::Scope scope;
   T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
   const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
