@@ -68,6 +68,11 @@ constexpr U convert(X x) {
       return h;
     }();
     return x != x ? U(0) : x <= lo ? L::min() : x >= hi ? L::max() : static_cast<U>(x);
+  } else if constexpr (std::is_same_v<X, bool>) {
+    // Through int, which g++ vectorises with AVX2 and AVX-512; static_cast<float>(bool) it did not,
+    // nor x ? 1 : 0 under AVX2 (a branch per element). A ReLU's gradient mask, 128 x 512 of them,
+    // took 6% of the static W5 step as scalar code.
+    return static_cast<U>(static_cast<int>(x));
   } else {
     return static_cast<U>(x);
   }
