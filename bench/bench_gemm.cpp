@@ -101,6 +101,10 @@ std::vector<double> time_paths(const std::vector<std::function<void()>>& ops) {
 // GCC warns of; it is never called there (the GEMM's ISA is then AVX2), so the warning is off.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
+template <class V, int N = sizeof(V) == 64 ? 16 : 12>
+constexpr double fma_flops(long iters) {  // of peak_of's loop
+  return N * 2.0 * sizeof(V) / sizeof(float) * static_cast<double>(iters);
+}
 template <class V, V (*Fma)(V, V, V), int N = sizeof(V) == 64 ? 16 : 12>
 double peak_of(long iters) {
   V acc[N], m = V{} + 0.999999f, c = V{} + 1e-6f;
@@ -114,7 +118,7 @@ double peak_of(long iters) {
   for (auto& a : acc) sink += a[0];
   volatile float keep = sink;
   (void)keep;
-  return N * 2.0 * sizeof(V) / sizeof(float) * static_cast<double>(iters) / s * 1e-9;
+  return fma_flops<V, N>(iters) / s * 1e-9;
 }
 typedef float V8 __attribute__((vector_size(32)));
 typedef float V16 __attribute__((vector_size(64)));
@@ -265,7 +269,7 @@ int child() {
     std::vector<double> seconds = time_paths(ops);
     for (std::size_t p = 0; p + 1 < ops.size(); ++p)
       std::printf("R %s %s %.6g\n", s.key, names[p].c_str(), flops / seconds[p] * 1e-9);
-    const double peak_flops = (wide_peak() ? 16 * 2 * 16 : 12 * 2 * 8) * static_cast<double>(kPeakIters);
+    const double peak_flops = wide_peak() ? fma_flops<V16>(kPeakIters) : fma_flops<V8>(kPeakIters);
     std::printf("R %s peak %.6g\n", s.key, peak_flops / seconds.back() * 1e-9 * threads);
     std::fflush(stdout);
   }
@@ -312,15 +316,15 @@ Result run_child(int threads) {
 void match_openblas_core() {
   if (std::getenv("OPENBLAS_CORETYPE")) return;
   std::string core = openblas_get_corename();
-  bool wide = metagrad::gemm::best_isa() == metagrad::gemm::Isa::avx512;
-  bool avx2 = wide || metagrad::gemm::best_isa() == metagrad::gemm::Isa::avx2;
+  const metagrad::gemm::Isa isa = metagrad::gemm::best_isa();
   auto one_of = [&](std::initializer_list<std::string_view> names) {
     return std::find(names.begin(), names.end(), core) != names.end();
   };
   const char* want = nullptr;
-  if (wide && !one_of({"SkylakeX", "Cooperlake", "SapphireRapids"}))
+  if (isa == metagrad::gemm::Isa::avx512 && !one_of({"SkylakeX", "Cooperlake", "SapphireRapids"}))
     want = "SkylakeX";
-  else if (avx2 && !wide && !one_of({"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}))
+  else if (isa == metagrad::gemm::Isa::avx2 &&
+           !one_of({"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}))
     want = "Haswell";
   if (!want) return;
   std::printf("OpenBLAS chose its %s kernel, narrower than this CPU's ISA: OPENBLAS_CORETYPE=%s\n",
