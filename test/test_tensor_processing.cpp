@@ -2,6 +2,7 @@
 // sequential) against plain loops in double, their gradients against finite differences, and their
 // errors.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -178,6 +179,10 @@ TEST_CASE("matmul matches numpy semantics: 1-D, 2-D, batched, broadcast", "[proc
     REQUIRE(out.shape() == ws);
     require_close(vals(out), want, 1e-12, 1e-12);
     require_close(vals(a.dot(b)), want, 1e-12, 1e-12);
+    if (c.b.size() < 2) continue;
+    // The same values with b's k axis inner in its buffer (b = B^T): matmul's other form.
+    Tensor bt = b.transpose(-1, -2).contiguous().transpose(-1, -2);
+    require_close(vals(a.matmul(bt)), want, 1e-12, 1e-12);
   }
 }
 
@@ -452,6 +457,31 @@ TEST_CASE("gradients of matmul and linear", "[processing]") {
   check_gradients(mm, {random_tensor({2, 3, 4}, 708), random_tensor({4}, 709)});
   check_gradients([](const std::vector<Tensor>& t) { return t[0].linear(t[1], t[2]); },
                   {random_tensor({3, 4}, 710), random_tensor({4, 2}, 711), random_tensor({2}, 712)});
+  // A weight stored (out, in) and used transposed, as nn::Linear's: matmul's k-inner form.
+  auto mm_t = [](const std::vector<Tensor>& t) { return t[0].matmul(t[1].transpose(-1, -2)); };
+  check_gradients(mm_t, {random_tensor({3, 4}, 713), random_tensor({2, 4}, 714)});
+  check_gradients(mm_t, {random_tensor({4}, 715), random_tensor({2, 3, 4}, 716)});
+  check_gradients(mm_t, {random_tensor({2, 1, 2, 3}, 717), random_tensor({3, 2, 3}, 718)});
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].linear(t[1].transpose(), t[2]); },
+                  {random_tensor({3, 4}, 719), random_tensor({2, 4}, 720), random_tensor({2}, 721)});
+}
+
+TEST_CASE("a matmul's weight gradient comes out in the weight's own layout", "[processing]") {
+  // Read transposed, the optimizer's update of a large weight is a strided gather (it took 8% of
+  // the W5 step): the gradient must be a plain view of its reduce, whichever way the weight is stored.
+  auto grad_st = [](Tensor x, Tensor w, const Tensor& leaf) {
+    x.matmul(w).sum().backward();
+    return (*leaf.grad).lazydata->st;
+  };
+  for (auto [batch, m, k, n] : std::vector<std::array<std::int64_t, 4>>{{0, 5, 7, 3}, {2, 4, 6, 5}}) {
+    INFO("batch " << batch << ", " << m << " x " << k << " x " << n);
+    Dims xs = batch ? Dims{batch, m, k} : Dims{m, k}, ws = batch ? Dims{batch, k, n} : Dims{k, n},
+         wts = batch ? Dims{batch, n, k} : Dims{n, k};
+    Tensor x = random_tensor(xs, 730), w = random_tensor(ws, 731).requires_grad_(),
+           wt = random_tensor(wts, 732).requires_grad_();
+    REQUIRE(grad_st(x, w, w).contiguous());                      // w (k, n): the (m, k, n) product
+    REQUIRE(grad_st(x, wt.transpose(-1, -2), wt).contiguous());  // W (n, k) as W^T: (m, n, k)
+  }
 }
 
 TEST_CASE("gradients of conv2d with stride, padding, dilation, groups", "[processing]") {

@@ -413,10 +413,24 @@ struct Gemm {
       index_t w_end = std::min<index_t>(Width, count - s);
       const T* from = src + s * across;
       if (across == 1) {  // the partial last strip of contiguous rows (n = 25): still row by row
-        for (index_t p = 0; p < kc; ++p) {
-          for (index_t w = 0; w < w_end; ++w) dst[p * Width + w] = from[p * step + w];
-          for (index_t w = w_end; w < Width; ++w) dst[p * Width + w] = T(0);
+        // Whole vectors a row, the lanes past w_end zeroed by a select (a row's zeros as a loop
+        // became a `rep stos` a row, 45% of W5's 128 x 512 x 10 product). A vector may read past
+        // w_end into the next row, never past the strip's last element: the last rows go by scalars.
+        const index_t end = (kc - 1) * step + w_end;
+        index_t p = 0;
+        if constexpr (Width % W == 0) {
+          V iota;
+          for (int l = 0; l < W; ++l) iota[l] = static_cast<T>(l);
+          for (; p < kc && p * step + Width <= end; ++p)
+#pragma GCC unroll 4
+            for (int v = 0; v < Width / W; ++v) {
+              const V x = simd<T>::load(from + p * step + v * W);
+              simd<T>::store(dst + p * Width + v * W,
+                             iota < simd<T>::splat(static_cast<T>(w_end - v * W)) ? x : V{});
+            }
         }
+        for (; p < kc; ++p)
+          for (index_t w = 0; w < Width; ++w) dst[p * Width + w] = w < w_end ? from[p * step + w] : T(0);
         continue;
       }
 #if defined(__AVX512F__)
