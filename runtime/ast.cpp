@@ -16,6 +16,24 @@ std::vector<MemBuffer> mem_buffers(const LazyOp& ast) {
   return out;
 }
 
+std::uint64_t same_index_reads(const LazyOp& ast) {
+  std::vector<const LazyOp*> stack{&ast};
+  while (!stack.empty()) {  // a reduce reads many elements for each it writes
+    const LazyOp* o = stack.back();
+    stack.pop_back();
+    if (o->op.type == OpType::Reduce || o->op == FusedOps::MULACC) return 0;
+    for (const LazySrc& s : o->src)
+      if (auto* sub = std::get_if<std::shared_ptr<LazyOp>>(&s)) stack.push_back(sub->get());
+  }
+  std::uint64_t seen = 0, strided = 0;
+  for_each_leaf(ast, [&](const MemBuffer& b) {
+    if (b.index >= 64) return;
+    seen |= std::uint64_t{1} << b.index;
+    if (!b.st.contiguous()) strided |= std::uint64_t{1} << b.index;
+  });
+  return seen & ~strided & ~std::uint64_t{1};
+}
+
 namespace {
 // The key is binary (raw integers, the constant's bits): building it runs on every kernel launch.
 void put(std::string& out, std::int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }

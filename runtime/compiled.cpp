@@ -59,6 +59,7 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shar
   std::lock_guard lock(runners_mu);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
+  r.same_index_reads = same_index_reads(ast);
   r.mem_estimate = 0;  // the bytes of the buffers it runs on
   for (const auto& b : bufs) r.mem_estimate += static_cast<std::int64_t>(b->nbytes());
   if (!r.clprg) {  // (a contraction on a host device comes with its program: the runtime GEMM)

@@ -160,8 +160,31 @@ struct CaptureBuilder {
       // The old value carries over only when the step reads it before anything writes it.
       if (r == slot_of.end() || c.slots[r->second].role != Role::Param || !read_first[r->second]) continue;
       c.slots[r->second] = {c.slots[r->second].buf, Role::State, *w};
-      c.state.push_back({r->second, *w, a.after->base()});
+      c.state.push_back({r->second, *w, a.after->base(), in_place(r->second, *w)});
     }
+  }
+
+  // The next value may overwrite the current one when a single kernel writes it, reading the
+  // current value only at the element it writes (p - lr * g), no later kernel reads the current
+  // value, and no earlier one used the next value's buffer (the pool may have lent it to an earlier
+  // kernel). An optimizer's update then reads and writes one buffer rather than two into a third:
+  // W5's update of its 784 x 512 weight ran in 150 us rather than 245.
+  bool in_place(std::size_t read, std::size_t write) const {
+    std::optional<std::size_t> writer;
+    for (std::size_t k = 0; k < c.kernels.size(); ++k) {
+      const auto& s = c.kernels[k].slots;
+      for (std::size_t j = 0; j < s.size(); ++j) {
+        if (s[j] == write && j == 0) {
+          if (writer) return false;  // written twice
+          writer = k;
+        } else if (s[j] == write && !writer) {
+          return false;  // read before it is written
+        }
+        if (s[j] == read && writer)  // read by the writer, at its own elements only, and by nothing after
+          if (*writer != k || j >= 64 || !(c.kernels[k].runner.same_index_reads >> j & 1)) return false;
+      }
+    }
+    return writer && c.slots[read].buf->nbytes() == c.slots[write].buf->nbytes();
   }
 };
 
@@ -206,7 +229,7 @@ void JitCore::prepare_replay() {
   // Each state's current value (the next-value slot's buffer, now) moves to its read slot.
   for (const auto& u : captured_->state) {
     auto cur = captured_->slots[u.write].buf, old = captured_->slots[u.read].buf;
-    bind(u.read, cur), bind(u.write, old);
+    bind(u.read, cur), bind(u.write, u.in_place ? cur : old);
   }
 }
 

@@ -140,6 +140,48 @@ TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner u
     unsetenv("DEBUG");
 }
 
+TEST_CASE("TinyJit updates a state in place unless a kernel reads its old value after the update", "[jit]") {
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  constexpr i64 n = 64;
+  Tensor a = Tensor::zeros({n}), b = Tensor::zeros({n}), q = f32(test::random_floats(n, 7), {8, 8});
+  a.realize(), b.realize(), q.realize();
+  TinyJit jit([&](const Tensor& x) {
+    Tensor next_b = b + a;              // a's old value, read by b's update, which runs after a's
+    a.assign(a + x);                    // the same element of a: in place, were it not for b's update
+    b.assign(next_b);                   // in place
+    q.assign(q.transpose() * 0.5 + 1);  // other elements than it writes: never in place
+    return std::vector<Tensor>{a * 2};
+  });
+  std::vector<double> wa(n, 0.0), wb(n, 0.0), wq = test::random_floats(n, 7);
+  for (unsigned call = 0; call < 6; ++call) {
+    INFO("call " << call);
+    auto vx = test::random_floats(n, 20 + call);
+    Tensor out = jit(f32(vx, {n}).realize())[0];
+    std::vector<double> tq(n);
+    for (i64 i = 0; i < 8; ++i)
+      for (i64 j = 0; j < 8; ++j) tq[i * 8 + j] = wq[j * 8 + i] * 0.5 + 1;
+    wq = tq;
+    for (i64 i = 0; i < n; ++i) wb[i] += wa[i], wa[i] += vx[i];
+    auto ra = a.to_vector<float>(), rb = b.to_vector<float>(), rq = q.to_vector<float>(),
+         ro = out.to_vector<float>();
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+      REQUIRE(ra[i] == Approx(wa[i]).margin(1e-5));
+      REQUIRE(rb[i] == Approx(wb[i]).margin(1e-5));
+      REQUIRE(rq[i] == Approx(wq[i]).margin(1e-5));
+      REQUIRE(ro[i] == Approx(2 * wa[i]).margin(1e-5));
+    }
+  }
+  const CapturedStep& c = *jit.captured();
+  REQUIRE(c.state.size() == 3);
+  for (const auto& u : c.state) {
+    LazyBufferPtr h = u.holder.lock();
+    INFO((h == a.lazydata.get() ? "a" : h == b.lazydata.get() ? "b" : "q"));
+    REQUIRE(u.in_place == (h == b.lazydata.get()));
+    REQUIRE((c.slots[u.read].buf == c.slots[u.write].buf) == u.in_place);
+  }
+}
+
 TEST_CASE("TinyJit refuses arguments whose shape, dtype or device changed", "[jit]") {
   test::DeviceScope dev("CLANG");
   if (!dev.ok) return;

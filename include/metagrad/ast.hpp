@@ -62,6 +62,10 @@ using LazySrc = LazyOp::Src;
 std::string to_string(const LazyOp& op);  // indented tree, for DEBUG=3
 // The MemBuffer leaves of an AST, each index once, ordered by index.
 std::vector<MemBuffer> mem_buffers(const LazyOp& ast);
+// Bit i set: the kernel reads its buffer i (1 <= i < 64) only at the element it writes, as a pure
+// elementwise kernel reading it contiguously does. Its output may then be that very buffer, updated
+// in place (TinyJit's state updates: an optimizer's p - lr * g).
+std::uint64_t same_index_reads(const LazyOp& ast);
 // Calls f on every leaf of the tree under `root`, without recursion: each node's own leaves, last
 // first, then its subtrees (the order the scheduler numbers a kernel's buffers in).
 template <class Leaf, class F>

@@ -56,6 +56,7 @@ struct CapturedStep {
   struct StateUpdate {
     std::size_t read, write;           // slots of the current and the next value
     std::weak_ptr<LazyBuffer> holder;  // the tensor's LazyBuffer: it gets the next value's buffer
+    bool in_place = false;             // one buffer for both: the update overwrites the value it reads
   };
   std::string device;
   std::vector<Kernel> kernels;
