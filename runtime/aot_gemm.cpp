@@ -87,6 +87,10 @@ constexpr const char* kSource = R"(
 #define P_KC P_MIN(P_K0, P_VB == 32 ? 512 : 1024)
 #define P_MC P_CLAMP((P_L2 <= 524288L ? P_L2 / 4 : P_MIN(P_L2 / 2, 524288L)) / (P_K0 * 4) / P_MR * P_MR, P_MR, 4096 / P_MR * P_MR)
 #define P_NC P_CLAMP(P_L3 / 8 / (P_KC * 4) / P_NR * P_NR, P_NR, 1024 / P_NR * P_NR)
+/* k's steps: of at most KC, and where k < KC but a k x NR strip of B would overflow the L1, as many
+   as keep a strip there (as metagrad's C++ kernel) */
+#define P_STEPS(k) \
+  ((k) < P_KC && (k) * P_NR * 4 > P_L1 ? ((k) * P_NR * 4 + P_L1 - 1) / P_L1 : ((k) + P_KC - 1) / P_KC)
 typedef float P_v __attribute__((vector_size(P_VB)));
 #define P_ASIZE (P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16))
 #define P_BSIZE (P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX))
@@ -188,13 +192,13 @@ static void P_block(const P_part* t) {
   const float *a = t->a, *b = t->b;
   float *c = t->c, *apack = t->ap, *bpack = t->bp;
   int64_t jc, pc, ic, jr;
-  /* k in equal steps of at most KC. B in place: its last strip is packed where it ends inside a
+  /* k in equal steps (P_STEPS). B in place: its last strip is packed where it ends inside a
      vector, and where its rows are all equally off a cache line, the columns up to the first line
      are a product of their own once a strip's 2 ks lines pass half the L1 (as metagrad's C++ kernel:
      each row of a strip would span two lines, the second gone when the next strip reads it). A read
      in place where its rows are contiguous; a multiple of 4 KiB apart (its MR row streams would share
      one L1 set), a block's rows are copied first to rows a cache line more than kc apart. */
-  const int64_t steps = (k + P_KC - 1) / P_KC, ks = (k + steps - 1) / steps;
+  const int64_t steps = P_STEPS(k), ks = (k + steps - 1) / steps;
   const int direct = t->direct, alias = acs == 1 && !t->whole_a && ars * 4 % 4096 == 0;
   const int64_t off = (int64_t)((uintptr_t)b % 64) / 4, lead = 16 - off;
   if (direct && off && brs % 16 == 0 && ks * 128 > P_L1 / 2 && n > lead) {
@@ -286,12 +290,12 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
                 nstrips = (n + P_NR - 1) / P_NR;
   int64_t parts = P_MIN(P_threads, m * n * k >> 22), p, i, j;
   const int by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * P_MIN(n, P_NC));
-  /* B read in place where its rows are contiguous and either one step covers k (k <= KC) and all of
+  /* B read in place where its rows are contiguous and either one step covers k (P_STEPS) and all of
      it sits in half the L2 (small products pay no packing), or A's rows are one block (each packed
      strip would be read once, by that block's tiles in turn), unless B's rows are a multiple of 4 KiB
      apart and the block more than two tiles (a strip in place shares one L1 set). In place from
      memory (more than P_FAR bytes, CacheSizes::from_memory), each tile asks for the next strip ahead. */
-  const int direct = bcs == 1 && ((k <= P_KC && k * n * 4 <= P_L2 / 2) ||
+  const int direct = bcs == 1 && ((P_STEPS(k) == 1 && k * n * 4 <= P_L2 / 2) ||
                                   (m <= P_MC && (brs * 4 % 4096 != 0 || m <= 2 * P_MR)));
   P_part part[P_TMAX];
   pthread_t thread[P_TMAX];

@@ -476,7 +476,17 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
   const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
                 NC = std::max<index_t>(bk.nc / NR, 1) * NR;
-  const index_t ks = (k + (k + KC - 1) / KC - 1) / ((k + KC - 1) / KC);  // k in equal steps <= KC
+  constexpr index_t S = sizeof(T), line = 64 / S;
+  const CacheSizes& caches = host_caches();
+  // k in equal steps of at most KC; where k < KC but a k x NR strip of B would overflow the L1, in as
+  // many as keep a strip there. Extra passes over C are cheap at such k, B strips from the
+  // L2 are not: on Emerald Rapids (AVX-512, 48 KiB L1), 1 thread, k = 512 in two steps rather than
+  // one took 512^3 from 0.87-1.00x OpenBLAS to 1.03-1.09x, 768^3 0.93-0.96x -> 0.99-1.06x, 1000^3
+  // 0.95-0.98x -> 1.01x, W5's 128 x 784 x 512 1.01-1.03x -> 1.07-1.10x. (At k = KC = 1024, three
+  // steps were even or 2-3% slower; AVX2's KC of 512 keeps its 32 KiB strips in L1.)
+  index_t steps = (k + KC - 1) / KC;
+  if (k < KC && k * NR * S > caches.l1) steps = (k * NR * S + caches.l1 - 1) / caches.l1;
+  const index_t ks = (k + steps - 1) / steps;
   const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
   // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it sits
   // in half the L2: small products (64 x 64, a conv's per-image product) pay no packing. So is B
@@ -486,8 +496,6 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
   // Zen 3, in place rather than packed: 8 x 2048 x 2048 0.67x OpenBLAS -> 1.11x, 12 x 4096 x 1024
   // 0.89x -> 1.19x, 12 x 1000 x 1000 0.99x -> 1.31x, 16 x 784 x 512 1.04x -> 1.23x; but 16 x 1024
   // x 1024 0.86x -> 0.78x.
-  constexpr index_t S = sizeof(T), line = 64 / S;
-  const CacheSizes& caches = host_caches();
   const bool direct = bcs == 1 && ((ks == k && n * k * S <= caches.l2 / 2) ||
                                    (m <= MC && (brs * S % 4096 != 0 || m <= 2 * MR)));
   // B's rows all equally off a cache line: each row of a strip in place spans two lines, the second
