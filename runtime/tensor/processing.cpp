@@ -212,9 +212,9 @@ KeptAxis matmul_keepdim(const Tensor& x, const Tensor& w) {
     std::swap(order[order.size() - 1], order[order.size() - 2]);
     wt = wt.permute(order);
   }
-  Tensor t = (x.reshape(xr) * wt).sum(k_inner ? -1 : -2, true);
-  if (k_inner) return {t, static_cast<std::size_t>(t.ndim() - 1)};
-  return {t, static_cast<std::size_t>(t.ndim() - 2)};
+  const std::int64_t reduced = k_inner ? -1 : -2;
+  Tensor t = (x.reshape(xr) * wt).sum(reduced, true);
+  return {t, static_cast<std::size_t>(t.ndim() + reduced)};
 }
 }  // namespace
 
