@@ -67,7 +67,11 @@ double rep_seconds() {
 // long, one path's block after another's, and the median block of each. A shared VM's speed
 // drifts by 10-30% over tens of milliseconds; timing one path after another would give each path its
 // own slice of that drift, timing them in turns gives every path the same. A pause after each block
-// lets the pool that ran it go to sleep before the next path starts (see run_child).
+// lets the pool that ran it go to sleep before the next path starts (see run_child). Each block
+// starts with an untimed call, so that every path is timed as a loop of its own calls runs: else a
+// path paid for the caches the path before it had filled (at 1024 on Emerald Rapids, metagrad's
+// first call after OpenBLAS's ran 5-10% slower than its second, and OpenBLAS itself followed the
+// FMA peak's loop, which touches no memory).
 std::vector<double> time_paths(const std::vector<std::function<void()>>& ops) {
   constexpr int kBlocks = 30;
   std::vector<long> calls;
@@ -81,6 +85,7 @@ std::vector<double> time_paths(const std::vector<std::function<void()>>& ops) {
   std::vector<std::vector<double>> blocks(ops.size());
   for (int b = 0; b < kBlocks; ++b)
     for (std::size_t p = 0; p < ops.size(); ++p) {
+      ops[p]();
       auto t0 = Clock::now();
       for (long i = 0; i < calls[p]; ++i) ops[p]();
       blocks[p].push_back(std::chrono::duration<double>(Clock::now() - t0).count() /

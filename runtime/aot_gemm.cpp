@@ -50,7 +50,8 @@ std::string tile_fn(int mr, Tile kind) {
       "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc",
       ahead ? ", const float* ahead" : "", ") {\n", decl, ";\n  float t[", n(mr), "][P_NR];\n",
       in_place ? bases : "  (void)lda;\n", pre,
-      "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as fixed/gemm.hpp's tile
+      mr >= 12 ? "#pragma GCC unroll 4\n"
+               : "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as fixed/gemm.hpp's tile
       "  for (int64_t p = 0; p < kc; ++p, ", in_place ? "" : "a += P_MR, ", "b += bs) {\n",
       ahead
           ? "    for (int l = 0; l < (P_NR + 15) / 16; ++l) __builtin_prefetch(ahead + P_NR - 1 - 16 * l);\n"

@@ -62,13 +62,7 @@ struct Gemm {
     // every k (64 x 64: +3-5%).
     static_assert(Rows <= 15, "Gemm::tile: three row bases of five rows each");
     const T* a5[3] = {a, a + 5 * lda, a + 10 * lda};
-    // Four k steps a trip under AVX2: the loop's own instructions were a fifth of a 6-row step's,
-    // and unrolling gained 5-10% at n = 512-2048 on Zen 3. AVX-512's 14-row step is twice as long
-    // (unrolled, it is unmeasured).
-#if !defined(__AVX512F__)
-#pragma GCC unroll 4
-#endif
-    for (index_t k = 0; k < kc; ++k, a += astep, b += bs) {
+    auto step = [&](index_t k) {
       static_assert(Nv == 1 || Nv == 2, "Gemm::tile: one or two vectors of B");
       if constexpr (Ahead) {  // the lines holding the next strip's last element and those before it
         constexpr int line = 64 / sizeof(T), lines = Nv * W > line ? Nv * W / line : 1;
@@ -91,7 +85,24 @@ struct Gemm {
         sum[r][0] = fma(av, b0, sum[r][0]);
         if constexpr (Nv == 2) sum[r][1] = fma(av, b1, sum[r][1]);
       }
-    }
+      a += astep, b += bs;
+    };
+    // Four k steps a trip: a step's own instructions (a pointer and five row indices to advance, a
+    // compare) were a fifth of AVX2's 6-row step, and unrolling gained 5-10% at n = 512-2048 on Zen
+    // 3; with AVX-512's 14 rows, 2-7% at n = 256-2048 and 7% at W5's n = 10 products on Emerald
+    // Rapids. Fewer rows keep one step a trip under AVX-512: unrolled, g++ rotated an 8-row tile's
+    // accumulators through extra moves (16 x 4096 x 150: -6%), and a 7-row one lost 4%.
+#if !defined(__AVX512F__)
+#pragma GCC unroll 4
+    for (index_t k = 0; k < kc; ++k) step(k);
+#else
+    constexpr int U = Rows >= 12 ? 4 : 1;  // a template-dependent `#pragma GCC unroll` is an error
+    index_t k = 0;
+    for (; k + U <= kc; k += U)
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) step(k + u);
+    for (; k < kc; ++k) step(k);
+#endif
     // The accumulators leave by value only: were their address taken, g++ may keep them in memory
     // through the k loop (it did for AVX2: half speed).
     if (rows == Rows && cols == Nv * W) {
