@@ -207,22 +207,23 @@ void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
 void JitCore::prepare_replay() {
   bound_.clear(), uses_.assign(captured_->slots.size(), {}), launches_.clear(), ptrs_.clear(), outs_.clear();
   ops_ = mem_ = 0;
-  // Host kernels (CLANG, LLVM) replay as direct calls of their functions on pointers kept current
-  // by bind(); DEBUG >= 2 (per-kernel timing) and other devices go through ASTRunner::exec.
-  bool direct = getenv_int("DEBUG") < 2;
-  for (const auto& k : captured_->kernels)
-    direct = direct && k.runner.clprg->host_function() && k.runner.global_size.size() == 1;
+  // Kernels replay as direct calls (host functions on pointers that bind() keeps current, other
+  // programs on their buffers); DEBUG >= 2 (per-kernel timing) goes through ASTRunner::exec.
+  const bool direct = getenv_int("DEBUG") < 2;
   for (std::size_t k = 0; k < captured_->kernels.size(); ++k) {
     const CapturedStep::Kernel& ck = captured_->kernels[k];
+    const ASTRunner& r = ck.runner;
+    void* fn = r.global_size.size() == 1 ? r.clprg->host_function() : nullptr;
     bound_.emplace_back();
     if (direct)
-      launches_.push_back({ck.runner.clprg->host_function(), ptrs_.size(), ck.slots.size(),
-                           ck.runner.global_size[0], ck.runner.op_estimate});
-    ops_ += ck.runner.op_estimate, mem_ += ck.runner.mem_estimate;
+      launches_.push_back(
+          {fn, k, ptrs_.size(), fn ? ck.slots.size() : 0, fn ? r.global_size[0] : 0, r.op_estimate});
+    ops_ += r.op_estimate, mem_ += r.mem_estimate;
     for (std::size_t j = 0; j < ck.slots.size(); ++j) {
       std::size_t s = ck.slots[j];
       bound_.back().push_back(captured_->slots[s].buf.get());
-      if (direct) ptrs_.push_back(host_pointer(captured_->device.c_str(), captured_->slots[s].buf.get()));
+      if (direct && fn)
+        ptrs_.push_back(host_pointer(captured_->device.c_str(), captured_->slots[s].buf.get()));
       uses_[s].emplace_back(k, j);
     }
   }
@@ -235,10 +236,12 @@ void JitCore::prepare_replay() {
 
 void JitCore::bind(std::size_t slot, const std::shared_ptr<RawBuffer>& buf) {
   captured_->slots[slot].buf = buf;
-  void* p = launches_.empty() ? nullptr : host_pointer(captured_->device.c_str(), buf.get());
+  void* p = nullptr;
   for (auto [k, j] : uses_[slot]) {
     bound_[k][j] = buf.get();
-    if (p) ptrs_[launches_[k].first + j] = p;
+    if (launches_.empty() || !launches_[k].fn) continue;
+    if (!p) p = host_pointer(captured_->device.c_str(), buf.get());
+    ptrs_[launches_[k].first + j] = p;
   }
 }
 
@@ -270,7 +273,13 @@ std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
   if (launches_.empty()) {
     for (std::size_t k = 0; k < c.kernels.size(); ++k) c.kernels[k].runner.exec(bound_[k]);
   } else {
-    for (const Launch& l : launches_) run_host(l.fn, ptrs_.data() + l.first, l.count, l.global, l.ops);
+    for (const Launch& l : launches_) {
+      if (l.fn)
+        run_host(l.fn, ptrs_.data() + l.first, l.count, l.global, l.ops);
+      else
+        (*c.kernels[l.kernel].runner.clprg)(c.kernels[l.kernel].runner.global_size,
+                                            c.kernels[l.kernel].runner.local_size, bound_[l.kernel]);
+    }
     GlobalCounters::kernel_count += static_cast<std::int64_t>(launches_.size());
     GlobalCounters::global_ops += ops_, GlobalCounters::global_mem += mem_;
   }

@@ -81,9 +81,10 @@ TEST_CASE("TinyJit replays an elementwise and reduce step on new inputs", "[jit]
 }
 
 TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner under DEBUG=2", "[jit]") {
-  // A small kernel (one thread) and a large one (split across the pool); the same tensors again,
-  // new ones, and a state that moves between buffers on every call. DEBUG=2 at capture takes the
-  // ASTRunner path (timed and printed); both must compute the same and count the same work.
+  // A small kernel (one thread), a large one (split across the pool) and a GEMM with an epilogue
+  // (a program, not a host function); the same tensors again, new ones, and a state that moves
+  // between buffers on every call. DEBUG=2 at capture takes the ASTRunner path (timed and
+  // printed); both must compute the same and count the same work.
   const char* saved = std::getenv("DEBUG");
   std::string restore = saved ? saved : "";
   for (const char* device : {"CLANG", "LLVM"}) {
@@ -95,20 +96,27 @@ TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner u
       constexpr i64 n = 1 << 17;
       Tensor acc = Tensor::zeros({4});
       acc.realize();
-      TinyJit jit([&](const Tensor& small, const Tensor& big) {
+      const std::vector<double> vw = test::random_floats(6 * 3, 99);
+      Tensor w = f32(vw, {6, 3}).realize();
+      TinyJit jit([&](const Tensor& small, const Tensor& big, const Tensor& m) {
         acc.assign(acc + small);
-        return std::vector<Tensor>{small * 3 - 1, (big * big + big).exp2() * 0.5};
+        return std::vector<Tensor>{small * 3 - 1, (big * big + big).exp2() * 0.5, (m.matmul(w) + 1).relu()};
       });
       std::vector<double> want_acc(4, 0.0);
-      std::vector<double> vs, vb;
-      std::optional<Tensor> s, b, kept;
+      std::vector<double> vs, vb, vm;
+      std::optional<Tensor> s, b, m, kept;
       for (unsigned call = 0; call < 7; ++call) {
         if (call % 3 != 2) {  // every third call passes the previous call's tensors again
           vs = test::random_floats(4, call), vb = test::random_floats(static_cast<std::size_t>(n), 50 + call);
-          s = f32(vs, {4}).realize(), b = f32(vb, {n}).realize();
+          vm = test::random_floats(5 * 6, 80 + call);
+          s = f32(vs, {4}).realize(), b = f32(vb, {n}).realize(), m = f32(vm, {5, 6}).realize();
         }
         i64 kernels = GlobalCounters::kernel_count, ops = GlobalCounters::global_ops;
-        std::vector<Tensor> out = jit(*s, *b);
+        std::vector<Tensor> out = jit(*s, *b, *m);
+        if (call == 1)
+          REQUIRE(std::ranges::any_of(jit.captured()->kernels, [](const auto& k) {
+            return k.runner.name.find("gemm") != std::string::npos;
+          }));
         if (call >= 2) {
           REQUIRE(GlobalCounters::kernel_count - kernels == static_cast<i64>(jit.captured()->kernels.size()));
           i64 step_ops = 0;
@@ -131,6 +139,13 @@ TEST_CASE("TinyJit replays host kernels by direct calls, and through ASTRunner u
         }
         for (std::size_t i = 0; i < vb.size(); i += 997)
           REQUIRE(r1[i] == Approx(std::exp2(vb[i] * vb[i] + vb[i]) * 0.5).epsilon(1e-6));
+        auto r2 = out[2].to_vector<float>();
+        for (std::size_t i = 0; i < 5; ++i)
+          for (std::size_t j = 0; j < 3; ++j) {
+            double want = 1;
+            for (std::size_t p = 0; p < 6; ++p) want += vm[i * 6 + p] * vw[p * 3 + j];
+            REQUIRE(r2[i * 3 + j] == Approx(std::max(want, 0.0)).margin(1e-5));
+          }
       }
     }
   }

@@ -90,11 +90,13 @@ class JitCore {
   std::optional<CapturedStep> captured_;
   std::vector<std::vector<RawBuffer*>> bound_;                          // per kernel, its buffers
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> uses_;  // per slot: (kernel, argument)
-  // Host kernels replay as direct calls: per kernel its function, launch size and pointers' place
-  // in ptrs_ (which bind keeps current). Empty where a kernel runs elsewhere, or DEBUG >= 2.
+  // Kernels replay as direct calls, not through ASTRunner::exec (which times each for DEBUG >= 2,
+  // two clock reads and a getenv: a sixth of a 64 x 64 product's replay). A host kernel's function
+  // is called on pointers kept current by bind (at ptrs_[first], count of them); any other program
+  // (a GEMM, a GPU kernel) on bound_[kernel]. Empty for DEBUG >= 2.
   struct Launch {
-    void* fn;
-    std::size_t first, count;
+    void* fn;  // null: call the kernel's program
+    std::size_t kernel, first, count;
     std::int64_t global, ops;
   };
   std::vector<Launch> launches_;
