@@ -14,7 +14,7 @@ thread_local std::optional<std::vector<CacheEntry>> GlobalCounters::cache;
 
 void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   auto t0 = std::chrono::steady_clock::now();
-  (*clprg)(global_size, local_size, bufs);
+  launch(bufs);
   double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   GlobalCounters::time_sum += t;
   GlobalCounters::kernel_count += 1;

@@ -277,8 +277,7 @@ std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
       if (l.fn)
         run_host(l.fn, ptrs_.data() + l.first, l.count, l.global, l.ops);
       else
-        (*c.kernels[l.kernel].runner.clprg)(c.kernels[l.kernel].runner.global_size,
-                                            c.kernels[l.kernel].runner.local_size, bound_[l.kernel]);
+        c.kernels[l.kernel].runner.launch(bound_[l.kernel]);
     }
     GlobalCounters::kernel_count += static_cast<std::int64_t>(launches_.size());
     GlobalCounters::global_ops += ops_, GlobalCounters::global_mem += mem_;

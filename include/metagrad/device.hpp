@@ -53,6 +53,8 @@ struct ASTRunner {
   std::shared_ptr<Program> clprg;
   // Runs on the buffers (output first), timing it into GlobalCounters; DEBUG>=2 prints it.
   void exec(const std::vector<RawBuffer*>& bufs) const;
+  // Runs on the buffers, untimed and uncounted (TinyJit's replay, which counts a step at once).
+  void launch(const std::vector<RawBuffer*>& bufs) const { (*clprg)(global_size, local_size, bufs); }
 };
 
 // DEBUG>=2's line for one kernel run: its number (GlobalCounters::kernel_count), name, buffers,

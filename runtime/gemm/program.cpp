@@ -70,8 +70,7 @@ void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector
   products(static_cast<float*>(host_pointer("GEMM", c)), bufs);
   std::vector<RawBuffer*> epi{bufs.at(0)};
   for (int i : epilogue_->inputs) epi.push_back(i < 0 ? c : bufs.at(static_cast<std::size_t>(i)));
-  const ASTRunner& r = epilogue_->runner;
-  (*r.clprg)(r.global_size, r.local_size, epi);  // counted as part of this kernel
+  epilogue_->runner.launch(epi);  // counted as part of this kernel
 }
 
 ASTRunner gemm_runner(
