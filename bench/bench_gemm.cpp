@@ -397,13 +397,15 @@ int main() {
       if (below(ratio("static"), stat_target)) verdict += "static NOT met; ";  // judged as printed
       if (below(best_dyn, dyn_target)) verdict += "dynamic NOT met; ";
       const double xpeak = std::max({xp("static"), xp("CLANG"), xp("LLVM"), xp("jit")});
-      if (std::string_view(row.shape.key) == "1024" && t == 1 && below(xpeak, 0.8)) verdict += "peak NOT met; ";
+      if (std::string_view(row.shape.key) == "1024" && t == 1 && below(xpeak, 0.8))
+        verdict += "peak NOT met; ";
       if (verdict.empty()) verdict = "met";
       misses += verdict != "met";
       std::printf(
           "%-13s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f   %-7.2f %-7.2f %-7.2f %-7.2f %-7.2f %-7.2f  %s\n",
-          row.shape.key, fig("OpenBLAS"), fig("Eigen"), fig("static"), fig("aot"), fig("CLANG"), fig("LLVM"), fig("jit"),
-          ratio("static"), ratio("aot"), ratio("CLANG"), ratio("LLVM"), ratio("jit"), xpeak, verdict.c_str());
+          row.shape.key, fig("OpenBLAS"), fig("Eigen"), fig("static"), fig("aot"), fig("CLANG"), fig("LLVM"),
+          fig("jit"), ratio("static"), ratio("aot"), ratio("CLANG"), ratio("LLVM"), ratio("jit"), xpeak,
+          verdict.c_str());
     }
   }
   std::printf(
