@@ -183,6 +183,32 @@ TEST_CASE("gemm: B read in place by one block of A's rows: rows 4 KiB apart, off
     }
 }
 
+TEST_CASE("gemm: a packed panel of B past half the L2 (each strip's first tile asking for the next)",
+          "[gemm]") {
+  std::mt19937 g(2048);
+  std::uniform_int_distribution<i64> extra(1, 40);
+  const i64 l2 = fixed::host_caches().l2;
+  for (gemm::Isa isa : isas())
+    for (int t = 0; t < 3; ++t) {
+      // more rows than a block of A (B packed, not read in place), k one step (or two), and n's
+      // columns, full strips and a partial last one, past half the L2 at that step's depth
+      const gemm::GemmBlocking bk = gemm::default_blocking(isa);
+      Case c = random_case(g, 2);
+      c.ta = false, c.tb = t == 2, c.flip_b = false;
+      c.m = bk.mc + extra(g), c.k = t == 1 ? bk.kc + extra(g) : bk.kc;
+      const i64 step = t == 1 ? (c.k + 1) / 2 : c.k;
+      c.n = std::min<i64>(bk.nc - 1, l2 / 2 / (4 * step) + extra(g));
+      if (c.n * step * 4 <= l2 / 2) {  // (an L2 that holds NC columns at that depth: no such panel)
+        WARN("no panel of " << gemm::to_string(isa) << "'s blocking outgrows half this L2 at k = " << c.k);
+        continue;
+      }
+      c.allocate(g);
+      gemm::sgemm(c.problem(), bk, isa);
+      check(c, gemm::to_string(isa) + " panel case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                   " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+    }
+}
+
 TEST_CASE("gemm: one or two rows of A (a vector times a matrix), B read along its rows", "[gemm]") {
   std::mt19937 g(1);
   std::uniform_int_distribution<i64> rows(1, 3), cols(1, 2600), depth(1, 70);

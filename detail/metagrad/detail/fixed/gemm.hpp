@@ -36,11 +36,12 @@ struct Gemm {
 
   // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
   // b + p * bs: packed, bs = NR, or B's own rows); rows x cols of it are stored. InPlaceA: A's own
-  // rows instead of a packed strip, row r at a + r * lda, contiguous along k. Ahead: B is read in
-  // place from memory, and each k step asks for the next strip's new lines of that row (`ahead`, the
-  // next strip's start): down a strip the rows are a page or more apart, which no hardware prefetcher
-  // follows, so without it every line of B was a miss to memory.
-  template <int Rows, int Nv, bool InPlaceA = false, bool Ahead = false>
+  // rows instead of a packed strip, row r at a + r * lda, contiguous along k. Ahead: each k step asks
+  // for that row of the next strip (`ahead`, its start). 1, into the L1: B is read in place from
+  // memory, its rows down a strip a page or more apart, which no hardware prefetcher follows (without
+  // it every line of B was a miss to memory). 2, into the L2: B's packed panel outgrows the L2, and
+  // each strip's first tile waited on the L3 (see rows).
+  template <int Rows, int Nv, bool InPlaceA = false, int Ahead = 0>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
                    index_t cols, bool acc, index_t lda = 0, const T* ahead = nullptr) {
     const index_t astep = InPlaceA ? 1 : MR;
@@ -67,7 +68,11 @@ struct Gemm {
       if constexpr (Ahead) {  // the lines holding the next strip's last element and those before it
         constexpr int line = 64 / sizeof(T), lines = Nv * W > line ? Nv * W / line : 1;
 #pragma GCC unroll 4
-        for (int l = 0; l < lines; ++l) __builtin_prefetch(ahead + Nv * W - 1 - l * line);
+        for (int l = 0; l < lines; ++l)
+          if constexpr (Ahead == 1)
+            __builtin_prefetch(ahead + Nv * W - 1 - l * line);
+          else
+            __builtin_prefetch(ahead + Nv * W - 1 - l * line, 0, 2);
         ahead += bs;
       }
       V b0 = simd<T>::load(b), b1 = Nv == 2 ? simd<T>::load(b + W) : b0;
@@ -283,12 +288,15 @@ struct Gemm {
   }
 
   // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride, then
-  // (ahead) from memory: see tile.
+  // (ahead) from memory: see tile. Packed strips past half the L2 (`next`): each strip's first tile
+  // asks the L2 for the next strip, which the hardware prefetchers had left in the L3 (1 thread, on
+  // Emerald Rapids, in turns: n = 1000-2048 +1-5%, +1-8% at 2 threads; asked into the L1, as from
+  // memory, the strips evicted A's rows: 512^3 lost 10%).
   struct Panel {
     const T* b;
     bool direct;
     index_t stride, nc;
-    bool ahead = false;
+    bool ahead = false, next = false;
   };
 
   // Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
@@ -329,7 +337,10 @@ struct Gemm {
         T* cj = c + ic * ldc + jr;
         if (arows) {
           in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc,
-                   B.ahead && jr + 2 * NR <= B.nc ? B.b + jr + NR : nullptr);
+                   B.ahead && jr + 2 * NR <= B.nc ? B.b + jr + NR
+                   : B.next && jr + NR < c1       ? B.b + (jr + NR) * kc
+                                                  : nullptr,
+                   B.next);
           continue;
         }
         for (index_t ir = 0; ir < mc; ir += MR)
@@ -341,13 +352,16 @@ struct Gemm {
   // `rows` rows of A read in place (row r at a + r * lda) times one B strip: tiles of MR rows, the
   // last MR and the rest split as kSplit says, so that no load passes A's last row and no short strip
   // is packed (a conv's 16 output channels: 8 + 8, or 6 + 6 + 4). The first tile asks for the next
-  // strip `ahead` (a whole strip of B's own rows, or null).
+  // strip `ahead` (a whole strip of B's own rows, or null; `packed`: of packed B, into the L2, where
+  // the first tile has all MR rows).
   static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
-                       index_t ldc, index_t cols, bool acc, const T* ahead = nullptr) {
+                       index_t ldc, index_t cols, bool acc, const T* ahead = nullptr, bool packed = false) {
     auto run = [&]<int R>(index_t times) {
       for (; times > 0; --times, rows -= R, a += R * lda, c += R * ldc)
-        if (ahead)
-          tile<R, NV, true, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda, std::exchange(ahead, nullptr));
+        if (ahead && !packed)
+          tile<R, NV, true, 1>(kc, a, b, bs, c, ldc, R, cols, acc, lda, std::exchange(ahead, nullptr));
+        else if (ahead && R == MR && cols == NR)
+          tile<MR, NV, true, 2>(kc, a, b, bs, c, ldc, R, cols, acc, lda, std::exchange(ahead, nullptr));
         else if (cols > W)
           tile<R, NV, true>(kc, a, b, bs, c, ldc, R, cols, acc, lda);
         else
@@ -548,7 +562,7 @@ void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, inde
       const index_t kc = std::min(ks, k - pc);
       const T* bsrc = b + pc * brs + jc * bcs;
       const T* asrc = a + pc * acs;
-      const Panel panel{direct ? bsrc : bp, direct, brs, nc, ahead};
+      const Panel panel{direct ? bsrc : bp, direct, brs, nc, ahead, !direct && kc * nc * S > caches.l2 / 2};
       // Part p of np's B strips, packed (strips of NR columns, row p then p+1) unless read in
       // place; returns their columns [c0, c1).
       auto b_part = [&](int p, int np) {
