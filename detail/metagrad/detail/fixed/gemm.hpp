@@ -289,9 +289,9 @@ struct Gemm {
 
   // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride, then
   // (ahead) from memory: see tile. Packed strips past half the L2 (`next`): each strip's first tile
-  // asks the L2 for the next strip, which the hardware prefetchers had left in the L3 (1 thread, on
-  // Emerald Rapids, in turns: n = 1000-2048 +1-5%, +1-8% at 2 threads; asked into the L1, as from
-  // memory, the strips evicted A's rows: 512^3 lost 10%).
+  // asks the L2 for the next strip, which the hardware prefetchers had left in the L3 (on Emerald
+  // Rapids, in turns, n = 1000-2048: AVX-512 +2-4% on average at 1 thread, even to +8% at 2; AVX2
+  // even to +7%; asked into the L1, as from memory, the strips evicted A's rows: 512^3 lost 10%).
   struct Panel {
     const T* b;
     bool direct;
