@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,8 @@ namespace metagrad {
 namespace {
 
 namespace fs = std::filesystem;
+
+std::atomic<int> builds = 0;  // OpenCLBackend::compiles
 
 const char* cl_error_name(cl_int e) {
   static const std::pair<cl_int, const char*> names[] = {
@@ -379,7 +382,7 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
                                            " failed: ", cl_error(e), "\n--- build log ---\n", log,
                                            "\n--- source ---\n", src));
     }
-    ++compiles;
+    ++builds;
     // Written to a private name, then renamed, then its sidecar: concurrent processes never read a
     // partial binary, and a damaged one is rebuilt.
     std::size_t size = 0;
@@ -466,18 +469,17 @@ class CLBackend final : public OpenCLBackend {
   std::shared_ptr<Program> compile(const std::string& name, const std::string& src) override {
     return std::make_shared<CLProgram>(ctx_, name, src);
   }
+  int compiles() const override { return builds; }
 
  private:
   std::shared_ptr<CLContext> ctx_;
 };
 
-std::unique_ptr<Backend> make_opencl_backend() {
-  return std::make_unique<CLBackend>(std::make_shared<CLContext>());
-}
-
-[[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kOpenCL{"OPENCL", 30,
-                                                                                      make_opencl_backend};
-
 }  // namespace
 
 }  // namespace metagrad
+
+// The plugin's entry point (runtime/device_plugins.cpp loads it).
+extern "C" metagrad::Backend* metagrad_make_opencl_backend() {
+  return new metagrad::CLBackend(std::make_shared<metagrad::CLContext>());
+}

@@ -42,7 +42,7 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$=runtime"
   "^metagrad/runtime/gemm_program\\.hpp$|^runtime/gemm/program\\.cpp$=backends"
   "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
-  "^runtime/(host_program|ops_[a-z]+|llvm_loader|llvm_plugin)\\.cpp$=backends"
+  "^runtime/(host_program|ops_[a-z]+|device_plugins|llvm_plugin)\\.cpp$=backends"
   "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
   "^runtime/(device|compiled|interpreted|lib|buffer_pool|threadpool|disk_cache)\\.cpp$=runtime"
   "^(metagrad|runtime)/codegen/=codegen"

@@ -18,6 +18,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "child_process.hpp"
 #include "gradcheck.hpp"
 #include "metagrad/runtime/ops_opencl.hpp"
 
@@ -242,11 +243,11 @@ TEST_CASE("OPENCL: built programs are cached on disk and reused by source", "[op
   // A fresh source (a unique comment) so no cache, ours or the driver's, has seen it.
   std::string src =
       "// " + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "\n" + kAdd;
-  int before = CLProgram::compiles;
+  int before = cl->compiles();
   auto p1 = cl->compile("add", src);
-  CHECK(CLProgram::compiles == before + 1);
+  CHECK(cl->compiles() == before + 1);
   auto p2 = cl->compile("add", src);  // from the binary on disk
-  CHECK(CLProgram::compiles == before + 1);
+  CHECK(cl->compiles() == before + 1);
   // One binary and its sidecar (size and hash, checked before a load).
   CHECK(std::distance(fs::directory_iterator(dir / "opencl"), fs::directory_iterator{}) == 2);
   for (const auto& e : fs::directory_iterator(dir / "opencl")) {
@@ -261,7 +262,7 @@ TEST_CASE("OPENCL: built programs are cached on disk and reused by source", "[op
   // A corrupt cached binary is rebuilt from source, not an error.
   for (const auto& e : fs::directory_iterator(dir / "opencl")) std::ofstream(e.path()) << "garbage";
   CHECK_NOTHROW(cl->compile("add", src));
-  CHECK(CLProgram::compiles == before + 2);
+  CHECK(cl->compiles() == before + 2);
   // A binary with a byte flipped, or one whose sidecar is gone, is rebuilt, never given the driver.
   auto damage = [&](bool flip) {
     for (const auto& e : fs::directory_iterator(dir / "opencl"))
@@ -278,10 +279,10 @@ TEST_CASE("OPENCL: built programs are cached on disk and reused by source", "[op
   };
   damage(true);
   CHECK_NOTHROW(cl->compile("add", src));
-  CHECK(CLProgram::compiles == before + 3);
+  CHECK(cl->compiles() == before + 3);
   damage(false);
   auto p3 = cl->compile("add", src);
-  CHECK(CLProgram::compiles == before + 4);
+  CHECK(cl->compiles() == before + 4);
   (*p3)({4}, {}, {out.get(), a.get(), a.get()});
   CHECK(out->toCPU<float>() == std::vector<float>{2, 4, 6, 8});
   if (old.empty())
@@ -603,4 +604,29 @@ TEST_CASE("OPENCL: an 8x8 matmul and max reductions of all-negative integers agr
     agree([](const std::vector<Tensor>& x) { return lb(x[0].lazydata->r(ReduceOps::MAX, {1})); },
           {on_cpu(v, {3}, d)}, std::string("max of all-negative ") + d.name);
   }
+}
+
+namespace {
+bool icd_loader_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libOpenCL.so") != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+// Run in a child process of its own (below): nothing else has touched OPENCL there.
+TEST_CASE("OPENCL child: the ICD loader is mapped only once the device is used", "[.opencl_lazy]") {
+  REQUIRE((Tensor::arange(8) * 2).sum().item<float>() == 56.f);  // on DEVICE=CLANG
+  REQUIRE_FALSE(icd_loader_mapped());
+  if (!opencl()) return;
+  REQUIRE(icd_loader_mapped());
+}
+
+TEST_CASE("OPENCL: libmetagrad runs without the ICD loader until the device is asked for", "[opencl]") {
+  pid_t pid = test::spawn_child("OPENCL child: the ICD loader is mapped only once the device is used",
+                                {"DEVICE=CLANG", "THREADS=1"});
+  REQUIRE(pid > 0);
+  REQUIRE(test::wait_for(pid) == 0);
 }

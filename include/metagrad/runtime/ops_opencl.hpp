@@ -4,10 +4,11 @@
 // device, such as PoCL's CPU device). Programs are cached on disk as device binaries by source hash
 // under $METAGRAD_CACHE, so a second process builds nothing.
 //
-// This header needs no OpenCL headers: handles are the opaque `_cl_*` pointers cl.h typedefs. It is
-// usable where the device was not built: `OpenCLBackend` has no out-of-line members, so code can reach
-// the device as `dynamic_cast<OpenCLBackend*>(&Device::get("OPENCL"))` and link without OpenCL.
-#include <atomic>
+// The device lives in a plugin module beside the library (libmetagrad_opencl.so), loaded on first
+// use, so libmetagrad itself needs no ICD loader: a machine without libOpenCL.so.1 runs every other
+// device. This header needs no OpenCL headers (handles are the opaque `_cl_*` pointers cl.h
+// typedefs), and `OpenCLBackend` has no out-of-line members, so code can reach the device as
+// `dynamic_cast<OpenCLBackend*>(&Device::get("OPENCL"))` and link without OpenCL.
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,8 +48,6 @@ class CLProgram : public Program {
   // first) and waits, so timings are real.
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
-  // Builds from source seen by this process (disk-cache hits excluded).
-  static inline std::atomic<int> compiles = 0;
 
  private:
   std::shared_ptr<CLContext> ctx_;
@@ -70,6 +69,8 @@ class OpenCLBackend : public Compiled {
   virtual bool has_fp64() const = 0;            // cl_khr_fp64: float64 kernels build only with it
   // A program from hand-written source, as the device's runtime builds generated kernels.
   virtual std::shared_ptr<Program> compile(const std::string& name, const std::string& src) = 0;
+  // Builds from source seen by this process (disk-cache hits excluded).
+  virtual int compiles() const = 0;
 };
 
 }  // namespace metagrad

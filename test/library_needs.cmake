@@ -1,0 +1,25 @@
+# libmetagrad.so loads with the C and C++ runtimes and zlib alone: LLVM, OpenCL (the ICD loader) and
+# CUDA are loaded on demand by their devices, so a machine without them still runs CPU and CLANG.
+# Run with -DLIBRARY=<libmetagrad.so> -P.
+cmake_minimum_required(VERSION 3.20)
+execute_process(COMMAND readelf -d ${LIBRARY} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "readelf -d ${LIBRARY} failed")
+endif()
+string(REGEX MATCHALL "Shared library: \\[[^]]+\\]" needed "${out}")
+set(allowed "^lib(c|m|stdc\\+\\+|gcc_s|z|dl|pthread)\\.so|^ld-linux")
+set(bad "")
+foreach(n IN LISTS needed)
+  string(REGEX REPLACE "Shared library: \\[(.*)\\]" "\\1" n "${n}")
+  message(STATUS "NEEDED ${n}")
+  if(NOT n MATCHES "${allowed}")
+    list(APPEND bad "${n}")
+  endif()
+endforeach()
+if(NOT needed)
+  message(FATAL_ERROR "readelf found no NEEDED entries in ${LIBRARY}")
+endif()
+if(bad)
+  message(FATAL_ERROR "${LIBRARY} needs ${bad}: only libc, libm, libstdc++, libgcc_s and zlib are allowed; "
+                      "load other libraries on demand (runtime/device_plugins.cpp)")
+endif()
