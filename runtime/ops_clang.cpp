@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -76,13 +78,35 @@ std::vector<std::string> compile_command(const std::string& cc, const std::strin
   return args;
 }
 
+// What the compiler makes of `-march=native` on this CPU, and which compiler it is: its predefined
+// macros under kFlags' target (`__AVX512F__`, `__znver4__`, `__VERSION__`, ...), hashed. The disk
+// cache key holds it, so a cache shared between machines (a network home, an MPI job) never hands
+// one CPU's object to another, nor one compiler's to another that `cc` names after an upgrade.
+// One compiler run per process and compiler.
+std::string target_identity(const std::string& cc, const fs::path& dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  std::lock_guard lock(mu);
+  if (auto it = known.find(cc); it != known.end()) return it->second;
+  std::vector<std::string> args = split_words(cc);
+  for (const char* a : {"-march=native", "-E", "-dM", "-x", "c", "/dev/null"}) args.emplace_back(a);
+  std::string out = (dir / detail::cat(".target.", std::to_string(::getpid()))).string();
+  int rc = run_program(args, out);
+  std::string macros = read_file_bytes(out).value_or("");
+  std::error_code ec;
+  fs::remove(out, ec);
+  // A compiler that cannot say is keyed by its name alone; compiling will report what is wrong.
+  return known[cc] = rc == 0 ? stable_hash(macros) : "unknown";
+}
+
 }  // namespace
 
 ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std::move(name)) {
   std::string cc = compiler();
   fs::path dir = fs::path(kernel_cache_dir()) / "clang";
   fs::create_directories(dir);
-  fs::path so = dir / (stable_hash(cc + "\n" + kFlags + "\n" + src) + ".so");
+  fs::path so =
+      dir / (stable_hash(detail::cat(cc, "\n", kFlags, "\n", target_identity(cc, dir), "\n", src)) + ".so");
   // A cached object is loaded only when its bytes match its sidecar (size and hash): a truncated or
   // corrupted one would crash dlopen. One that does not match is removed and rebuilt.
   if (load_verified(so)) lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -128,3 +128,33 @@ TEST_CASE("CLANG writes the same object bytes for a kernel however often it is c
   REQUIRE(!objects[0].empty());
   REQUIRE(objects[0] == objects[1]);
 }
+
+// The key holds what `-march=native` means to the compiler, not the text: a cache filled on one CPU
+// and read on another (here: the same `CC` path whose compiler now targets the x86-64 baseline, as
+// an older CPU's native target would) rebuilds its kernels rather than loading the first CPU's code.
+TEST_CASE("a kernel cached under other CPU features is rebuilt and not loaded", "[kernel_cache]") {
+  if (!test::available("CLANG")) return;
+#if !defined(__x86_64__)
+  return;  // the other target below is x86's baseline
+#endif
+  test::TempDir tmp("metagrad_cache_cpu_test");
+  REQUIRE(!tmp.path.empty());
+  const fs::path& dir = tmp.path;
+  fs::path cc = dir / "cc";
+  auto compiler = [&](const std::string& extra) {
+    std::ofstream(cc) << "#!/bin/sh\nexec cc \"$@\"" << extra << "\n";
+    fs::permissions(cc, fs::perms::owner_all);
+  };
+  auto run = [&](const char* out) {
+    pid_t pid = test::spawn_child(kChild, {"CC=" + cc.string(), "METAGRAD_CACHE=" + (dir / "cache").string(),
+                                           "METAGRAD_TEST_CHILD_OUT=" + (dir / out).string(), "THREADS=1"});
+    REQUIRE(pid > 0);
+    REQUIRE(test::wait_for(pid) == 0);
+    return compiles_reported(dir / out);
+  };
+  compiler("");
+  REQUIRE(run("native") >= 3);
+  REQUIRE(run("native again") == 0);  // same CPU, same compiler: every kernel from the cache
+  compiler(" -march=x86-64");         // a later -march wins over the kernel's -march=native
+  REQUIRE(run("baseline") >= 3);
+}
