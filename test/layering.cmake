@@ -3,7 +3,7 @@
 # Layers, lowest first. A file may include metagrad headers of its own layer and of layers below it,
 # never above: codegen and the devices cannot see the lazy graph, the lazy graph cannot see Tensor.
 #   helpers   helpers.hpp, version.hpp,               dtypes, env, small_vector, version macros, the
-#             detail/{hlops,small_vector}.hpp         hlops both paths write once
+#             detail/{hlops,small_vector,format}.hpp  hlops both paths write once, values as text
 #   shape     shape/                                  symbolic, View, ShapeTracker
 #   ops       ops.hpp                                 the op vocabulary (enums, Op)
 #   kernels   fixed/{gemm,simd,parallel,arena,cpu,shape}.hpp
@@ -34,7 +34,7 @@ set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy 
 
 # Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
 set(METAGRAD_LAYER_TABLE
-  "^metagrad/(helpers|version|detail/hlops|detail/small_vector)\\.hpp$=helpers"
+  "^metagrad/(helpers|version|detail/hlops|detail/small_vector|detail/format)\\.hpp$=helpers"
   "^(metagrad|runtime)/shape/=shape"
   "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
   "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
@@ -54,7 +54,7 @@ set(METAGRAD_LAYER_TABLE
   "^(metagrad|runtime)/dist/=dist")
 
 function(layer_of path out)
-  if(NOT path MATCHES "^metagrad/detail/(hlops|small_vector)\\.hpp$")
+  if(NOT path MATCHES "^metagrad/detail/(hlops|small_vector|format)\\.hpp$")
     if(path MATCHES "^metagrad/detail/(.+)$")
       set(path "metagrad/${CMAKE_MATCH_1}")  # a detail header: its public header's layer
     endif()

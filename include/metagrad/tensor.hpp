@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -329,6 +330,9 @@ METAGRAD_SCALAR_OP(!=)
 #undef METAGRAD_SCALAR_OP
 
 std::string to_string(const Tensor& t);  // "<Tensor shape=(2, 3) dtype=float32 device=CPU>"
+// Realizes and prints the values as PyTorch does: "tensor([[1.0000, 2.5000], ...], dtype=int32)",
+// summarised with "..." past 1000 elements; dtype and device follow where not float32 and DEFAULT.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // ---- template definitions ----
 

@@ -1,9 +1,12 @@
 // Tensor core: the shared-state handle, creation, data access and autograd.
 #include "metagrad/tensor.hpp"
 
+#include "metagrad/detail/format.hpp"
+
 #include <cmath>
 #include <mutex>
 #include <numbers>
+#include <ostream>
 #include <random>
 #include <unordered_set>
 
@@ -242,6 +245,21 @@ std::string to_string(const Tensor& t) {
   return detail::cat("<Tensor shape=", to_string(t.shape()), " dtype=", t.dtype().name,
                      " device=", t.device(), t.requires_grad.get().value_or(false) ? " requires_grad" : "",
                      ">");
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  DType dt = t.dtype();
+  detail::ValueKind kind = dtypes::is_float(dt) ? detail::ValueKind::floating
+                           : dt == dtypes::bool_ ? detail::ValueKind::boolean
+                                                 : detail::ValueKind::integer;
+  std::vector<double> v = t.to_vector<double>();
+  Dims shape = t.shape();
+  std::vector<std::int64_t> dims(shape.begin(), shape.end());
+  std::string s = detail::format_values(v, dims, kind, "tensor(");
+  if (dt != dtypes::float32 && dt != dtypes::bool_) s += detail::cat(", dtype=", dt.name);
+  if (t.device() != Device::DEFAULT) s += detail::cat(", device=", t.device());
+  if (t.requires_grad.get().value_or(false)) s += ", requires_grad=True";
+  return os << s << ')';
 }
 
 // ---- autograd ----

@@ -7,11 +7,14 @@
 #include <cstddef>
 #include <initializer_list>
 #include <new>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "metagrad/detail/fixed/tensor.hpp"
+#include "metagrad/detail/format.hpp"
 #include "metagrad/fixed/eval.hpp"
 
 namespace metagrad::fixed {
@@ -119,6 +122,17 @@ TensorOf<E> eval(const E& e) {
 template <class D>
 auto ExprBase<D>::eval() const {
   return fixed::eval(self());
+}
+
+// Prints the values as the dynamic path's Tensor does (and PyTorch): "tensor([[1.0000, 2.5000]])".
+template <class T, index_t... D>
+std::ostream& operator<<(std::ostream& os, const Tensor<T, D...>& t) {
+  std::vector<double> v(t.data(), t.data() + Tensor<T, D...>::size);
+  constexpr std::int64_t dims[] = {static_cast<std::int64_t>(D)..., 0};
+  auto kind = std::is_floating_point_v<T> ? metagrad::detail::ValueKind::floating
+              : std::is_same_v<T, bool>   ? metagrad::detail::ValueKind::boolean
+                                          : metagrad::detail::ValueKind::integer;
+  return os << metagrad::detail::format_values(v, std::span(dims, sizeof...(D)), kind, "tensor(") << ')';
 }
 
 }  // namespace metagrad::fixed
