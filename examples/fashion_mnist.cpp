@@ -18,6 +18,7 @@
 #include <string>
 
 #include "options.hpp"
+#include "progress.hpp"
 
 using namespace metagrad;
 
@@ -41,22 +42,23 @@ struct MLP {
   nn::StateDict state_dict() const { return nn::state_dict({{"l1", l1}, {"l2", l2}}); }
 };
 
-// ---- the progress bar: one terminal line per epoch, redrawn with \r ----
+// ---- the progress line: one per epoch (examples/progress.hpp) ----
 
 struct Progress {
+  Progress(long epoch_, long epochs_, long total_) : epoch(epoch_), epochs(epochs_), total(total_) {}
   long epoch, epochs, total;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last{};
-  void draw(long done, double loss, double acc, long samples, bool force = false) {
-    auto now = std::chrono::steady_clock::now();
-    if (!force && now - last < std::chrono::milliseconds(100)) return;
-    last = now;
-    double secs = std::chrono::duration<double>(now - start).count();
-    int width = 24, fill = static_cast<int>(width * done / std::max(total, 1L));
-    std::printf("\repoch %ld/%ld [%s%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f samples/s ", epoch, epochs,
-                std::string(static_cast<std::size_t>(fill), '#').c_str(),
-                std::string(static_cast<std::size_t>(width - fill), '.').c_str(), done, total, loss,
-                100 * acc, secs > 0 ? samples / secs : 0.0);
-    std::fflush(stdout);
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  examples::Progress line;
+  void draw(long done, double loss, double acc, long samples) {
+    bool last = done == total;
+    if (!line.due(last)) return;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    char stats[160];
+    std::snprintf(stats, sizeof stats, " %ld/%ld  loss %.4f  acc %5.2f%%  %.0f samples/s", done, total, loss,
+                  100 * acc, secs > 0 ? samples / secs : 0.0);
+    line.show(detail::cat("epoch ", std::to_string(epoch), "/", std::to_string(epochs), " ",
+                          examples::Progress::bar(done, total), stats),
+              last);
   }
 };
 
@@ -102,9 +104,8 @@ int main(int argc, char** argv) try {
       seen += static_cast<long>(idx.size());
       correct += out.detach().argmax(-1).eq(b.Y).sum().item<long>();
       loss_sum += loss.item<double>() * static_cast<double>(idx.size());
-      bar.draw(s + 1, loss_sum / seen, double(correct) / seen, seen, s + 1 == steps);
+      bar.draw(s + 1, loss_sum / seen, double(correct) / seen, seen);
     }
-    std::printf("\n");
   }
   double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "options.hpp"
+#include "progress.hpp"
 
 using namespace metagrad;
 
@@ -49,14 +50,13 @@ struct MLP {  // as examples/fashion_mnist.cpp
   nn::StateDict state_dict() const { return nn::state_dict({{"l1", l1}, {"l2", l2}}); }
 };
 
-void draw(long epoch, long epochs, long done, long total, double loss, double acc, double secs,
-          long samples) {
-  int width = 24, fill = static_cast<int>(width * done / std::max(total, 1L));
-  std::printf("\repoch %ld/%ld [%s%s] %ld/%ld  loss %.4f  acc %5.2f%%  %.0f samples/s (all ranks) ", epoch,
-              epochs, std::string(static_cast<std::size_t>(fill), '#').c_str(),
-              std::string(static_cast<std::size_t>(width - fill), '.').c_str(), done, total, loss, 100 * acc,
-              secs > 0 ? samples / secs : 0.0);
-  std::fflush(stdout);
+std::string progress(long epoch, long epochs, long done, long total, double loss, double acc, double secs,
+                     long samples) {
+  char stats[160];
+  std::snprintf(stats, sizeof stats, " %ld/%ld  loss %.4f  acc %5.2f%%  %.0f samples/s (all ranks)", done,
+                total, loss, 100 * acc, secs > 0 ? samples / secs : 0.0);
+  return detail::cat("epoch ", std::to_string(epoch), "/", std::to_string(epochs), " ",
+                     examples::Progress::bar(done, total), stats);
 }
 
 }  // namespace
@@ -86,7 +86,7 @@ int main(int argc, char** argv) try {
   nn::optim::Adam optim(nn::get_parameters(model), opt.lr);
   const long steps = train.size() / global_batch;
   long step = 0;
-  auto t0 = std::chrono::steady_clock::now(), last_draw = t0;
+  auto t0 = std::chrono::steady_clock::now();
 
   for (long epoch = 1; epoch <= opt.epochs; ++epoch) {
     Tensor::TrainingGuard training;
@@ -94,6 +94,7 @@ int main(int argc, char** argv) try {
     long seen = 0, correct = 0;
     double loss_sum = 0;
     auto start = std::chrono::steady_clock::now();
+    examples::Progress line;
     for (long s = 0; s < steps; ++s, ++step) {
       auto first = mine.begin() + s * local_batch;
       datasets::Batch b = train.batch(std::vector<std::int64_t>(first, first + local_batch));
@@ -108,14 +109,12 @@ int main(int argc, char** argv) try {
       seen += local_batch;
       correct += out.detach().argmax(-1).eq(b.Y).sum().item<long>();
       loss_sum += loss.item<double>() * static_cast<double>(local_batch);
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_draw > std::chrono::milliseconds(100) || s + 1 == steps) {
-        last_draw = now;
-        draw(epoch, opt.epochs, s + 1, steps, loss_sum / seen, double(correct) / seen,
-             std::chrono::duration<double>(now - start).count(), seen * world);
-      }
+      if (line.due(s + 1 == steps))
+        line.show(progress(epoch, opt.epochs, s + 1, steps, loss_sum / seen, double(correct) / seen,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                           seen * world),
+                  s + 1 == steps);
     }
-    if (rank == 0) std::printf("\n");
   }
   double train_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

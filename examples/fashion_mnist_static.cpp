@@ -19,6 +19,9 @@
 #include <metagrad/datasets/fashion_mnist.hpp>
 #include <metagrad/fixed/mlp.hpp>
 
+#include "flags.hpp"
+#include "progress.hpp"
+
 namespace fx = metagrad::fixed;
 
 namespace {
@@ -34,28 +37,10 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const std::string& flag) -> const char* {
-      return a.rfind(flag + "=", 0) == 0 ? argv[i] + flag.size() + 1 : nullptr;
-    };
-    if (const char* v = value("--epochs"))
-      o.epochs = std::atol(v);
-    else if (const char* v = value("--lr"))
-      o.lr = std::strtof(v, nullptr);
-    else if (const char* v = value("--min-accuracy"))
-      o.min_accuracy = std::strtof(v, nullptr);
-    else if (const char* v = value("--data"))
-      o.data = v;
-    else {
-      std::fprintf(stderr, "usage: %s [--epochs=N] [--lr=X] [--min-accuracy=A] [--data=DIR]\n", argv[0]);
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
-    }
-  }
-  if (o.epochs < 1 || !(o.lr > 0)) {
-    std::fprintf(stderr, "fashion_mnist_static: epochs must be positive and lr > 0\n");
-    std::exit(2);
-  }
+  examples::Flags flags(argv[0]);
+  flags.add("epochs", o.epochs, "N").add("lr", o.lr, "X").add("min-accuracy", o.min_accuracy, "A");
+  flags.add("data", o.data, "DIR").parse(argc, argv);
+  flags.require(o.epochs >= 1 && o.lr > 0, "epochs must be positive and lr > 0");
   return o;
 }
 
@@ -89,13 +74,20 @@ int main(int argc, char** argv) {
     std::shuffle(order.begin(), order.end(), rng);
     auto start = std::chrono::steady_clock::now();
     double total = 0;
+    examples::Progress line;
     for (fx::index_t s = 0; s < steps; ++s) {
       fill(data.train, order.data() + s * B, B, x, y);
       total += model->step(x, y, opt.lr);
+      if (s + 1 < steps && line.due())
+        line.show(metagrad::detail::cat("epoch ", std::to_string(epoch + 1), "/", std::to_string(opt.epochs),
+                                        " ", examples::Progress::bar(s + 1, steps), " mean loss ",
+                                        std::to_string(total / double(s + 1))));
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("epoch %ld: mean loss %.4f, %.1f s (%.2f ms/step)\n", epoch + 1, total / double(steps), secs,
-                1e3 * secs / double(steps));
+    char done[120];
+    std::snprintf(done, sizeof done, "epoch %ld: mean loss %.4f, %.1f s (%.2f ms/step)", epoch + 1,
+                  total / double(steps), secs, 1e3 * secs / double(steps));
+    line.show(done, true);
   }
 
   std::vector<std::int64_t> all(static_cast<std::size_t>(data.test.size()));
