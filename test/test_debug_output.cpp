@@ -163,6 +163,25 @@ TEST_CASE("DEBUG=1 says once how many kernels a cold realize compiles, before ru
   REQUIRE(quiet.lines().empty());
 }
 
+TEST_CASE("DEBUG=4 prints the renderer's prelude once and each kernel's own source", "[debug]") {
+  test::DeviceScope scope("CLANG");
+  if (!scope.ok) return;
+  std::mt19937 gen(23);
+  test::StderrCapture capture("4");
+  for (int trial = 0; trial < 3; ++trial) {  // shapes no other test uses: kernels built here
+    i64 rows = 101 + static_cast<i64>(gen() % 50), cols = 151 + static_cast<i64>(gen() % 60);
+    Tensor a = input(gen, {rows, cols});
+    ((a * 3 + 1).relu().sum(1) + 2).realize();
+  }
+  int preludes = 0, functions = 0;
+  for (const std::string& line : capture.lines()) {
+    preludes += line.find("#define mg_max") != std::string::npos;
+    functions += line.rfind("void ", 0) == 0;
+  }
+  CHECK(preludes <= 1);  // once in the process (perhaps already, by an earlier test)
+  CHECK(functions >= 3);
+}
+
 TEST_CASE("GlobalCounters::mem_used is the bytes of the buffers in use; pooled buffers are free", "[debug]") {
   test::DeviceScope scope("CLANG");
   if (!scope.ok) return;

@@ -2,8 +2,30 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
 
 namespace metagrad::codegen {
+
+namespace {
+
+// DEBUG=4's source: what precedes the kernel's own function (the renderer's helpers and pragmas,
+// the same for every kernel) is printed the first time it is seen in the process, not each time.
+void print_source(const std::string& src, const std::string& name) {
+  std::size_t at = src.find(name);
+  std::size_t line = at == std::string::npos ? 0 : src.rfind('\n', at);
+  line = line == std::string::npos || at == std::string::npos ? 0 : line + 1;
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard lock(mu);
+  std::string prelude = src.substr(0, line);
+  if (!prelude.empty() && seen.insert(prelude).second)
+    std::fprintf(stderr, "// prelude of every kernel on this device (printed once)\n%s", prelude.c_str());
+  std::fprintf(stderr, "%s\n", src.c_str() + line);
+}
+
+}  // namespace
 
 ASTRunner run_pipeline(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const Renderer& render,
                        const Opts& opts) {
@@ -20,7 +42,7 @@ ASTRunner run_pipeline(const std::shared_ptr<LazyOp>& ast, DType out_dtype, cons
   if (debug >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
   if (debug >= 5)
     for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", to_string(u).c_str());
-  if (debug >= 4) std::fprintf(stderr, "%s\n", r.prg.c_str());
+  if (debug >= 4) print_source(r.prg, lin.name);
   return r;
 }
 
