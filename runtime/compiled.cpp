@@ -1,8 +1,11 @@
 // The compiled-device half of the seed's ops.py: kernels cached by AST, run through ASTRunner.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <thread>
+#include <unordered_set>
 
 #include "metagrad/device.hpp"
 #include "metagrad/runtime/buffer_pool.hpp"
@@ -23,11 +26,12 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   if (getenv_int("DEBUG") >= 2) print_kernel_line(name, bufs.size(), t, op_estimate, mem_estimate);
 }
 
-Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime)
+Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles)
     : pool_(std::make_shared<BufferPool>(
           std::move(buffer), static_cast<std::size_t>(getenv_int("METAGRAD_POOL_MB", 1024)) << 20)),
       codegen_(std::move(codegen)),
-      runtime_(std::move(runtime)) {}
+      runtime_(std::move(runtime)),
+      concurrent_compiles_(concurrent_compiles) {}
 
 std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
   return pool_->alloc(size, dtype);
@@ -54,10 +58,70 @@ std::size_t Compiled::kernels() const {
   return cache_.size();
 }
 
+void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels) {
+  if (!concurrent_compiles_) return;  // runner() builds them one after another as they run
+  struct Job {
+    std::string key;
+    const LazyOp* ast;
+    DType dtype;
+    ASTRunner r;
+    bool failed = false;
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard lock(runners_mu);
+    std::unordered_set<std::string> seen;
+    for (const auto& [ast, dtype] : kernels)
+      if (std::string key = runner_key(*ast, dtype); !cache_.count(key) && seen.insert(key).second)
+        jobs.push_back({std::move(key), ast, dtype, {}});
+  }
+  if (jobs.size() < 2) return;
+  // Code generation in order (DEBUG=4's sources stay in order), then the programs in parallel.
+  std::unique_lock codegen_lock(runners_mu);
+  for (Job& j : jobs) {
+    try {
+      j.r = codegen_(std::make_shared<LazyOp>(*j.ast), j.dtype);
+    } catch (...) {
+      j.failed = true;  // runner() generates it again and throws where the kernel runs
+      continue;
+    }
+    j.r.same_index_reads = same_index_reads(*j.ast);
+    j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
+  }
+  codegen_lock.unlock();
+  std::atomic<std::size_t> next = 0;
+  auto work = [&] {
+    for (std::size_t i; (i = next++) < jobs.size();) {
+      ASTRunner& r = jobs[i].r;
+      if (jobs[i].failed || r.clprg) continue;  // a contraction's GEMM comes with its program
+      try {
+        r.clprg = runtime_(r.name, r.prg);
+        r.clprg->op_estimate = r.op_estimate;
+      } catch (...) {
+        jobs[i].failed = true;  // as above
+      }
+    }
+  };
+  std::size_t n = std::min<std::size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  std::lock_guard lock(runners_mu);
+  for (Job& j : jobs)
+    if (!j.failed) cache_.emplace(std::move(j.key), std::move(j.r));
+}
+
 const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
   std::string key = runner_key(ast, bufs.at(0)->dtype);
   std::lock_guard lock(runners_mu);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    if (it->second.mem_estimate < 0) {  // prebuilt: its buffers are known now
+      it->second.mem_estimate = 0;
+      for (const auto& b : bufs) it->second.mem_estimate += static_cast<std::int64_t>(b->nbytes());
+    }
+    return it->second;
+  }
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
   r.same_index_reads = same_index_reads(ast);
   r.mem_estimate = 0;  // the bytes of the buffers it runs on

@@ -175,7 +175,8 @@ std::unique_ptr<Backend> make_clang_backend() {
       },
       [](const std::string& name, const std::string& src) {
         return std::make_shared<ClangProgram>(name, src);
-      });
+      },
+      /*concurrent_compiles=*/true);  // each a compiler process of its own
 }
 
 [[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kClang{"CLANG", 10,

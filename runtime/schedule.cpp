@@ -317,6 +317,21 @@ bool scheduler::shares_source(const Plan& p) {
   return (src->realized ? static_cast<std::int64_t>(src->realized->size) : src->st.size()) == b.st.size();
 }
 
+namespace {
+
+// A cold step's kernels, compiled together before any runs (Compiled::prebuild), device by device.
+void prebuild(const std::vector<Plan>& order) {
+  std::unordered_map<std::string, std::vector<std::pair<const LazyOp*, DType>>> by_device;
+  for (const Plan& p : order)
+    if (p.ast && p.buf->st.size() != 0 && !scheduler::shares_source(p))
+      by_device[p.buf->device].emplace_back(p.ast.get(), p.buf->dtype);
+  for (const auto& [device, kernels] : by_device)
+    if (auto* dev = dynamic_cast<Compiled*>(&Device::get(device)); dev && kernels.size() >= 2)
+      dev->prebuild(kernels);
+}
+
+}  // namespace
+
 LazyBuffer& LazyBuffer::realize() {
   std::lock_guard lock(realize_mutex());
   LazyBufferPtr target = base();
@@ -358,6 +373,7 @@ LazyBuffer& LazyBuffer::realize() {
   if (graphing) scheduler::graph(order);
   std::optional<scheduler::RealizeReport> report;
   if (debug >= 1) report.emplace(order, debug);
+  prebuild(order);
   for (Plan& p : order) execute(p);
   if (report) {  // totals once the plans' hold on intermediate buffers is gone
     order.clear(), plans.clear();

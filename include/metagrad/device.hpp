@@ -80,12 +80,17 @@ class Compiled : public Backend {
   using BufferFactory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
   using Codegen = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
   using Runtime = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
-  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime);
+  // `concurrent_compiles`: `runtime` may build several programs at once (prebuild uses threads).
+  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles = false);
   std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override;
   void exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) override;
   bool compiled() const override { return true; }
   // The compiled kernel for an AST run on `bufs` (output first), built on first use.
   const ASTRunner& runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
+  // Builds the kernels of these ASTs (each writing its dtype) that runner() does not have yet, their
+  // programs compiled concurrently over the cores where the device allows: a cold step's many
+  // kernels, which runner() would otherwise build one after another as they run.
+  void prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels);
   // Whether runner() has that AST's kernel already (writing `out_dtype`), and how many it has.
   bool cached(const LazyOp& ast, DType out_dtype) const;
   std::size_t kernels() const;
@@ -95,6 +100,7 @@ class Compiled : public Backend {
   std::shared_ptr<BufferPool> pool_;  // shared: buffers freed after the device return to it safely
   Codegen codegen_;
   Runtime runtime_;
+  bool concurrent_compiles_;
   std::unordered_map<std::string, ASTRunner> cache_;
 };
 
