@@ -6,6 +6,8 @@
 #             detail/{hlops,small_vector}.hpp         hlops both paths write once
 #   shape     shape/                                  symbolic, View, ShapeTracker
 #   ops       ops.hpp                                 the op vocabulary (enums, Op)
+#   functions functions.hpp, fixed/math.hpp           the elementwise functions' one definition for
+#                                                     both paths (FnTraits), and their scalar math
 #   kernels   fixed/{gemm,simd,parallel,arena,cpu,shape}.hpp
 #                                                     header-only CPU kernels both paths run: the GEMM
 #   ast       ast.hpp                                 the kernel AST over buffer descriptors
@@ -18,7 +20,7 @@
 #   lazy      lazy.hpp (runtime/lazy, schedule, graph, realize_report.cpp)  LazyBuffer, the scheduler
 #   mlops     mlops.hpp                               the differentiable ops
 #   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
-#                                                     shape, ops, kernels and itself
+#                                                     shape, ops, functions, kernels and itself
 #   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
 #   dist      dist/ (runtime/dist/)                   data parallelism over MPI (metagrad::dist)
 # A detail header (detail/metagrad/detail/X) takes the layer of the public header metagrad/X whose
@@ -30,13 +32,14 @@
 # detail` fails (its internals go to detail/metagrad/detail/<same path>).
 cmake_minimum_required(VERSION 3.20)
 
-set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor dist)
+set(METAGRAD_LAYERS helpers shape ops functions kernels ast runtime codegen backends lazy mlops fixed tensor dist)
 
 # Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
 set(METAGRAD_LAYER_TABLE
   "^metagrad/(helpers|version|detail/hlops|detail/small_vector)\\.hpp$=helpers"
   "^(metagrad|runtime)/shape/=shape"
   "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
+  "^metagrad/(functions|fixed/math)\\.hpp$=functions"
   "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
   "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
   "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$=runtime"
@@ -119,8 +122,8 @@ foreach(f IN LISTS files)
     endif()
     rank_of(${tlayer} trank)
     if(layer STREQUAL "fixed")
-      if(NOT tlayer MATCHES "^(helpers|shape|ops|kernels|fixed)$")
-        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops, kernels")
+      if(NOT tlayer MATCHES "^(helpers|shape|ops|functions|kernels|fixed)$")
+        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops, functions, kernels")
       endif()
     elseif(trank GREATER rank)
       string(APPEND errors "\n  ${name} (${layer}) includes ${target} (${tlayer}), a layer above it")
