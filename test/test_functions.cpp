@@ -117,3 +117,80 @@ TEST_CASE("function traits: arity and comparison are properties of each entry, n
   CHECK(binary == 11);
   CHECK(ternary == 1);
 }
+
+// Issue 38: NaN, infinities, signed zeros and denormals give the same on both paths (PyTorch's
+// answers): each function of the static path against the dynamic one on the CPU device.
+TEST_CASE("NaN, +-inf, +-0 and denormals: the static path agrees with the dynamic one", "[fixed]") {
+  const float dn = std::numeric_limits<float>::denorm_min(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> v = {std::numeric_limits<float>::quiet_NaN(),
+                                inf,
+                                -inf,
+                                0.f,
+                                -0.f,
+                                dn,
+                                -dn,
+                                1e-39f,
+                                -1e-39f,
+                                3.f,
+                                -3.f,
+                                100.f,
+                                -100.f,
+                                1e30f,
+                                -1e30f,
+                                0.5f};
+  constexpr index_t N = 16;
+  fx::Tensor<float, N> x;
+  for (index_t i = 0; i < N; ++i) x[i] = v[std::size_t(i)];
+  const Tensor d = dyn(x);
+  auto agree = [&](const char* name, const auto& s, const Tensor& want) {
+    fx::Tensor<float, N> got = s;
+    std::vector<float> w = want.to_vector<float>();
+    for (index_t i = 0; i < N; ++i) {
+      INFO(name << "(" << x[i] << "): static " << got[i] << ", dynamic " << w[std::size_t(i)]);
+      if (std::isnan(w[std::size_t(i)]))
+        CHECK(std::isnan(got[i]));
+      else
+        CHECK(close(got[i], w[std::size_t(i)], 1e-5, 1e-30));
+    }
+  };
+  agree("relu", x.relu(), d.relu());
+  agree("relu6", x.relu6(), d.relu6());
+  agree("leakyrelu", x.leakyrelu(0.1), d.leakyrelu(0.1));
+  agree("abs", x.abs(), d.abs());
+  agree("sign", x.sign(), d.sign());
+  agree("clip", x.clip(-1, 2), d.clip(-1, 2));
+  agree("hardtanh", x.hardtanh(), d.hardtanh());
+  agree("sigmoid", x.sigmoid(), d.sigmoid());
+  agree("silu", x.silu(), d.silu());
+  agree("swish", x.swish(), d.swish());
+  agree("quick_gelu", x.quick_gelu(), d.quick_gelu());
+  agree("gelu", x.gelu(), d.gelu());
+  agree("tanh", x.tanh(), d.tanh());
+  agree("elu", x.elu(), d.elu());
+  agree("softplus", x.softplus(), d.softplus());
+  agree("softsign", x.softsign(), d.softsign());
+  agree("exp", x.exp(), d.exp());
+  agree("erf", x.erf(), d.erf());
+  agree("neg", -x, -d);
+  fx::Tensor<float, N> nan;
+  for (index_t i = 0; i < N; ++i) nan[i] = std::numeric_limits<float>::quiet_NaN();
+  agree("maximum(x, NaN)", fx::maximum(x, nan), d.maximum(dyn(nan)));
+  agree("maximum(NaN, x)", fx::maximum(nan, x), dyn(nan).maximum(d));
+  agree("minimum(x, NaN)", fx::minimum(x, nan), d.minimum(dyn(nan)));
+  agree("minimum(NaN, x)", fx::minimum(nan, x), dyn(nan).minimum(d));
+  agree("maximum(x, 0)", x.maximum(0), d.maximum(0));
+  // Reductions: a NaN anywhere gives NaN, wherever it sits among the lanes.
+  for (index_t at = 0; at < 64; at += 7) {
+    fx::Tensor<float, 4, 64> r;
+    for (index_t i = 0; i < r.size; ++i) r[i] = float(i % 13) - 6;
+    r[64 + at] = std::numeric_limits<float>::quiet_NaN();
+    fx::Tensor<float, 4> mx = r.max<1>(), mn = r.min<1>();
+    fx::Tensor<float, 1, 1> all = r.max<0, 1>(fx::keepdim);
+    INFO("NaN at " << at);
+    CHECK(std::isnan(mx[1]));
+    CHECK(std::isnan(mn[1]));
+    CHECK(std::isnan(all[0]));
+    CHECK(mx[0] == 6);
+    CHECK(mn[2] == -6);
+  }
+}

@@ -114,11 +114,11 @@ template <bool IsMax>
 struct Extremum : Binary {
   static constexpr const char* name = IsMax ? "maximum" : "minimum";
   template <class X>
-  static X scalar(X x, X y) {
+  static X scalar(X x, X y) {  // a NaN on either side gives NaN, as the dynamic MAX
     if constexpr (IsMax)
-      return X(x < y ? y : x);
+      return X(x > y || x != x ? x : y);
     else
-      return X(y < x ? y : x);
+      return X(x < y || x != x ? x : y);
   }
   template <class N, class G>
   static auto grad(const N& n, const G& g) {
@@ -226,8 +226,8 @@ template <>
 struct FnTraits<Fn::RELU> : Simple {
   static constexpr const char* name = "relu";
   template <class X>
-  static X scalar(X x) {
-    return X(x > X{} ? x : X{});
+  static X scalar(X x) {  // the dynamic MAX(x, 0): NaN passes, -0 gives +0
+    return X(x > X{} || x != x ? x : X{});
   }
   template <class X>
   static auto forward(const X& x) {
