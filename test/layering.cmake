@@ -42,14 +42,14 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/(functions|fixed/math)\\.hpp$=functions"
   "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
   "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
-  "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$=runtime"
+  "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$|^runtime/gemm/sgemm_isa\\.inc$=runtime"
   "^metagrad/runtime/gemm_program\\.hpp$|^runtime/gemm/program\\.cpp$=backends"
   "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
   "^runtime/(host_program|ops_[a-z]+|llvm_loader|llvm_plugin)\\.cpp$=backends"
   "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
   "^runtime/(device|compiled|interpreted|lib|buffer_pool|threadpool|disk_cache)\\.cpp$=runtime"
   "^(metagrad|runtime)/codegen/=codegen"
-  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule|graph|realize_report)\\.cpp$=lazy"
+  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule|graph|realize_report)\\.cpp$|^runtime/plan\\.hpp$=lazy"
   "^metagrad/mlops\\.hpp$=mlops"
   "^metagrad/fixed(\\.hpp$|/)=fixed"
   "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
@@ -92,7 +92,8 @@ endfunction()
 set(errors "")
 file(GLOB_RECURSE headers RELATIVE ${ROOT}/include ${ROOT}/include/metagrad/*.hpp)
 file(GLOB_RECURSE details RELATIVE ${ROOT}/detail ${ROOT}/detail/metagrad/*.hpp)
-file(GLOB_RECURSE sources RELATIVE ${ROOT} ${ROOT}/runtime/*.cpp)
+# Every source and header under runtime/ (.cpp, .hpp, .inc), not only the sources.
+file(GLOB_RECURSE sources RELATIVE ${ROOT} ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.hpp ${ROOT}/runtime/*.inc)
 # name|path: names as includes spell them (metagrad/...) or as sources sit (runtime/...).
 set(files "")
 foreach(dir_names IN ITEMS "include:headers" "detail:details" ".:sources")
@@ -113,9 +114,19 @@ foreach(f IN LISTS files)
     continue()
   endif()
   rank_of(${layer} rank)
-  file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"metagrad/[^\"]+\"")
+  # Every include form: "metagrad/..." and <metagrad/...>, and a quoted include relative to the
+  # including file (runtime/schedule.cpp's "plan.hpp" is runtime/plan.hpp).
+  file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+(\"[^\"]+\"|<metagrad/[^>]+>)")
+  get_filename_component(dir "${name}" DIRECTORY)
   foreach(line IN LISTS includes)
-    string(REGEX REPLACE "^[^\"]*\"(metagrad/[^\"]+)\".*$" "\\1" target "${line}")
+    string(REGEX REPLACE "^[^\"<]*[\"<]([^\">]+)[\">].*$" "\\1" target "${line}")
+    if(NOT target MATCHES "^metagrad/")
+      if(NOT EXISTS "${ROOT}/${dir}/${target}" AND NOT EXISTS "${ROOT}/include/${dir}/${target}"
+         AND NOT EXISTS "${ROOT}/detail/${dir}/${target}")
+        continue()  # not a metagrad file (a test's own helper, a system header in quotes)
+      endif()
+      set(target "${dir}/${target}")
+    endif()
     checked_layer("${target}" "${name} includes " tlayer)
     if(tlayer STREQUAL "")
       continue()
