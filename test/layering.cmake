@@ -23,6 +23,8 @@
 #                                                     shape, ops, functions, kernels and itself
 #   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
 #   dist      dist/ (runtime/dist/)                   data parallelism over MPI (metagrad::dist)
+# Every include form counts ("metagrad/...", <metagrad/...>, quoted and relative to the file), in
+# every file under include/, detail/ and runtime/; and no file may include itself through others.
 # A detail header (detail/metagrad/detail/X) takes the layer of the public header metagrad/X whose
 # internals it holds. Sources under runtime/ take the layer of what they implement, except
 # runtime/mlops.cpp: the mlops compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports
@@ -131,6 +133,8 @@ foreach(f IN LISTS files)
     if(tlayer STREQUAL "")
       continue()
     endif()
+    string(MAKE_C_IDENTIFIER "${name}" id)
+    list(APPEND edges_${id} "${target}")
     rank_of(${tlayer} trank)
     if(layer STREQUAL "fixed")
       if(NOT tlayer MATCHES "^(helpers|shape|ops|functions|kernels|fixed)$")
@@ -144,6 +148,39 @@ endforeach()
 
 if(errors)
   message(FATAL_ERROR "Includes that run upward against the layer table:${errors}")
+endif()
+
+# No cycles, even within a layer: files are taken away while one includes none of those left;
+# what stays includes itself through the others.
+set(remaining "")
+foreach(f IN LISTS files)
+  string(REGEX REPLACE "\\|.*$" "" name "${f}")
+  list(APPEND remaining "${name}")
+endforeach()
+set(changed TRUE)
+while(changed)
+  set(changed FALSE)
+  set(next "")
+  foreach(n IN LISTS remaining)
+    string(MAKE_C_IDENTIFIER "${n}" id)
+    set(blocked FALSE)
+    foreach(t IN LISTS edges_${id})
+      if(t IN_LIST remaining)
+        set(blocked TRUE)
+        break()
+      endif()
+    endforeach()
+    if(blocked)
+      list(APPEND next "${n}")
+    else()
+      set(changed TRUE)
+    endif()
+  endforeach()
+  set(remaining ${next})
+endwhile()
+if(remaining)
+  string(REPLACE ";" "\n  " remaining "${remaining}")
+  message(FATAL_ERROR "Includes in a cycle (each of these includes itself through the others, or one that does):\n  ${remaining}")
 endif()
 
 foreach(h IN LISTS headers)

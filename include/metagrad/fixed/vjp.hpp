@@ -127,5 +127,3 @@ struct Vjp<op::MatMul> {
 };
 
 }  // namespace metagrad::fixed
-
-#include "metagrad/fixed/conv2d_vjp.hpp"  // conv2d's rule: its own ops, in their own file
