@@ -3,8 +3,11 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "metagrad/tensor.hpp"
 
@@ -22,6 +25,48 @@ namespace mlops {
 
 namespace {
 using LB = LazyBufferPtr;
+using fn::Fn;
+using fn::FnTraits;
+using fn::none;
+
+// The vocabulary of metagrad/functions.hpp on LazyBuffers: each operation as the hand-written
+// mlops wrote it (a constant is const_like of the other operand, -x is 0 - x, x != c is
+// (x == c) == 0), so the graphs, and so the kernels, are theirs.
+struct L {
+  LB p;
+  L(LB b) : p(std::move(b)) {}  // NOLINT: LB in, LB out
+  L c(double v) const { return p->const_like(v); }
+  L exp2() const { return p->e(UnaryOps::EXP2); }
+  L log2() const { return p->e(UnaryOps::LOG2); }
+  L sin() const { return p->e(UnaryOps::SIN); }
+  L exp() const;  // the functions of functions.hpp that rules use, by their forward
+  L log() const;
+};
+L bin(BinaryOps op, const L& x, const L& y) { return x.p->e(op, y.p); }
+#define METAGRAD_L_OPERATOR(sym, OP)                                                              \
+  [[maybe_unused]] L operator sym(const L& x, const L& y) { return bin(BinaryOps::OP, x, y); }    \
+  [[maybe_unused]] L operator sym(const L& x, double y) { return bin(BinaryOps::OP, x, x.c(y)); } \
+  [[maybe_unused]] L operator sym(double x, const L& y) { return bin(BinaryOps::OP, y.c(x), y); }
+METAGRAD_L_OPERATOR(+, ADD)
+METAGRAD_L_OPERATOR(-, SUB)
+METAGRAD_L_OPERATOR(*, MUL)
+METAGRAD_L_OPERATOR(/, DIV)
+METAGRAD_L_OPERATOR(==, CMPEQ)
+#undef METAGRAD_L_OPERATOR
+L operator-(const L& x) { return 0.0 - x; }
+L operator!=(const L& x, double y) { return (x == y) == 0.0; }
+L maximum(const L& x, const L& y) { return bin(BinaryOps::MAX, x, y); }
+L maximum(const L& x, double y) { return bin(BinaryOps::MAX, x, x.c(y)); }
+L pow(const L& x, const L& y) { return bin(BinaryOps::POW, x, y); }
+L where(const L& c, const L& x, const L& y) { return c.p->e(TernaryOps::WHERE, x.p, y.p); }
+L where(const L& c, const L& x, double y) { return where(c, x, x.c(y)); }
+L where(const L& c, double x, const L& y) { return where(c, y.c(x), y); }
+L L::exp() const { return FnTraits<Fn::EXP>::forward(*this); }
+L L::log() const { return FnTraits<Fn::LOG>::forward(*this); }
+
+LB lb(const L& x) { return x.p; }
+LB lb(none) { return nullptr; }
+
 // A bool mask as the gradient's dtype.
 LB as(const LB& mask, const LB& like) { return mask->cast(like->dtype); }
 // g where mask holds, else 0: a select, so an inf in g where the mask is off gives 0, not NaN.
@@ -38,40 +83,55 @@ LB Cast::forward(const LB& x, DType dtype) {
 }
 std::vector<LB> Cast::backward(const LB& g) { return {g->cast(input_dtype)}; }
 
-LB Sin::forward(const LB& x_) {
-  x = x_;
-  return x->e(UnaryOps::SIN);
-}
-// d sin(x) = cos(x) = sin(pi/2 - x)
-std::vector<LB> Sin::backward(const LB& g) {
-  return {x->const_like(std::numbers::pi / 2)->e(BinaryOps::SUB, x)->e(UnaryOps::SIN)->e(BinaryOps::MUL, g)};
-}
+// The node protocol of functions.hpp over a Map's saved values.
+template <Fn F>
+struct Node {
+  const Map<F>& m;
+  L out() const { return m.ret; }
+  template <std::size_t I>
+  L x() const {
+    return m.x[I];
+  }
+  template <std::size_t I, class Grad>
+  L when(Grad grad) const {
+    return m.needs_input_grad[I] ? grad() : L(nullptr);
+  }
+};
 
-LB Relu::forward(const LB& x) { return ret = x->e(BinaryOps::MAX, x->const_like(0)); }
-// g where the output is not 0 (the subgradient at 0 is 0, as in PyTorch)
-std::vector<LB> Relu::backward(const LB& g) {
-  return {only(is_not(ret->e(BinaryOps::CMPEQ, ret->const_like(0))), g)};
+template <Fn F>
+LB Map<F>::forward(const LB& a, const LB& b, const LB& c) {
+  const LB in[] = {a, b, c};
+  std::copy_n(in, x.size(), x.begin());
+  return ret = [&]<std::size_t... I>(std::index_sequence<I...>) { return FnTraits<F>::forward(L(x[I])...).p; }
+  (std::make_index_sequence<FnTraits<F>::arity>{});
 }
-
-LB Log::forward(const LB& x_) {
-  x = x_;
-  return x->e(UnaryOps::LOG2)->e(BinaryOps::MUL, x->const_like(std::numbers::ln2));
+template <Fn F>
+std::vector<LB> Map<F>::backward(const LB& g) {
+  return std::apply([](const auto&... d) { return std::vector<LB>{lb(d)...}; },
+                    FnTraits<F>::grad(Node<F>{*this}, L(g)));
 }
-std::vector<LB> Log::backward(const LB& g) { return {g->e(BinaryOps::DIV, x)}; }
-
-LB Exp::forward(const LB& x) {
-  return ret = x->e(BinaryOps::MUL, x->const_like(1 / std::numbers::ln2))->e(UnaryOps::EXP2);
+template <Fn F>
+const char* Map<F>::name() const {
+  static const std::string n = [] {
+    std::string s = FnTraits<F>::name;
+    s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+    return "metagrad::mlops::" + s;
+  }();
+  return n.c_str();
 }
-std::vector<LB> Exp::backward(const LB& g) { return {ret->e(BinaryOps::MUL, g)}; }
-
-LB Sigmoid::forward(const LB& x) {
-  LB e = x->e(BinaryOps::MUL, x->const_like(-1 / std::numbers::ln2))->e(UnaryOps::EXP2);
-  return ret = x->const_like(1)->e(BinaryOps::DIV, x->const_like(1)->e(BinaryOps::ADD, e));
-}
-// s (1 - s): finite everywhere, where the formula's own chain rule gives inf / inf at large -x.
-std::vector<LB> Sigmoid::backward(const LB& g) {
-  return {ret->e(BinaryOps::MUL, ret->const_like(1)->e(BinaryOps::SUB, ret))->e(BinaryOps::MUL, g)};
-}
+template struct Map<Fn::EXP>;
+template struct Map<Fn::LOG>;
+template struct Map<Fn::SIN>;
+template struct Map<Fn::RELU>;
+template struct Map<Fn::SIGMOID>;
+template struct Map<Fn::ERF>;
+template struct Map<Fn::ADD>;
+template struct Map<Fn::SUB>;
+template struct Map<Fn::MUL>;
+template struct Map<Fn::DIV>;
+template struct Map<Fn::POW>;
+template struct Map<Fn::MAX>;
+template struct Map<Fn::WHERE>;
 
 LB Sum::forward(const LB& x, const Dims& new_shape) {
   input_shape = x->shape();
@@ -95,87 +155,6 @@ std::vector<LB> Max::backward(const LB& g) {
 LB Equal::forward(const LB& x, const LB& y) { return x->e(BinaryOps::CMPEQ, y); }
 std::vector<LB> Equal::backward(const LB&) {
   throw std::logic_error("mlops::Equal has no derivative: comparisons are not differentiable");
-}
-
-LB Maximum::forward(const LB& x_, const LB& y_) {
-  x = x_, y = y_;
-  return ret = x->e(BinaryOps::MAX, y);
-}
-// As PyTorch: ties split the gradient equally, the side that loses gets 0 (a select: an inf in g
-// gives 0, not NaN), and with a NaN on either side both get g.
-std::vector<LB> Maximum::backward(const LB& g) {
-  LB tie = x->e(BinaryOps::CMPEQ, y), half = g->e(BinaryOps::MUL, g->const_like(0.5));
-  auto side = [&](const LB& other) {
-    LB other_wins = other->e(BinaryOps::CMPEQ, ret);
-    return tie->e(TernaryOps::WHERE, half, other_wins->e(TernaryOps::WHERE, g->const_like(0), g));
-  };
-  return {needs_input_grad[0] ? side(y) : nullptr, needs_input_grad[1] ? side(x) : nullptr};
-}
-
-LB Where::forward(const LB& c_, const LB& x, const LB& y) {
-  c = c_;
-  return c->e(TernaryOps::WHERE, x, y);
-}
-std::vector<LB> Where::backward(const LB& g) {
-  return {nullptr, needs_input_grad[1] ? only(c, g) : nullptr,
-          needs_input_grad[2] ? only(is_not(c), g) : nullptr};
-}
-
-LB Add::forward(const LB& x, const LB& y) { return x->e(BinaryOps::ADD, y); }
-std::vector<LB> Add::backward(const LB& g) {
-  return {needs_input_grad[0] ? g : nullptr, needs_input_grad[1] ? g : nullptr};
-}
-
-LB Sub::forward(const LB& x, const LB& y) { return x->e(BinaryOps::SUB, y); }
-std::vector<LB> Sub::backward(const LB& g) {
-  return {needs_input_grad[0] ? g : nullptr,
-          needs_input_grad[1] ? g->const_like(0)->e(BinaryOps::SUB, g) : nullptr};
-}
-
-LB Mul::forward(const LB& x_, const LB& y_) {
-  x = x_, y = y_;
-  return x->e(BinaryOps::MUL, y);
-}
-std::vector<LB> Mul::backward(const LB& g) {
-  return {needs_input_grad[0] ? y->e(BinaryOps::MUL, g) : nullptr,
-          needs_input_grad[1] ? x->e(BinaryOps::MUL, g) : nullptr};
-}
-
-LB Pow::forward(const LB& x_, const LB& y_) {
-  x = x_, y = y_;
-  return ret = x->e(BinaryOps::POW, y);
-}
-// d/dx = y * x^(y-1), 0 where y = 0; d/dy = x^y * ln(x), 0 where x = 0 and y >= 0: PyTorch's
-// rules, which keep 0 * inf = NaN (x = 0) out of the gradient.
-std::vector<LB> Pow::backward(const LB& g) {
-  LB dx, dy;
-  if (needs_input_grad[0])
-    dx = only(is_not(y->e(BinaryOps::CMPEQ, y->const_like(0))),
-              y->e(BinaryOps::MUL, x->e(BinaryOps::POW, y->e(BinaryOps::SUB, y->const_like(1))))
-                  ->e(BinaryOps::MUL, g));
-  if (needs_input_grad[1]) {
-    LB y_nonneg = y->e(BinaryOps::MAX, y->const_like(0))->e(BinaryOps::CMPEQ, y);
-    LB zero_base = x->e(BinaryOps::CMPEQ, x->const_like(0))->e(BinaryOps::MUL, y_nonneg);  // bools: and
-    dy =
-        only(is_not(zero_base),
-             ret->e(BinaryOps::MUL, x->e(UnaryOps::LOG2)->e(BinaryOps::MUL, x->const_like(std::numbers::ln2)))
-                 ->e(BinaryOps::MUL, g));
-  }
-  return {dx, dy};
-}
-
-LB Div::forward(const LB& x_, const LB& y_) {
-  x = x_, y = y_;
-  return x->e(BinaryOps::DIV, y);
-}
-std::vector<LB> Div::backward(const LB& g) {
-  LB dy;
-  if (needs_input_grad[1])
-    dy = g->const_like(0)
-             ->e(BinaryOps::SUB, g)
-             ->e(BinaryOps::MUL, x)
-             ->e(BinaryOps::DIV, y->e(BinaryOps::MUL, y));
-  return {needs_input_grad[0] ? g->e(BinaryOps::DIV, y) : nullptr, dy};
 }
 
 LB Expand::forward(const LB& x, const Dims& shape) {

@@ -6,6 +6,8 @@
 #             detail/{hlops,small_vector,format}.hpp  hlops both paths write once, values as text
 #   shape     shape/                                  symbolic, View, ShapeTracker
 #   ops       ops.hpp                                 the op vocabulary (enums, Op)
+#   functions functions.hpp, fixed/math.hpp           the elementwise functions' one definition for
+#                                                     both paths (FnTraits), and their scalar math
 #   kernels   fixed/{gemm,simd,parallel,arena,cpu,shape}.hpp
 #                                                     header-only CPU kernels both paths run: the GEMM
 #   ast       ast.hpp                                 the kernel AST over buffer descriptors
@@ -18,9 +20,11 @@
 #   lazy      lazy.hpp (runtime/lazy, schedule, graph, realize_report.cpp)  LazyBuffer, the scheduler
 #   mlops     mlops.hpp                               the differentiable ops
 #   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
-#                                                     shape, ops, kernels and itself
+#                                                     shape, ops, functions, kernels and itself
 #   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
 #   dist      dist/ (runtime/dist/)                   data parallelism over MPI (metagrad::dist)
+# Every include form counts ("metagrad/...", <metagrad/...>, quoted and relative to the file), in
+# every file under include/, detail/ and runtime/; and no file may include itself through others.
 # A detail header (detail/metagrad/detail/X) takes the layer of the public header metagrad/X whose
 # internals it holds. Sources under runtime/ take the layer of what they implement, except
 # runtime/mlops.cpp: the mlops compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports
@@ -30,23 +34,24 @@
 # detail` fails (its internals go to detail/metagrad/detail/<same path>).
 cmake_minimum_required(VERSION 3.20)
 
-set(METAGRAD_LAYERS helpers shape ops kernels ast runtime codegen backends lazy mlops fixed tensor dist)
+set(METAGRAD_LAYERS helpers shape ops functions kernels ast runtime codegen backends lazy mlops fixed tensor dist)
 
 # Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
 set(METAGRAD_LAYER_TABLE
   "^metagrad/(helpers|version|detail/hlops|detail/small_vector|detail/format)\\.hpp$=helpers"
   "^(metagrad|runtime)/shape/=shape"
   "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
+  "^metagrad/(functions|fixed/math)\\.hpp$=functions"
   "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
   "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
-  "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$=runtime"
+  "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$|^runtime/gemm/sgemm_isa\\.inc$=runtime"
   "^metagrad/runtime/gemm_program\\.hpp$|^runtime/gemm/program\\.cpp$=backends"
   "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
   "^runtime/(host_program|ops_[a-z]+|device_plugins|llvm_plugin)\\.cpp$=backends"
   "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
   "^runtime/(device|compiled|interpreted|lib|buffer_pool|threadpool|disk_cache)\\.cpp$=runtime"
   "^(metagrad|runtime)/codegen/=codegen"
-  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule|graph|realize_report)\\.cpp$=lazy"
+  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule|graph|realize_report)\\.cpp$|^runtime/plan\\.hpp$=lazy"
   "^metagrad/mlops\\.hpp$=mlops"
   "^metagrad/fixed(\\.hpp$|/)=fixed"
   "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
@@ -89,7 +94,8 @@ endfunction()
 set(errors "")
 file(GLOB_RECURSE headers RELATIVE ${ROOT}/include ${ROOT}/include/metagrad/*.hpp)
 file(GLOB_RECURSE details RELATIVE ${ROOT}/detail ${ROOT}/detail/metagrad/*.hpp)
-file(GLOB_RECURSE sources RELATIVE ${ROOT} ${ROOT}/runtime/*.cpp)
+# Every source and header under runtime/ (.cpp, .hpp, .inc), not only the sources.
+file(GLOB_RECURSE sources RELATIVE ${ROOT} ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.hpp ${ROOT}/runtime/*.inc)
 # name|path: names as includes spell them (metagrad/...) or as sources sit (runtime/...).
 set(files "")
 foreach(dir_names IN ITEMS "include:headers" "detail:details" ".:sources")
@@ -110,17 +116,29 @@ foreach(f IN LISTS files)
     continue()
   endif()
   rank_of(${layer} rank)
-  file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"metagrad/[^\"]+\"")
+  # Every include form: "metagrad/..." and <metagrad/...>, and a quoted include relative to the
+  # including file (runtime/schedule.cpp's "plan.hpp" is runtime/plan.hpp).
+  file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+(\"[^\"]+\"|<metagrad/[^>]+>)")
+  get_filename_component(dir "${name}" DIRECTORY)
   foreach(line IN LISTS includes)
-    string(REGEX REPLACE "^[^\"]*\"(metagrad/[^\"]+)\".*$" "\\1" target "${line}")
+    string(REGEX REPLACE "^[^\"<]*[\"<]([^\">]+)[\">].*$" "\\1" target "${line}")
+    if(NOT target MATCHES "^metagrad/")
+      if(NOT EXISTS "${ROOT}/${dir}/${target}" AND NOT EXISTS "${ROOT}/include/${dir}/${target}"
+         AND NOT EXISTS "${ROOT}/detail/${dir}/${target}")
+        continue()  # not a metagrad file (a test's own helper, a system header in quotes)
+      endif()
+      set(target "${dir}/${target}")
+    endif()
     checked_layer("${target}" "${name} includes " tlayer)
     if(tlayer STREQUAL "")
       continue()
     endif()
+    string(MAKE_C_IDENTIFIER "${name}" id)
+    list(APPEND edges_${id} "${target}")
     rank_of(${tlayer} trank)
     if(layer STREQUAL "fixed")
-      if(NOT tlayer MATCHES "^(helpers|shape|ops|kernels|fixed)$")
-        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops, kernels")
+      if(NOT tlayer MATCHES "^(helpers|shape|ops|functions|kernels|fixed)$")
+        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops, functions, kernels")
       endif()
     elseif(trank GREATER rank)
       string(APPEND errors "\n  ${name} (${layer}) includes ${target} (${tlayer}), a layer above it")
@@ -130,6 +148,39 @@ endforeach()
 
 if(errors)
   message(FATAL_ERROR "Includes that run upward against the layer table:${errors}")
+endif()
+
+# No cycles, even within a layer: files are taken away while one includes none of those left;
+# what stays includes itself through the others.
+set(remaining "")
+foreach(f IN LISTS files)
+  string(REGEX REPLACE "\\|.*$" "" name "${f}")
+  list(APPEND remaining "${name}")
+endforeach()
+set(changed TRUE)
+while(changed)
+  set(changed FALSE)
+  set(next "")
+  foreach(n IN LISTS remaining)
+    string(MAKE_C_IDENTIFIER "${n}" id)
+    set(blocked FALSE)
+    foreach(t IN LISTS edges_${id})
+      if(t IN_LIST remaining)
+        set(blocked TRUE)
+        break()
+      endif()
+    endforeach()
+    if(blocked)
+      list(APPEND next "${n}")
+    else()
+      set(changed TRUE)
+    endif()
+  endforeach()
+  set(remaining ${next})
+endwhile()
+if(remaining)
+  string(REPLACE ";" "\n  " remaining "${remaining}")
+  message(FATAL_ERROR "Includes in a cycle (each of these includes itself through the others, or one that does):\n  ${remaining}")
 endif()
 
 foreach(h IN LISTS headers)

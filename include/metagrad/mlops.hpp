@@ -1,6 +1,7 @@
 #pragma once
 // The derivatives (the seed's mlops.py): every differentiable op is a Function with a forward on
 // LazyBuffers and a backward rule; every hlop on Tensor is built from these, none has its own.
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "metagrad/detail/mlops.hpp"
+#include "metagrad/functions.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/ops.hpp"
 
@@ -44,6 +46,34 @@ class FunctionImpl : public Function {
 
 namespace mlops {
 
+// Every differentiable elementwise function: its forward and backward are its FnTraits entry's
+// (metagrad/functions.hpp), run on LazyBuffers by runtime/mlops.cpp.
+template <fn::Fn F>
+struct Map final : FunctionImpl<Map<F>, fn::FnTraits<F>::arity> {
+  std::array<LazyBufferPtr, fn::FnTraits<F>::arity> x;
+  LazyBufferPtr ret;
+  LazyBufferPtr forward(const LazyBufferPtr& a, const LazyBufferPtr& b = {}, const LazyBufferPtr& c = {});
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
+  const char* name() const override;  // the seed's: "Sigmoid", "Maximum"
+};
+#define METAGRAD_MAP_MLOP(Name, F) \
+  extern template struct Map<F>;   \
+  using Name = Map<F>;
+METAGRAD_MAP_MLOP(Exp, fn::Fn::EXP)
+METAGRAD_MAP_MLOP(Log, fn::Fn::LOG)
+METAGRAD_MAP_MLOP(Sin, fn::Fn::SIN)
+METAGRAD_MAP_MLOP(Relu, fn::Fn::RELU)
+METAGRAD_MAP_MLOP(Sigmoid, fn::Fn::SIGMOID)
+METAGRAD_MAP_MLOP(Erf, fn::Fn::ERF)
+METAGRAD_MAP_MLOP(Add, fn::Fn::ADD)
+METAGRAD_MAP_MLOP(Sub, fn::Fn::SUB)
+METAGRAD_MAP_MLOP(Mul, fn::Fn::MUL)
+METAGRAD_MAP_MLOP(Div, fn::Fn::DIV)
+METAGRAD_MAP_MLOP(Pow, fn::Fn::POW)
+METAGRAD_MAP_MLOP(Maximum, fn::Fn::MAX)
+METAGRAD_MAP_MLOP(Where, fn::Fn::WHERE)
+#undef METAGRAD_MAP_MLOP
+
 #define METAGRAD_MLOP(Name, Arity) struct Name final : FunctionImpl<Name, Arity>
 
 METAGRAD_MLOP(Contiguous, 1) {
@@ -53,32 +83,6 @@ METAGRAD_MLOP(Contiguous, 1) {
 METAGRAD_MLOP(Cast, 1) {
   DType input_dtype = dtypes::float32;
   LazyBufferPtr forward(const LazyBufferPtr& x, DType dtype);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Sin, 1) {
-  LazyBufferPtr x;
-  LazyBufferPtr forward(const LazyBufferPtr& x_);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Relu, 1) {
-  LazyBufferPtr ret;
-  LazyBufferPtr forward(const LazyBufferPtr& x);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Log, 1) {
-  LazyBufferPtr x;
-  LazyBufferPtr forward(const LazyBufferPtr& x_);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Exp, 1) {
-  LazyBufferPtr ret;
-  LazyBufferPtr forward(const LazyBufferPtr& x);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-// 1 / (1 + exp(-x)) with one exp (overflow gives 1 / inf = 0); the backward uses the output only.
-METAGRAD_MLOP(Sigmoid, 1) {
-  LazyBufferPtr ret;
-  LazyBufferPtr forward(const LazyBufferPtr& x);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
 };
 // Reductions take the output shape: same rank, reduced axes 1.
@@ -95,41 +99,6 @@ METAGRAD_MLOP(Max, 1) {
 // Not differentiable: its output is bool.
 METAGRAD_MLOP(Equal, 2) {
   LazyBufferPtr forward(const LazyBufferPtr& x, const LazyBufferPtr& y);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Maximum, 2) {
-  LazyBufferPtr x, y, ret;
-  LazyBufferPtr forward(const LazyBufferPtr& x_, const LazyBufferPtr& y_);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-// c ? x : y, a select (TernaryOps::WHERE); the gradient goes to x where c holds, to y elsewhere,
-// and none to the condition.
-METAGRAD_MLOP(Where, 3) {
-  LazyBufferPtr c;
-  LazyBufferPtr forward(const LazyBufferPtr& c_, const LazyBufferPtr& x, const LazyBufferPtr& y);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Add, 2) {
-  LazyBufferPtr forward(const LazyBufferPtr& x, const LazyBufferPtr& y);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Sub, 2) {
-  LazyBufferPtr forward(const LazyBufferPtr& x, const LazyBufferPtr& y);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Mul, 2) {
-  LazyBufferPtr x, y;
-  LazyBufferPtr forward(const LazyBufferPtr& x_, const LazyBufferPtr& y_);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Pow, 2) {
-  LazyBufferPtr x, y, ret;
-  LazyBufferPtr forward(const LazyBufferPtr& x_, const LazyBufferPtr& y_);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Div, 2) {
-  LazyBufferPtr x, y;
-  LazyBufferPtr forward(const LazyBufferPtr& x_, const LazyBufferPtr& y_);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
 };
 METAGRAD_MLOP(Expand, 1) {

@@ -223,6 +223,7 @@ class Tensor {
   Tensor sign() const;
   Tensor reciprocal() const;
   Tensor sigmoid() const;
+  Tensor erf() const;  // the Gauss error function (exact GELU), within 1e-7 of it in float32
   Tensor elu(double alpha = 1.0) const;
   Tensor celu(double alpha = 1.0) const;
   Tensor swish() const;

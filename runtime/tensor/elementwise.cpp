@@ -204,6 +204,7 @@ Tensor Tensor::reciprocal() const { return hlops::reciprocal(*this); }
 // Activations; the hlops whose formula the static path shares are in detail/hlops.hpp.
 // sigmoid is an mlop: one exp whose overflow is harmless forward, and a backward from its output.
 Tensor Tensor::sigmoid() const { return mlops::Sigmoid::apply(floating(*this)); }
+Tensor Tensor::erf() const { return mlops::Erf::apply(floating(*this)); }
 Tensor Tensor::elu(double alpha) const { return hlops::elu(floating(*this), alpha); }
 Tensor Tensor::celu(double alpha) const { return hlops::celu(floating(*this), alpha); }
 Tensor Tensor::swish() const { return hlops::swish(*this); }

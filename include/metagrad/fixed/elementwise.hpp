@@ -109,6 +109,10 @@ template <class D>
 auto ExprBase<D>::sigmoid() const {
   return detail::unary<Fn::SIGMOID>(self());
 }
+template <class D>
+auto ExprBase<D>::erf() const {
+  return detail::unary<Fn::ERF>(self());
+}
 // hlops: the formulas both paths share (detail/hlops.hpp), and the few written per path
 template <class D>
 template <class B>

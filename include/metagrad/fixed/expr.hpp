@@ -17,8 +17,8 @@
 // Op tags, in namespace fixed::op (the dynamic path's mlops, each maps to one Tensor method):
 //   Leaf<T, S>            a fixed::Tensor's storage, row-major: op.data (const T*). No children.
 //   Const<T, S>           op.value broadcast to shape S (scalar operands). No children.
-//   Map<Fn F>             elementwise over 1 (NEG..SIGMOID), 2 (ADD..CMPNE) or 3 (WHERE: cond,
-//                         x, y) children of the node's own shape (broadcasting is explicit Moves).
+//   Map<Fn F>             elementwise over FnTraits<F>::arity children (WHERE: cond, x, y) of the
+//                         node's own shape (broadcasting is explicit Moves).
 //   Cast<U>               elementwise conversion to U.
 //   Reduce<ReduceOps R, Dims Axes>  SUM or MAX over Axes (sorted, non-negative); the output keeps
 //                         the rank with reduced axes 1, like mlops::Sum (keepdim=false is a RESHAPE
@@ -43,40 +43,18 @@
 
 #include "metagrad/detail/fixed/expr.hpp"
 #include "metagrad/fixed/shape.hpp"
+#include "metagrad/functions.hpp"
 #include "metagrad/ops.hpp"
 
 namespace metagrad::fixed {
 
-// Elementwise functions of the static path, by arity; each has a FnTraits entry (functions.hpp).
-enum class Fn : std::uint8_t {
-  NEG,
-  EXP,
-  LOG,
-  SIN,
-  SQRT,
-  RELU,
-  SIGMOID,  // unary
-  ADD,
-  SUB,
-  MUL,
-  DIV,
-  POW,
-  MAX,
-  MIN,
-  CMPLT,
-  CMPLE,
-  CMPEQ,
-  CMPNE,  // binary
-  WHERE   // ternary
-};
-constexpr int arity(Fn f) { return f <= Fn::SIGMOID ? 1 : f <= Fn::CMPNE ? 2 : 3; }
-constexpr bool is_comparison(Fn f) { return f >= Fn::CMPLT && f <= Fn::CMPNE; }
+// Elementwise functions: their definitions, shared with the dynamic path (metagrad/functions.hpp).
+using fn::Fn;
+using fn::FnTraits;
+using fn::none;
 
 struct keepdim_t {};
 inline constexpr keepdim_t keepdim{};  // x.sum<1>(keepdim)
-
-// A backward rule's result for a child that gets no gradient (FnTraits::grad, fixed::Vjp).
-struct none {};
 
 namespace op {
 template <class T, class S>
@@ -188,6 +166,7 @@ struct ExprBase {
   auto sqrt() const;
   auto relu() const;
   auto sigmoid() const;
+  auto erf() const;
   auto tanh() const;
   auto gelu() const;
   auto square() const;

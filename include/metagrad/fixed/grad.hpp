@@ -34,6 +34,7 @@
 #include <boost/mp11/algorithm.hpp>
 
 #include "metagrad/detail/fixed/grad.hpp"
+#include "metagrad/fixed/conv2d_vjp.hpp"  // conv2d's rule: its own ops, in their own file
 #include "metagrad/fixed/tensor.hpp"
 #include "metagrad/fixed/vjp.hpp"
 

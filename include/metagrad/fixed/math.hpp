@@ -50,7 +50,12 @@ inline float exp(float x) {
   return x < kExpLo ? 0.f : y;
 }
 // 1 / (1 + e^-x): past the clamp, e^-x is so large or small that the result is already 0 or 1.
-inline float sigmoid(float x) { return 1.f / (1.f + exp_clamped(clamp_exp(-x))); }
+// Where e^-x overflows, 0 (as 1 / (1 + inf) on the dynamic path), so that -inf * sigmoid(-inf) is
+// NaN there as here.
+inline float sigmoid(float x) {
+  float y = 1.f / (1.f + exp_clamped(clamp_exp(-x)));
+  return -x > kExpHi ? 0.f : y;
+}
 inline double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 inline double exp(double x) { return std::exp(x); }
 

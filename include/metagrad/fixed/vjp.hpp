@@ -6,6 +6,7 @@
 // (comparisons, a where's condition). The rules are the
 // dynamic path's (runtime/mlops.cpp), so both paths agree to rounding.
 #include <cstddef>
+#include <tuple>
 
 #include "metagrad/detail/fixed/vjp.hpp"
 #include "metagrad/fixed/functions.hpp"
@@ -20,9 +21,15 @@ struct Vjp {  // an op without a rule: a clear compile error instead of an incom
                 "fixed::grad: this op has no backward rule (specialise fixed::Vjp<Op>)");
 };
 
-// Elementwise functions: the rule in each one's FnTraits entry (functions.hpp).
+// Elementwise functions: the rule in each one's FnTraits entry (metagrad/functions.hpp), shared
+// with the dynamic path; it gives every child's gradient, of which child I's is built.
 template <Fn F>
-struct Vjp<op::Map<F>> : FnTraits<F> {};
+struct Vjp<op::Map<F>> {
+  template <std::size_t I, class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return std::get<I>(FnTraits<F>::grad(detail::Only<I, N>{n}, g));
+  }
+};
 
 template <class U>
 struct Vjp<op::Cast<U>> {
@@ -120,5 +127,3 @@ struct Vjp<op::MatMul> {
 };
 
 }  // namespace metagrad::fixed
-
-#include "metagrad/fixed/conv2d_vjp.hpp"  // conv2d's rule: its own ops, in their own file

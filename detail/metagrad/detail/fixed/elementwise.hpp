@@ -102,14 +102,15 @@ auto elementwise(const A&... a) {
     return Expr<op::Map<F>, decltype(fit<S, Like>(a))...>(op::Map<F>{}, fit<S, Like>(a)...);
   } else {  // after the error: a plausible result, so that no second error follows
     using T = typename Like::value_type;
-    return constant<std::conditional_t<is_comparison(F), bool, T>, S0>({});
+    return constant<std::conditional_t<FnTraits<F>::comparison, bool, T>, S0>({});
   }
 }
 
 template <Fn F, class E>
 auto unary(const E& e) {
-  static_assert(!FnTraits<F>::float_only || std::is_floating_point_v<typename E::value_type>,
-                "fixed: exp, log, sin, sqrt and sigmoid need a floating-point operand: cast<float>() first");
+  static_assert(
+      !FnTraits<F>::float_only || std::is_floating_point_v<typename E::value_type>,
+      "fixed: exp, log, sin, sqrt, sigmoid and erf need a floating-point operand: cast<float>() first");
   return map<F>(e.expr());
 }
 

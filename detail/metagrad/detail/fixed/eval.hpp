@@ -379,8 +379,7 @@ struct vector_form<BConst<T>> : std::is_floating_point<T> {};
 template <class T, class C>
 struct vector_form<BGate<T, C>> : vector_form<C> {};
 template <Fn F, class... C>
-struct vector_form<BMap<F, C...>>
-    : std::bool_constant<FnTraits<F>::vector && (vector_form<C>::value && ...)> {};
+struct vector_form<BMap<F, C...>> : std::bool_constant<vector_fn<F> && (vector_form<C>::value && ...)> {};
 // Worth it only where the vector form beats what the compiler does alone: expensive functions
 // (exp, sigmoid), and outputs large enough to stream past the caches.
 template <class B>
@@ -409,8 +408,8 @@ METAGRAD_INLINE auto vget(const BGate<T, C>& b, index_t j) {
 }
 template <Fn F, class... V>
 METAGRAD_INLINE auto vapply(V... v) {
-  if constexpr (requires { FnTraits<F>::vec(v...); })
-    return FnTraits<F>::vec(v...);
+  if constexpr (VecForm<F>::has)
+    return VecForm<F>::vec(v...);
   else
     return FnTraits<F>::scalar(v...);
 }

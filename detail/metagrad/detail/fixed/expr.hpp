@@ -8,14 +8,14 @@
 #include <boost/mp11/list.hpp>
 
 #include "metagrad/fixed/shape.hpp"
+#include "metagrad/functions.hpp"
 #include "metagrad/ops.hpp"
 
 namespace metagrad::fixed {
 
+using fn::Fn;
+using fn::FnTraits;
 // Declared again, and defined, in fixed/expr.hpp.
-enum class Fn : std::uint8_t;
-constexpr int arity(Fn f);
-constexpr bool is_comparison(Fn f);
 namespace op {
 template <class T, class S>
 struct Leaf;
@@ -89,11 +89,11 @@ template <class T, class S>
 struct node<op::Const<T, S>> : node<op::Leaf<T, S>> {};
 template <Fn F, class C0, class... C>
 struct node<op::Map<F>, C0, C...> {
-  static_assert(arity(F) == 1 + sizeof...(C), "fixed::Map: wrong number of children");
+  static_assert(FnTraits<F>::arity == 1 + sizeof...(C), "fixed::Map: wrong number of children");
   // Comparisons give bool; where (the one ternary Fn: cond, x, y) the type of x.
   using value_type = std::conditional_t<
-      is_comparison(F), bool,
-      typename boost::mp11::mp_at_c<boost::mp11::mp_list<C0, C...>, arity(F) == 3>::value_type>;
+      FnTraits<F>::comparison, bool,
+      typename boost::mp11::mp_at_c<boost::mp11::mp_list<C0, C...>, FnTraits<F>::arity == 3>::value_type>;
   using shape = typename C0::shape;
 };
 template <class U, class C>

@@ -10,6 +10,7 @@
 
 #include <boost/mp11/algorithm.hpp>
 
+#include "metagrad/fixed/conv2d_vjp.hpp"  // every rule: vjp.hpp's and conv2d's
 #include "metagrad/fixed/tensor.hpp"
 #include "metagrad/fixed/vjp.hpp"
 

@@ -22,7 +22,7 @@ METAGRAD_INLINE T combine(T a, T b) {
   if constexpr (R == ReduceOps::SUM)
     return a + b;
   else
-    return a < b ? b : a;
+    return a < b || b != b ? b : a;  // NaN wins, as on the dynamic path
 }
 
 template <class T>

@@ -115,7 +115,9 @@ inline F16 vsigmoid(F16 x) {
   __m512 d = _mm512_add_ps(_mm512_set1_ps(1.f), (__m512)vexp_clamped<-1>(c));
   __m512 r = _mm512_maskz_rcp14_ps(kAll, d);
   __m512 e = _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.f));
-  return (F16)_mm512_fmadd_ps(r, e, r);
+  // 0 where e^-x overflows, as math::sigmoid (not-less-than keeps NaN lanes)
+  __mmask16 keep = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-88.3762626647949f), _CMP_NLT_UQ);
+  return (F16)_mm512_maskz_fmadd_ps(keep, r, e, r);
 }
 #else
 inline constexpr bool kVectorMath = false;

@@ -6,6 +6,24 @@
 #include "metagrad/fixed/elementwise.hpp"
 
 namespace metagrad::fixed::detail {
+// A node as an FnTraits rule sees it, asking for child Want's gradient only: the others' terms are
+// never built (building one reads their forward values, which may compute them).
+template <std::size_t Want, class N>
+struct Only {
+  const N& n;
+  auto out() const { return n.out(); }
+  template <std::size_t I>
+  auto x() const {
+    return n.template x<I>();
+  }
+  template <std::size_t I, class F>
+  auto when(F f) const {
+    if constexpr (I == Want)
+      return f();
+    else
+      return none{};
+  }
+};
 // g broadcast back to `To` (a reduction's input shape: same rank, reduced axes 1 in g).
 template <Dims To, class G>
 auto expand_to(const G& g) {
