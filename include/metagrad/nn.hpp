@@ -102,7 +102,9 @@ class LayerNorm {
 };
 
 // Rows of weight (vocab_size, embed_size) picked by integer indices of any shape: the result has the
-// indices' shape plus embed_size. The lookup is a one-hot matmul, so it differentiates like one.
+// indices' shape plus embed_size. The lookup is weight.index_select(0, idx): forward and backward cost
+// O(indices x embed_size) (the backward a scatter-add), and an index outside [0, vocab_size) throws.
+// Inside a TinyJit step it is a one-hot matmul instead (indices x vocab x embed flops, all kernels).
 class Embedding {
  public:
   Embedding(std::int64_t vocab_size, std::int64_t embed_size);
@@ -112,5 +114,32 @@ class Embedding {
   std::int64_t vocab_size, embed_size;
   Tensor weight;  // glorot_uniform
 };
+
+// PyTorch's nn.MultiheadAttention (1.13): query (L, N, E), key and value (S, N, E), or (N, L, E) and
+// (N, S, E) with batch_first, or unbatched (L, E). in_proj_weight (3E, E) is glorot_uniform, in_proj_bias
+// and out_proj.bias zeros, as PyTorch. attn_mask (L, S) or (N * num_heads, L, S): a bool mask is true
+// where attention is NOT allowed (PyTorch's nn.MultiheadAttention convention, the opposite of
+// scaled_dot_product_attention's), a float one is added. Returns the output only (need_weights=False).
+class MultiheadAttention {
+ public:
+  MultiheadAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout = 0, bool bias = true,
+                     bool batch_first = false);
+  Tensor operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const std::optional<Tensor>& attn_mask = {}, bool is_causal = false) const;
+  Tensor operator()(const Tensor& x, bool is_causal = false) const { return (*this)(x, x, x, {}, is_causal); }
+  StateDict state_dict() const;
+
+  std::int64_t embed_dim, num_heads;
+  double dropout;
+  bool batch_first;
+  Tensor in_proj_weight;
+  std::optional<Tensor> in_proj_bias;
+  Linear out_proj;
+};
+
+// The next token from logits (..., vocab): argmax at temperature 0, else a draw from
+// softmax(logits / temperature), restricted to the top_k largest logits when top_k > 0. int64 indices
+// of the logits' shape without the last axis.
+Tensor sample(const Tensor& logits, double temperature = 1.0, std::int64_t top_k = 0);
 
 }  // namespace metagrad::nn

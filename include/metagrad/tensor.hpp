@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <typeinfo>
 #include <variant>
 #include <vector>
@@ -171,6 +172,15 @@ class Tensor {
   Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
   Tensor triu(std::int64_t k = 0) const;
   Tensor tril(std::int64_t k = 0) const;
+  // PyTorch's gather: out[i][j] = this[index[i][j]][j] for dim 0. index is integer, of this rank, no
+  // larger than this on the other axes; the result has index's shape. index_select: a 1-D index picks
+  // whole slices along dim. Both realize the index to check its range (an exception names the op, the
+  // shapes and the value). Forward and backward cost O(result): a host loop (LoadOps::CUSTOM) copies the
+  // picked elements, and the gradient is a scatter-add of the result's gradient into zeros. Inside a
+  // TinyJit step, where a custom load cannot replay, they become one-hot selects and sums (O(result x
+  // this.shape[dim]), all kernels).
+  Tensor gather(std::int64_t dim, const Tensor& index) const;
+  Tensor index_select(std::int64_t dim, const Tensor& index) const;
 
   // ---- reductions (over AllAxes unless told; see Axes) ----
   Tensor sum(const Axes& axis = AllAxes, bool keepdim = false) const;
@@ -182,6 +192,15 @@ class Tensor {
   Tensor log_softmax(std::int64_t axis = -1) const;
   Tensor argmax(std::optional<std::int64_t> axis = {}, bool keepdim = false) const;  // int64
   Tensor cumsum(std::int64_t axis = 0) const;
+  // The k largest (or smallest) along dim, sorted, and their int64 indices; ties keep the lower index.
+  // Chosen on the host (a realize), so not inside a TinyJit step; the values are a gather of this,
+  // differentiable.
+  std::pair<Tensor, Tensor> topk(std::int64_t k, std::int64_t dim = -1, bool largest = true) const;
+  // num_samples draws from each row of non-negative weights (1-D or 2-D, not normalised), int64 indices
+  // (rows, num_samples) or (num_samples). With replacement: inverse CDF of uniform numbers, on the
+  // device; without: the Gumbel top-k trick. Negative, infinite or NaN weights, and rows summing to 0,
+  // are errors (a realize checks them).
+  Tensor multinomial(std::int64_t num_samples = 1, bool replacement = false) const;
 
   // ---- elementwise math (broadcasting; scalars on either side via the free operators) ----
   Tensor add(const Tensor& y) const;
@@ -203,6 +222,10 @@ class Tensor {
   Tensor ge(const Tensor& y) const;
   Tensor where(const Tensor& x, const Tensor& y) const;  // this is the condition
   Tensor where(double x, double y) const;
+  Tensor where(const Tensor& x, double y) const;  // a scalar branch takes the other branch's dtype
+  Tensor where(double x, const Tensor& y) const;
+  // value where mask (bool, broadcastable to this shape) holds, this elsewhere; differentiable in this.
+  Tensor masked_fill(const Tensor& mask, double value) const;
 
   Tensor neg() const;
   Tensor log() const;
@@ -232,7 +255,9 @@ class Tensor {
   Tensor hardswish() const;
   Tensor tanh() const;
   Tensor hardtanh(double min_val = -1, double max_val = 1) const;
-  Tensor gelu() const;
+  // approximate "tanh" (today's default, tinygrad's formula) or "none" (the exact x * Phi(x), PyTorch's
+  // default, which needs erf).
+  Tensor gelu(std::string_view approximate = "tanh") const;
   Tensor quick_gelu() const;
   Tensor leakyrelu(double neg_slope = 0.01) const;
   Tensor mish() const;
@@ -264,6 +289,13 @@ class Tensor {
   Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
                    const Tensor& invstd) const;
   Tensor dropout(double p = 0.5) const;  // only while Tensor::training
+  // softmax(this @ key^T / sqrt(E) + mask) @ value over the last two axes (this: (..., L, E), key (..., S,
+  // E), value (..., S, Ev)), as PyTorch 2's F.scaled_dot_product_attention: a bool attn_mask is true where a
+  // query may attend, a float one is added; is_causal masks j > i (not with attn_mask). dropout_p applies to
+  // the weights while Tensor::training.
+  Tensor scaled_dot_product_attention(const Tensor& key, const Tensor& value,
+                                      const std::optional<Tensor>& attn_mask = {}, double dropout_p = 0,
+                                      bool is_causal = false) const;
   Tensor sequential(const std::vector<std::function<Tensor(const Tensor&)>>& layers) const;
 
   // ---- losses ----
@@ -373,9 +405,19 @@ detail::dependent<Tensor, Args...> FunctionImpl<Derived, Arity>::apply(const Arg
   return [&]<std::size_t... I, std::size_t... R>(std::index_sequence<I...>, std::index_sequence<R...>) {
     const T* inputs[] = {&std::get<I>(all)...};
     ctx->device = inputs[0]->device();
-    for (const T* t : inputs) ctx->needs_input_grad.push_back(t->requires_grad.get().value_or(false));
+    bool unset = false;  // tinygrad's three states: True if an input needs grad, else None if one is unset
+    for (const T* t : inputs) {
+      std::optional<bool> r = t->requires_grad.get();
+      ctx->needs_input_grad.push_back(r.value_or(false));
+      unset = unset || !r;
+    }
     for (bool b : ctx->needs_input_grad) ctx->requires_grad = ctx->requires_grad || b;
-    T ret(ctx->forward(std::get<I>(all).lazydata.get()..., std::get<Arity + R>(all)...), ctx->requires_grad);
+    // An expression of unset tensors stays unset (Tensor::randn(s) * 0.02 is a parameter to be), so an
+    // optimizer makes it trainable; only inputs that are all false make it false (a buffer).
+    std::optional<bool> rg = ctx->requires_grad ? std::optional<bool>(true)
+                             : unset            ? std::nullopt
+                                                : std::optional<bool>(false);
+    T ret(ctx->forward(std::get<I>(all).lazydata.get()..., std::get<Arity + R>(all)...), rg);
     if (ctx->requires_grad && !T::no_grad) {
       ctx->parents = {std::get<I>(all)...};
       ret._ctx = ctx;

@@ -169,13 +169,127 @@ Embedding::Embedding(std::int64_t vocab, std::int64_t embed)
 Tensor Embedding::operator()(const Tensor& idx) const {
   if (idx.dtype() == dtypes::bool_)
     throw std::invalid_argument(cat("Embedding: indices ", to_string(idx), " must be integers, not bool"));
-  // One-hot rows (..., vocab) @ weight: integer indices compare exactly in int64.
-  DType dt = dtypes::is_float(idx.dtype()) ? dtypes::float32 : dtypes::int64;
   V shape(idx.shape().begin(), idx.shape().end());
+  Tensor flat = idx.reshape({-1});
+  if (dtypes::is_float(idx.dtype())) flat = flat.cast(dtypes::int64);  // float indices holding integers
+  if (!CaptureLog::active) {
+    shape.push_back(embed_size);
+    try {
+      return weight.index_select(0, flat).reshape(shape);
+    } catch (const std::out_of_range& e) {
+      throw std::out_of_range(cat("Embedding(", str(vocab_size), ", ", str(embed_size), "): ", e.what()));
+    }
+  }
+  // In a TinyJit step: one-hot rows (..., vocab) @ weight, all kernels; the range checked on the host.
+  for (std::int64_t i : flat.to_vector<std::int64_t>())
+    if (i < 0 || i >= vocab_size)
+      throw std::out_of_range(cat("Embedding(", str(vocab_size), ", ", str(embed_size), "): index ", str(i),
+                                  " in indices ", to_string(idx.shape()), " is out of range"));
   shape.push_back(1);
-  Tensor counter = Tensor::arange(static_cast<double>(vocab_size), {.device = idx.device(), .dtype = dt});
-  return idx.reshape(shape).eq(counter).cast(weight.dtype()).matmul(weight);
+  Tensor counter =
+      Tensor::arange(static_cast<double>(vocab_size), {.device = idx.device(), .dtype = dtypes::int64});
+  return flat.reshape(shape).eq(counter).cast(weight.dtype()).matmul(weight);
 }
 StateDict Embedding::state_dict() const { return nn::state_dict({{"weight", weight}}); }
+
+// ---- MultiheadAttention ----
+
+namespace {
+Tensor mha_in_proj(std::int64_t e, std::int64_t h) {
+  check_size("MultiheadAttention", "embed_dim", e, 1);
+  check_size("MultiheadAttention", "num_heads", h, 1);
+  if (e % h)
+    throw std::invalid_argument(
+        cat("MultiheadAttention: embed_dim ", str(e), " must be divisible by num_heads ", str(h)));
+  return Tensor::glorot_uniform({3 * e, e});
+}
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(std::int64_t e, std::int64_t h, double p, bool bias, bool bf)
+    : embed_dim(e),
+      num_heads(h),
+      dropout(p),
+      batch_first(bf),
+      in_proj_weight(mha_in_proj(e, h)),
+      out_proj(e, e, bias) {
+  if (!(p >= 0 && p <= 1))
+    throw std::invalid_argument(
+        cat("MultiheadAttention: dropout must be in [0, 1], got ", std::to_string(p)));
+  if (bias) in_proj_bias = Tensor::zeros({3 * e}), out_proj.bias = Tensor::zeros({e});
+}
+
+Tensor MultiheadAttention::operator()(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::optional<Tensor>& attn_mask, bool is_causal) const {
+  std::string name = cat("MultiheadAttention(", str(embed_dim), ", ", str(num_heads), ")");
+  auto shapes = [&] {
+    return cat("query ", to_string(q.shape()), ", key ", to_string(k.shape()), ", value ",
+               to_string(v.shape()));
+  };
+  bool batched = q.ndim() == 3;
+  if ((q.ndim() != 2 && q.ndim() != 3) || k.ndim() != q.ndim() || v.ndim() != q.ndim() ||
+      q.shape().back() != embed_dim || k.shape().back() != embed_dim || v.shape().back() != embed_dim ||
+      k.shape() != v.shape())
+    throw std::invalid_argument(cat(name, ": ", shapes(), " must be ",
+                                    batch_first ? "(N, L, E)" : "(L, N, E)",
+                                    " or (L, E) with E = ", str(embed_dim), ", key and value of one shape"));
+  // To (N, L, E), batch first.
+  auto bf = [&](const Tensor& t) { return !batched ? t.unsqueeze(0) : batch_first ? t : t.transpose(0, 1); };
+  Tensor Q = bf(q), K = bf(k), V_ = bf(v);
+  if (Q.shape()[0] != K.shape()[0])
+    throw std::invalid_argument(cat(name, ": the batch sizes of ", shapes(), " differ"));
+  std::int64_t n = Q.shape()[0], l = Q.shape()[1], s = K.shape()[1], hd = embed_dim / num_heads;
+  std::vector<Tensor> w = in_proj_weight.chunk(3, 0);
+  std::vector<Tensor> b = in_proj_bias ? in_proj_bias->chunk(3, 0) : std::vector<Tensor>{};
+  auto proj = [&](const Tensor& x, int i, std::int64_t len) {
+    Tensor y =
+        x.linear(w[static_cast<std::size_t>(i)].transpose(),
+                 b.empty() ? std::optional<Tensor>{} : std::optional<Tensor>{b[static_cast<std::size_t>(i)]});
+    return y.reshape({n, len, num_heads, hd}).transpose(1, 2);  // (N, H, len, hd)
+  };
+  std::optional<Tensor> mask;
+  if (attn_mask) {
+    const Tensor& m = *attn_mask;
+    bool ok = (m.ndim() == 2 && m.shape() == Dims{l, s}) ||
+              (m.ndim() == 3 && m.shape() == Dims{n * num_heads, l, s});
+    if (!ok)
+      throw std::invalid_argument(cat(name, ": attn_mask ", to_string(m.shape()), " must be (L, S) = ",
+                                      to_string(Dims{l, s}), " or (N * num_heads, L, S) for ", shapes()));
+    Tensor mm = m.ndim() == 3 ? m.reshape({n, num_heads, l, s}) : m;
+    // PyTorch's MultiheadAttention masks where the bool is true; sdpa attends where it is true.
+    mask = m.dtype() == dtypes::bool_
+               ? mm.eq(Tensor::zeros({}, {.device = m.device(), .dtype = dtypes::bool_}))
+               : mm;
+  }
+  // With a mask, is_causal is only a hint that the mask is causal, as in PyTorch.
+  Tensor o = proj(Q, 0, l).scaled_dot_product_attention(proj(K, 1, s), proj(V_, 2, s), mask,
+                                                        Tensor::training ? dropout : 0.0, is_causal && !mask);
+  Tensor y = out_proj(o.transpose(1, 2).reshape({n, l, embed_dim}));
+  return !batched ? y.reshape({l, embed_dim}) : batch_first ? y : y.transpose(0, 1);
+}
+
+StateDict MultiheadAttention::state_dict() const {
+  return nn::state_dict(
+      {{"in_proj_weight", in_proj_weight}, {"in_proj_bias", in_proj_bias}, {"out_proj", out_proj}});
+}
+
+// ---- sampling ----
+
+Tensor sample(const Tensor& logits, double temperature, std::int64_t top_k) {
+  if (logits.ndim() < 1)
+    throw std::invalid_argument(cat("sample: logits ", to_string(logits.shape()), " need a vocabulary axis"));
+  if (!(temperature >= 0))
+    throw std::invalid_argument(cat("sample: temperature must be >= 0, got ", std::to_string(temperature)));
+  Tensor::NoGradGuard no_grad;
+  Tensor x = logits.detach().cast(dtypes::float32);
+  if (temperature == 0) return x.argmax(-1);
+  std::int64_t vocab = x.shape().back();
+  if (top_k > 0 && top_k < vocab) {
+    Tensor kth = x.topk(top_k, -1).first[{Ellipsis, Slice{top_k - 1, {}}}];
+    x = (x < kth).where(-INFINITY, x);
+  }
+  Tensor p = (x / temperature).softmax(-1).reshape({-1, vocab});
+  V out(logits.shape().begin(), logits.shape().end() - 1);
+  return p.multinomial(1, true).reshape(out);
+}
 
 }  // namespace metagrad::nn

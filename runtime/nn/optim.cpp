@@ -1,8 +1,10 @@
 // Optimizers: tinygrad's update formulas, applied with Tensor::assign outside the autograd graph.
 #include "metagrad/nn/optim.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <numbers>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -30,13 +32,26 @@ void check(const char* who, const char* name, double x, double lo, double hi = I
 std::string device_of(const std::vector<Tensor>& ps) { return ps.empty() ? Device::DEFAULT : ps[0].device(); }
 }  // namespace
 
-Optimizer::Optimizer(const std::vector<Tensor>& ps, double lr_) : lr(scalar(lr_, device_of(ps))) {
+Optimizer::Optimizer(const std::vector<Tensor>& ps, double lr_)
+    : Optimizer(std::vector<ParamGroup>{{ps}}, lr_) {}
+Optimizer::Optimizer(const std::vector<ParamGroup>& groups, double lr_)
+    : lr(scalar(lr_, [&] {
+        for (const ParamGroup& g : groups)
+          if (!g.params.empty()) return g.params[0].device();
+        return Device::DEFAULT;
+      }())) {
   check("Optimizer", "lr", lr_, 0);
   std::unordered_set<const void*> seen;  // a tensor's identity: the address of its shared state
-  for (Tensor p : ps) {
-    if (!seen.insert(&p.requires_grad.get()).second) continue;
-    if (!p.requires_grad.get()) p.requires_grad = dtypes::is_float(p.dtype());
-    (*p.requires_grad.get() ? params : buffers).push_back(p);
+  for (const ParamGroup& g : groups) {
+    if (g.weight_decay) check("Optimizer", "a group's weight_decay", *g.weight_decay, 0);
+    for (Tensor p : g.params) {
+      if (!seen.insert(&p.requires_grad.get()).second) continue;
+      if (!p.requires_grad.get()) p.requires_grad = dtypes::is_float(p.dtype());
+      if (*p.requires_grad.get())
+        params.push_back(p), param_wd.push_back(g.weight_decay);
+      else
+        buffers.push_back(p);
+    }
   }
 }
 Optimizer::~Optimizer() = default;
@@ -83,7 +98,7 @@ void SGD::step() {
     Tensor& p = params[i];
     Tensor g = grad_of(i, "SGD.step");
     g.realize();
-    if (wd != 0) g = g + wd * p.detach();
+    if (double w = param_wd[i].value_or(wd); w != 0) g = g + w * p.detach();
     if (momentum != 0) {
       b[i].assign(momentum * b[i] + g).realize();  // b starts at zero, so the first step makes b = g
       g = nesterov ? g + momentum * b[i] : b[i];
@@ -95,7 +110,7 @@ void SGD::step() {
 
 // ---- LAMB, Adam, AdamW ----
 
-LAMB::LAMB(const std::vector<Tensor>& ps, double lr_, double b1_, double b2_, double eps_, double wd_,
+LAMB::LAMB(const std::vector<ParamGroup>& ps, double lr_, double b1_, double b2_, double eps_, double wd_,
            bool adam_)
     : Optimizer(ps, lr_), b1(b1_), b2(b2_), eps(eps_), wd(wd_), adam(adam_), t(scalar(0, lr.device())) {
   const char* who = adam ? (wd ? "AdamW" : "Adam") : "LAMB";
@@ -122,7 +137,7 @@ void LAMB::step() {
     v[i].assign(b2 * v[i] + (1.0 - b2) * (g * g)).realize();
     Tensor m_hat = m[i] / like(bias1, p), v_hat = v[i] / like(bias2, p);
     Tensor up = m_hat / (v_hat.sqrt() + eps);
-    if (wd != 0) up = up + wd * p.detach();
+    if (double w = param_wd[i].value_or(wd); w != 0) up = up + w * p.detach();
     Tensor step = like(lr, p) * up;
     if (!adam) {  // the trust ratio; 1 where either norm is 0 (r1 / r2 is finite in both branches)
       Tensor r1 = p.detach().square().sum().sqrt(), r2 = up.square().sum().sqrt();
@@ -135,6 +150,40 @@ void LAMB::step() {
   state.insert(state.end(), m.begin(), m.end());
   state.insert(state.end(), v.begin(), v.end());
   realize(state);
+}
+
+// ---- parameter groups, clipping, schedules ----
+
+std::vector<ParamGroup> decay_groups(const std::vector<Tensor>& ps, double weight_decay) {
+  std::vector<ParamGroup> g{{{}, weight_decay}, {{}, 0.0}};
+  for (const Tensor& p : ps) g[p.ndim() >= 2 ? 0 : 1].params.push_back(p);
+  return g;
+}
+
+Tensor clip_grad_norm(const std::vector<Tensor>& ps, double max_norm) {
+  check("clip_grad_norm", "max_norm", max_norm, 0);
+  Tensor::NoGradGuard no_grad;
+  std::vector<Tensor> gs;
+  for (const Tensor& p : ps)
+    if (p.grad) gs.push_back(*p.grad);
+  if (gs.empty()) return Tensor::zeros({}, {.device = device_of(ps), .requires_grad = false});
+  Tensor sq = gs[0].cast(dtypes::float32).square().sum();
+  for (std::size_t i = 1; i < gs.size(); ++i) sq = sq + gs[i].cast(dtypes::float32).square().sum();
+  Tensor norm = sq.sqrt();
+  Tensor coef = (max_norm / (norm + 1e-6)).minimum(1.0);
+  for (const Tensor& p : ps)
+    if (p.grad) {
+      Tensor g = *p.grad;
+      Tensor(p).grad = (g * coef.cast(g.dtype())).cast(g.dtype());
+    }
+  return norm;
+}
+
+double cosine_lr(long step, long warmup, long total, double max_lr, double min_lr) {
+  if (step < warmup) return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step >= total) return min_lr;
+  double r = static_cast<double>(step - warmup) / static_cast<double>(std::max(total - warmup, 1L));
+  return min_lr + 0.5 * (1 + std::cos(std::numbers::pi * r)) * (max_lr - min_lr);
 }
 
 }  // namespace metagrad::nn::optim

@@ -133,6 +133,29 @@ Tensor Tensor::where(const Tensor& x, const Tensor& y) const {
   return mlops::Where::apply(c, a, b);
 }
 Tensor Tensor::where(double x, double y) const { return where(scalar_like(x), scalar_like(y)); }
+// The scalar takes the tensor branch's dtype where it is float (an integer branch with a fractional
+// scalar promotes to float32), so a float16 or float64 branch keeps its dtype.
+Tensor Tensor::where(const Tensor& x, double y) const {
+  return where(x, scalar_for(x, y, y == std::trunc(y) && !dtypes::is_float(x.dtype())));
+}
+Tensor Tensor::where(double x, const Tensor& y) const {
+  return where(scalar_for(y, x, x == std::trunc(x) && !dtypes::is_float(y.dtype())), y);
+}
+Tensor Tensor::masked_fill(const Tensor& mask, double value) const {
+  if (mask.device() != device())
+    throw std::invalid_argument(
+        detail::cat("masked_fill: the mask is on ", mask.device(), ", the tensor on ", device()));
+  bool fits = mask.ndim() <= ndim();
+  for (std::size_t i = 0; fits && i < mask.shape().size(); ++i) {
+    std::int64_t m = mask.shape()[mask.shape().size() - 1 - i], x = shape()[shape().size() - 1 - i];
+    fits = m == x || m == 1;
+  }
+  if (!fits)
+    throw std::invalid_argument(detail::cat("masked_fill: mask ", to_string(mask.shape()),
+                                            " does not broadcast to the tensor's shape ",
+                                            to_string(shape())));
+  return mask.where(value, *this);
+}
 
 namespace {
 // Float math on integer or bool input computes in float32, as PyTorch does (the integer kernels of
@@ -213,7 +236,14 @@ Tensor Tensor::relu6() const { return hlops::relu6(*this); }
 Tensor Tensor::hardswish() const { return hlops::hardswish(*this); }
 Tensor Tensor::tanh() const { return hlops::tanh(floating(*this)); }
 Tensor Tensor::hardtanh(double min_val, double max_val) const { return clip(min_val, max_val); }
-Tensor Tensor::gelu() const { return hlops::gelu(floating(*this)); }
+Tensor Tensor::gelu(std::string_view approximate) const {
+  if (approximate == "tanh") return hlops::gelu(floating(*this));
+  if (approximate == "none")
+    throw std::invalid_argument(
+        "gelu: approximate = \"none\" (x * Phi(x)) needs Tensor::erf, which this build lacks; use \"tanh\"");
+  throw std::invalid_argument(
+      detail::cat("gelu: approximate must be \"none\" or \"tanh\", got \"", std::string(approximate), "\""));
+}
 Tensor Tensor::quick_gelu() const { return hlops::quick_gelu(*this); }
 Tensor Tensor::leakyrelu(double neg_slope) const { return hlops::leakyrelu(floating(*this), neg_slope); }
 Tensor Tensor::mish() const { return hlops::mish(*this); }

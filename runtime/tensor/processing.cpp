@@ -2,6 +2,7 @@
 // movement views, elementwise ops and one reduce, so it stays lazy, fuses, and differentiates
 // through the mlops alone.
 #include <algorithm>
+#include <cmath>
 
 #include "metagrad/tensor.hpp"
 
@@ -389,6 +390,43 @@ Tensor Tensor::sequential(const std::vector<std::function<Tensor(const Tensor&)>
   Tensor x = *this;
   for (const auto& f : layers) x = f(x);
   return x;
+}
+
+Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& value,
+                                            const std::optional<Tensor>& attn_mask, double dropout_p,
+                                            bool is_causal) const {
+  auto shapes = [&] {
+    return detail::cat(
+        "query ", to_string(shape()), ", key ", to_string(key.shape()), ", value ", to_string(value.shape()),
+        attn_mask ? detail::cat(", attn_mask ", to_string(attn_mask->shape())) : std::string());
+  };
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument(detail::cat("scaled_dot_product_attention: ", why, " (", shapes(), ")"));
+  };
+  if (ndim() < 2 || key.ndim() < 2 || value.ndim() < 2) fail("query, key and value need at least 2 axes");
+  std::int64_t L = shape()[shape().size() - 2], E = shape().back(), S = key.shape()[key.shape().size() - 2];
+  if (key.shape().back() != E) fail("query and key must end in one size E");
+  if (value.shape()[value.shape().size() - 2] != S) fail("key and value must have one length S");
+  if (is_causal && attn_mask) fail("is_causal and attn_mask are exclusive");
+  Tensor qk = [&] {
+    try {
+      return matmul(key.transpose(-2, -1)) * (1 / std::sqrt(static_cast<double>(E)));
+    } catch (const std::invalid_argument& e) { fail(e.what()); }
+    return *this;  // (not reached)
+  }();
+  std::optional<Tensor> mask = attn_mask;
+  if (is_causal) mask = Tensor::ones({L, S}, {.device = device()}).tril(0).cast(dtypes::bool_);
+  if (mask) {
+    Dims q = qk.shape();
+    bool fits = mask->ndim() <= qk.ndim();
+    for (std::size_t i = 0; fits && i < mask->shape().size(); ++i) {
+      std::int64_t m = mask->shape()[mask->shape().size() - 1 - i];
+      fits = m == 1 || m == q[q.size() - 1 - i];
+    }
+    if (!fits) fail(detail::cat("the mask does not broadcast to the scores ", to_string(q)));
+    qk = mask->dtype() == dtypes::bool_ ? mask->where(qk, -INFINITY) : qk + *mask;
+  }
+  return qk.softmax(-1).dropout(dropout_p).matmul(value);
 }
 
 }  // namespace metagrad

@@ -11,14 +11,26 @@
 // Hyperparameters that change during training (lr) and the step count live in 0-d float64 tensors,
 // not in kernels' constants, so a captured step can replay with new values; each update casts them
 // to the parameter's dtype and computes in that dtype.
+#include <optional>
 #include <vector>
 
 #include "metagrad/tensor.hpp"
 
 namespace metagrad::nn::optim {
 
+// Parameters sharing a weight decay (PyTorch's param_groups): AdamW({{decay, 0.1}, {no_decay, 0.0}}).
+// A group without one uses the optimizer's.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> weight_decay = {};
+};
+// GPT-style groups: tensors of 2 or more axes (matmul and embedding weights) decay by weight_decay,
+// the others (biases, LayerNorm's scale and shift) do not.
+std::vector<ParamGroup> decay_groups(const std::vector<Tensor>& params, double weight_decay);
+
 class Optimizer {
  public:
+  Optimizer(const std::vector<ParamGroup>& groups, double lr);
   // Float tensors with requires_grad unset become trainable; those with requires_grad = false
   // (running statistics) and integer ones are buffers: not updated, but realized with each step so
   // their graphs stay short. A tensor given twice counts once.
@@ -36,7 +48,8 @@ class Optimizer {
   void set_lr(double lr);
 
   std::vector<Tensor> params, buffers;
-  Tensor lr;  // 0-d float64
+  std::vector<std::optional<double>> param_wd;  // each parameter's group's weight decay, if it set one
+  Tensor lr;                                    // 0-d float64
 
  protected:
   Tensor grad_of(std::size_t i, const char* who) const;  // the gradient, or a clear error
@@ -62,7 +75,10 @@ class SGD : public Optimizer {
 class LAMB : public Optimizer {
  public:
   LAMB(const std::vector<Tensor>& params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
-       double eps = 1e-6, double wd = 0.0, bool adam = false);
+       double eps = 1e-6, double wd = 0.0, bool adam = false)
+      : LAMB(std::vector<ParamGroup>{{params}}, lr, b1, b2, eps, wd, adam) {}
+  LAMB(const std::vector<ParamGroup>& groups, double lr, double b1, double b2, double eps, double wd,
+       bool adam);
   void step() override;
 
   double b1, b2, eps, wd;
@@ -84,6 +100,40 @@ class AdamW : public LAMB {
   AdamW(const std::vector<Tensor>& params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
         double eps = 1e-8, double wd = 0.01)
       : LAMB(params, lr, b1, b2, eps, wd, true) {}
+  AdamW(const std::vector<ParamGroup>& groups, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
+        double eps = 1e-8, double wd = 0.01)
+      : LAMB(groups, lr, b1, b2, eps, wd, true) {}
+};
+
+// ---- training utilities ----
+
+// Scales the gradients of params in place so that their global 2-norm is at most max_norm
+// (PyTorch's clip_grad_norm_: coefficient min(1, max_norm / (norm + 1e-6))); returns the norm before
+// clipping as a 0-d float32 tensor, lazily (no realize). Parameters without a gradient are skipped.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// The learning rate at `step` (0-based) of linear warm-up from 0 to max_lr over warmup steps, then a
+// cosine decay to min_lr at total steps (and min_lr after), as nanoGPT's get_lr.
+double cosine_lr(long step, long warmup, long total, double max_lr, double min_lr = 0);
+// Sets an optimizer's lr by cosine_lr before each step: sched.step() once per training step.
+class CosineWarmup {
+ public:
+  CosineWarmup(Optimizer& opt, long warmup, long total, double max_lr, double min_lr = 0)
+      : opt_(opt), warmup_(warmup), total_(total), max_lr_(max_lr), min_lr_(min_lr) {
+    opt_.set_lr(cosine_lr(0, warmup_, total_, max_lr_, min_lr_));
+  }
+  // Moves to the next step's learning rate; returns it.
+  double step() {
+    double lr = cosine_lr(++t_, warmup_, total_, max_lr_, min_lr_);
+    opt_.set_lr(lr);
+    return lr;
+  }
+  long steps() const { return t_; }
+
+ private:
+  Optimizer& opt_;
+  long warmup_, total_, t_ = 0;
+  double max_lr_, min_lr_;
 };
 
 }  // namespace metagrad::nn::optim

@@ -1,0 +1,261 @@
+// A character-level GPT (token and position embeddings, N blocks of LayerNorm, causal multi-head
+// self-attention and a GELU MLP, AdamW with a cosine schedule) trained on Debian's `fortunes`
+// package: every text file of /usr/share/games/fortunes, 2.5 MB of English quips and quotations.
+//
+//   gpt [--steps=N] [--batch=N] [--context=N] [--width=N] [--heads=N] [--blocks=N] [--lr=X]
+//       [--device=NAME] [--threads=N] [--data=FILE_OR_DIR] [--eval-every=N] [--seed=N]
+//       [--save=FILE.safetensors] [--max-val-loss=X]               train, then print a sample
+//   gpt --load=FILE.safetensors [--sample=N] [--temperature=X] [--top-k=N]   only generate
+//
+// --max-val-loss makes the run a test: exit status 1 when the last validation loss is above it.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <metagrad/metagrad.hpp>
+#include <metagrad/runtime/threadpool.hpp>
+#include <random>
+#include <string>
+#include <vector>
+#include "gpt_model.hpp"
+
+using namespace metagrad;
+using examples::GPT;
+using examples::kVocab;
+using examples::loss_of;
+
+namespace {
+
+struct Options {
+  long steps = 600, batch = 32, context = 64, width = 128, heads = 4, blocks = 2, eval_every = 100,
+       seed = 1337, sample = 300, top_k = 0, threads = 0;
+  double lr = 3e-3, temperature = 0.8, max_val_loss = 0;
+  std::string device = getenv("DEVICE", Device::DEFAULT), data = "/usr/share/games/fortunes", save, load;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      std::string f = detail::cat("--", flag, "=");
+      return a.rfind(f, 0) == 0 ? argv[i] + f.size() : nullptr;
+    };
+    std::map<std::string, long*> ints{
+        {"steps", &o.steps},   {"batch", &o.batch},   {"context", &o.context},       {"width", &o.width},
+        {"heads", &o.heads},   {"blocks", &o.blocks}, {"eval-every", &o.eval_every}, {"seed", &o.seed},
+        {"sample", &o.sample}, {"top-k", &o.top_k},   {"threads", &o.threads}};
+    std::map<std::string, double*> reals{
+        {"lr", &o.lr}, {"temperature", &o.temperature}, {"max-val-loss", &o.max_val_loss}};
+    std::map<std::string, std::string*> strs{
+        {"device", &o.device}, {"data", &o.data}, {"save", &o.save}, {"load", &o.load}};
+    bool done = false;
+    for (auto& [k, p] : ints)
+      if (const char* v = value(k.c_str())) *p = std::atol(v), done = true;
+    for (auto& [k, p] : reals)
+      if (const char* v = value(k.c_str())) *p = std::atof(v), done = true;
+    for (auto& [k, p] : strs)
+      if (const char* v = value(k.c_str())) *p = v, done = true;
+    if (!done) {
+      std::fprintf(
+          stderr,
+          "usage: %s [--steps=N] [--batch=N] [--context=N] [--width=N] [--heads=N] [--blocks=N] [--lr=X]\n"
+          "          [--device=NAME] [--threads=N] [--data=FILE_OR_DIR] [--eval-every=N] [--seed=N]\n"
+          "          [--save=FILE] [--max-val-loss=X] [--load=FILE] [--sample=N] [--temperature=X] "
+          "[--top-k=N]\n",
+          argv[0]);
+      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+    }
+  }
+  o.device = Device::canonicalize(o.device);
+  if (o.steps < 0 || o.batch < 1 || o.context < 1 || o.width < 1 || o.heads < 1 || o.blocks < 0 ||
+      o.width % o.heads || o.eval_every < 1)
+    throw std::invalid_argument("gpt: sizes must be positive and the width a multiple of the heads");
+  return o;
+}
+
+// ---- the text: printable ASCII and newlines, one token per character ----
+
+int encode(unsigned char c) { return c == '\n' ? 0 : c >= 32 && c < 127 ? c - 31 : -1; }
+char decode(std::int64_t t) { return t == 0 ? '\n' : static_cast<char>(t + 31); }
+
+std::vector<std::int64_t> load_text(const std::string& path) {
+  std::vector<std::filesystem::path> files;
+  if (std::filesystem::is_directory(path)) {
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().extension() != ".u8")
+        files.push_back(e.path());
+    std::sort(files.begin(), files.end());  // one order on every machine
+  } else {
+    files.push_back(path);
+  }
+  std::vector<std::int64_t> out;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char c : s) {
+      int t = encode(static_cast<unsigned char>(c == '\t' ? ' ' : c));
+      if (t >= 0) out.push_back(t);
+    }
+  }
+  if (out.size() < 10000)
+    throw std::runtime_error("gpt: " + path +
+                             " holds too little text (install Debian's fortunes: tools/setup.sh)");
+  return out;
+}
+
+// Random windows of the text: inputs and the next characters, (batch, context) each.
+std::pair<Tensor, Tensor> batch_of(const std::vector<std::int64_t>& text, long b, long t,
+                                   std::mt19937_64& rng, const std::string& device) {
+  std::uniform_int_distribution<std::size_t> at(0, text.size() - static_cast<std::size_t>(t) - 2);
+  std::vector<std::int64_t> x, y;
+  for (long i = 0; i < b; ++i) {
+    std::size_t s = at(rng);
+    x.insert(x.end(), text.begin() + static_cast<long>(s), text.begin() + static_cast<long>(s) + t);
+    y.insert(y.end(), text.begin() + static_cast<long>(s) + 1, text.begin() + static_cast<long>(s) + t + 1);
+  }
+  return {Tensor(x, {b, t}, {.device = device}), Tensor(y, {b, t}, {.device = device})};
+}
+
+// Every forward sees one shape, (1, context), so its kernels compile once: the window is padded on
+// the right (causal attention keeps the padding out of earlier positions) and the last real position's
+// logits are picked by a one-hot weighting, a tensor of fixed shape whose data changes.
+std::string generate(const GPT& m, long n, double temperature, long top_k, const std::string& device) {
+  Tensor::NoGradGuard no_grad;
+  std::vector<std::int64_t> ctx{0};  // start after a newline
+  std::string out;
+  for (long i = 0; i < n; ++i) {
+    long t = std::min<long>(static_cast<long>(ctx.size()), m.context);
+    std::vector<std::int64_t> window(ctx.end() - t, ctx.end());
+    window.resize(static_cast<std::size_t>(m.context), 0);
+    std::vector<float> pick(static_cast<std::size_t>(m.context), 0.f);
+    pick[static_cast<std::size_t>(t - 1)] = 1;
+    Tensor logits = m(Tensor(window, {1, m.context}, {.device = device}));
+    Tensor last = (logits * Tensor(pick, {1, m.context, 1}, {.device = device})).sum(1);
+    std::int64_t next = nn::sample(last, temperature, top_k).item<std::int64_t>();
+    ctx.push_back(next);
+    out += decode(next);
+  }
+  return out;
+}
+
+// One terminal line redrawn with \r, only when stdout is a terminal.
+struct Progress {
+  long total;
+  bool tty = isatty(STDOUT_FILENO);
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last{};
+  void draw(long done, double loss, double lr) {
+    auto now = std::chrono::steady_clock::now();
+    if (!tty || (done < total && now - last < std::chrono::milliseconds(100))) return;
+    last = now;
+    double secs = std::chrono::duration<double>(now - start).count();
+    int width = 30, fill = static_cast<int>(width * done / std::max(total, 1L));
+    std::printf("\rstep %ld/%ld [%s%s] loss %.4f lr %.2e %.0f ms/step ", done, total,
+                std::string(static_cast<std::size_t>(fill), '#').c_str(),
+                std::string(static_cast<std::size_t>(width - fill), '.').c_str(), loss, lr,
+                done ? 1000 * secs / static_cast<double>(done) : 0.0);
+    std::fflush(stdout);
+  }
+  void clear() {
+    if (tty) std::printf("\r%80s\r", "");
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a log as they are printed
+  Options o = parse(argc, argv);
+  if (o.threads > 0) setenv("THREADS", std::to_string(o.threads).c_str(), 1);
+  Device::get(o.device);
+  Device::DEFAULT = o.device;
+  Tensor::manual_seed(static_cast<std::uint64_t>(o.seed));
+
+  if (!o.load.empty()) {  // generate only, the sizes from the file's metadata
+    auto meta = nn::safe_load_metadata(o.load);
+    auto size = [&](const char* k) { return std::stol(meta.at(k)); };
+    GPT model(size("context"), size("width"), size("heads"), size("blocks"));
+    nn::load_state_dict(model, nn::safe_load(o.load));
+    std::printf("%s", generate(model, o.sample, o.temperature, o.top_k, o.device).c_str());
+    std::printf("\n");
+    return 0;
+  }
+
+  std::vector<std::int64_t> text = load_text(o.data);
+  std::size_t split = text.size() * 9 / 10;
+  std::vector<std::int64_t> train(text.begin(), text.begin() + static_cast<long>(split)),
+      val(text.begin() + static_cast<long>(split), text.end());
+  GPT model(o.context, o.width, o.heads, o.blocks);
+  std::vector<Tensor> params = nn::get_parameters(model);
+  std::int64_t count = 0;
+  for (const Tensor& p : params) count += p.numel();
+  std::printf("GPT: %ld blocks, width %ld, %ld heads, context %ld, vocab %d: %lld parameters\n", o.blocks,
+              o.width, o.heads, o.context, kVocab, static_cast<long long>(count));
+  std::printf("text: %s, %zu characters (%zu for validation); device %s, %d threads, batch %ld, %ld steps\n",
+              o.data.c_str(), text.size(), val.size(), o.device.c_str(), thread_count(), o.batch, o.steps);
+
+  nn::optim::AdamW opt(nn::optim::decay_groups(params, 0.1), o.lr, 0.9, 0.99);
+  nn::optim::CosineWarmup sched(opt, std::min(100L, o.steps / 10 + 1), std::max(o.steps, 1L), o.lr,
+                                o.lr / 10);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(o.seed)), val_rng(7);
+  auto evaluate = [&] {
+    Tensor::NoGradGuard no_grad;
+    double s = 0;
+    const int n = 4;
+    std::mt19937_64 r = val_rng;  // the same validation batches each time
+    for (int i = 0; i < n; ++i) {
+      auto [x, y] = batch_of(val, o.batch, o.context, r, o.device);
+      s += loss_of(model, x, y).item<float>();
+    }
+    return s / n;
+  };
+  Progress bar{o.steps};
+  double val_loss = NAN;
+  for (long step = 1; step <= o.steps; ++step) {
+    auto [x, y] = batch_of(train, o.batch, o.context, rng, o.device);
+    Tensor::TrainingGuard training;
+    Tensor loss = loss_of(model, x, y);
+    opt.zero_grad();
+    loss.backward();
+    nn::optim::clip_grad_norm(opt.params, 1.0);
+    opt.step();
+    float l = loss.item<float>();
+    bar.draw(step, l, opt.get_lr());
+    if (step % o.eval_every == 0 || step == o.steps) {
+      Tensor::TrainingGuard eval(false);
+      val_loss = evaluate();
+      bar.clear();
+      std::printf("step %ld: train loss %.4f, validation loss %.4f\n", step, l, val_loss);
+    }
+    sched.step();
+  }
+  bar.clear();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - bar.start).count();
+  std::printf("trained in %.1f s (%.1f ms/step)\n", secs,
+              o.steps ? 1000 * secs / static_cast<double>(o.steps) : 0.0);
+  if (!o.save.empty()) {
+    nn::safe_save(nn::get_state_dict(model), o.save,
+                  {{"context", std::to_string(o.context)},
+                   {"width", std::to_string(o.width)},
+                   {"heads", std::to_string(o.heads)},
+                   {"blocks", std::to_string(o.blocks)}});
+    std::printf("saved %s\n", o.save.c_str());
+  }
+  if (o.sample > 0)
+    std::printf("---- sample ----\n%s\n",
+                generate(model, o.sample, o.temperature, o.top_k, o.device).c_str());
+  if (o.max_val_loss > 0 && !(val_loss <= o.max_val_loss)) {
+    std::fprintf(stderr, "gpt: validation loss %.4f is above %.4f\n", val_loss, o.max_val_loss);
+    return 1;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gpt: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,59 @@
+#pragma once
+// The character GPT of examples/gpt, shared with bench/bench_gpt: token and position embeddings, N
+// pre-LayerNorm blocks of causal multi-head self-attention (nn::MultiheadAttention) and a GELU MLP,
+// a final LayerNorm and an unbiased head. Names follow PyTorch's modules (wte, wpe, blocks.0.attn...).
+#include <cstdint>
+#include <metagrad/metagrad.hpp>
+#include <vector>
+
+namespace examples {
+
+using metagrad::Tensor;
+namespace nn = metagrad::nn;
+
+constexpr int kVocab = 96;  // '\n' is 0, ' '..'~' are 1..95
+
+struct Block {
+  nn::LayerNorm ln1, ln2;
+  nn::MultiheadAttention attn;
+  nn::Linear fc, proj;
+  Block(std::int64_t c, std::int64_t h)
+      : ln1(c), ln2(c), attn(c, h, 0, true, true), fc(c, 4 * c), proj(4 * c, c) {}
+  Tensor operator()(const Tensor& x) const {
+    Tensor y = x + attn(ln1(x), true);
+    return y + proj(fc(ln2(y)).gelu());
+  }
+  nn::StateDict state_dict() const {
+    return nn::state_dict({{"ln1", ln1}, {"attn", attn}, {"ln2", ln2}, {"fc", fc}, {"proj", proj}});
+  }
+};
+
+struct GPT {
+  std::int64_t context;
+  nn::Embedding wte, wpe;
+  std::vector<Block> blocks;
+  nn::LayerNorm ln_f;
+  nn::Linear head;
+  GPT(std::int64_t ctx, std::int64_t width, std::int64_t heads, std::int64_t n)
+      : context(ctx), wte(kVocab, width), wpe(ctx, width), blocks(), ln_f(width), head(width, kVocab, false) {
+    for (std::int64_t i = 0; i < n; ++i) blocks.emplace_back(width, heads);
+  }
+  // idx (B, T) int64 with T <= context: logits (B, T, vocab).
+  Tensor operator()(const Tensor& idx) const {
+    std::int64_t t = idx.shape()[1];
+    Tensor pos =
+        Tensor::arange(static_cast<double>(t), {.device = idx.device(), .dtype = metagrad::dtypes::int64});
+    Tensor x = wte(idx) + wpe(pos);
+    for (const Block& b : blocks) x = b(x);
+    return head(ln_f(x));
+  }
+  nn::StateDict state_dict() const {
+    return nn::state_dict({{"wte", wte}, {"wpe", wpe}, {"blocks", blocks}, {"ln_f", ln_f}, {"head", head}});
+  }
+};
+
+inline Tensor loss_of(const GPT& m, const Tensor& x, const Tensor& y) {
+  return m(x).reshape({-1, kVocab}).sparse_categorical_crossentropy(y.reshape({-1}));
+}
+
+}  // namespace examples
