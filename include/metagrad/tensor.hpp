@@ -255,8 +255,8 @@ class Tensor {
   Tensor hardswish() const;
   Tensor tanh() const;
   Tensor hardtanh(double min_val = -1, double max_val = 1) const;
-  // approximate "tanh" (today's default, tinygrad's formula) or "none" (the exact x * Phi(x), PyTorch's
-  // default, which needs erf).
+  // approximate "tanh" (the default, tinygrad's formula) or "none" (the exact x * Phi(x) through erf,
+  // PyTorch's default).
   Tensor gelu(std::string_view approximate = "tanh") const;
   Tensor quick_gelu() const;
   Tensor leakyrelu(double neg_slope = 0.01) const;

@@ -238,9 +238,10 @@ Tensor Tensor::tanh() const { return hlops::tanh(floating(*this)); }
 Tensor Tensor::hardtanh(double min_val, double max_val) const { return clip(min_val, max_val); }
 Tensor Tensor::gelu(std::string_view approximate) const {
   if (approximate == "tanh") return hlops::gelu(floating(*this));
-  if (approximate == "none")
-    throw std::invalid_argument(
-        "gelu: approximate = \"none\" (x * Phi(x)) needs Tensor::erf, which this build lacks; use \"tanh\"");
+  if (approximate == "none") {  // x * Phi(x), Phi the normal distribution's
+    Tensor x = floating(*this);
+    return x * 0.5 * ((x * M_SQRT1_2).erf() + 1);
+  }
   throw std::invalid_argument(
       detail::cat("gelu: approximate must be \"none\" or \"tanh\", got \"", std::string(approximate), "\""));
 }
