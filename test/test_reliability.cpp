@@ -194,3 +194,25 @@ TEST_CASE("messages: an impossible size and safe_load of a directory say what fa
   // "basic_filebuf::underflow error reading the file: Is a directory"
   REQUIRE_THROWS_WITH(nn::safe_load("."), Contains("safe_load") && Contains("'.'") && Contains("directory"));
 }
+
+TEST_CASE("to_vector and item: float to integer saturates as cast does, NaN gives 0", "[reliability]") {
+  // to_vector<int32_t>() of NaN and 1e30 was INT_MIN (an undefined static_cast)
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Tensor x({nan, 1e30f, -1e30f, inf, -inf, 2.75f, -2.75f, 3e9f, -0.5f});
+  auto same_as_cast = [&](auto zero, DType dt) {
+    using T = decltype(zero);
+    std::vector<T> got = x.to_vector<T>(), want = x.cast(dt).to_vector<T>();
+    REQUIRE(got == want);
+    return got;
+  };
+  using L32 = std::numeric_limits<std::int32_t>;
+  REQUIRE(same_as_cast(std::int32_t{}, dtypes::int32) ==
+          std::vector<std::int32_t>{0, L32::max(), L32::min(), L32::max(), L32::min(), 2, -2, L32::max(), 0});
+  same_as_cast(std::int64_t{}, dtypes::int64);
+  REQUIRE(same_as_cast(std::uint8_t{}, dtypes::uint8) ==
+          std::vector<std::uint8_t>{0, 255, 0, 255, 0, 2, 0, 255, 0});
+  same_as_cast(std::int8_t{}, dtypes::int8);
+  REQUIRE(Tensor({nan}).item<std::int32_t>() == 0);
+  REQUIRE(Tensor({1e30f}).item<std::int32_t>() == L32::max());
+  REQUIRE(Tensor({-1e30f}).item<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
+}
