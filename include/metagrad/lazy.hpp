@@ -118,20 +118,6 @@ struct CaptureLog {
 // Called by Tensor::assign; records into CaptureLog::active when one is installed.
 void note_assign(const LazyBufferPtr& before, const LazyBufferPtr& after);
 
-// A value read back as T: to an integer as `cast` converts (docs/design-changes.md), toward zero,
-// saturating to T's range, NaN giving 0 (a plain static_cast of NaN or 1e30 is undefined).
-namespace detail {
-template <class T>
-T convert_read(double v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (std::isnan(v)) return 0;
-    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-    if (v >= std::ldexp(1.0, std::numeric_limits<T>::digits)) return std::numeric_limits<T>::max();
-  }
-  return static_cast<T>(v);
-}
-}  // namespace detail
-
 template <class T>
 std::vector<T> LazyBuffer::to_vector() {
   LazyBufferPtr c = contiguous();
@@ -139,8 +125,18 @@ std::vector<T> LazyBuffer::to_vector() {
   std::shared_ptr<RawBuffer> raw = c->base()->realized;
   if (dtype_of<T> == raw->dtype && static_cast<std::int64_t>(raw->size) == st.size()) return raw->toCPU<T>();
   std::vector<double> v = read_as_double(*raw);
+  // To an integer as `cast` converts (docs/design-changes.md): toward zero, saturating to T's range,
+  // NaN giving 0 (a plain static_cast of NaN or 1e30 is undefined).
+  auto convert = [](double x) -> T {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (std::isnan(x)) return 0;
+      if (x <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+      if (x >= std::ldexp(1.0, std::numeric_limits<T>::digits)) return std::numeric_limits<T>::max();
+    }
+    return static_cast<T>(x);
+  };
   std::vector<T> out(static_cast<std::size_t>(st.size()));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = detail::convert_read<T>(v[i]);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = convert(v[i]);
   return out;
 }
 
