@@ -2,8 +2,11 @@
 // buffer descriptors) and loads, and runs them on the buffers' devices. It is the only code that
 // reads the lazy graph; devices and codegen get an AST and a list of RawBuffers, output first.
 #include <algorithm>
+#include <cstdio>
+#include <new>
 #include <optional>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -259,7 +262,34 @@ void note_not_replayable(const LazyBuffer& b, Backend& dev, const Plan& p) {
         detail::cat(what, " (", to_string(b.shape()), " ", b.dtype.name, " on ", b.device, ")"));
 }
 
+// Out of memory, saying for what: still a std::bad_alloc, whose own what() names nothing.
+struct OutOfMemory : std::bad_alloc {
+  std::string message;
+  explicit OutOfMemory(std::string m) : message(std::move(m)) {}
+  const char* what() const noexcept override { return message.c_str(); }
+};
+
+void execute_plan(Plan& p);
 void execute(Plan& p) {
+  try {
+    execute_plan(p);
+  } catch (const OutOfMemory&) { throw; } catch (const std::bad_alloc&) {
+    const LazyBuffer& b = *p.buf;
+    const char* op = p.ast                        ? "a kernel's output"
+                     : b.op->op == LoadOps::RAND  ? "rand (and randn, uniform, ...)"
+                     : b.op->op == LoadOps::CONST ? "a constant (zeros, ones, full)"
+                     : b.op->op == LoadOps::EMPTY ? "empty"
+                     : b.op->op == LoadOps::FROM  ? "a copy between devices"
+                                                  : "a custom load";
+    double bytes = static_cast<double>(b.st.size()) * b.dtype.itemsize;
+    char n[32];
+    std::snprintf(n, sizeof n, "%.0f", bytes);
+    throw OutOfMemory(detail::cat("realize: out of memory for ", op, " of shape ", to_string(b.shape()), " ",
+                                  b.dtype.name, " on ", b.device, ": ", n, " bytes asked for"));
+  }
+}
+
+void execute_plan(Plan& p) {
   LazyBuffer& b = *p.buf;
   if (b.realized) return;
   Backend& dev = Device::get(b.device);

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -368,6 +370,50 @@ TEST_CASE("gemm: BEAM's choice matches the default's results and a second proces
   CHECK(s2 == 0);  // the choice came from disk
   CHECK(h2 == 1);
   CHECK(b1 == b2);
+}
+
+// Issue 38 item 10: a kc of INT64_MAX in the choices file killed every later matmul with SIGFPE.
+TEST_CASE("gemm: a damaged line in BEAM's choices is dropped, never used, and the file rewritten", "[gemm]") {
+  test::TempDir dir("metagrad_beam_damaged");
+  auto run = [&](const char* name, const char* beam) {
+    pid_t pid =
+        test::spawn_child("gemm BEAM child process", {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
+                                                      "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(),
+                                                      std::string("BEAM=") + beam, "THREADS=1"});
+    REQUIRE(pid > 0);
+    REQUIRE(test::wait_for(pid) == 0);
+    std::ifstream f(dir.path / name);
+    long searches = -1, hits = -1;
+    double worst = 1;
+    gemm::GemmBlocking b;
+    f >> searches >> hits >> worst >> b.mc >> b.kc >> b.nc;
+    CHECK(worst < 1e-3);
+    return std::tuple{hits, b};
+  };
+  auto [h1, b1] = run("first", "2");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir.path / "cache" / "gemm")) files.push_back(e.path());
+  REQUIRE(files.size() == 1);
+  std::string good;
+  {
+    std::ifstream g(files[0]);
+    std::getline(g, good);
+  }
+  std::istringstream in(good);
+  std::string isa, m, n, k, threads;
+  REQUIRE(in >> isa >> m >> n >> k >> threads);
+  {  // a later line for the same product would replace the good one
+    std::ofstream f(files[0], std::ios::app);
+    f << isa << " " << m << " " << n << " " << k << " " << threads << " 96 9223372036854775807 4096\n"
+      << isa << " " << m << " " << n << " " << k << " " << threads << " 0 -3 12\n"
+      << "a damaged line\n";
+  }
+  auto [h2, b2] = run("second", "0");
+  CHECK(h2 == 1);  // the good line, from disk
+  CHECK(b2 == b1);
+  std::ifstream f(files[0]);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(all == good + "\n");
 }
 
 // The static path's cache reader (<cstdio>, compiled into every static unit) against a plain

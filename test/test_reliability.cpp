@@ -1,10 +1,16 @@
 // Issue 13 (reliability), the tensor and shape layers: shapes are checked once where they enter
-// (negative sizes, products past int64), and an empty axis list means no axes.
+// (negative sizes, products past int64), and an empty axis list means no axes. Issue 38: slices with
+// extreme steps, the sign of zero, out-of-memory and unreadable-file messages.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <new>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "metagrad/nn/state.hpp"
 #include "metagrad/shape/shapetracker.hpp"
 #include "metagrad/shape/symbolic.hpp"
 #include "metagrad/tensor.hpp"
@@ -117,4 +123,96 @@ TEST_CASE("ShapeTracker: simplify merges a stack whose index needs the modulo ru
   st.simplify();
   REQUIRE(st.views().size() == 1);
   REQUIRE(st.views()[0] == View(Dims{2, 5}, Dims{1, 1}));
+}
+
+// ---- issue 38 -----------------------------------------------------------------------------------
+
+TEST_CASE("slices: steps near the int64 limits take what numpy takes", "[reliability]") {
+  // arange(5)[::INT64_MAX] was [] (numpy [0]), [::INT64_MIN] [] (numpy [4]): the step overflowed
+  Tensor x = Tensor::arange(5);
+  auto take = [&](std::optional<i64> start, std::optional<i64> stop, i64 step) {
+    return x[{Slice{start, stop, step}}].to_vector<float>();
+  };
+  constexpr i64 kMin = std::numeric_limits<i64>::min();
+  REQUIRE(take({}, {}, kMax) == std::vector<float>{0});
+  REQUIRE(take({}, {}, kMin) == std::vector<float>{4});
+  REQUIRE(take({}, {}, kMax - 1) == std::vector<float>{0});
+  REQUIRE(take({}, {}, -kMax) == std::vector<float>{4});
+  REQUIRE(take(2, {}, kMax) == std::vector<float>{2});
+  REQUIRE(take(2, {}, kMin) == std::vector<float>{2});
+  REQUIRE(take(kMin, kMax, kMax) == std::vector<float>{0});
+  REQUIRE(take(kMax, kMin, kMin) == std::vector<float>{4});
+  REQUIRE(take(kMin, kMax, 3) == std::vector<float>{0, 3});
+  REQUIRE(take(kMax, kMin, -3) == std::vector<float>{4, 1});
+  REQUIRE(take({}, {}, 5) == std::vector<float>{0});
+  REQUIRE(take({}, {}, 4) == std::vector<float>{0, 4});
+  REQUIRE(take({}, {}, -4) == std::vector<float>{4, 0});
+  REQUIRE(take(3, 1, kMax).empty());
+  REQUIRE(take(1, 3, kMin).empty());
+  // on an empty axis too
+  REQUIRE(Tensor::arange(0)[{Slice{{}, {}, kMin}}].to_vector<float>().empty());
+}
+
+TEST_CASE("sign of zero: cat keeps -0, rsqrt(-0) is -inf", "[reliability]") {
+  // cat was a sum of zero-padded pieces: -0 + 0 is +0
+  for (const char* dev : {"CPU", "CLANG"}) {
+    INFO(dev);
+    Tensor a = Tensor({-0.f, 0.f, -1.f}, {.device = dev}), b = Tensor({0.f, -0.f}, {.device = dev});
+    std::vector<float> c = a.cat({b, a}).to_vector<float>();
+    std::vector<float> want = {-0.f, 0.f, -1.f, 0.f, -0.f, -0.f, 0.f, -1.f};
+    REQUIRE(c.size() == want.size());
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      INFO("element " << i);
+      REQUIRE(c[i] == want[i]);
+      REQUIRE(std::signbit(c[i]) == std::signbit(want[i]));
+    }
+    Tensor z = Tensor({-0.f, 0.f, 4.f, -1.f}, {.device = dev});
+    std::vector<float> r = z.rsqrt().to_vector<float>();
+    REQUIRE(r[0] == -std::numeric_limits<float>::infinity());
+    REQUIRE(r[1] == std::numeric_limits<float>::infinity());
+    REQUIRE(r[2] == 0.5f);
+    REQUIRE(std::isnan(r[3]));
+  }
+}
+
+TEST_CASE("messages: an impossible size and safe_load of a directory say what failed", "[reliability]") {
+  // a bare std::bad_alloc named nothing
+  for (auto make :
+       {+[] { return Tensor::rand({i64{1} << 45}); }, +[] { return Tensor::empty({i64{1} << 45}); },
+        +[] { return Tensor::zeros({i64{1} << 45}).contiguous(); }}) {
+    try {
+      make().realize();
+      FAIL("no exception");
+    } catch (const std::bad_alloc& e) {
+      std::string what = e.what();
+      INFO(what);
+      REQUIRE(what.find("out of memory for") != std::string::npos);
+      REQUIRE(what.find("(35184372088832,)") != std::string::npos);
+      REQUIRE(what.find("140737488355328 bytes") != std::string::npos);
+    }
+  }
+  // "basic_filebuf::underflow error reading the file: Is a directory"
+  REQUIRE_THROWS_WITH(nn::safe_load("."), Contains("safe_load") && Contains("'.'") && Contains("directory"));
+}
+
+TEST_CASE("to_vector and item: float to integer saturates as cast does, NaN gives 0", "[reliability]") {
+  // to_vector<int32_t>() of NaN and 1e30 was INT_MIN (an undefined static_cast)
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Tensor x({nan, 1e30f, -1e30f, inf, -inf, 2.75f, -2.75f, 3e9f, -0.5f});
+  auto same_as_cast = [&](auto zero, DType dt) {
+    using T = decltype(zero);
+    std::vector<T> got = x.to_vector<T>(), want = x.cast(dt).to_vector<T>();
+    REQUIRE(got == want);
+    return got;
+  };
+  using L32 = std::numeric_limits<std::int32_t>;
+  REQUIRE(same_as_cast(std::int32_t{}, dtypes::int32) ==
+          std::vector<std::int32_t>{0, L32::max(), L32::min(), L32::max(), L32::min(), 2, -2, L32::max(), 0});
+  same_as_cast(std::int64_t{}, dtypes::int64);
+  REQUIRE(same_as_cast(std::uint8_t{}, dtypes::uint8) ==
+          std::vector<std::uint8_t>{0, 255, 0, 255, 0, 2, 0, 255, 0});
+  same_as_cast(std::int8_t{}, dtypes::int8);
+  REQUIRE(Tensor({nan}).item<std::int32_t>() == 0);
+  REQUIRE(Tensor({1e30f}).item<std::int32_t>() == L32::max());
+  REQUIRE(Tensor({-1e30f}).item<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
 }

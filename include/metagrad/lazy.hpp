@@ -6,10 +6,13 @@
 // its consumer) and runs them on the buffer's device. GRAPH=1 draws what each realize computes
 // (DOT in GRAPH_PATH, SVG at exit), DEBUG=1 and 2 report it (docs/environment.md).
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "metagrad/ast.hpp"
@@ -122,8 +125,18 @@ std::vector<T> LazyBuffer::to_vector() {
   std::shared_ptr<RawBuffer> raw = c->base()->realized;
   if (dtype_of<T> == raw->dtype && static_cast<std::int64_t>(raw->size) == st.size()) return raw->toCPU<T>();
   std::vector<double> v = read_as_double(*raw);
+  // To an integer as `cast` converts (docs/design-changes.md): toward zero, saturating to T's range,
+  // NaN giving 0 (a plain static_cast of NaN or 1e30 is undefined).
+  auto convert = [](double x) -> T {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (std::isnan(x)) return 0;
+      if (x <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+      if (x >= std::ldexp(1.0, std::numeric_limits<T>::digits)) return std::numeric_limits<T>::max();
+    }
+    return static_cast<T>(x);
+  };
   std::vector<T> out(static_cast<std::size_t>(st.size()));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(v[i]);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = convert(v[i]);
   return out;
 }
 

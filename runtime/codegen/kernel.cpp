@@ -141,11 +141,13 @@ Opts Opts::host() {
 void Kernel::hand_coded_optimizations(const Opts& opts) {
   auto looped_end = [&] { return shape_len() - upcasted; };
   // One looped reduce axis, a multiple of 2 blocks, a sum straight into the output (which holds the
-  // partial sums), and a global axis for the threads.
+  // partial sums), and a global axis for the threads. At most 4096 blocks: the output sums them in
+  // one chain, which must stay short (see the linearizer's levels).
   auto blockable = [&](std::int64_t block) {
     return first_reduce >= 1 && looped_end() == first_reduce + 1 && reduceop == ast.get() &&
            reduceop->op != ReduceOps::MAX && ast_dtype(reduceop->src.at(0)) == out_dtype &&
-           full_shape()[first_reduce] % block == 0 && full_shape()[first_reduce] >= 2 * block;
+           full_shape()[first_reduce] % block == 0 && full_shape()[first_reduce] >= 2 * block &&
+           full_shape()[first_reduce] / block <= 4096;
   };
   auto contiguous_in_input = [&](std::size_t axis) {
     for (std::size_t b = 1; b < sts.size(); ++b)

@@ -168,6 +168,80 @@ struct Linearizer {
     return level[0];
   }
 
+  // A long sum in one float32 accumulator stops growing (past 2^24 ones) and drifts well before:
+  // adding the same value 4096 times is off by 5e-5. Past kChainLimit trips, a sum's loops are cut
+  // into levels of at most kLevel trips, each level summing into an accumulator of its own that is
+  // added to the level above when it ends (blocked accumulation, close to pairwise: about one
+  // rounding a level, log16(n) levels). Maximum needs none of it.
+  static constexpr std::int64_t kLevel = 16, kChainLimit = 4096;
+  std::vector<std::vector<std::vector<int>>> levels;  // per level, per output position, accumulators
+  int loop_count = 0;
+
+  void new_level(DType acc_dt) {
+    std::vector<std::vector<int>> accs;
+    for (const std::vector<int>& o : levels.back()) {
+      accs.emplace_back();
+      for (std::size_t i = 0; i < o.size(); ++i)
+        accs.back().push_back(push(UOp{UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, 0}));
+    }
+    levels.push_back(std::move(accs));
+  }
+  void end_level(DType acc_dt) {
+    std::vector<std::vector<int>> inner = std::move(levels.back());
+    levels.pop_back();
+    for (std::size_t o = 0; o < inner.size(); ++o)
+      for (std::size_t i = 0; i < inner[o].size(); ++i)
+        push(UOp{UOps::ACC, acc_dt, {levels.back()[o][i], inner[o][i]}, BinaryOps::ADD});
+  }
+  // A loop of n trips over axis d, its variable added to `base` with weight `step`; then `inner`.
+  template <class F>
+  void level_loop(std::size_t d, std::int64_t n, const Node& base, std::int64_t step, F&& inner) {
+    std::size_t keep = open.size();
+    std::string name =
+        detail::cat("ridx", std::to_string(d - k.first_reduce), "_", std::to_string(loop_count++));
+    Node var = symbolic::Variable(name, 0, n - 1);
+    open_loop(name, n, false);
+    inner(base + var * step);
+    close_loops(keep);
+  }
+  // Axis d from `base` for exactly S = kLevel^j elements: j nested loops, a level each but the last.
+  template <class F>
+  void perfect(std::size_t d, std::int64_t S, const Node& base, DType acc_dt, F& leaf) {
+    if (S == kLevel)
+      return level_loop(d, kLevel, base, 1, [&](const Node& at) { loop_vars[d] = at, leaf(); });
+    level_loop(d, kLevel, base, S / kLevel, [&](const Node& at) {
+      new_level(acc_dt), perfect(d, S / kLevel, at, acc_dt, leaf), end_level(acc_dt);
+    });
+  }
+  // Axis d over [base, base + n): q < kLevel blocks of S = kLevel^j elements (a level each, and the
+  // q of them a level), then the rest the same way (a level): any n, no accumulator taking more than
+  // kLevel additions, one copy of the body per base-kLevel digit.
+  template <class F>
+  void nest(std::size_t d, std::int64_t n, const Node& base, DType acc_dt, F& leaf) {
+    if (n <= kLevel) return level_loop(d, n, base, 1, [&](const Node& at) { loop_vars[d] = at, leaf(); });
+    std::int64_t S = kLevel;
+    while (S <= n / kLevel) S *= kLevel;
+    std::int64_t q = n / S, t = n % S;
+    new_level(acc_dt);
+    if (q == 1)
+      perfect(d, S, base, acc_dt, leaf);
+    else
+      level_loop(d, q, base, S, [&](const Node& at) {
+        new_level(acc_dt), perfect(d, S, at, acc_dt, leaf), end_level(acc_dt);
+      });
+    end_level(acc_dt);
+    if (t) new_level(acc_dt), nest(d, t, base + Node(q * S), acc_dt, leaf), end_level(acc_dt);
+  }
+  // The looped reduce axes [d, reduce_end) in levels; each axis after the first is a level too.
+  template <class F>
+  void levelled_axes(std::size_t d, DType acc_dt, F& leaf) {
+    auto next = [&] {
+      if (d + 1 == reduce_end()) return leaf();
+      new_level(acc_dt), levelled_axes(d + 1, acc_dt, leaf), end_level(acc_dt);
+    };
+    nest(d, k.full_shape()[d], Node(0), acc_dt, next);
+  }
+
   // The reduce loops: per output position, the reduce's value (-1 without a reduce).
   std::vector<int> reduce(const std::vector<Dims>& out_positions) {
     std::vector<int> reduced(out_positions.size(), -1);
@@ -184,21 +258,33 @@ struct Linearizer {
     }
     std::size_t outer = open.size();
     std::size_t first_looped = k.first_reduce + (k.blocked ? 1 : 0);
-    for (std::size_t d = first_looped; d < reduce_end(); ++d)
-      open_axis(d, "ridx" + std::to_string(d - k.first_reduce), false);
     Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
-    for (std::size_t o = 0; o < out_positions.size(); ++o) {
-      const std::vector<Dims>& rp = positions[o];
-      for (std::size_t i = 0; i < rp.size(); ++i) {
-        int v;
-        if (r.op == FusedOps::MULACC) {
-          int a = ast(r.src[0], rp[i], -1), b = ast(r.src[1], rp[i], -1);
-          v = push(UOp{UOps::ALU, acc_dt, {a, b}, BinaryOps::MUL});
-        } else {
-          v = ast(r.src[0], rp[i], -1);
+    std::int64_t trips = 1;
+    for (std::size_t d = first_looped; d < reduce_end(); ++d) trips *= k.full_shape()[d];
+    levels = {accs};
+    auto body = [&] {
+      const std::vector<std::vector<int>>& into = levels.back();
+      for (std::size_t o = 0; o < out_positions.size(); ++o) {
+        const std::vector<Dims>& rp = positions[o];
+        for (std::size_t i = 0; i < rp.size(); ++i) {
+          int v;
+          if (r.op == FusedOps::MULACC) {
+            int a = ast(r.src[0], rp[i], -1), b = ast(r.src[1], rp[i], -1);
+            v = push(UOp{UOps::ALU, acc_dt, {a, b}, BinaryOps::MUL});
+          } else {
+            v = ast(r.src[0], rp[i], -1);
+          }
+          push(UOp{UOps::ACC, acc_dt, {into[o][i], v}, update});
         }
-        push(UOp{UOps::ACC, acc_dt, {accs[o][i], v}, update});
       }
+    };
+    if (is_max || trips <= kChainLimit) {
+      for (std::size_t d = first_looped; d < reduce_end(); ++d)
+        open_axis(d, "ridx" + std::to_string(d - k.first_reduce), false);
+      body();
+    } else {
+      auto leaf = [&] { seen.clear(), body(); };  // no value outlives the loop it is made in
+      levelled_axes(first_looped, acc_dt, leaf);
     }
     close_loops(outer);
     for (std::size_t d = first_looped; d < reduce_end(); ++d) loop_vars[d] = 0;
@@ -229,7 +315,7 @@ struct Linearizer {
 }  // namespace
 
 LinearizedKernel linearize(const Kernel& k) {
-  Linearizer l{k, {}, {}, {}, {}};
+  Linearizer l{k, {}, {}, {}, {}, {}, 0};
   l.run();
   return std::move(l.out);
 }

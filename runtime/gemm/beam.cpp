@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -56,15 +57,48 @@ std::string cpu_id() {
 }
 fs::path store_path() { return fs::path(kernel_cache_dir()) / "gemm" / (cpu_id() + ".txt"); }
 
+// A line is used only where every field is one the search could have written: a known ISA, positive
+// sizes, and blockings within the candidates' range (one damaged line, a kc of INT64_MAX, made every
+// later matmul die with SIGFPE, BEAM set or not). Any other line is dropped and the file rewritten
+// without it.
+bool plausible(int isa, std::int64_t m, std::int64_t n, std::int64_t k, int threads, const GemmBlocking& b) {
+  return isa >= 0 && isa <= static_cast<int>(Isa::avx512) && m > 0 && n > 0 && k > 0 && threads > 0 &&
+         b.mc >= 1 && b.mc <= 8192 && b.kc >= 1 && b.kc <= 4096 && b.nc >= 1 && b.nc <= 65536;
+}
+
 void load(Store& s) {
   if (s.loaded) return;
   s.loaded = true;
   std::ifstream f(store_path());
-  int isa, threads;
-  std::int64_t m, n, k;
-  GemmBlocking b;
-  while (f >> isa >> m >> n >> k >> threads >> b.mc >> b.kc >> b.nc)
-    if (b.mc > 0 && b.kc > 0 && b.nc > 0) s.known[{isa, m, n, k, threads}] = {b, true};
+  std::string line;
+  bool dropped = false;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    int isa = -1, threads = 0;
+    std::int64_t m = 0, n = 0, k = 0;
+    GemmBlocking b{0, 0, 0};
+    std::string rest;
+    if (in >> isa >> m >> n >> k >> threads >> b.mc >> b.kc >> b.nc && !(in >> rest) &&
+        plausible(isa, m, n, k, threads, b))
+      s.known[{isa, m, n, k, threads}] = {b, true};
+    else
+      dropped = dropped || !line.empty();
+  }
+  if (!dropped) return;
+  f.close();
+  std::error_code ec;
+  fs::path p = store_path(), tmp = p;
+  tmp += ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    for (const auto& [key, v] : s.known) {
+      auto [isa, m, n, k, threads] = key;
+      out << isa << " " << m << " " << n << " " << k << " " << threads << " " << v.first.mc << " "
+          << v.first.kc << " " << v.first.nc << "\n";
+    }
+  }
+  fs::rename(tmp, p, ec);  // atomic: a reader sees the old file or the new one
+  if (ec) fs::remove(tmp, ec);
 }
 
 void save(const Key& key, const GemmBlocking& b) {

@@ -5,6 +5,7 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -290,9 +291,17 @@ std::string tensor_bytes(const Tensor& t) {
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error(cat("safe_load: '", path, "' is a directory, not a .safetensors file"));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(cat("safe_load: cannot open '", path, "'"));
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string data;
+  try {  // libstdc++'s filebuf throws on a read error (its message names no file)
+    data.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(cat("safe_load: error reading '", path, "': ", e.what()));
+  }
   if (f.bad()) throw std::runtime_error(cat("safe_load: error reading '", path, "'"));
   return data;
 }

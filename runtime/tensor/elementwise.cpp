@@ -198,11 +198,14 @@ Tensor Tensor::cos() const { return hlops::cos(floating(*this)); }
 Tensor Tensor::tan() const { return hlops::tan(*this); }
 Tensor Tensor::ceil() const { return dtypes::is_float(dtype()) ? round_toward(*this, true) : *this; }
 Tensor Tensor::floor() const { return dtypes::is_float(dtype()) ? round_toward(*this, false) : *this; }
-// Negative x gives NaN and rsqrt(0) is inf, as in PyTorch (rsqrt(-0.0) is +inf here, -inf there).
-// The max with -1 keeps every negative negative but sends -inf, where C's pow gives +inf and +0, to
-// NaN as well.
+// Negative x gives NaN and rsqrt(±0) is ±inf, as in PyTorch (C's pow(-0, -0.5) is +inf: at zero
+// rsqrt is 1/x, its sign and its gradient, -inf, as pow's). The max with -1 keeps every negative
+// negative but sends -inf, where C's pow gives +inf and +0, to NaN as well.
 Tensor Tensor::sqrt() const { return floating(*this).maximum(-1).pow(0.5); }
-Tensor Tensor::rsqrt() const { return floating(*this).maximum(-1).pow(-0.5); }
+Tensor Tensor::rsqrt() const {
+  Tensor x = floating(*this);
+  return x.eq(x.scalar_like(0)).where(x.reciprocal(), x.maximum(-1).pow(-0.5));
+}
 Tensor Tensor::square() const { return hlops::square(*this); }
 // min > max gives max everywhere, as PyTorch's clamp; NaN stays NaN.
 // A whole scalar keeps an integer tensor integer (x.maximum(0) of int32 is int32).

@@ -2,7 +2,9 @@
 // Every hlop here is reshape/expand/permute/pad/shrink/flip (plus adds of zero-padded pieces), so
 // each stays a view of its input and is differentiable through those mlops alone.
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "metagrad/tensor.hpp"
@@ -275,8 +277,15 @@ Taken taken(const Tensor& t, const Index& i, std::size_t d) {
     return std::clamp(x, lo, hi);
   };
   std::int64_t start = norm(s.start, step < 0 ? hi : lo), stop = norm(s.stop, step < 0 ? lo : hi);
-  std::int64_t a = step < 0 ? -step : step, span = step < 0 ? start - stop : stop - start;
-  return {start, step, span > 0 ? (span + a - 1) / a : 0};
+  // |step| past n takes what n takes (one element at most): no overflow for steps near the int64
+  // limits (-INT64_MIN is not an int64), and a step of 1 where one element is taken.
+  std::int64_t a =
+      std::min(step == std::numeric_limits<std::int64_t>::min() ? std::numeric_limits<std::int64_t>::max()
+                                                                : std::abs(step),
+               std::max<std::int64_t>(n, 1));
+  std::int64_t span = step < 0 ? start - stop : stop - start, count = span > 0 ? (span + a - 1) / a : 0;
+  if (count <= 1) a = 1;
+  return {start, step < 0 ? -a : a, count};
 }
 
 // Every steps[k]-th element of axis k of x, from the first, counts[k] of them: pad to
@@ -351,14 +360,18 @@ Tensor Tensor::cat(const std::vector<Tensor>& others, std::int64_t dim) const {
   if (all.size() == 1) return *this;
   Tensor ret = *this;
   std::int64_t at = 0;
+  // Floats sum the padded pieces negated, then negate: -0 + +0 is +0, so a plain sum loses a -0
+  // next to another piece's zero padding; -(-v + -0 + ...) is v for every v, -0 included.
+  bool negate = dtypes::is_float(dt);
   for (std::size_t k = 0; k < all.size(); ++k) {
     PadArg p = zero_pads(ndim());
     p[d] = {at, total - at - all[k].shape()[d]};
     at += all[k].shape()[d];
     Tensor piece = all[k].cast(dt).pad(p);
+    if (negate) piece = -piece;
     ret = k == 0 ? piece : ret + piece;
   }
-  return ret;
+  return negate ? -ret : ret;
 }
 
 Tensor Tensor::stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
