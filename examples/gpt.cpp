@@ -17,12 +17,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <metagrad/metagrad.hpp>
 #include <metagrad/runtime/threadpool.hpp>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "flags.hpp"
 #include "gpt_model.hpp"
 
 using namespace metagrad;
@@ -41,42 +42,18 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      std::string f = detail::cat("--", flag, "=");
-      return a.rfind(f, 0) == 0 ? argv[i] + f.size() : nullptr;
-    };
-    std::map<std::string, long*> ints{
-        {"steps", &o.steps},   {"batch", &o.batch},   {"context", &o.context},       {"width", &o.width},
-        {"heads", &o.heads},   {"blocks", &o.blocks}, {"eval-every", &o.eval_every}, {"seed", &o.seed},
-        {"sample", &o.sample}, {"top-k", &o.top_k},   {"threads", &o.threads}};
-    std::map<std::string, double*> reals{
-        {"lr", &o.lr}, {"temperature", &o.temperature}, {"max-val-loss", &o.max_val_loss}};
-    std::map<std::string, std::string*> strs{
-        {"device", &o.device}, {"data", &o.data}, {"save", &o.save}, {"load", &o.load}};
-    bool done = false;
-    for (auto& [k, p] : ints)
-      if (const char* v = value(k.c_str())) *p = std::atol(v), done = true;
-    for (auto& [k, p] : reals)
-      if (const char* v = value(k.c_str())) *p = std::atof(v), done = true;
-    for (auto& [k, p] : strs)
-      if (const char* v = value(k.c_str())) *p = v, done = true;
-    if (!done) {
-      std::fprintf(
-          stderr,
-          "usage: %s [--steps=N] [--batch=N] [--context=N] [--width=N] [--heads=N] [--blocks=N] [--lr=X]\n"
-          "          [--device=NAME] [--threads=N] [--data=FILE_OR_DIR] [--eval-every=N] [--seed=N]\n"
-          "          [--save=FILE] [--max-val-loss=X] [--load=FILE] [--sample=N] [--temperature=X] "
-          "[--top-k=N]\n",
-          argv[0]);
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
-    }
-  }
+  examples::Flags flags(argv[0]);
+  flags.add("steps", o.steps, "N").add("batch", o.batch, "N").add("context", o.context, "N");
+  flags.add("width", o.width, "N").add("heads", o.heads, "N").add("blocks", o.blocks, "N");
+  flags.add("lr", o.lr, "X").add("device", o.device, "NAME").add("threads", o.threads, "N");
+  flags.add("data", o.data, "FILE_OR_DIR").add("eval-every", o.eval_every, "N").add("seed", o.seed, "N");
+  flags.add("save", o.save, "FILE").add("max-val-loss", o.max_val_loss, "X").add("load", o.load, "FILE");
+  flags.add("sample", o.sample, "N").add("temperature", o.temperature, "X").add("top-k", o.top_k, "N");
+  flags.parse(argc, argv);
   o.device = Device::canonicalize(o.device);
-  if (o.steps < 0 || o.batch < 1 || o.context < 1 || o.width < 1 || o.heads < 1 || o.blocks < 0 ||
-      o.width % o.heads || o.eval_every < 1)
-    throw std::invalid_argument("gpt: sizes must be positive and the width a multiple of the heads");
+  flags.require(o.steps >= 0 && o.batch >= 1 && o.context >= 1 && o.width >= 1 && o.heads >= 1 &&
+                    o.blocks >= 0 && o.width % o.heads == 0 && o.eval_every >= 1,
+                "sizes must be positive and the width a multiple of the heads");
   return o;
 }
 
