@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <metagrad/fixed/parallel.hpp>
 #include <metagrad/jit.hpp>
 #include <random>
 #include <string>
@@ -227,6 +228,7 @@ int main(int argc, char** argv) try {
       N, C, H, T, B, rounds, steps);
   for (int threads : {1, 2}) {
     setenv("THREADS", std::to_string(threads).c_str(), 1);
+    metagrad::fixed::set_threads(threads);  // the pool read THREADS when it started
     torch::set_num_threads(threads);
     struct Config {
       std::string name;
