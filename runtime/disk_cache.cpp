@@ -53,8 +53,11 @@ std::string private_name(const fs::path& path) {
   return path.string() + "." + std::to_string(::getpid()) + "." + std::to_string(counter++) + ".tmp";
 }
 
-std::string sum_of(const std::string& bytes) {
-  return std::to_string(bytes.size()) + " " + stable_hash(bytes) + "\n";
+// The object's size and the hash of its name and bytes: the name is its key (a hash of what it was
+// built from), so an object and sidecar moved under another key's name (two kernels' pairs swapped)
+// do not verify, and the wrong code is never loaded.
+std::string sum_of(const fs::path& path, const std::string& bytes) {
+  return std::to_string(bytes.size()) + " " + stable_hash(path.filename().string() + "\n" + bytes) + "\n";
 }
 
 bool write_atomically(const fs::path& path, const std::string& bytes) {
@@ -94,7 +97,7 @@ std::optional<std::string> read_file_bytes(const fs::path& path) {
 }
 
 void write_sidecar(const fs::path& path, const std::string& bytes) {
-  write_atomically(path.string() + ".sum", sum_of(bytes));
+  write_atomically(path.string() + ".sum", sum_of(path, bytes));
 }
 
 std::optional<std::string> load_verified(const fs::path& path) {
@@ -102,7 +105,7 @@ std::optional<std::string> load_verified(const fs::path& path) {
   fs::path sum = path.string() + ".sum";
   if (!fs::exists(path, ec) && !fs::exists(sum, ec)) return std::nullopt;
   std::optional<std::string> bytes = read_file_bytes(path), want = read_file_bytes(sum);
-  if (bytes && want && *want == sum_of(*bytes)) return bytes;
+  if (bytes && want && *want == sum_of(path, *bytes)) return bytes;
   fs::remove(path, ec);
   fs::remove(sum, ec);
   return std::nullopt;

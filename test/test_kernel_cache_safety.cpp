@@ -163,3 +163,26 @@ TEST_CASE("kernel_cache: without HOME the cache is a private per-user directory"
   CHECK(st.st_uid == ::getuid());
   CHECK((st.st_mode & 0777) == 0700);
 }
+
+// The sidecar is bound to its object's name (the kernel's key): two kernels' object-and-sidecar
+// pairs swapped on disk verify under neither name, so neither kernel loads the other's code.
+TEST_CASE("kernel_cache: two kernels' objects swapped with their sidecars are rebuilt, not loaded",
+          "[kernel_cache]") {
+  test::TempDir tmp("metagrad_cache_swap");
+  REQUIRE(!tmp.path.empty());
+  fs::path a = tmp.path / "aaaa.so", b = tmp.path / "bbbb.so";
+  store_verified(a, "the code of kernel a");
+  store_verified(b, "the code of kernel b, longer");
+  REQUIRE(load_verified(a) == std::optional<std::string>("the code of kernel a"));
+  REQUIRE(load_verified(b) == std::optional<std::string>("the code of kernel b, longer"));
+  fs::path t = tmp.path / "t";
+  for (const char* ext : {"", ".sum"}) {  // swap the pairs
+    fs::rename(a.string() + ext, t);
+    fs::rename(b.string() + ext, a.string() + ext);
+    fs::rename(t, b.string() + ext);
+  }
+  CHECK_FALSE(load_verified(a));
+  CHECK_FALSE(load_verified(b));
+  CHECK_FALSE(fs::exists(a));  // removed, to be rebuilt
+  CHECK_FALSE(fs::exists(b));
+}

@@ -3,8 +3,9 @@
 // ~/.cache/metagrad, or /tmp/metagrad-cache-<uid> without HOME) where each device keeps its compiled
 // objects under a subdirectory, named by a stable hash of what made them, so a second process
 // compiles nothing. What is loaded is verified: each object has a sidecar `<object>.sum` with its
-// size and hash, and one that does not match (truncated, corrupted, sidecar missing) is removed and
-// rebuilt rather than loaded.
+// size and the hash of its name (its key) and bytes, and one that does not match (truncated,
+// corrupted, sidecar missing, or a pair moved under another kernel's name) is removed and rebuilt
+// rather than loaded.
 #include <filesystem>
 #include <optional>
 #include <string>
