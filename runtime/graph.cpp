@@ -202,7 +202,7 @@ void graph(std::span<const Plan> order) {
   GraphFile& g = graph_file();
   std::lock_guard lock(g.mu);
   for (const Plan& p : order)
-    if (p.ast && p.buf->st.size() != 0 && !shares_source(p))
+    if (runs_kernel(p))
       g.kernel(p);
     else
       g.load(p);

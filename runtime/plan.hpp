@@ -23,6 +23,8 @@ struct Plan {
 
 // A CONTIGUOUS whose source is already its values in order: it shares the source's memory, no kernel.
 bool shares_source(const Plan& p);
+// Whether the plan launches a kernel: an AST with a non-empty result that is not a shared source.
+inline bool runs_kernel(const Plan& p) { return p.ast && p.buf->st.size() != 0 && !shares_source(p); }
 
 // Env GRAPH and DEBUG, read in one pass over the environment: realize reads both on every op.
 struct RealizeFlags {

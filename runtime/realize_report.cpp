@@ -36,7 +36,7 @@ RealizeReport::RealizeReport(std::span<const Plan> order, long debug)
   // Kernels this realize will launch on a compiled device that has not built them yet, each once.
   std::set<std::string> missing;
   for (const Plan& p : order) {
-    if (!p.ast || p.buf->st.size() == 0 || shares_source(p)) continue;
+    if (!runs_kernel(p)) continue;
     auto* dev = dynamic_cast<Compiled*>(&Device::get(p.buf->device));
     if (dev && !dev->cached(*p.ast, p.buf->dtype))
       missing.insert(detail::cat(p.buf->device, "\n", ast_key(*p.ast, p.buf->dtype)));

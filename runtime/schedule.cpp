@@ -353,10 +353,12 @@ namespace {
 void prebuild(const std::vector<Plan>& order) {
   std::unordered_map<std::string, std::vector<std::pair<const LazyOp*, DType>>> by_device;
   for (const Plan& p : order)
-    if (p.ast && p.buf->st.size() != 0 && !scheduler::shares_source(p))
-      by_device[p.buf->device].emplace_back(p.ast.get(), p.buf->dtype);
+    if (scheduler::runs_kernel(p)) by_device[p.buf->device].emplace_back(p.ast.get(), p.buf->dtype);
+  // A warm step (its first kernel built already) is left to runner(): looking up every kernel here
+  // as well would cost each eager step a second key per kernel.
   for (const auto& [device, kernels] : by_device)
-    if (auto* dev = dynamic_cast<Compiled*>(&Device::get(device)); dev && kernels.size() >= 2)
+    if (auto* dev = dynamic_cast<Compiled*>(&Device::get(device));
+        dev && kernels.size() >= 2 && !dev->cached(*kernels.front().first, kernels.front().second))
       dev->prebuild(kernels);
 }
 

@@ -346,23 +346,27 @@ TEST_CASE("gemm BEAM child process", "[.][gemm]") {
                      << chosen.kc << " " << chosen.nc << "\n";
 }
 
+// Runs the BEAM child process under `beam` on `dir`'s cache; its searches, cache hits and blocking.
+std::tuple<long, long, gemm::GemmBlocking> run_beam_child(const test::TempDir& dir, const char* name,
+                                                          const char* beam) {
+  pid_t pid =
+      test::spawn_child("gemm BEAM child process", {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
+                                                    "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(),
+                                                    std::string("BEAM=") + beam, "THREADS=1"});
+  REQUIRE(pid > 0);
+  REQUIRE(test::wait_for(pid) == 0);
+  std::ifstream f(dir.path / name);
+  long searches = -1, hits = -1;
+  double worst = 1;
+  gemm::GemmBlocking b;
+  f >> searches >> hits >> worst >> b.mc >> b.kc >> b.nc;
+  CHECK(worst < 1e-3);  // another blocking sums in another order: close, not equal
+  return {searches, hits, b};
+}
+
 TEST_CASE("gemm: BEAM's choice matches the default's results and a second process reuses it", "[gemm]") {
   test::TempDir dir("metagrad_beam_test");
-  auto run = [&](const char* name) {
-    pid_t pid =
-        test::spawn_child("gemm BEAM child process",
-                          {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
-                           "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(), "BEAM=2", "THREADS=1"});
-    REQUIRE(pid > 0);
-    REQUIRE(test::wait_for(pid) == 0);
-    std::ifstream f(dir.path / name);
-    long searches = -1, hits = -1;
-    double worst = 1;
-    gemm::GemmBlocking b;
-    f >> searches >> hits >> worst >> b.mc >> b.kc >> b.nc;
-    CHECK(worst < 1e-3);  // another blocking sums in another order: close, not equal
-    return std::tuple{searches, hits, b};
-  };
+  auto run = [&](const char* name) { return run_beam_child(dir, name, "2"); };
   auto [s1, h1, b1] = run("first");
   auto [s2, h2, b2] = run("second");
   CHECK(s1 == 1);
@@ -375,22 +379,7 @@ TEST_CASE("gemm: BEAM's choice matches the default's results and a second proces
 // Issue 38 item 10: a kc of INT64_MAX in the choices file killed every later matmul with SIGFPE.
 TEST_CASE("gemm: a damaged line in BEAM's choices is dropped, never used, and the file rewritten", "[gemm]") {
   test::TempDir dir("metagrad_beam_damaged");
-  auto run = [&](const char* name, const char* beam) {
-    pid_t pid =
-        test::spawn_child("gemm BEAM child process", {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
-                                                      "METAGRAD_TEST_CHILD_OUT=" + (dir.path / name).string(),
-                                                      std::string("BEAM=") + beam, "THREADS=1"});
-    REQUIRE(pid > 0);
-    REQUIRE(test::wait_for(pid) == 0);
-    std::ifstream f(dir.path / name);
-    long searches = -1, hits = -1;
-    double worst = 1;
-    gemm::GemmBlocking b;
-    f >> searches >> hits >> worst >> b.mc >> b.kc >> b.nc;
-    CHECK(worst < 1e-3);
-    return std::tuple{hits, b};
-  };
-  auto [h1, b1] = run("first", "2");
+  auto [s1, h1, b1] = run_beam_child(dir, "first", "2");
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir.path / "cache" / "gemm")) files.push_back(e.path());
   REQUIRE(files.size() == 1);
@@ -408,7 +397,7 @@ TEST_CASE("gemm: a damaged line in BEAM's choices is dropped, never used, and th
       << isa << " " << m << " " << n << " " << k << " " << threads << " 0 -3 12\n"
       << "a damaged line\n";
   }
-  auto [h2, b2] = run("second", "0");
+  auto [s2, h2, b2] = run_beam_child(dir, "second", "0");
   CHECK(h2 == 1);  // the good line, from disk
   CHECK(b2 == b1);
   std::ifstream f(files[0]);
