@@ -350,8 +350,22 @@ void Capture::emit_gemm(const GemmProgram& gp, const std::vector<std::shared_ptr
     c_off = arenas["float"].alloc(static_cast<std::size_t>(gp.epilogue()->c_size));
     c = scratch = detail::cat("(", g.prefix, "_float + ", std::to_string(c_off), ")");
   }
-  std::string a = detail::cat("(const float*)", home.at(bufs.at(p.a).get()), " + ", num(p.a_offset)),
-              b = detail::cat("(const float*)", home.at(bufs.at(p.b).get()), " + ", num(p.b_offset));
+  // Operands no strided view reads are gathered into scratch first, as GemmProgram does.
+  std::vector<std::string> packed;
+  std::vector<std::size_t> packed_off;
+  for (std::size_t i = 0; i < gp.packs().size(); ++i) {
+    const ASTRunner& r = gp.packs()[i];
+    packed_off.push_back(arenas["float"].alloc(static_cast<std::size_t>(prod(p.packs[i].shape))));
+    packed.push_back(detail::cat("(", g.prefix, "_float + ", std::to_string(packed_off.back()), ")"));
+    lines.push_back(detail::cat(g.prefix, "_k", std::to_string(g.kernel(r)), "(", packed.back(), ", ",
+                                home.at(bufs.at(p.packs[i].buf).get()), ", 0, ",
+                                std::to_string(r.global_size[0]), ");"));
+  }
+  auto source = [&](std::size_t buf, int pack) {
+    return pack < 0 ? home.at(bufs.at(buf).get()) : packed[static_cast<std::size_t>(pack)];
+  };
+  std::string a = detail::cat("(const float*)", source(p.a, p.a_pack), " + ", num(p.a_offset)),
+              b = detail::cat("(const float*)", source(p.b, p.b_pack), " + ", num(p.b_offset));
   c = detail::cat("(float*)", c, " + ", num(p.c_offset));
   std::string loops, indent = "  ";
   for (std::size_t d = 0; d < p.batch.size(); ++d) {
@@ -364,6 +378,7 @@ void Capture::emit_gemm(const GemmProgram& gp, const std::vector<std::shared_ptr
   lines.push_back(detail::cat(loops, g.prefix, "_sgemm(", num(p.m), ", ", num(p.n), ", ", num(p.k), ", ", a,
                               ", ", num(p.ars), ", ", num(p.acs), ", ", b, ", ", num(p.brs), ", ", num(p.bcs),
                               ", ", c, ", ", num(p.ldc), ");"));
+  for (std::size_t off : packed_off) arenas["float"].live.erase(off);
   if (!gp.epilogue()) return;
   const GemmEpilogue& e = *gp.epilogue();
   std::string call =

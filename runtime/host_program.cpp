@@ -70,12 +70,12 @@ void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, st
 }
 
 ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                     const Compiled::Runtime& compile) {
+                     const Compiled::Runtime& compile, const codegen::Opts& opts) {
   if (out_dtype == dtypes::float32 && gemm::enabled()) {
     codegen::Kernel k(ast, out_dtype);
     if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile);
   }
-  return codegen::run_pipeline(ast, out_dtype, render);
+  return codegen::run_pipeline(ast, out_dtype, render, opts);
 }
 
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,

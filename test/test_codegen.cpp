@@ -196,6 +196,41 @@ TEST_CASE("codegen: blocked paths are the ones taken on the host devices", "[cod
   CHECK(codegen::Opts::host().matmul_block > 0);
 }
 
+TEST_CASE("codegen: a sum along memory is vectorized along it, a square is no matmul tile", "[codegen]") {
+  // LayerNorm's variance, sum((x - mean)^2) over rows, with x = a + a position table (so batch and
+  // time stay two axes): a multiply-accumulate, but no outer product, so partial sums run along
+  // the row (upcast 8 last), not a matmul register tile over outputs. On LLVM a sum along memory
+  // is one loop whose additions may be reassociated (the loop vectorizer's lanes); column sums
+  // and matmul tiles keep their order.
+  for (const std::string& dev : compiled_devices()) {
+    if (dev == "OPENCL") continue;
+    Tensor a = rnd({8, 16, 256}, 90).to(dev), pos = rnd({16, 256}, 91).to(dev);
+    a.realize(), pos.realize();
+    Tensor x = a + pos, m = x.mean(-1, true).realize();
+    Tensor var = ((x - m) * (x - m)).sum(-1);
+    agree(
+        dev, "variance",
+        [](const std::vector<Tensor>& v) {
+          Tensor x = v[0] + v[1], m = x.mean(-1, true);
+          return ((x - m) * (x - m)).sum(-1);
+        },
+        {a.to("CPU"), pos.to("CPU")}, 256);
+    std::vector<std::string> src = kernel_sources(var);
+    REQUIRE(src.size() == 1);
+    INFO(src[0]);
+    if (dev == "CLANG") CHECK(src[0].find(" r_8_16_32_8(") != std::string::npos);
+    if (dev != "LLVM") continue;
+    CHECK(src[0].find("fadd reassoc") != std::string::npos);
+    Tensor c = rnd({64, 256}, 92).to(dev), d64 = rnd({16, 32}, 93, dtypes::float64).to(dev);
+    c.realize(), d64.realize();
+    for (const Tensor& t : {c.sum(0), d64.matmul(d64.permute({1, 0}))}) {
+      std::vector<std::string> s = kernel_sources(t);
+      REQUIRE(s.size() == 1);
+      CHECK(s[0].find("reassoc") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("codegen: common subexpressions are emitted once", "[codegen]") {
   // a / (a + b), a = exp(-max(-x, 0)), b = exp(-max(x, 0)): two exps, not three.
   auto two_exps = [](const Tensor& x) {

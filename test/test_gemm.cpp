@@ -311,6 +311,21 @@ TEST_CASE("gemm: the host devices' float32 contractions run it and agree with CP
            },
            {m + 2, k},
            {k, n}},
+          // attention's head merge: no strided view reads it, so it is gathered first
+          {"head merge @ b",
+           [=](auto& a, auto& b) {
+             return a.transpose(1, 2).reshape({bt, m, 2 * k}).matmul(b);
+           },
+           {bt, 2, m, k},
+           {2 * k, n}},
+          // its weight gradient: a sum over batch and time, one k of bt * m
+          {"head merge^T dy",
+           [=](auto& a, auto& b) {
+             Tensor x = a.transpose(1, 2).reshape({bt, m, 2 * k});
+             return (x.reshape({bt, m, 2 * k, 1}) * b.reshape({bt, m, 1, n})).sum({0, 1});
+           },
+           {bt, 2, m, k},
+           {bt, m, n}},
       };
       for (const Form& f : forms) {
         INFO(dev << " " << f.what << " m=" << m << " n=" << n << " k=" << k << " batch=" << bt);
@@ -322,6 +337,34 @@ TEST_CASE("gemm: the host devices' float32 contractions run it and agree with CP
         CHECK(gemm_ran);
         require_close(got.to_vector<double>(), want.to_vector<double>(), 1e-5 * k, 1e-5 * k, f.what);
       }
+    }
+  }
+}
+
+TEST_CASE("gemm: a model's products are each one GEMM of the right extent", "[gemm]") {
+  // A batch of sequences times a weight: one product of batch * time rows, not a batch of products;
+  // a head merge times a weight gathers the merged operand first (no rendered loops); its weight
+  // gradient sums over batch and time as one k.
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    Tensor x = Tensor::rand({4, 16, 24}).realize(), w = Tensor::rand({24, 40}).realize();
+    Tensor heads = Tensor::rand({4, 2, 16, 12}).realize(), dy = Tensor::rand({4, 16, 40}).realize();
+    Tensor merged = heads.transpose(1, 2).reshape({4, 16, 24});
+    struct Case {
+      Tensor t;
+      const char* name;
+      bool gathered;
+    } cases[] = {{x.matmul(w), "// gemm_1x64x40x24", false},
+                 {merged.matmul(w), "// gemm_1x64x40x24", true},
+                 {(merged.reshape({4, 16, 24, 1}) * dy.reshape({4, 16, 1, 40})).sum({0, 1}),
+                  "// gemm_1x24x40x64", true}};
+    for (Case& c : cases) {
+      auto src = test::kernel_sources(c.t);
+      INFO(dev << " " << c.name);
+      REQUIRE(src.size() == 1);
+      CHECK(src[0].rfind(c.name, 0) == 0);
+      CHECK((src[0].find("gathered first") != std::string::npos) == c.gathered);
     }
   }
 }

@@ -154,6 +154,37 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
       if (auto s = stride_of(b, axis); s && *s == 1) return true;
     return false;
   };
+  // How many input reads walk memory along `axis`.
+  auto unit_reads = [&](std::size_t axis) {
+    int n = 0;
+    for (std::size_t b = 1; b < sts.size(); ++b)
+      if (auto s = stride_of(b, axis); s && *s == 1) ++n;
+    return n;
+  };
+  // A matmul: the multiply's two sides are an outer product over the rows and the columns, one side
+  // constant along the rows (B), the other along the columns (A). A square (x - mean)^2 is not: a
+  // register tile over its outputs would read neither side as a vector.
+  auto outer_product = [&](std::size_t rows) {
+    auto side = [&](const LazySrc& s) {
+      std::vector<MemBuffer> leaves;
+      if (auto* m = std::get_if<MemBuffer>(&s))
+        leaves.push_back(*m);
+      else
+        for_each_leaf(*std::get<std::shared_ptr<LazyOp>>(s),
+                      [&](const MemBuffer& m) { leaves.push_back(m); });
+      auto constant_along = [&](std::size_t axis) {
+        return !leaves.empty() && std::all_of(leaves.begin(), leaves.end(), [&](const MemBuffer& m) {
+          auto s = stride_of(m.index, axis);
+          return s && *s == 0;
+        });
+      };
+      return std::pair{constant_along(rows), constant_along(rows + 1)};
+    };
+    if (reduceop->src.size() != 2) return false;
+    auto [a_rows, a_cols] = side(reduceop->src[0]);
+    auto [b_rows, b_cols] = side(reduceop->src[1]);
+    return (a_cols && b_rows) || (a_rows && b_cols);
+  };
   if (reduceop && looped_end() > first_reduce) {
     std::size_t r = looped_end() - 1;
     std::int64_t outputs = 1, L = opts.group_reduce;
@@ -167,7 +198,8 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
       local_size = L;
       return;
     }
-    bool matmul_like = reduceop->op == FusedOps::MULACC && first_reduce >= 2;
+    bool matmul_like =
+        reduceop->op == FusedOps::MULACC && first_reduce >= 2 && outer_product(first_reduce - 2);
     // matmul: a register tile of outputs, rows x cols, each updated once per k; cols are the last
     // upcast axis, so a row of the tile is one contiguous vector of B and of the output. A long
     // reduce loops in blocks (see `blocked`) so that a block of B stays in cache while a thread's
@@ -182,9 +214,13 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
         block_reduce(first_reduce, opts.matmul_block);
       return;
     }
-    // A reduce along memory: partial sums in 8 registers break the add-latency chain.
-    if (contiguous_in_input(r) && full_shape()[r] % 8 == 0 && full_shape()[r] >= 16) {
-      upcast(r, 8);
+    // A reduce along memory: partial sums in 8 registers break the add-latency chain. (Along memory
+    // for most inputs: a row of per-row statistics read beside column-major data is a column sum.)
+    std::size_t col = first_reduce ? first_reduce - 1 : r;
+    if (unit_reads(r) > 0 && (first_reduce == 0 || unit_reads(r) >= unit_reads(col)) &&
+        full_shape()[r] % 8 == 0 && full_shape()[r] >= 16) {
+      reassociate = reduceop->op != ReduceOps::MAX && dtypes::is_float(ast_dtype(reduceop->src.at(0)));
+      if (opts.row_upcast > 1 || !reassociate) upcast(r, std::max<std::int64_t>(opts.row_upcast, 8));
       return;
     }
     // A reduce across memory (column sums): neighbouring outputs in registers share each row read.

@@ -298,6 +298,7 @@ struct Linearizer {
     out.buf_dtypes.push_back(k.out_dtype);
     for (const MemBuffer& b : k.bufs) out.buf_dtypes.push_back(b.dtype);
     out.op_estimate = k.op_estimate;
+    out.reassociate = k.reassociate;
     loop_vars.assign(k.shape_len(), Node(0));
     open_global_loops();
     std::vector<Dims> out_positions = upcast_positions(false);

@@ -369,6 +369,14 @@ struct Renderer {
       throw std::runtime_error(detail::cat("LLVM: kernel ", k.name, " accumulates into uop ",
                                            std::to_string(a), ", which is not an accumulator"));
     DType dt = k.uops[a].dtype;
+    // A sum along memory may be reassociated: the loop vectorizer then keeps partial sums in vector
+    // lanes. Nothing else is relaxed: NaN and inf still behave.
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+    if (k.reassociate && u.alu == BinaryOps::ADD && dtypes::is_float(dt)) {
+      llvm::FastMathFlags fmf;
+      fmf.setAllowReassoc();
+      b.setFastMathFlags(fmf);
+    }
     b.CreateStore(alu(u.alu, dt, dt, {value(u.vin[0]), operand(u, 1, dt)}), vals[a]);
   }
 

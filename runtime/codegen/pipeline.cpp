@@ -39,7 +39,8 @@ ASTRunner run_pipeline(const std::shared_ptr<LazyOp>& ast, DType out_dtype, cons
   if (lin.local_size) r.local_size = {lin.local_size};
   r.op_estimate = lin.op_estimate;
   long debug = getenv_int("DEBUG");
-  if (debug >= 3) std::fprintf(stderr, "%s", to_string(*ast).c_str());
+  // Named, so that a kernel of DEBUG=2's lines can be found among the ASTs printed before a realize.
+  if (debug >= 3) std::fprintf(stderr, "AST of %s:\n%s", lin.name.c_str(), to_string(*ast).c_str());
   if (debug >= 5)
     for (const auto& u : lin.uops) std::fprintf(stderr, "%s\n", to_string(u).c_str());
   if (debug >= 4) print_source(r.prg, lin.name);

@@ -10,10 +10,11 @@ namespace metagrad {
 
 namespace {
 
-// C for an epilogue: one buffer per size and thread, reused by every later call.
-RawBuffer* scratch(std::int64_t elements) {
-  thread_local std::unordered_map<std::int64_t, std::unique_ptr<RawMallocBuffer>> bufs;
-  auto& b = bufs[elements];
+// C for an epilogue (slot 0) and gathered operands (slots 1, 2): one buffer per slot, size and
+// thread, reused by every later call.
+RawBuffer* scratch(int slot, std::int64_t elements) {
+  thread_local std::unordered_map<std::int64_t, std::unique_ptr<RawMallocBuffer>> bufs[3];
+  auto& b = bufs[slot][elements];
   if (!b) b = std::make_unique<RawMallocBuffer>(static_cast<std::size_t>(elements), dtypes::float32);
   return b.get();
 }
@@ -48,8 +49,8 @@ void used_above(const LazyOp& op, const LazyOp* target, std::vector<bool>& used)
 void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const {
   const codegen::GemmPlan& p = plan_;
   c += p.c_offset;
-  auto* a = static_cast<const float*>(host_pointer("GEMM", bufs.at(p.a))) + p.a_offset;
-  auto* b = static_cast<const float*>(host_pointer("GEMM", bufs.at(p.b))) + p.b_offset;
+  const float* a = operand(p.a, p.a_pack, bufs) + p.a_offset;
+  const float* b = operand(p.b, p.b_pack, bufs) + p.b_offset;
   // The batch loops as an odometer over p.batch (outermost first).
   std::vector<std::int64_t> at(p.batch.size(), 0);
   for (;;) {
@@ -63,10 +64,21 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const 
   }
 }
 
+// An operand in place, or its gathered copy (made by operator() before the products).
+const float* GemmProgram::operand(std::size_t buf, int pack, const std::vector<RawBuffer*>& bufs) const {
+  if (pack < 0) return static_cast<const float*>(host_pointer("GEMM", bufs.at(buf)));
+  auto n = prod(plan_.packs[static_cast<std::size_t>(pack)].shape);
+  return static_cast<const float*>(host_pointer("GEMM", scratch(1 + pack, n)));
+}
+
 void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
+  for (std::size_t i = 0; i < packs_.size(); ++i) {  // counted as part of this kernel
+    const codegen::GemmPlan::Pack& pk = plan_.packs[i];
+    packs_[i].launch({scratch(1 + static_cast<int>(i), prod(pk.shape)), bufs.at(pk.buf)});
+  }
   if (!epilogue_) return products(static_cast<float*>(host_pointer("GEMM", bufs.at(0))), bufs);
-  RawBuffer* c = scratch(epilogue_->c_size);
+  RawBuffer* c = scratch(0, epilogue_->c_size);
   products(static_cast<float*>(host_pointer("GEMM", c)), bufs);
   std::vector<RawBuffer*> epi{bufs.at(0)};
   for (int i : epilogue_->inputs) epi.push_back(i < 0 ? c : bufs.at(static_cast<std::size_t>(i)));
@@ -108,7 +120,18 @@ ASTRunner gemm_runner(
     epi->c_size = prod(k.output_shape);
     r.prg += "// then the epilogue over C:\n" + epi->runner.prg;
   }
-  r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(epi));
+  std::vector<ASTRunner> packs;
+  for (const codegen::GemmPlan::Pack& pk : p.packs) {
+    auto ast = std::make_shared<LazyOp>(UnaryOps::NOOP,
+                                        std::vector<LazySrc>{MemBuffer{1, dtypes::float32, pk.st}}, OpArg{});
+    ASTRunner& g = packs.emplace_back(codegen::run_pipeline(ast, dtypes::float32, render));
+    g.clprg = compile(g.name, g.prg);
+    g.clprg->op_estimate = g.op_estimate;
+    r.prg += detail::cat("// operand buffer ", str(static_cast<std::int64_t>(pk.buf)), " gathered first:\n",
+                         g.prg);
+  }
+  r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(epi),
+                                          std::move(packs));
   r.clprg->op_estimate = r.op_estimate;
   return r;
 }

@@ -25,6 +25,16 @@ struct GemmPlan {
   };
   std::vector<Loop> batch;  // outermost first
   bool epilogue = false;    // the AST has ops above the reduce
+  // An operand no single strided view reads (a permuted reshape: attention's head merge) is first
+  // gathered through its views into a contiguous buffer of `shape` (the kernel's full shape, 1 on
+  // the axes it is constant along), which the product then reads.
+  struct Pack {
+    std::size_t buf;  // the kernel buffer it gathers
+    ShapeTracker st;  // reads that buffer over `shape`
+    Dims shape;
+  };
+  std::vector<Pack> packs;
+  int a_pack = -1, b_pack = -1;  // the operands' packs (indices into packs), -1: read in place
 };
 
 // The plan for `k` when it is such a contraction (before hand_coded_optimizations).

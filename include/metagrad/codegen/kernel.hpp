@@ -20,6 +20,9 @@ struct Opts {
   std::int64_t column_upcast = 8;             // column sums: outputs per pass over the rows
   std::int64_t column_block = 0;              // column sums: rows per block (0: none)
   std::int64_t group_reduce = 0;              // OpenCL: work-items that share a long reduce (0: none)
+  // A sum along memory: partial sums in this many registers (0: one loop the code generator
+  // vectorizes itself, its additions marked reassociable: LLVM's loop vectorizer).
+  std::int64_t row_upcast = 8;
   // The host CPU (CLANG, LLVM): AVX-512's 32 registers hold an 8 x 32 tile of floats, AVX2's 16 a
   // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip.
   static Opts host();
@@ -27,6 +30,12 @@ struct Opts {
   // A long contiguous float reduce with few outputs is shared by a group of 16 work-items, which
   // read neighbouring elements and combine their sums through local memory.
   static Opts opencl() { return {8, 8, 0, 8, 0, 16}; }
+  // LLVM: the host's, with sums along memory left to the loop vectorizer.
+  static Opts llvm() {
+    Opts o = host();
+    o.row_upcast = 0;
+    return o;
+  }
 };
 
 class Kernel {
@@ -47,6 +56,9 @@ class Kernel {
   // threaded axis, so one block of the reduce's inputs is reused across the other global axes.
   // Partial sums then carry across its iterations through the output buffer.
   bool blocked = false;
+  // A sum whose additions may be reordered (a sum along memory): the code generator may keep
+  // partial sums in vector lanes. Matmul tiles and column sums are vectorized across outputs instead.
+  bool reassociate = false;
   // OpenCL: the last looped axis, of this size, runs across the work-items of a group.
   std::int64_t local_size = 0;
   Dims output_shape;  // of the kernel's result, in the AST's own rank

@@ -56,6 +56,7 @@ struct LinearizedKernel {
   std::int64_t global_size = 1;   // trip count of the threaded loop
   std::int64_t local_size = 0;    // OpenCL: work-items per group (the threaded loop is the group)
   std::int64_t op_estimate = 0;
+  bool reassociate = false;  // the reduce's float additions may be reordered (Kernel::reassociate)
 };
 
 LinearizedKernel linearize(const Kernel& k);

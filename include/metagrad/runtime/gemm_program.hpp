@@ -23,18 +23,26 @@ struct GemmEpilogue {
 class GemmProgram : public Program {
  public:
   // `blocking` is chosen once, when the kernel is built (a BEAM search runs then, not per call).
-  GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking, std::optional<GemmEpilogue> epilogue)
-      : plan_(std::move(plan)), blocking_(blocking), epilogue_(std::move(epilogue)) {}
+  // `packs[i]` gathers plan.packs[i] (a kernel over that one buffer).
+  GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking, std::optional<GemmEpilogue> epilogue,
+              std::vector<ASTRunner> packs = {})
+      : plan_(std::move(plan)),
+        blocking_(blocking),
+        epilogue_(std::move(epilogue)),
+        packs_(std::move(packs)) {}
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
   const codegen::GemmPlan& plan() const { return plan_; }
   const std::optional<GemmEpilogue>& epilogue() const { return epilogue_; }
+  const std::vector<ASTRunner>& packs() const { return packs_; }
 
  private:
   void products(float* c, const std::vector<RawBuffer*>& bufs) const;
+  const float* operand(std::size_t buf, int pack, const std::vector<RawBuffer*>& bufs) const;
   codegen::GemmPlan plan_;
   gemm::GemmBlocking blocking_;
   std::optional<GemmEpilogue> epilogue_;
+  std::vector<ASTRunner> packs_;
 };
 
 // The runner of a kernel that `plan` covers: a readable description (and the epilogue's source)

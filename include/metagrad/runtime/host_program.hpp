@@ -40,7 +40,7 @@ void call_host(void* fn, void* const* ptrs, std::size_t count);
 // its program comes with the runner, `compile` builds its epilogue), anything else is rendered by
 // `render` through the codegen pipeline.
 ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                     const Compiled::Runtime& compile);
+                     const Compiled::Runtime& compile, const codegen::Opts& opts = codegen::Opts::host());
 // AST -> C-style source in `lang`, through the codegen pipeline (codegen/pipeline.hpp).
 ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
                           const codegen::CStyleLanguage& lang,
