@@ -49,13 +49,19 @@ T unwrap(llvm::Expected<T> x, const std::string& what) {
     return std::move(*x);
 }
 
-// The process's one JIT and the host's target machine (for optimising and emitting objects).
+// The process's one JIT, and how to make the host's target machine (for optimising and emitting
+// objects). A TargetMachine emits one module at a time: each compiling thread has its own, so a
+// step's kernels compile in parallel (Compiled::prebuild); ORC links from any thread.
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<llvm::TargetMachine> tm;
+  std::optional<llvm::orc::JITTargetMachineBuilder> builder;
   std::string host;  // triple, CPU and features: part of the disk cache key
-  std::mutex mu;     // a TargetMachine emits one module at a time
   std::atomic<std::uint64_t> dylibs = 0;
+  llvm::TargetMachine& tm() {
+    thread_local std::unique_ptr<llvm::TargetMachine> mine;
+    if (!mine) mine = unwrap(builder->createTargetMachine(), "creating the host target machine");
+    return *mine;
+  }
 };
 
 std::shared_ptr<Jit> make_jit() {
@@ -68,7 +74,8 @@ std::shared_ptr<Jit> make_jit() {
   jtmb.setCodeGenOptLevel(llvm::CodeGenOpt::Default);
   jtmb.setRelocationModel(llvm::Reloc::PIC_);
   jtmb.setCodeModel(llvm::CodeModel::Small);
-  j->tm = unwrap(jtmb.createTargetMachine(), "creating the host target machine");
+  j->builder = jtmb;
+  j->tm();  // a host LLVM cannot target fails here, at the device's first use
   j->host =
       detail::cat(jtmb.getTargetTriple().str(), " ", jtmb.getCPU(), " ", jtmb.getFeatures().getString());
   j->lljit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(),
@@ -105,14 +112,14 @@ std::unique_ptr<llvm::MemoryBuffer> compile(Jit& j, const std::string& name, con
         detail::cat("LLVM: compiling kernel ", name, " failed:\n", os.str(), "--- IR ---\n", src));
   llvm::SmallVector<char, 0> obj;
   {
-    std::lock_guard lock(j.mu);
+    llvm::TargetMachine& tm = j.tm();
     auto t1 = clock::now();
-    codegen::optimize_llvm_module(*m, *j.tm);
+    codegen::optimize_llvm_module(*m, tm);
     auto t2 = clock::now();
     if (getenv_int("DEBUG") >= 6) m->print(llvm::errs(), nullptr);  // the optimised IR
     llvm::raw_svector_ostream out(obj);
     llvm::legacy::PassManager pm;
-    if (j.tm->addPassesToEmitFile(pm, out, nullptr, llvm::CGFT_ObjectFile))
+    if (tm.addPassesToEmitFile(pm, out, nullptr, llvm::CGFT_ObjectFile))
       throw std::runtime_error("LLVM: the host target machine cannot emit object files");
     pm.run(*m);
     if (getenv_int("DEBUG") >= 2)
@@ -206,7 +213,7 @@ std::unique_ptr<Backend> make_llvm_backend() {
   jit();  // a host LLVM cannot target says so at the device's first use
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); }, llvm_codegen,
-      llvm_runtime);
+      llvm_runtime, /*concurrent_compiles=*/true);
 }
 
 }  // namespace metagrad
