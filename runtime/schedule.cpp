@@ -115,7 +115,8 @@ struct AstBuilder {
   }
 
   // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
-  // base that nothing else reads, with no padding and no more elements than the base.
+  // base that nothing else reads, with no padding and no more elements than the base (but for a
+  // cheap scalar).
   std::optional<std::vector<View>> pushable_views(LazyBuffer& b, const std::vector<View>& above) {
     if (!b.is_view() || b.live_children() > 1) return std::nullopt;
     LazyBufferPtr base = b.base();
@@ -123,7 +124,11 @@ struct AstBuilder {
       return std::nullopt;
     for (LazyBufferPtr v = b.shared_from_this(); v != base; v = std::get<LazyBufferPtr>(v->op->src[0]))
       if (v->live_children() > 1) return std::nullopt;
-    if (b.st.size() > base->st.size()) return std::nullopt;
+    // More elements than the base would recompute it for each copy; a small computation on one
+    // element (an optimizer's scalar cast to a parameter's dtype and broadcast) is cheaper so than
+    // as a kernel of its own.
+    if (b.st.size() > base->st.size() && !(base->st.size() == 1 && cheap_to_recompute(*base)))
+      return std::nullopt;
     for (const View& v : b.st.views())
       if (!v.mask.empty()) return std::nullopt;
     std::vector<View> out = b.st.views();

@@ -128,13 +128,16 @@ LAMB::LAMB(const std::vector<ParamGroup>& ps, double lr_, double b1_, double b2_
 void LAMB::step() {
   Tensor::NoGradGuard no_grad;
   t.assign(t + 1).realize();
+  // The bias corrections once a step (not once a parameter); each parameter's m, v and update are
+  // then built lazily and realized together at the end: three kernels a parameter, the gradient's
+  // scaling (clip_grad_norm's) recomputed inside m's and v's rather than written out.
   Tensor bias1 = 1.0 - Tensor::full_like(t, b1).pow(t), bias2 = 1.0 - Tensor::full_like(t, b2).pow(t);
+  bias1.realize(), bias2.realize();
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor& p = params[i];
     Tensor g = grad_of(i, adam ? "Adam.step" : "LAMB.step");
-    g.realize();
-    m[i].assign(b1 * m[i] + (1.0 - b1) * g).realize();
-    v[i].assign(b2 * v[i] + (1.0 - b2) * (g * g)).realize();
+    m[i].assign(b1 * m[i] + (1.0 - b1) * g);
+    v[i].assign(b2 * v[i] + (1.0 - b2) * (g * g));
     Tensor m_hat = m[i] / like(bias1, p), v_hat = v[i] / like(bias2, p);
     Tensor up = m_hat / (v_hat.sqrt() + eps);
     if (double w = param_wd[i].value_or(wd); w != 0) up = up + w * p.detach();
