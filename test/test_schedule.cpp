@@ -135,3 +135,31 @@ TEST_CASE("an MLP training step launches at most the documented number of kernel
   REQUIRE(k <= kMlpStepKernels);
   REQUIRE(k >= 8);  // forward 2 matmuls, backward 3, 4 parameter updates: fewer means work went missing
 }
+
+TEST_CASE("a scalar cast and broadcast is inlined; AdamW updates a parameter in three kernels", "[schedule]") {
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  // An optimizer's float64 scalar (a learning rate, a bias correction) cast to float32 and broadcast
+  // over a parameter: read inside the parameter's kernel, not a kernel of its own.
+  auto va = test::random_floats(100, 7);
+  Tensor a = on_device(va, {100});
+  Tensor s = Tensor(std::vector<double>{0.25}, {}, {.dtype = dtypes::float64}).realize();
+  Tensor out = a * s.cast(dtypes::float32);
+  REQUIRE(kernels_for(out) == 1);
+  std::vector<double> want(va.size());
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = va[i] * 0.25;
+  require_close(out.to_vector<float>(), want);
+  // AdamW: the step count and its two bias corrections once a step, then m, v and the parameter.
+  Tensor w = Tensor(test::random_floats(64, 8), {64}, {.dtype = dtypes::float32, .requires_grad = true});
+  w.realize();
+  nn::optim::AdamW opt({w}, 1e-2);
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    (w * w).sum().backward();
+    w.grad->realize();
+    i64 before = GlobalCounters::kernel_count;
+    opt.step();
+    INFO("AdamW step " << step << ": " << GlobalCounters::kernel_count - before << " kernels");
+    REQUIRE(GlobalCounters::kernel_count - before <= 6);
+  }
+}
