@@ -58,8 +58,20 @@ std::size_t Compiled::kernels() const {
   return cache_.size();
 }
 
+namespace {
+// Adds the wall time of its scope to GlobalCounters::compile_time.
+struct CompileClock {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~CompileClock() {
+    GlobalCounters::compile_time +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+}  // namespace
+
 void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels) {
   if (!concurrent_compiles_) return;  // runner() builds them one after another as they run
+  CompileClock clock;
   struct Job {
     std::string key;
     const LazyOp* ast;
@@ -122,6 +134,7 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shar
     }
     return it->second;
   }
+  CompileClock clock;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
   r.same_index_reads = same_index_reads(ast);
   r.mem_estimate = 0;  // the bytes of the buffers it runs on

@@ -47,7 +47,7 @@ class RealizeReport {
  private:
   long debug_;
   std::int64_t kernels_, ops_, mem_;
-  double time_;
+  double time_, compile_;
   std::chrono::steady_clock::time_point start_;
 };
 

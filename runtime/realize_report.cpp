@@ -13,6 +13,14 @@ extern char** environ;
 
 namespace metagrad::scheduler {
 
+namespace {
+std::string fixed3(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  return b;
+}
+}  // namespace
+
 RealizeFlags realize_flags() {
   RealizeFlags f;
   bool graph = false, debug = false;  // the first of each counts, as for getenv
@@ -32,6 +40,7 @@ RealizeReport::RealizeReport(std::span<const Plan> order, long debug)
       ops_(GlobalCounters::global_ops),
       mem_(GlobalCounters::global_mem),
       time_(GlobalCounters::time_sum),
+      compile_(GlobalCounters::compile_time),
       start_(std::chrono::steady_clock::now()) {
   // Kernels this realize will launch on a compiled device that has not built them yet, each once.
   std::set<std::string> missing;
@@ -50,12 +59,19 @@ void RealizeReport::finish() const {
   if (debug_ < 2 || kernels < 2) return;  // one kernel's own line says it all
   double t = std::max(GlobalCounters::time_sum - time_, 1e-9);
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  // The wall time split: compiling (code generation and the compiler), running the kernels, and the
+  // rest (scheduling the graph, allocating, launching).
+  double compiling = GlobalCounters::compile_time - compile_;
+  std::string split = compiling > 0 ? detail::cat(" (", fixed3(compiling * 1e3), " compiling, ",
+                                                  fixed3(std::max(wall - compiling - t, 0.0) * 1e3),
+                                                  " scheduling and launching)")
+                                    : "";
   std::fprintf(stderr,
-               "*** realize: %lld kernels, %.3f ms in kernels (%.2f GFLOP/s, %.2f GB/s), %.3f ms wall, "
+               "*** realize: %lld kernels, %.3f ms in kernels (%.2f GFLOP/s, %.2f GB/s), %.3f ms wall%s, "
                "mem %s in use, %s peak\n",
                static_cast<long long>(kernels), t * 1e3,
                static_cast<double>(GlobalCounters::global_ops - ops_) / t * 1e-9,
-               static_cast<double>(GlobalCounters::global_mem - mem_) / t * 1e-9, wall * 1e3,
+               static_cast<double>(GlobalCounters::global_mem - mem_) / t * 1e-9, wall * 1e3, split.c_str(),
                human_bytes(GlobalCounters::mem_used).c_str(), human_bytes(GlobalCounters::mem_peak).c_str());
 }
 

@@ -152,13 +152,15 @@ struct GlobalCounters {
   static inline thread_local std::int64_t global_ops = 0;
   static inline thread_local std::int64_t global_mem = 0;
   static inline thread_local double time_sum = 0;  // seconds
+  // Seconds this thread waited for kernels to be generated and compiled (a cold realize's cost).
+  static inline thread_local double compile_time = 0;
   // Bytes of the RawBuffers alive in the process (a device's pooled free buffers not counted), and
   // the most there were at once since the start or reset(). Atomic: buffers are freed on any thread.
   static inline std::atomic<std::int64_t> mem_used = 0, mem_peak = 0;
   // When set, every compiled kernel that runs is appended (the seed's JIT cache).
   static thread_local std::optional<std::vector<CacheEntry>> cache;
   static void reset() {
-    kernel_count = global_ops = global_mem = 0, time_sum = 0, mem_peak = mem_used.load();
+    kernel_count = global_ops = global_mem = 0, time_sum = compile_time = 0, mem_peak = mem_used.load();
   }
   // A buffer of n bytes comes into use: mem_used grows, and mem_peak with it.
   static void mem_alloc(std::int64_t n) {
