@@ -4,8 +4,10 @@
 // batches (random tokens: the step's cost does not depend on the text), in turns, at 1 and 2 threads.
 // Prints the median ms/step of each, and its ratio to libtorch's at the same thread count.
 //
-//   bench_gpt [--steps=N] [--rounds=N] [--check]
+//   bench_gpt [--steps=N] [--rounds=N] [--shape=char|gpt2] [--check]
 //
+// --shape=gpt2: GPT-2 small's layer shapes (width 768, 12 heads) in 2 blocks, context 256, batch 2:
+// products of 512 x 768 x 3072 where the character GPT's are 2048 x 128 x 512.
 // --check only compares the first 10 losses of metagrad (eager, the default device) with libtorch's
 // and exits with 1 when one differs by more than 1e-5 relative: the test bench_gpt_losses.
 #include <torch/torch.h>
@@ -31,7 +33,7 @@ using examples::kVocab;
 
 namespace {
 
-constexpr long B = 32, T = 64, C = 128, H = 4, N = 2;
+long B = 32, T = 64, C = 128, H = 4, N = 2;  // --shape=gpt2 sets GPT-2 small's widths
 constexpr double kLr = 1e-3, kDecay = 0.1;
 
 // ---- the same model in libtorch, its parameters copied from metagrad's state dict by name ----
@@ -184,8 +186,10 @@ int main(int argc, char** argv) try {
       rounds = std::atol(a.c_str() + 9);
     else if (a == "--check")
       check = true;
-    else {
-      std::fprintf(stderr, "usage: %s [--steps=N] [--rounds=N] [--check]\n", argv[0]);
+    else if (a == "--shape=gpt2")
+      B = 2, T = 256, C = 768, H = 12, N = 2;
+    else if (a != "--shape=char") {
+      std::fprintf(stderr, "usage: %s [--steps=N] [--rounds=N] [--shape=char|gpt2] [--check]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
