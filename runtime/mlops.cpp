@@ -125,6 +125,7 @@ template struct Map<Fn::SIN>;
 template struct Map<Fn::RELU>;
 template struct Map<Fn::SIGMOID>;
 template struct Map<Fn::ERF>;
+template struct Map<Fn::GELU>;
 template struct Map<Fn::ADD>;
 template struct Map<Fn::SUB>;
 template struct Map<Fn::MUL>;

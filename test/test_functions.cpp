@@ -113,7 +113,7 @@ TEST_CASE("function traits: arity and comparison are properties of each entry, n
      ...);
   }
   (std::make_integer_sequence<int, metagrad::fn::kFnCount>{});
-  CHECK(unary == 8);
+  CHECK(unary == 9);
   CHECK(binary == 11);
   CHECK(ternary == 1);
 }
@@ -193,4 +193,45 @@ TEST_CASE("NaN, +-inf, +-0 and denormals: the static path agrees with the dynami
     CHECK(mx[0] == 6);
     CHECK(mn[2] == -6);
   }
+}
+
+TEST_CASE("gelu: one function, near the float64 tanh form on every host device, in few kernels", "[math]") {
+  // x sigmoid(2u) equals 0.5 x (1 + tanh(u)) exactly; in float32 it keeps its digits where
+  // 1 + tanh(u) cancels (x < -5), so the error bound is relative to |gelu(x)| (a few ulps: exp2 and
+  // the cubic round) plus a little absolute.
+  std::vector<float> v;
+  for (int i = -12000; i <= 12000; ++i) v.push_back(static_cast<float>(i * 1e-3));
+  auto want = [](double x) {
+    return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  };
+  for (const char* dev : {"CPU", "CLANG", "LLVM"}) {
+    Tensor x = Tensor(v, {static_cast<std::int64_t>(v.size())}).to(dev);
+    x.realize();
+    std::int64_t before = metagrad::GlobalCounters::kernel_count;
+    Tensor y = x.gelu();
+    y.realize();
+    if (std::string(dev) != "CPU") CHECK(metagrad::GlobalCounters::kernel_count - before == 1);
+    std::vector<float> got = y.to_vector<float>();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      INFO(dev << ": gelu(" << v[i] << ") = " << got[i] << ", want " << want(v[i]));
+      REQUIRE(std::abs(got[i] - want(v[i])) <= 2e-6 * std::abs(want(v[i])) + 1e-12);
+    }
+    // The backward: sigmoid(2u) (read three times) and then the gradient over x and the incoming one.
+    Tensor xg = Tensor(v, {static_cast<std::int64_t>(v.size())}, {.device = dev, .requires_grad = true});
+    xg.realize();
+    Tensor r = Tensor::rand({static_cast<std::int64_t>(v.size())}, {.device = dev}).realize();
+    (xg.gelu() * r).sum().backward();
+    before = metagrad::GlobalCounters::kernel_count;
+    xg.grad->realize();
+    if (std::string(dev) != "CPU") CHECK(metagrad::GlobalCounters::kernel_count - before <= 2);
+  }
+  std::vector<double> special = {0.0, -0.0, kInf, -kInf, kNaN};
+  std::vector<double> y = Tensor(special, {5}).cast(metagrad::dtypes::float32).gelu().to_vector<double>();
+  CHECK(y[0] == 0);
+  CHECK(std::signbit(y[1]));
+  CHECK(y[2] == kInf);
+  CHECK(std::isnan(y[3]));  // -inf (1 + tanh(-inf)) = -inf * 0, as PyTorch
+  CHECK(std::isnan(y[4]));
+  check_gradients([](const std::vector<Tensor>& x) { return x[0].gelu(); },
+                  {random_tensor({3, 7}, 12, -4, 4)});
 }

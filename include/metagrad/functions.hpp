@@ -51,6 +51,7 @@ enum class Fn : std::uint8_t {
   RELU,
   SIGMOID,
   ERF,
+  GELU,
   ADD,
   SUB,
   MUL,
@@ -303,6 +304,40 @@ struct FnTraits<Fn::ERF> : Transcendental {
     })};
   }
   static auto lower(const auto& x) { return x.erf(); }
+};
+
+// GELU's tanh approximation (PyTorch's gelu(approximate="tanh")), 0.5 x (1 + tanh(u)) with
+// u = sqrt(2 / pi) (x + 0.044715 x^3), as x sigmoid(2u): one exp, and one function for the
+// scheduler, so forward and backward are a kernel each (the composition of tanh, products and
+// sums was six passes over a transformer's widest activation). Where 1 + tanh(u) rounds to 0 this
+// keeps x sigmoid(2u)'s digits. d/dx = s + x s (1 - s) 2u', s = sigmoid(2u).
+template <>
+struct FnTraits<Fn::GELU> : Transcendental {
+  static constexpr const char* name = "gelu";
+  static constexpr int cost = 30;
+  static constexpr double k = 0.7978845608028654, c = 0.044715;  // sqrt(2 / pi), the cubic's weight
+  template <class X>
+  static X scalar(X x) {
+    return X(x * fixed::math::sigmoid(X(2 * k) * x * (X(1) + X(c) * x * x)));
+  }
+  template <class X>
+  static auto two_u_sigmoid(const X& x) {  // sigmoid(2u), as SIGMOID's forward
+    auto e = ((x * (1.0 + x * x * c)) * (-2 * k / std::numbers::ln2)).exp2();
+    return 1.0 / (1.0 + e);
+  }
+  template <class X>
+  static auto forward(const X& x) {
+    return x * two_u_sigmoid(x);
+  }
+  template <class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return std::tuple{when<0>(n, [&] {
+      auto x = arg<0>(n);
+      auto s = two_u_sigmoid(x);
+      return (s + x * s * (1.0 - s) * ((1.0 + x * x * (3 * c)) * (2 * k))) * g;
+    })};
+  }
+  static auto lower(const auto& x) { return x.gelu(); }
 };
 
 template <>

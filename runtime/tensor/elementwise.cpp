@@ -240,7 +240,7 @@ Tensor Tensor::hardswish() const { return hlops::hardswish(*this); }
 Tensor Tensor::tanh() const { return hlops::tanh(floating(*this)); }
 Tensor Tensor::hardtanh(double min_val, double max_val) const { return clip(min_val, max_val); }
 Tensor Tensor::gelu(std::string_view approximate) const {
-  if (approximate == "tanh") return hlops::gelu(floating(*this));
+  if (approximate == "tanh") return mlops::Gelu::apply(floating(*this));
   if (approximate == "none") {  // x * Phi(x), Phi the normal distribution's
     Tensor x = floating(*this);
     return x * 0.5 * ((x * M_SQRT1_2).erf() + 1);

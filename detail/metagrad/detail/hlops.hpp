@@ -25,12 +25,6 @@ template <class X>
 auto tanh(const X& x) {
   return 2.0 * (2.0 * x).sigmoid() - 1.0;
 }
-// The tanh approximation, as tinygrad and PyTorch's gelu(approximate="tanh").
-template <class X>
-auto gelu(const X& x) {
-  constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
-  return 0.5 * x * (1.0 + (x * k * (1.0 + 0.044715 * x * x)).tanh());
-}
 template <class X>
 auto quick_gelu(const X& x) {
   return x * (x * 1.702).sigmoid();

@@ -113,6 +113,10 @@ template <class D>
 auto ExprBase<D>::erf() const {
   return detail::unary<Fn::ERF>(self());
 }
+template <class D>
+auto ExprBase<D>::gelu() const {
+  return detail::unary<Fn::GELU>(self());
+}
 // hlops: the formulas both paths share (detail/hlops.hpp), and the few written per path
 template <class D>
 template <class B>
@@ -132,7 +136,6 @@ auto ExprBase<D>::minimum(const B& y) const {
 METAGRAD_FIXED_HLOP(cos)
 METAGRAD_FIXED_HLOP(tan)
 METAGRAD_FIXED_HLOP(tanh)
-METAGRAD_FIXED_HLOP(gelu)
 METAGRAD_FIXED_HLOP(quick_gelu)
 METAGRAD_FIXED_HLOP(square)
 METAGRAD_FIXED_HLOP(reciprocal)
