@@ -188,6 +188,20 @@ std::vector<Unary> unary_ops() {
        [](double x) { return std::log1p(std::exp(-0.5 * x)) / -0.5; }, -4, 4},
       {"softsign", [](const Tensor& x) { return x.softsign(); },
        [](double x) { return x / (1 + std::abs(x)); }, -3, 3},
+      {"hardsigmoid", [](const Tensor& x) { return x.hardsigmoid(); },
+       [](double x) { return std::min(std::max(x / 6 + 0.5, 0.0), 1.0); }, -5, 5},
+      {"logsigmoid", [](const Tensor& x) { return x.logsigmoid(); },
+       [](double x) { return -std::log1p(std::exp(-x)); }, -5, 5},
+      {"selu", [](const Tensor& x) { return x.selu(); },
+       [](double x) { return 1.0507009873554805 * (x > 0 ? x : 1.6732632423543772 * std::expm1(x)); }, -3, 3},
+      {"log10", [](const Tensor& x) { return x.log10(); }, [](double x) { return std::log10(x); }, 0.1, 5},
+      {"sinh", [](const Tensor& x) { return x.sinh(); }, [](double x) { return std::sinh(x); }, -3, 3},
+      {"cosh", [](const Tensor& x) { return x.cosh(); }, [](double x) { return std::cosh(x); }, -3, 3},
+      {"asinh", [](const Tensor& x) { return x.asinh(); }, [](double x) { return std::asinh(x); }, -3, 3},
+      {"acosh", [](const Tensor& x) { return x.acosh(); }, [](double x) { return std::acosh(x); }, 1.1, 5},
+      {"atanh", [](const Tensor& x) { return x.atanh(); }, [](double x) { return std::atanh(x); }, -0.9, 0.9},
+      {"trunc", [](const Tensor& x) { return x.trunc(); }, [](double x) { return std::trunc(x); }, -5, 5},
+      {"round", [](const Tensor& x) { return x.round(); }, [](double x) { return std::nearbyint(x); }, -5, 5},
   };
 }
 
@@ -452,6 +466,10 @@ std::vector<Binary> binary_ops() {
        [](double a, double b) { return std::max(a, b); }, -3, 3},
       {"minimum", [](const Tensor& a, const Tensor& b) { return a.minimum(b); },
        [](double a, double b) { return std::min(a, b); }, -3, 3},
+      {"logaddexp", [](const Tensor& a, const Tensor& b) { return a.logaddexp(b); },
+       [](double a, double b) { return std::max(a, b) + std::log1p(std::exp(-std::abs(a - b))); }, -3, 3},
+      {"lerp", [](const Tensor& a, const Tensor& b) { return a.lerp(b, 0.3); },
+       [](double a, double b) { return a + 0.3 * (b - a); }, -3, 3},
   };
 }
 struct Compare {
@@ -657,4 +675,120 @@ TEST_CASE("binary ops: shape mismatch errors", "[math]") {
   REQUIRE_THROWS_WITH(a * b, Contains("(2, 3)") && Contains("(4,)"));
   REQUIRE_THROWS_WITH(a.maximum(b), Contains("(2, 3)") && Contains("(4,)"));
   REQUIRE_THROWS_WITH(a < Tensor::ones({3, 3}), Contains("(2, 3)") && Contains("(3, 3)"));
+}
+
+// ---- issue 40's elementwise tests, reductions and rounding, at their edges ----
+
+TEST_CASE("isnan, isinf, isfinite, logical_not, round, trunc, copysign at special values", "[math]") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> v = {0.0, -0.0, 1.5, -2.5, 2.5, 0.5, -0.5, inf, -inf, nan, 3e9, -7.49999};
+  for (DType dt : {dtypes::float32, dtypes::float64}) {
+    INFO(dt.name);
+    Tensor x = Tensor(v, {12}).cast(dt);
+    std::vector<bool> isnan, isinf, isfin, lnot;
+    for (double a : v)
+      isnan.push_back(a != a), isinf.push_back(std::isinf(a)), isfin.push_back(std::isfinite(a));
+    for (double a : v) lnot.push_back(a == 0);
+    auto bools = [](const Tensor& t) {
+      REQUIRE(t.dtype() == dtypes::bool_);
+      std::vector<bool> out;
+      for (double b : t.to_vector<double>()) out.push_back(b != 0);
+      return out;
+    };
+    CHECK(bools(x.isnan()) == isnan);
+    CHECK(bools(x.isinf()) == isinf);
+    CHECK(bools(x.isfinite()) == isfin);
+    CHECK(bools(x.logical_not()) == lnot);
+    std::vector<double> r = x.round().to_vector<double>(), t = x.trunc().to_vector<double>();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      INFO(v[i]);
+      double want_r = std::nearbyint(static_cast<double>(dt == dtypes::float32 ? float(v[i]) : v[i]));
+      if (v[i] != v[i]) {
+        CHECK(std::isnan(r[i]));
+        CHECK(std::isnan(t[i]));
+        continue;
+      }
+      CHECK(r[i] == want_r);  // halves to even: 2.5 -> 2, -2.5 -> -2, 0.5 -> 0
+      CHECK(t[i] == std::trunc(dt == dtypes::float32 ? float(v[i]) : v[i]));
+    }
+    // copysign: -0 and -inf carry the sign, NaN magnitudes stay NaN
+    std::vector<double> c = Tensor(std::vector<double>{1, 1, 1, 1, 2}, {5})
+                                .cast(dt)
+                                .copysign(Tensor(std::vector<double>{-0.0, 0.0, -inf, inf, -3}, {5}).cast(dt))
+                                .to_vector<double>();
+    CHECK(c == std::vector<double>{-1, 1, -1, 1, -2});
+    // copysign forward on random signs, and its gradient (y's is 0: only its sign bit is read)
+    std::vector<double> a = random_values(20, 41, -3, 3), s = random_values(20, 42, -3, 3), want;
+    for (std::size_t k = 0; k < a.size(); ++k) want.push_back(std::copysign(a[k], s[k]));
+    require_close(Tensor(a, {20}).copysign(Tensor(s, {20})).to_vector<double>(), want, 1e-15, 0);
+  }
+  // Integer tensors: never NaN or inf, round is the identity
+  Tensor i = Tensor(std::vector<std::int32_t>{-3, 0, 7}, {3});
+  CHECK(i.isnan().to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(i.isfinite().to_vector<double>() == std::vector<double>{1, 1, 1});
+  CHECK(i.round().dtype() == dtypes::int32);
+  // asinh and acosh past where x^2 overflows, logaddexp at infinities
+  std::vector<double> big =
+      Tensor(std::vector<double>{1e30, -1e30}, {2}).cast(dtypes::float32).asinh().to_vector<double>();
+  require_close(big, {std::asinh(1e30), std::asinh(-1e30)}, 3e-6, 0);
+  CHECK(Tensor(std::vector<double>{1e30}, {1}).cast(dtypes::float32).acosh().item<double>() ==
+        Approx(std::acosh(1e30)).epsilon(1e-6));
+  CHECK(std::isnan(Tensor(std::vector<double>{0.5}, {1}).acosh().item<double>()));
+  std::vector<double> l = Tensor(std::vector<double>{-inf, inf, -inf, 3}, {4})
+                              .logaddexp(Tensor(std::vector<double>{-inf, inf, 2, -inf}, {4}))
+                              .to_vector<double>();
+  CHECK(l == std::vector<double>{-inf, inf, 2, 3});
+}
+
+TEST_CASE("var, logsumexp, softmin, any, all, argmin against loops", "[math]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> v = random_values(24, 77, -3, 3);
+  Tensor x(v, {4, 6});
+  auto row = [&](std::size_t r) { return std::vector<double>(v.begin() + r * 6, v.begin() + r * 6 + 6); };
+  std::vector<double> var, lse, smin0;
+  std::vector<double> amin;
+  for (std::size_t r = 0; r < 4; ++r) {
+    std::vector<double> w = row(r);
+    double m = 0, s = 0, mx = -inf, e = 0;
+    for (double a : w) m += a / 6, mx = std::max(mx, a);
+    for (double a : w) s += (a - m) * (a - m), e += std::exp(a - mx);
+    var.push_back(s / 5), lse.push_back(mx + std::log(e));
+    amin.push_back(double(std::min_element(w.begin(), w.end()) - w.begin()));
+  }
+  require_close(x.var(1).to_vector<double>(), var, 1e-12, 1e-12);
+  require_close(
+      x.var({1}, false, 0).to_vector<double>(),
+      [&] {
+        std::vector<double> o;
+        for (double a : var) o.push_back(a * 5 / 6);
+        return o;
+      }(),
+      1e-12, 1e-12);
+  require_close(x.logsumexp(1).to_vector<double>(), lse, 1e-12, 1e-12);
+  CHECK(x.logsumexp(1, true).shape() == Dims{4, 1});
+  CHECK(x.argmin(1).to_vector<double>() == amin);
+  Tensor sm = x.softmin(1);
+  require_close(sm.to_vector<double>(), (-x).softmax(1).to_vector<double>(), 1e-15, 1e-15);
+  // logsumexp of large values and of -inf rows
+  Tensor big = Tensor(std::vector<double>{1000, 1000, -inf, -inf}, {2, 2});
+  require_close(big.logsumexp(1).to_vector<double>(), {1000 + std::log(2.0), -inf}, 1e-12, 0);
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].logsumexp(1); },
+                  {random_tensor({3, 5}, 5, -2, 2)});
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].var(0); },
+                  {random_tensor({4, 3}, 6, -2, 2)});
+  Tensor b = Tensor(std::vector<double>{0, 0, 1, 4, 2, 3}, {2, 3});
+  CHECK(b.any(1).to_vector<double>() == std::vector<double>{1, 1});
+  CHECK(b.all(1).to_vector<double>() == std::vector<double>{0, 1});
+  CHECK(b.any().item<double>() == 1);
+  CHECK(b.all().item<double>() == 0);
+  CHECK(b.any(1).dtype() == dtypes::bool_);
+  // argmin of integers at INT_MIN (-x would wrap)
+  Tensor ints = Tensor(std::vector<std::int32_t>{5, std::numeric_limits<std::int32_t>::min(), 3}, {3});
+  CHECK(ints.argmin().item<std::int64_t>() == 1);
+}
+
+TEST_CASE("copysign: gradient through its magnitude", "[math]") {
+  Tensor sgn = Tensor(random_values(6, 43, -3, 3), {2, 3});
+  check_gradients([&](const std::vector<Tensor>& t) { return t[0].copysign(sgn); },
+                  {random_tensor({2, 3}, 44, 0.2, 3)});
 }

@@ -188,6 +188,12 @@ class Tensor {
   Tensor min(const Axes& axis = AllAxes, bool keepdim = false) const;
   Tensor mean(const Axes& axis = AllAxes, bool keepdim = false) const;
   Tensor std(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
+  Tensor var(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
+  Tensor logsumexp(const Axes& axis = AllAxes, bool keepdim = false) const;  // finite for large inputs
+  Tensor softmin(std::int64_t axis = -1) const;                              // softmax(-this)
+  Tensor any(const Axes& axis = AllAxes, bool keepdim = false) const;        // bool: some element != 0
+  Tensor all(const Axes& axis = AllAxes, bool keepdim = false) const;        // bool: every element != 0
+  Tensor argmin(std::optional<std::int64_t> axis = {}, bool keepdim = false) const;  // int64
   Tensor softmax(std::int64_t axis = -1) const;
   Tensor log_softmax(std::int64_t axis = -1) const;
   Tensor argmax(std::optional<std::int64_t> axis = {}, bool keepdim = false) const;  // int64
@@ -263,6 +269,26 @@ class Tensor {
   Tensor mish() const;
   Tensor softplus(double beta = 1) const;
   Tensor softsign() const;
+  Tensor hardsigmoid() const;  // clip(x / 6 + 1/2, 0, 1), PyTorch's
+  Tensor logsigmoid() const;   // -softplus(-x), finite for large |x|
+  Tensor selu() const;
+  Tensor log10() const;
+  Tensor sinh() const;
+  Tensor cosh() const;
+  Tensor asinh() const;
+  Tensor acosh() const;                    // NaN below 1
+  Tensor atanh() const;                    // NaN outside [-1, 1], +-inf at +-1
+  Tensor trunc() const;                    // toward 0
+  Tensor round() const;                    // to the nearest integer, halves to even (PyTorch's, numpy's)
+  Tensor copysign(const Tensor& y) const;  // |this| with y's sign bit (-0 counts as negative)
+  Tensor lerp(const Tensor& end, double weight) const;  // this + weight * (end - this)
+  Tensor lerp(const Tensor& end, const Tensor& weight) const;
+  Tensor logaddexp(const Tensor& y) const;  // log(exp(this) + exp(y)) without overflow
+  // Elementwise tests, bool results; integer tensors are never NaN or inf.
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor logical_not() const;  // this == 0
   Tensor cast(DType dtype) const;
   Tensor contiguous() const;
 

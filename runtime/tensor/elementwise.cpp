@@ -253,6 +253,78 @@ Tensor Tensor::leakyrelu(double neg_slope) const { return hlops::leakyrelu(float
 Tensor Tensor::mish() const { return hlops::mish(*this); }
 Tensor Tensor::softplus(double beta) const { return hlops::softplus(floating(*this), beta); }
 Tensor Tensor::softsign() const { return hlops::softsign(*this); }
+Tensor Tensor::hardsigmoid() const { return (floating(*this) / 6 + 0.5).clip(0, 1); }
+Tensor Tensor::logsigmoid() const { return -(-floating(*this)).softplus(); }
+Tensor Tensor::selu() const {
+  return floating(*this).elu(1.6732632423543772848170429916717) * 1.0507009873554804934193349852946;
+}
+Tensor Tensor::log10() const { return log() * (1 / std::numbers::ln10); }
+Tensor Tensor::sinh() const {
+  Tensor x = floating(*this);
+  return (x.exp() - (-x).exp()) * 0.5;
+}
+Tensor Tensor::cosh() const {
+  Tensor x = floating(*this);
+  return (x.exp() + (-x).exp()) * 0.5;
+}
+namespace {
+// Where x^2 would overflow (and x^2 +- 1 is x^2 anyway), asinh and acosh are log(2|x|) = log|x| + log 2.
+double square_limit(DType d) { return d == dtypes::float64 ? 1e150 : d == dtypes::float16 ? 64 : 1e18; }
+Tensor log_x_plus_root(const Tensor& a, double one) {  // log(a + sqrt(a^2 + one)), a >= 0
+  Tensor big = a.gt(a.scalar_like(square_limit(a.dtype())));
+  Tensor safe = big.where(a.scalar_like(1), a);
+  return big.where(a.log() + std::numbers::ln2, (safe + (safe * safe + one).sqrt()).log());
+}
+}  // namespace
+Tensor Tensor::asinh() const {  // odd: computed on |x|, so large negative x does not cancel
+  Tensor x = floating(*this), r = log_x_plus_root(x.abs(), 1);
+  return x.lt(x.scalar_like(0)).where(-r, r);
+}
+Tensor Tensor::acosh() const {  // NaN below 1, also where x^2 - 1 would overflow to +inf
+  Tensor x = floating(*this);
+  return x.lt(x.scalar_like(1)).where(x.scalar_like(std::numeric_limits<double>::quiet_NaN()), log_x_plus_root(x, -1));
+}
+Tensor Tensor::atanh() const {
+  Tensor x = floating(*this);
+  return ((1 + x) / (1 - x)).log() * 0.5;
+}
+Tensor Tensor::trunc() const { return lt(scalar_like(0)).where(ceil(), floor()); }
+// floor(x), one more past the half, and at exactly a half the even one of the two.
+Tensor Tensor::round() const {
+  if (!dtypes::is_float(dtype())) return *this;
+  Tensor f = floor(), d = *this - f;
+  Tensor odd = (f * 0.5).floor().ne(f * 0.5);
+  return d.gt(scalar_like(0.5)).where(f + 1, d.lt(scalar_like(0.5)).where(f, odd.where(f + 1, f)));
+}
+// The sign bit of y: negative, or -0 (whose reciprocal is -inf).
+Tensor Tensor::copysign(const Tensor& y) const {
+  Tensor x = floating(*this), s = floating(y), zero = s.scalar_like(0);
+  Tensor negative =
+      s.lt(zero).where(s.scalar_like(1), s.reciprocal().lt(zero).cast(s.dtype())).cast(dtypes::bool_);
+  return negative.where(-x.abs(), x.abs());
+}
+Tensor Tensor::lerp(const Tensor& end, double weight) const { return *this + (end - *this) * weight; }
+Tensor Tensor::lerp(const Tensor& end, const Tensor& weight) const { return *this + (end - *this) * weight; }
+// max + log(1 + exp(-|x - y|)); equal arguments (both +-inf among them) give x + log 2.
+Tensor Tensor::logaddexp(const Tensor& y) const {
+  Tensor a = floating(*this), b = floating(y);
+  Tensor m = a.maximum(b), d = (a - b).abs();
+  Tensor tie = a.eq(b);
+  Tensor safe = tie.where(d.scalar_like(0), d);
+  return tie.where(a + std::numbers::ln2, m + ((-safe).exp() + 1).log());
+}
+Tensor Tensor::isnan() const {
+  return dtypes::is_float(dtype()) ? ne(*this) : Tensor::zeros_like(*this, {.dtype = dtypes::bool_});
+}
+Tensor Tensor::isinf() const {
+  if (!dtypes::is_float(dtype())) return Tensor::zeros_like(*this, {.dtype = dtypes::bool_});
+  return abs().eq(scalar_like(std::numeric_limits<double>::infinity()));
+}
+Tensor Tensor::isfinite() const {
+  if (!dtypes::is_float(dtype())) return Tensor::ones_like(*this, {.dtype = dtypes::bool_});
+  return (*this - *this).eq(scalar_like(0));
+}
+Tensor Tensor::logical_not() const { return eq(scalar_like(0)); }
 Tensor Tensor::cast(DType dt) const { return dt == dtype() ? *this : mlops::Cast::apply(*this, dt); }
 Tensor Tensor::contiguous() const { return mlops::Contiguous::apply(*this); }
 

@@ -161,6 +161,37 @@ Tensor Tensor::std(const Axes& axis, bool keepdim, std::int64_t correction) cons
   Tensor d = *this - mean(axis, true);
   return ((d * d).sum(axis, keepdim) / std::max<std::int64_t>(p.n - correction, 0)).sqrt();
 }
+Tensor Tensor::var(const Axes& axis, bool keepdim, std::int64_t correction) const {
+  Plan p = plan(shape(), axis, "var");
+  Tensor d = *this - mean(axis, true);
+  return (d * d).sum(axis, keepdim) / std::max<std::int64_t>(p.n - correction, 0);
+}
+
+// max + log(sum(exp(x - max))), the max detached (the result does not depend on it) and taken as
+// 0 where it is infinite, so all -inf gives -inf and a +inf gives +inf, not NaN.
+Tensor Tensor::logsumexp(const Axes& axis, bool keepdim) const {
+  Tensor x = dtypes::is_float(dtype()) ? *this : cast(dtypes::float32);
+  Tensor m = x.max(axis, true).detach();
+  m = m.isinf().where(m.scalar_like(0), m);
+  Tensor out = (x - m).exp().sum(axis, true).log() + m;
+  if (keepdim) return out;
+  Plan p = plan(shape(), axis, "logsumexp");
+  return out.reshape(p.out);
+}
+Tensor Tensor::softmin(std::int64_t axis) const {
+  return (dtypes::is_float(dtype()) ? -*this : -cast(dtypes::float32)).softmax(axis);
+}
+Tensor Tensor::any(const Axes& axis, bool keepdim) const {
+  return ne(scalar_like(0)).cast(dtypes::int32).max(axis, keepdim).cast(dtypes::bool_);
+}
+Tensor Tensor::all(const Axes& axis, bool keepdim) const {
+  return logical_not().any(axis, keepdim).logical_not();
+}
+// The argmax of -x; integers through float64 (exact to 2^53), where -INT_MIN would wrap.
+Tensor Tensor::argmin(std::optional<std::int64_t> axis, bool keepdim) const {
+  Tensor x = dtypes::is_float(dtype()) ? *this : cast(dtypes::float64);
+  return (-x).argmax(axis, keepdim);
+}
 
 namespace {
 // x - max(x), exp of it and the sum of that, over one axis. The max is detached: softmax does not
