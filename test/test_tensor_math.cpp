@@ -792,3 +792,39 @@ TEST_CASE("copysign: gradient through its magnitude", "[math]") {
   check_gradients([&](const std::vector<Tensor>& t) { return t[0].copysign(sgn); },
                   {random_tensor({2, 3}, 44, 0.2, 3)});
 }
+
+TEST_CASE("integer minimum at INT_MIN; sign, sqrt, rsqrt and clip gradients as PyTorch's", "[math]") {
+  for (const char* dev : {"CPU", "CLANG", "LLVM"}) {
+    INFO(dev);
+    constexpr std::int32_t lo32 = std::numeric_limits<std::int32_t>::min();
+    constexpr std::int64_t lo64 = std::numeric_limits<std::int64_t>::min();
+    Tensor a = Tensor(std::vector<std::int32_t>{lo32, 5, -7, lo32}, {4}, {.device = dev});
+    Tensor b = Tensor(std::vector<std::int32_t>{3, lo32, -8, lo32}, {4}, {.device = dev});
+    CHECK(a.minimum(b).to_vector<std::int64_t>() == std::vector<std::int64_t>{lo32, lo32, -8, lo32});
+    CHECK(a.min().item<std::int64_t>() == lo32);
+    CHECK(a.maximum(b).to_vector<std::int64_t>() == std::vector<std::int64_t>{3, 5, -7, lo32});
+    Tensor c = Tensor(std::vector<std::int64_t>{4, lo64, 9, -2, 3, 1}, {2, 3}, {.device = dev});
+    CHECK(c.min().item<std::int64_t>() == lo64);
+    CHECK(c.min(1).to_vector<std::int64_t>() == std::vector<std::int64_t>{lo64, -2});
+    CHECK(c.minimum(c.scalar_like(0)).to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{0, lo64, 0, -2, 0, 0});
+  }
+  auto grads = [](const std::function<Tensor(const Tensor&)>& f, const std::vector<double>& v) {
+    Tensor x(v, {static_cast<std::int64_t>(v.size())}, {.requires_grad = true});
+    f(x).sum().backward();
+    return x.grad->to_vector<double>();
+  };
+  // sign: 0 everywhere (a tie at -1 gave 0.25)
+  CHECK(grads([](const Tensor& x) { return x.sign(); }, {-2, -1, -0.5, 0, 1, 3}) ==
+        std::vector<double>(6, 0.0));
+  // sqrt and rsqrt below 0: NaN, as d sqrt(x) = 1 / (2 sqrt(x)) there (below -1 it was 0)
+  for (double g : grads([](const Tensor& x) { return x.sqrt(); }, {-3, -0.5})) CHECK(std::isnan(g));
+  for (double g : grads([](const Tensor& x) { return x.rsqrt(); }, {-3, -0.5})) CHECK(std::isnan(g));
+  require_close(grads([](const Tensor& x) { return x.sqrt(); }, {4}), {0.25}, 1e-15, 0);
+  // clip: 1 inside [min, max], bounds included (0.5 there before), 0 outside; min > max gives max
+  CHECK(grads([](const Tensor& x) { return x.clip(-1, 2); }, {-3, -1, 0, 2, 5}) ==
+        std::vector<double>{0, 1, 1, 1, 0});
+  CHECK(Tensor(std::vector<double>{-5, 0, 5}, {3}).clip(2, 1).to_vector<double>() ==
+        std::vector<double>{1, 1, 1});
+  CHECK(std::isnan(Tensor(std::vector<double>{std::nan("")}, {1}).clip(0, 1).item<double>()));
+}

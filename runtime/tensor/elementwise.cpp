@@ -69,11 +69,11 @@ Tensor Tensor::maximum(const Tensor& y) const {
   auto [a, b] = broadcasted(y);
   return mlops::Maximum::apply(a, b);
 }
-// -max(-x, -y); unsigned and bool values would wrap when negated, so they go through int64.
+// -max(-x, -y) for floats (the maximum's tie and NaN rules, mirrored); integers and bool by a
+// comparison, where negating INT_MIN would wrap.
 Tensor Tensor::minimum(const Tensor& y) const {
   auto [a, b] = broadcasted(y);
-  if (dtypes::is_unsigned(a.dtype()) || a.dtype() == dtypes::bool_)
-    return a.cast(dtypes::int64).minimum(b.cast(dtypes::int64)).cast(a.dtype());
+  if (!dtypes::is_float(a.dtype())) return a.lt(b).where(a, b);
   return -((-a).maximum(-b));
 }
 
@@ -201,29 +201,45 @@ Tensor Tensor::floor() const { return dtypes::is_float(dtype()) ? round_toward(*
 // Negative x gives NaN and rsqrt(±0) is ±inf, as in PyTorch (C's pow(-0, -0.5) is +inf: at zero
 // rsqrt is 1/x, its sign and its gradient, -inf, as pow's). The max with -1 keeps every negative
 // negative but sends -inf, where C's pow gives +inf and +0, to NaN as well.
-Tensor Tensor::sqrt() const { return floating(*this).maximum(-1).pow(0.5); }
+namespace {
+// x with -inf made NaN, the gradient passing through elsewhere (a max with -1 did the same to the
+// values but cut the gradient below -1, where PyTorch's is NaN).
+Tensor minus_inf_to_nan(const Tensor& x) {
+  return x.eq(x.scalar_like(-std::numeric_limits<double>::infinity()))
+      .where(x.scalar_like(std::numeric_limits<double>::quiet_NaN()), x);
+}
+}  // namespace
+Tensor Tensor::sqrt() const { return minus_inf_to_nan(floating(*this)).pow(0.5); }
 Tensor Tensor::rsqrt() const {
   Tensor x = floating(*this);
-  return x.eq(x.scalar_like(0)).where(x.reciprocal(), x.maximum(-1).pow(-0.5));
+  return x.eq(x.scalar_like(0)).where(x.reciprocal(), minus_inf_to_nan(x).pow(-0.5));
 }
 Tensor Tensor::square() const { return hlops::square(*this); }
 // min > max gives max everywhere, as PyTorch's clamp; NaN stays NaN.
 // A whole scalar keeps an integer tensor integer (x.maximum(0) of int32 is int32).
 Tensor Tensor::maximum(double y) const { return maximum(bound_for(*this, y)); }
 Tensor Tensor::minimum(double y) const { return minimum(bound_for(*this, y)); }
-Tensor Tensor::clip(double min, double max) const { return hlops::clip(*this, min, max); }
+// As PyTorch's clamp: the gradient is 1 inside [min, max], bounds included (a max and a min split
+// it at a tie); min > max gives max everywhere; NaN stays NaN.
+Tensor Tensor::clip(double min, double max) const {
+  if (min > max)
+    return isnan().where(
+        *this, bound_for(*this, max).expand(std::vector<std::int64_t>(shape().begin(), shape().end())));
+  Tensor lo = bound_for(*this, min), hi = bound_for(*this, max);
+  return lt(lo).where(lo, gt(hi).where(hi, *this));
+}
 // Unsigned and bool values are their own magnitude (negating them would wrap).
 Tensor Tensor::abs() const {
   if (dtypes::is_unsigned(dtype()) || dtype() == dtypes::bool_) return *this;
   return hlops::abs(*this);
 }
 // From comparisons, so sign(inf) is 1 and tiny values keep their sign (tinygrad's x / (|x| + 1e-10)
-// gives NaN and 0 there). The max with min(x, -1) never changes the value but lets NaN through and
-// ties the result to x, whose gradient is then 0, as in PyTorch.
+// gives NaN and 0 there). NaN passes through a where on x, which also ties the result to x: its
+// gradient is 0 everywhere, as in PyTorch.
 Tensor Tensor::sign() const {
   if (dtype() == dtypes::bool_) return *this;
   Tensor v = gt(scalar_for(*this, 0, true)).cast(dtype()) - lt(scalar_for(*this, 0, true)).cast(dtype());
-  return dtypes::is_float(dtype()) ? v.maximum(minimum(-1.0)) : v;
+  return dtypes::is_float(dtype()) ? isnan().where(*this, v) : v;
 }
 Tensor Tensor::reciprocal() const { return hlops::reciprocal(*this); }
 
@@ -282,7 +298,8 @@ Tensor Tensor::asinh() const {  // odd: computed on |x|, so large negative x doe
 }
 Tensor Tensor::acosh() const {  // NaN below 1, also where x^2 - 1 would overflow to +inf
   Tensor x = floating(*this);
-  return x.lt(x.scalar_like(1)).where(x.scalar_like(std::numeric_limits<double>::quiet_NaN()), log_x_plus_root(x, -1));
+  return x.lt(x.scalar_like(1))
+      .where(x.scalar_like(std::numeric_limits<double>::quiet_NaN()), log_x_plus_root(x, -1));
 }
 Tensor Tensor::atanh() const {
   Tensor x = floating(*this);

@@ -138,11 +138,18 @@ Tensor Tensor::max(const Axes& axis, bool keepdim) const {
   return keepdim ? ret : ret.reshape(p.out);
 }
 
-// -max(-x); unsigned and bool values would wrap when negated, so they go through int64.
+// -max(-x). Integers narrower than int64 (and unsigned, bool) go through int64, where negating
+// never wraps; int64's own minimum, whose negation wraps, is found by a comparison.
 Tensor Tensor::min(const Axes& axis, bool keepdim) const {
   check_nonempty(plan(shape(), axis, "min"), shape(), axis, "min");
-  if (dtypes::is_unsigned(dtype()) || dtype() == dtypes::bool_)
+  if ((dtypes::is_int(dtype()) && dtype() != dtypes::int64) || dtype() == dtypes::bool_)
     return cast(dtypes::int64).min(axis, keepdim).cast(dtype());
+  if (dtype() == dtypes::int64) {
+    Tensor lowest = scalar_like(dtypes::min_value(dtypes::int64));
+    Tensor has_lowest = eq(lowest).cast(dtypes::int32).max(axis, keepdim).cast(dtypes::bool_);
+    Tensor clamped = eq(lowest).where(scalar_like(0), *this);
+    return has_lowest.where(lowest, -((-clamped).max(axis, keepdim)));
+  }
   return -((-*this).max(axis, keepdim));
 }
 

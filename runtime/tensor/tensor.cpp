@@ -249,7 +249,7 @@ std::string to_string(const Tensor& t) {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   DType dt = t.dtype();
-  detail::ValueKind kind = dtypes::is_float(dt) ? detail::ValueKind::floating
+  detail::ValueKind kind = dtypes::is_float(dt)  ? detail::ValueKind::floating
                            : dt == dtypes::bool_ ? detail::ValueKind::boolean
                                                  : detail::ValueKind::integer;
   std::vector<double> v = t.to_vector<double>();
