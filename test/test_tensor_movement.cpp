@@ -755,3 +755,108 @@ TEST_CASE("the README's indexing examples", "[movement]") {
   REQUIRE(shape_of(x[std::vector<Index>{}]) == Shape{2, 3, 4});
   REQUIRE(shape_of(x[{}]) == Shape{2, 3, 4});  // the empty subscript, as x[()]: integers take x[0]
 }
+
+// ---- issue 40's movement and creation ops, against loops on the host ----
+
+TEST_CASE("split, roll, unflatten, diagonal, repeat_interleave against loops, with gradients", "[movement]") {
+  std::vector<double> v(60);
+  std::iota(v.begin(), v.end(), 0.0);
+  for (const char* dev : {"CPU", "CLANG", "LLVM"}) {
+    INFO(dev);
+    Tensor x = Tensor(v, {3, 4, 5}, {.device = dev});
+    auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) {
+      return v[static_cast<std::size_t>(i * 20 + j * 5 + k)];
+    };
+    // split: sizes and a size
+    auto parts = x.split(Shape{1, 3}, 1);
+    REQUIRE(parts.size() == 2);
+    CHECK(parts[1].shape() == Dims{3, 3, 5});
+    CHECK(parts[1].to_vector<double>()[0] == at(0, 1, 0));
+    auto even = x.split(2, 2);
+    REQUIRE(even.size() == 3);
+    CHECK(even[2].shape() == Dims{3, 4, 1});
+    CHECK_THROWS_WITH(x.split(Shape{1, 2}, 1), Contains("sum to 4"));
+    // roll: out[i] = x[(i - shift) mod n], along two dims at once, negative shifts too
+    for (auto [s1, s2] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 2}, {-1, 7}, {4, 0}}) {
+      std::vector<double> got = x.roll(Shape{s1, s2}, Shape{1, -1}).to_vector<double>(), want;
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t j = 0; j < 4; ++j)
+          for (std::int64_t k = 0; k < 5; ++k)
+            want.push_back(at(i, ((j - s1) % 4 + 4) % 4, ((k - s2) % 5 + 5) % 5));
+      CHECK(got == want);
+    }
+    // unflatten
+    CHECK(x.unflatten(1, Shape{2, -1}).shape() == Dims{3, 2, 2, 5});
+    CHECK_THROWS_WITH(x.unflatten(1, Shape{3, 2}), Contains("multiply to 4"));
+    // diagonal of every (dim1, dim2) pair at several offsets
+    for (std::int64_t off : {-3, -1, 0, 2, 4, 6})
+      for (auto [d1, d2] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 2}, {2, 0}, {0, 1}}) {
+        INFO("offset " << off << " dims " << d1 << ", " << d2);
+        Tensor d = x.diagonal(off, d1, d2);
+        Shape sh{3, 4, 5};
+        std::int64_t other = 3 - d1 - d2, rows = sh[static_cast<std::size_t>(d1)],
+                     cols = sh[static_cast<std::size_t>(d2)];
+        std::vector<double> want;
+        for (std::int64_t o = 0; o < sh[static_cast<std::size_t>(other)]; ++o)
+          for (std::int64_t t = 0; t < std::max<std::int64_t>(0, std::min(rows, cols)); ++t) {
+            std::int64_t r = t + std::max<std::int64_t>(-off, 0), c = t + std::max<std::int64_t>(off, 0);
+            if (r >= rows || c >= cols) continue;
+            std::int64_t idx[3];
+            idx[other] = o, idx[d1] = r, idx[d2] = c;
+            want.push_back(at(idx[0], idx[1], idx[2]));
+          }
+        CHECK(d.to_vector<double>() == want);
+      }
+    // repeat_interleave
+    std::vector<double> ri = Tensor(std::vector<double>{1, 2, 3, 4}, {2, 2}, {.device = dev})
+                                 .repeat_interleave(2, 1)
+                                 .to_vector<double>();
+    CHECK(ri == std::vector<double>{1, 1, 2, 2, 3, 3, 4, 4});
+    CHECK(Tensor(std::vector<double>{1, 2}, {2}, {.device = dev}).repeat_interleave(3).to_vector<double>() ==
+          std::vector<double>{1, 1, 1, 2, 2, 2});
+  }
+  check_gradients(
+      [](const std::vector<Tensor>& t) {
+        return t[0].roll(Shape{1, -2}, Shape{0, 1}) * t[0];
+      },
+      {random_tensor({3, 4}, 1)});
+  check_gradients(
+      [](const std::vector<Tensor>& t) { return t[0].diagonal(1) * 2 + t[0].diagonal(-1, 1, 0).sum(); },
+      {random_tensor({4, 5}, 2)});
+  check_gradients(
+      [](const std::vector<Tensor>& t) {
+        return t[0].split(Shape{2, 1}, 0)[0] * 3;
+      },
+      {random_tensor({3, 2}, 3)});
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].repeat_interleave(2, 0); },
+                  {random_tensor({3, 2}, 4)});
+}
+
+TEST_CASE("linspace, eye(n, m), meshgrid, one_hot", "[movement]") {
+  std::vector<double> l = Tensor::linspace(-1, 2, 7, {.dtype = dtypes::float64}).to_vector<double>();
+  REQUIRE(l.size() == 7);
+  for (std::size_t i = 0; i < 7; ++i) CHECK(l[i] == Approx(-1 + 0.5 * static_cast<double>(i)).margin(1e-15));
+  CHECK(l.back() == 2);  // the end is exact
+  CHECK(Tensor::linspace(3, 9, 1).to_vector<double>() == std::vector<double>{3});
+  CHECK(Tensor::linspace(0, 1, 0).numel() == 0);
+  CHECK(Tensor::linspace(0, 1, 4).dtype() == dtypes::float32);
+  CHECK(Tensor::eye(2, 3).to_vector<double>() == std::vector<double>{1, 0, 0, 0, 1, 0});
+  CHECK(Tensor::eye(3, 1).to_vector<double>() == std::vector<double>{1, 0, 0});
+  Tensor a(std::vector<double>{1, 2, 3}, {3}), b(std::vector<double>{10, 20}, {2});
+  auto ij = Tensor::meshgrid({a, b});
+  CHECK(ij[0].shape() == Dims{3, 2});
+  CHECK(ij[0].to_vector<double>() == std::vector<double>{1, 1, 2, 2, 3, 3});
+  CHECK(ij[1].to_vector<double>() == std::vector<double>{10, 20, 10, 20, 10, 20});
+  auto xy = Tensor::meshgrid({a, b}, "xy");
+  CHECK(xy[0].shape() == Dims{2, 3});
+  CHECK(xy[0].to_vector<double>() == std::vector<double>{1, 2, 3, 1, 2, 3});
+  CHECK(xy[1].to_vector<double>() == std::vector<double>{10, 10, 10, 20, 20, 20});
+  CHECK_THROWS_WITH(Tensor::meshgrid({a}, "ji"), Contains("indexing"));
+  Tensor idx(std::vector<std::int32_t>{2, 0, 1, 2}, {2, 2});
+  Tensor oh = idx.one_hot(3);
+  CHECK(oh.dtype() == dtypes::int64);
+  CHECK(oh.shape() == Dims{2, 2, 3});
+  CHECK(oh.to_vector<double>() == std::vector<double>{0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1});
+  CHECK_THROWS_WITH(idx.one_hot(2), Contains("[0, 2)"));
+  CHECK_THROWS_WITH(Tensor(std::vector<double>{1}, {1}).one_hot(2), Contains("integer"));
+}

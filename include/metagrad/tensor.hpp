@@ -121,6 +121,11 @@ class Tensor {
   static Tensor arange(double stop, TensorOptions opts = {});
   static Tensor arange(double start, double stop, double step = 1, TensorOptions opts = {});
   static Tensor eye(std::int64_t n, TensorOptions opts = {});
+  static Tensor eye(std::int64_t n, std::int64_t m, TensorOptions opts = {});  // n rows, m columns
+  // steps values from start to end, both included (float32 unless told)
+  static Tensor linspace(double start, double end, std::int64_t steps, TensorOptions opts = {});
+  // Grids from 1-D tensors: indexing "ij" (the first varies along axis 0) or "xy" (numpy's default)
+  static std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, std::string_view indexing = "ij");
   // Random tensors come from one global generator: manual_seed makes runs repeatable.
   static void manual_seed(std::uint64_t seed);
   static Tensor rand(const Dims& shape, TensorOptions opts = {});   // uniform [0, 1)
@@ -166,6 +171,19 @@ class Tensor {
   static Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
   Tensor repeat(const std::vector<std::int64_t>& repeats) const;
   std::vector<Tensor> chunk(std::int64_t n, std::int64_t dim = 0) const;
+  std::vector<Tensor> split(std::int64_t size,
+                            std::int64_t dim = 0) const;  // pieces of size (the last may be smaller)
+  std::vector<Tensor> split(const std::vector<std::int64_t>& sizes,
+                            std::int64_t dim = 0) const;    // they sum to the dim
+  Tensor roll(std::int64_t shift, std::int64_t dim) const;  // elements move shift places along dim, wrapping
+  Tensor roll(const std::vector<std::int64_t>& shifts, const std::vector<std::int64_t>& dims) const;
+  Tensor unflatten(std::int64_t dim, const std::vector<std::int64_t>& sizes) const;  // one size may be -1
+  // The diagonal of the (dim1, dim2) planes, offset above (> 0) or below (< 0) the main one, as the last
+  // axis.
+  Tensor diagonal(std::int64_t offset = 0, std::int64_t dim1 = 0, std::int64_t dim2 = 1) const;
+  Tensor repeat_interleave(std::int64_t repeats, std::optional<std::int64_t> dim = {}) const;
+  // int64 of this integer tensor's shape plus (num_classes): 1 at each value's index (values in range)
+  Tensor one_hot(std::int64_t num_classes) const;
   Tensor squeeze(std::optional<std::int64_t> dim = {}) const;
   Tensor unsqueeze(std::int64_t dim) const;
   Tensor transpose(std::int64_t dim0 = 1, std::int64_t dim1 = 0) const;

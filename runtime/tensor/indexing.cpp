@@ -213,6 +213,26 @@ Tensor Tensor::gather(std::int64_t dim, const Tensor& index) const {
   return Gather::apply(*this, i, d, false);
 }
 
+// A comparison with arange; the values are checked on the host first (a realize), as PyTorch
+// raises for a class out of range where a comparison would give a row of zeros.
+Tensor Tensor::one_hot(std::int64_t num_classes) const {
+  if (!dtypes::is_int(dtype()))
+    throw std::invalid_argument(detail::cat("one_hot: needs an integer tensor, got ", dtype().name,
+                                            " of shape ", to_string(shape())));
+  if (num_classes <= 0)
+    throw std::invalid_argument(
+        detail::cat("one_hot: num_classes must be positive, got ", std::to_string(num_classes)));
+  if (numel() > 0) {
+    auto lo = min().item<std::int64_t>(), hi = max().item<std::int64_t>();
+    if (lo < 0 || hi >= num_classes)
+      throw std::invalid_argument(detail::cat("one_hot: values must be in [0, ", std::to_string(num_classes),
+                                              "), got ", std::to_string(lo < 0 ? lo : hi), " in shape ",
+                                              to_string(shape())));
+  }
+  Tensor classes = Tensor::arange(static_cast<double>(num_classes), {.device = device(), .dtype = dtype()});
+  return unsqueeze(-1).eq(classes).cast(dtypes::int64);
+}
+
 Tensor Tensor::index_select(std::int64_t dim, const Tensor& index) const {
   std::int64_t d = resolve_axis(dim);
   if (index.ndim() != 1 || ndim() == 0)

@@ -427,6 +427,117 @@ std::vector<Tensor> Tensor::chunk(std::int64_t n, std::int64_t dim) const {
   return out;
 }
 
+std::vector<Tensor> Tensor::split(std::int64_t size, std::int64_t dim) const {
+  if (size <= 0)
+    throw std::invalid_argument(detail::cat("split of shape ", to_string(shape()), " into pieces of ",
+                                            std::to_string(size), ": the size must be positive"));
+  if (ndim() == 0) throw std::invalid_argument("split: a 0-d tensor cannot be split");
+  std::int64_t n = shape()[static_cast<std::size_t>(axis_in("split", *this, dim, ndim()))];
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t at = 0; at < n; at += size) sizes.push_back(std::min(size, n - at));
+  return sizes.empty() ? std::vector<Tensor>{*this} : split(sizes, dim);
+}
+std::vector<Tensor> Tensor::split(const std::vector<std::int64_t>& sizes, std::int64_t dim) const {
+  if (ndim() == 0) throw std::invalid_argument("split: a 0-d tensor cannot be split");
+  auto d = static_cast<std::size_t>(axis_in("split", *this, dim, ndim()));
+  std::int64_t total = 0;
+  for (std::int64_t s : sizes) total += s;
+  if (total != shape()[d] || std::any_of(sizes.begin(), sizes.end(), [](std::int64_t s) { return s < 0; }))
+    throw std::invalid_argument(
+        detail::cat("split of shape ", to_string(shape()), " along dim ", std::to_string(d), " into sizes ",
+                    str(sizes), ": they must be non-negative and sum to ", std::to_string(shape()[d])));
+  std::vector<Tensor> out;
+  std::int64_t at = 0;
+  for (std::int64_t s : sizes) {
+    PadArg r = full_range(*this);
+    r[d] = {at, at + s};
+    out.push_back(shrink(r));
+    at += s;
+  }
+  return out;
+}
+
+Tensor Tensor::roll(std::int64_t shift, std::int64_t dim) const { return roll(Shape{shift}, Shape{dim}); }
+// Each dim: the last `shift` elements (mod the size) come first, a cat of two slices.
+Tensor Tensor::roll(const std::vector<std::int64_t>& shifts, const std::vector<std::int64_t>& dims) const {
+  if (shifts.size() != dims.size())
+    throw std::invalid_argument(detail::cat("roll of shape ", to_string(shape()), ": ",
+                                            std::to_string(shifts.size()), " shifts for ",
+                                            std::to_string(dims.size()), " dims"));
+  Tensor out = *this;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    auto d = static_cast<std::size_t>(axis_in("roll", *this, dims[i], ndim()));
+    std::int64_t n = shape()[d];
+    if (n == 0) continue;
+    std::int64_t s = ((shifts[i] % n) + n) % n;
+    if (s == 0) continue;
+    auto parts = out.split(Shape{n - s, s}, static_cast<std::int64_t>(d));
+    out = parts[1].cat({parts[0]}, static_cast<std::int64_t>(d));
+  }
+  return out;
+}
+
+Tensor Tensor::unflatten(std::int64_t dim, const std::vector<std::int64_t>& sizes) const {
+  auto d = static_cast<std::size_t>(axis_in("unflatten", *this, dim, ndim()));
+  Shape s(shape().begin(), shape().begin() + static_cast<std::ptrdiff_t>(d));
+  s.insert(s.end(), sizes.begin(), sizes.end());
+  s.insert(s.end(), shape().begin() + static_cast<std::ptrdiff_t>(d) + 1, shape().end());
+  try {
+    return reshape(s);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(detail::cat("unflatten of shape ", to_string(shape()), " dim ",
+                                            std::to_string(d), " into ", str(sizes),
+                                            ": the sizes must multiply to ", std::to_string(shape()[d])));
+  }
+}
+
+// The two dims last; a square m x m window of the plane at the offset, flattened and padded to
+// m (m + 1), is m rows whose first elements are the diagonal (numpy's strided trick, as views).
+Tensor Tensor::diagonal(std::int64_t offset, std::int64_t dim1, std::int64_t dim2) const {
+  if (ndim() < 2)
+    throw std::invalid_argument(
+        detail::cat("diagonal of shape ", to_string(shape()), ": needs 2 or more dims"));
+  std::int64_t a = axis_in("diagonal", *this, dim1, ndim()), b = axis_in("diagonal", *this, dim2, ndim());
+  if (a == b)
+    throw std::invalid_argument(detail::cat("diagonal of shape ", to_string(shape()),
+                                            ": dim1 and dim2 are both ", std::to_string(a)));
+  Shape order;
+  for (std::int64_t i = 0; i < ndim(); ++i)
+    if (i != a && i != b) order.push_back(i);
+  order.push_back(a), order.push_back(b);
+  Tensor x = permute(order);
+  Shape lead(order.size() - 2);
+  for (std::size_t i = 0; i + 2 < order.size(); ++i) lead[i] = shape()[static_cast<std::size_t>(order[i])];
+  std::int64_t rows = shape()[static_cast<std::size_t>(a)], cols = shape()[static_cast<std::size_t>(b)];
+  std::int64_t r0 = offset < 0 ? std::min(-offset, rows) : 0, c0 = offset > 0 ? std::min(offset, cols) : 0;
+  std::int64_t m = std::max<std::int64_t>(std::min(rows - r0, cols - c0), 0);
+  PadArg r = full_range(x);
+  r[r.size() - 2] = {r0, r0 + m}, r[r.size() - 1] = {c0, c0 + m};
+  Shape flat = lead, rows_of = lead, first = lead;
+  flat.push_back(m * m), rows_of.push_back(m), rows_of.push_back(m + 1);
+  PadArg pad(flat.size(), {0, 0}), take = PadArg();
+  pad.back() = {0, m};
+  Tensor sq = x.shrink(r).reshape(flat).pad(pad).reshape(rows_of);
+  take = full_range(sq);
+  take.back() = {0, 1};
+  first.push_back(m);
+  return sq.shrink(take).reshape(first);
+}
+
+Tensor Tensor::repeat_interleave(std::int64_t repeats, std::optional<std::int64_t> dim) const {
+  if (repeats < 0)
+    throw std::invalid_argument(detail::cat("repeat_interleave of shape ", to_string(shape()), ": repeats ",
+                                            std::to_string(repeats), " must be non-negative"));
+  if (!dim) return flatten().repeat_interleave(repeats, 0);
+  auto d = static_cast<std::size_t>(axis_in("repeat_interleave", *this, *dim, ndim()));
+  Shape s = shape_of(*this), e = s;
+  s.insert(s.begin() + static_cast<std::ptrdiff_t>(d) + 1, 1);
+  e.insert(e.begin() + static_cast<std::ptrdiff_t>(d) + 1, repeats);
+  Shape out = shape_of(*this);
+  out[d] *= repeats;
+  return reshape(s).expand(e).reshape(out);
+}
+
 Tensor Tensor::squeeze(std::optional<std::int64_t> dim) const {
   Shape s;
   if (!dim) {

@@ -155,6 +155,53 @@ Tensor Tensor::eye(std::int64_t n, TensorOptions opts) {
   return from_host(v, {n, n}, opts);
 }
 
+Tensor Tensor::eye(std::int64_t n, std::int64_t m, TensorOptions opts) {
+  if (n < 0 || m < 0)
+    throw std::invalid_argument(detail::cat("Tensor.eye: n and m must be non-negative, got ",
+                                            std::to_string(n), " and ", std::to_string(m)));
+  check_shape("Tensor.eye", {n, m});
+  std::vector<float> v(static_cast<std::size_t>(n * m), 0.f);
+  for (std::int64_t i = 0; i < std::min(n, m); ++i) v[static_cast<std::size_t>(i * m + i)] = 1.f;
+  return from_host(v, {n, m}, opts);
+}
+
+Tensor Tensor::linspace(double start, double end, std::int64_t steps, TensorOptions opts) {
+  if (steps < 0)
+    throw std::invalid_argument("Tensor.linspace: steps must be non-negative, got " + std::to_string(steps));
+  std::vector<double> v(static_cast<std::size_t>(steps));
+  for (std::int64_t i = 0; i < steps; ++i)  // from both ends, so end is exact, as numpy
+    v[static_cast<std::size_t>(i)] =
+        i < steps / 2
+            ? start + (end - start) * static_cast<double>(i) / static_cast<double>(steps - 1)
+            : end - (end - start) * static_cast<double>(steps - 1 - i) / static_cast<double>(steps - 1);
+  if (steps == 1) v[0] = start;
+  if (!opts.dtype) opts.dtype = dtypes::float32;
+  return Tensor(v, {steps}, opts);
+}
+
+std::vector<Tensor> Tensor::meshgrid(const std::vector<Tensor>& ts, std::string_view indexing) {
+  if (indexing != "ij" && indexing != "xy")
+    throw std::invalid_argument(
+        detail::cat("meshgrid: indexing must be \"ij\" or \"xy\", got \"", std::string(indexing), "\""));
+  std::vector<std::int64_t> shape;
+  for (const Tensor& t : ts) {
+    if (t.ndim() != 1)
+      throw std::invalid_argument(
+          detail::cat("meshgrid: every tensor must be 1-D, got shape ", to_string(t.shape())));
+    shape.push_back(t.numel());
+  }
+  bool xy = indexing == "xy" && ts.size() >= 2;
+  if (xy) std::swap(shape[0], shape[1]);
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    std::size_t at = xy && i < 2 ? 1 - i : i;  // "xy": the first two vary along the other's axis
+    std::vector<std::int64_t> s(ts.size(), 1);
+    s[at] = ts[i].numel();
+    out.push_back(ts[i].reshape(s).expand(shape));
+  }
+  return out;
+}
+
 void Tensor::manual_seed(std::uint64_t seed) {
   std::lock_guard lock(global_rng().mu);
   global_rng().gen.seed(seed);
