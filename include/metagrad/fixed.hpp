@@ -16,6 +16,7 @@
 #include "metagrad/fixed/conv2d.hpp"
 #include "metagrad/fixed/pool.hpp"
 
+#include "metagrad/fixed/cut.hpp"
 #include "metagrad/fixed/describe.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
@@ -32,3 +33,4 @@
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/fixed/tensor.hpp"
+#include "metagrad/fixed/transformer.hpp"

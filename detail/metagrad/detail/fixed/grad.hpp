@@ -81,6 +81,18 @@ bool equal(const E& a, const E& b) {
     return equal(a.kids.k0, b.kids.k0) && equal(a.kids.k1, b.kids.k1) && equal(a.kids.k2, b.kids.k2);
 }
 
+// A cut's value (fixed/cut.hpp), and whether an expression reads one: then fixed::grad goes
+// through the tape (one trait per node type, where a preorder list would be the size of the tree).
+template <class E>
+struct is_cut : std::false_type {};
+template <class T, class S>
+struct is_cut<Expr<op::Cut<T, S>>> : std::true_type {};
+template <class E>
+struct reads_cut;
+template <class Op, class... C>
+struct reads_cut<Expr<Op, C...>>
+    : std::bool_constant<(is_cut<Expr<Op, C...>>::value || ... || reads_cut<C>::value)> {};
+
 // Plain reads of a buffer: re-reading them per use costs nothing, so they are never materialised.
 template <class E>
 struct cheap : std::bool_constant<kind<E>::leaf || kind<E>::constant> {};
@@ -179,11 +191,17 @@ class Backward {
   static constexpr std::size_t N = count<R>;
   template <std::size_t Id>
   using node_t = mp::mp_at_c<Ns, Id>;
-  // Only subtrees with a leaf of some parameter's type are differentiated: which leaf is which
-  // parameter is known only at run time (by data pointer), so each such leaf gets a gated term.
+  using T = typename R::value_type;
+  // Only subtrees with a leaf of some parameter's type, or a cut, are differentiated: which leaf is
+  // which parameter is known only at run time (by data pointer), so each such leaf gets a gated
+  // term. With no parameters named (a cut's recorded backward, where fixed::grad names them
+  // later), every leaf of the loss's element type is a candidate.
   using param_leaves = mp::mp_list<decltype(std::declval<const P&>().expr())...>;
   template <class E>
-  using is_candidate = std::bool_constant<kind<E>::leaf && mp::mp_contains<param_leaves, E>::value>;
+  using is_candidate =
+      std::bool_constant<kind<E>::leaf &&
+                         (is_cut<E>::value || (sizeof...(P) == 0 ? std::is_same_v<typename E::value_type, T>
+                                                                 : mp::mp_contains<param_leaves, E>::value))>;
   template <class E>
   static constexpr bool reaches = mp::mp_any_of<nodes_t<E>, is_candidate>::value;
   template <class E>
@@ -239,7 +257,6 @@ class Backward {
   template <std::size_t... K>
   static auto stored_list(std::index_sequence<K...>) -> std::index_sequence<plan.stored_ids[K]...>;
   using stored = decltype(stored_list(std::make_index_sequence<plan.n_stored>{}));
-  using T = typename R::value_type;
 
   Backward(const R& root, const P&... params) : root_(root), params_{params.data()...} {}
 
@@ -386,6 +403,8 @@ class Backward {
   auto back(const E& e, const G& g, std::size_t id) {
     if constexpr (std::is_same_v<G, none> || !reaches<E>) {
       return Pack<>{};
+    } else if constexpr (is_cut<E>::value) {  // at: the cut's tape entry
+      return Pack<Term<E, G>>{{{g, e.op.node, true}}};
     } else if constexpr (kind<E>::leaf) {
       return Pack<Term<E, G>>{{{g, e.op.data, true}}};
     } else {
