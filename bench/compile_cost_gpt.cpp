@@ -21,8 +21,9 @@ namespace fx = metagrad::fixed;
 using fx::index_t;
 constexpr index_t B = 4, S = 64, C = 128, H = 4, D = C / H;
 
+// (Not named cut: fx::cut, found by argument-dependent lookup and more constrained, would be chosen.)
 template <class E>
-auto cut(const E& e) {
+auto maybe_cut(const E& e) {
   if constexpr (GPT_CUTS)
     return fx::cut(e);
   else
@@ -39,16 +40,16 @@ struct Block {
 
 template <class X>
 auto block(const X& x, const Block& p) {
-  auto h = cut(fx::layernorm(x, p.g1, p.b1));
+  auto h = maybe_cut(fx::layernorm(x, p.g1, p.b1));
   auto heads = [&](const auto& w) {
     return fx::matmul(h, w).template reshape<B, S, H, D>().template permute<0, 2, 1, 3>();
   };
   auto o = fx::scaled_dot_product_attention<true>(heads(p.wq), heads(p.wk), heads(p.wv))
                .template permute<0, 2, 1, 3>()
                .template reshape<B, S, C>();
-  auto x2 = cut(x + fx::matmul(o, p.wo));
-  auto h2 = cut(fx::layernorm(x2, p.g2, p.b2));
-  return cut(x2 + (fx::matmul((fx::matmul(h2, p.w1) + p.c1).gelu(), p.w2) + p.c2));
+  auto x2 = maybe_cut(x + fx::matmul(o, p.wo));
+  auto h2 = maybe_cut(fx::layernorm(x2, p.g2, p.b2));
+  return maybe_cut(x2 + (fx::matmul((fx::matmul(h2, p.w1) + p.c1).gelu(), p.w2) + p.c2));
 }
 
 template <int N, class X>

@@ -23,6 +23,9 @@
 // graph is built: the walk is unrolled at compile time and its only state is a few pointer arrays.
 // Temporaries live in the per-thread arena, which stops allocating once it has grown to a step's
 // high-water mark, so a training step allocates nothing after the first.
+// A loss that reads a cut (fixed/cut.hpp) is walked, then each cut it reached, newest first. A
+// loss tree of more than METAGRAD_FIXED_MAX_NODES nodes (4096 unless defined before the include)
+// is refused with a compile error that asks for fx::cut: its plan would cost minutes and gigabytes.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -138,9 +141,10 @@ const auto& get(const Gradients<E, P...>& g) {
 
 // d loss / d params as gradient expressions (see Gradients).
 template <Operand L, class... P>
-Gradients<expr_t<L>, P...> grad(const L& loss, const P&... params) {
+auto grad(const L& loss, const P&... params) {
   detail::ad::check_grad_args<L, P...>();
-  return Gradients<expr_t<L>, P...>(loss.expr(), params...);
+  if constexpr (detail::ad::small_enough<expr_t<L>>)  // else only the check's error, not gigabytes
+    return Gradients<expr_t<L>, P...>(loss.expr(), params...);
 }
 
 // d loss / d params into `out` (a tuple of references to tensors of the parameters' types, e.g.
@@ -158,6 +162,8 @@ typename expr_t<L>::value_type grad_into(std::tuple<TensorOf<P>&...> out, const 
           [&](const auto& s) { return detail::ad::loss_terms(loss.expr(), s); });
     }
     (std::index_sequence_for<P...>{});
+  } else if constexpr (!detail::ad::small_enough<expr_t<L>>) {
+    return {};
   } else {
     detail::Arena::Scope scope;
     detail::ad::Backward<expr_t<L>, P...> plan(loss.expr(), params...);
@@ -197,7 +203,7 @@ void vjp_into(std::tuple<TensorOf<P>&...> out, const Y& y, const G& g, const P&.
       });
     }
     (std::index_sequence_for<P...>{});
-  } else if constexpr (ok) {
+  } else if constexpr (ok && detail::ad::small_enough<expr_t<Y>>) {
     detail::Arena::Scope scope;
     const expr_t<Y> root = y.expr();
     detail::ad::Backward<expr_t<Y>, P...> plan(root, params...);

@@ -519,6 +519,20 @@ class Backward {
   std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
 };
 
+// The nodes of E's tree: a value read n times counts n times (one trait per node type, so cheap
+// however large the tree). fixed::grad refuses a tree larger than METAGRAD_FIXED_MAX_NODES, whose
+// backward plan would take the compiler minutes and gigabytes: it asks for fx::cut instead.
+template <class E>
+struct tree_size;
+template <class Op, class... C>
+struct tree_size<Expr<Op, C...>>
+    : std::integral_constant<std::size_t, (std::size_t{1} + ... + tree_size<C>::value)> {};
+#ifndef METAGRAD_FIXED_MAX_NODES
+#define METAGRAD_FIXED_MAX_NODES 4096
+#endif
+template <class E>
+inline constexpr bool small_enough = tree_size<E>::value <= METAGRAD_FIXED_MAX_NODES;
+
 template <class T>
 struct is_tensor : std::false_type {};
 template <class T, index_t... D>
@@ -531,6 +545,11 @@ void check_grad_args() {
   static_assert(std::is_floating_point_v<typename E::value_type>,
                 "fixed::grad: the loss must be floating-point");
   static_assert((is_tensor<P>::value && ...), "fixed::grad: parameters must be fixed::Tensors");
+  static_assert(
+      small_enough<E>,
+      "fixed::grad: the loss is a tree of more than METAGRAD_FIXED_MAX_NODES nodes (a value read n times "
+      "is n copies of its expression): cut it with fx::cut where values are read more than once "
+      "(docs/architecture.md, compile cost), or define METAGRAD_FIXED_MAX_NODES higher");
   static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
                 "fixed::grad: parameters must have the loss's element type");
 }
@@ -542,6 +561,11 @@ void check_vjp_args() {
   static_assert(std::is_floating_point_v<typename E::value_type>,
                 "fixed::vjp_into: the output must be floating-point");
   static_assert((is_tensor<P>::value && ...), "fixed::vjp_into: parameters must be fixed::Tensors");
+  static_assert(
+      small_enough<E>,
+      "fixed::vjp_into: the output is a tree of more than METAGRAD_FIXED_MAX_NODES nodes (a value read n "
+      "times is n copies of its expression): cut it with fx::cut where values are read more than once "
+      "(docs/architecture.md, compile cost), or define METAGRAD_FIXED_MAX_NODES higher");
   static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
                 "fixed::vjp_into: parameters must have the output's element type");
 }
