@@ -1,8 +1,9 @@
 #pragma once
-// The static-shape path, all of it: fixed::Tensor<T, Dims...>, expression types and inline evaluation,
-// type-level gradients (fx::grad, fx::grad_into), the CNN ops and pooling, the MLP training step, the
-// thread-pool controls (fx::set_threads) and fx::describe (an expression's fusion plan). Header-only:
-// link metagrad::headers.
+// The static-shape path, all of it: fixed::Tensor<T, Dims...> and TensorMap (user memory), expression
+// types and inline evaluation, type-level gradients (fx::grad, fx::grad_into) and the cuts that keep
+// their compile cost linear (fx::cut, fx::Tape), the CNN ops and pooling, a transformer's pieces, the
+// MLP training step, the thread-pool controls (fx::set_threads) and fx::describe (an expression's
+// fusion plan). Header-only: link metagrad::headers.
 // First the headers a shape error points into: the compiler's include chain above it is then short.
 #include "metagrad/fixed/shape.hpp"
 
@@ -16,6 +17,7 @@
 #include "metagrad/fixed/conv2d.hpp"
 #include "metagrad/fixed/pool.hpp"
 
+#include "metagrad/fixed/cut.hpp"
 #include "metagrad/fixed/describe.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
@@ -32,3 +34,5 @@
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/fixed/tensor.hpp"
+#include "metagrad/fixed/tensor_map.hpp"
+#include "metagrad/fixed/transformer.hpp"

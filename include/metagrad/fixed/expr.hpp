@@ -17,6 +17,8 @@
 // Op tags, in namespace fixed::op (the dynamic path's mlops, each maps to one Tensor method):
 //   Leaf<T, S>            a fixed::Tensor's storage, row-major: op.data (const T*). No children.
 //   Const<T, S>           op.value broadcast to shape S (scalar operands). No children.
+//   Cut<T, S>             a cut's value (fixed/cut.hpp): read as a Leaf (op.data), and op.node is the
+//                         tape entry through which fixed::grad continues past it. No children.
 //   Map<Fn F>             elementwise over FnTraits<F>::arity children (WHERE: cond, x, y) of the
 //                         node's own shape (broadcasting is explicit Moves).
 //   Cast<U>               elementwise conversion to U.
@@ -64,6 +66,11 @@ struct Leaf {
 template <class T, class S>
 struct Const {
   T value;
+};
+// Derived from Leaf: whatever reads a leaf's data reads a cut's the same way.
+template <class T, class S>
+struct Cut : Leaf<T, S> {
+  void* node;  // its fixed::detail::ad::TapeNode
 };
 template <Fn F>
 struct Map {

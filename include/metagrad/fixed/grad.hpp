@@ -23,6 +23,9 @@
 // graph is built: the walk is unrolled at compile time and its only state is a few pointer arrays.
 // Temporaries live in the per-thread arena, which stops allocating once it has grown to a step's
 // high-water mark, so a training step allocates nothing after the first.
+// A loss that reads a cut (fixed/cut.hpp) is walked, then each cut it reached, newest first. A
+// loss tree of more than METAGRAD_FIXED_MAX_NODES nodes (4096 unless defined before the include)
+// is refused with a compile error that asks for fx::cut: its plan would cost minutes and gigabytes.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -33,6 +36,7 @@
 
 #include <boost/mp11/algorithm.hpp>
 
+#include "metagrad/detail/fixed/cut.hpp"
 #include "metagrad/detail/fixed/grad.hpp"
 #include "metagrad/fixed/conv2d_vjp.hpp"  // conv2d's rule: its own ops, in their own file
 #include "metagrad/fixed/tensor.hpp"
@@ -91,6 +95,45 @@ class Gradients {
   decltype(types(std::index_sequence_for<P...>{})) exprs_;
 };
 
+// A loss that reads a cut (fixed/cut.hpp): each gradient summed into an arena buffer by the walks
+// over the loss and the tape, and seen as a leaf over it.
+template <class E, class... P>
+requires detail::ad::reads_cut<E>::value class Gradients<E, P...> {
+  using T = typename E::value_type;
+
+ public:
+  using value_type = T;
+
+  Gradients(const E& loss, const P&... params)
+      : bufs_{detail::Arena::local().alloc<T>(P::size)...},
+        loss_(detail::ad::into_params<P...>({params.data()...}, bufs_,
+                                            [&](const auto& s) { return detail::ad::loss_terms(loss, s); })),
+        exprs_(leaves(std::index_sequence_for<P...>{})) {}
+  Gradients(const Gradients&) = delete;
+  Gradients& operator=(const Gradients&) = delete;
+
+  value_type loss() const { return loss_; }
+  template <std::size_t K>
+  const auto& get() const {
+    return std::get<K>(exprs_);
+  }
+  void into(std::tuple<TensorOf<P>&...> out) const {
+    [&]<std::size_t... K>(std::index_sequence<K...>) { ((std::get<K>(out) = std::get<K>(exprs_)), ...); }
+    (std::index_sequence_for<P...>{});
+  }
+
+ private:
+  template <std::size_t... K>
+  auto leaves(std::index_sequence<K...>) const {
+    return std::tuple{detail::ad::leaf<T, typename P::shape>(static_cast<const T*>(bufs_[K]))...};
+  }
+
+  detail::Arena::Scope scope_;  // first: the gradients and the cuts' gradients live in it
+  std::array<void*, sizeof...(P)> bufs_;
+  T loss_;
+  std::tuple<Expr<op::Leaf<T, typename P::shape>>...> exprs_;
+};
+
 template <std::size_t K, class E, class... P>
 const auto& get(const Gradients<E, P...>& g) {
   return g.template get<K>();
@@ -98,9 +141,10 @@ const auto& get(const Gradients<E, P...>& g) {
 
 // d loss / d params as gradient expressions (see Gradients).
 template <Operand L, class... P>
-Gradients<expr_t<L>, P...> grad(const L& loss, const P&... params) {
+auto grad(const L& loss, const P&... params) {
   detail::ad::check_grad_args<L, P...>();
-  return Gradients<expr_t<L>, P...>(loss.expr(), params...);
+  if constexpr (detail::ad::small_enough<expr_t<L>>)  // else only the check's error, not gigabytes
+    return Gradients<expr_t<L>, P...>(loss.expr(), params...);
 }
 
 // d loss / d params into `out` (a tuple of references to tensors of the parameters' types, e.g.
@@ -111,14 +155,25 @@ Gradients<expr_t<L>, P...> grad(const L& loss, const P&... params) {
 template <Operand L, class... P>
 typename expr_t<L>::value_type grad_into(std::tuple<TensorOf<P>&...> out, const L& loss, const P&... params) {
   detail::ad::check_grad_args<L, P...>();
-  detail::Arena::Scope scope;
-  detail::ad::Backward<expr_t<L>, P...> plan(loss.expr(), params...);
-  auto result = plan.run();
-  [&]<std::size_t... K>(std::index_sequence<K...>) {
-    (plan.template gradient_into<K>(result.terms, std::get<K>(out)), ...);
+  if constexpr (detail::ad::reads_cut<expr_t<L>>::value) {
+    return [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return detail::ad::into_params<P...>(
+          {params.data()...}, {std::get<K>(out).data()...},
+          [&](const auto& s) { return detail::ad::loss_terms(loss.expr(), s); });
+    }
+    (std::index_sequence_for<P...>{});
+  } else if constexpr (!detail::ad::small_enough<expr_t<L>>) {
+    return {};
+  } else {
+    detail::Arena::Scope scope;
+    detail::ad::Backward<expr_t<L>, P...> plan(loss.expr(), params...);
+    auto result = plan.run();
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (plan.template gradient_into<K>(result.terms, std::get<K>(out)), ...);
+    }
+    (std::index_sequence_for<P...>{});
+    return result.loss;
   }
-  (std::index_sequence_for<P...>{});
-  return result.loss;
 }
 
 namespace err {
@@ -138,7 +193,17 @@ void vjp_into(std::tuple<TensorOf<P>&...> out, const Y& y, const G& g, const P&.
   constexpr bool ok = std::is_same_v<S, GS>;
   METAGRAD_FIXED_SHAPE_CHECK(ok, "fixed: vjp_into: the gradient must have the output shape", err::vjp, S, GS);
   detail::ad::check_vjp_args<Y, G, P...>();
-  if constexpr (ok) {
+  if constexpr (ok && detail::ad::reads_cut<expr_t<Y>>::value) {
+    const expr_t<Y> root = y.expr();
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      detail::ad::into_params<P...>({params.data()...}, {std::get<K>(out).data()...}, [&](const auto& s) {
+        detail::ad::Backward<expr_t<Y>> plan(root);
+        detail::ad::route(plan.run_from(g.expr()), s);
+        return 0;
+      });
+    }
+    (std::index_sequence_for<P...>{});
+  } else if constexpr (ok && detail::ad::small_enough<expr_t<Y>>) {
     detail::Arena::Scope scope;
     const expr_t<Y> root = y.expr();
     detail::ad::Backward<expr_t<Y>, P...> plan(root, params...);

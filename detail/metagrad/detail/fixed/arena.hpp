@@ -17,6 +17,12 @@ class Arena {
     thread_local Arena arena;
     return arena;
   }
+  // The values and expressions of the cuts (fixed/cut.hpp), one Scope per fx::Tape: apart from
+  // local(), whose scopes open and close within one evaluation.
+  static Arena& tape() {
+    thread_local Arena arena;
+    return arena;
+  }
   ~Arena() {
     release_overflow(nullptr);
     free(block_);
@@ -41,7 +47,8 @@ class Arena {
 
   class Scope {
    public:
-    Scope() : a_(local()), used_(a_.used_), overflow_(a_.overflow_) { ++a_.depth_; }
+    Scope() : Scope(local()) {}
+    explicit Scope(Arena& a) : a_(a), used_(a_.used_), overflow_(a_.overflow_) { ++a_.depth_; }
     ~Scope() {
       a_.release_overflow(overflow_);
       a_.used_ = used_;

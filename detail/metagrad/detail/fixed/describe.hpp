@@ -66,6 +66,13 @@ struct Name<op::Leaf<T, S>> {
   }
 };
 template <class T, class S>
+struct Name<op::Cut<T, S>> {
+  template <class E>
+  static std::string of(const E&) {
+    return "Cut " + shape<E>() + " " + type_name<T>();
+  }
+};
+template <class T, class S>
 struct Name<op::Const<T, S>> {
   template <class E>
   static std::string of(const E& e) {

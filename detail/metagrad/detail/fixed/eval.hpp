@@ -50,6 +50,8 @@ struct kind<Expr<op::Leaf<T, S>, C...>> : kind<void> {
   static constexpr bool leaf = true;
 };
 template <class T, class S, class... C>
+struct kind<Expr<op::Cut<T, S>, C...>> : kind<Expr<op::Leaf<T, S>>> {};
+template <class T, class S, class... C>
 struct kind<Expr<op::Const<T, S>, C...>> : kind<void> {
   static constexpr bool constant = true;
 };

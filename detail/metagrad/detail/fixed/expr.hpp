@@ -21,6 +21,8 @@ template <class T, class S>
 struct Leaf;
 template <class T, class S>
 struct Const;
+template <class T, class S>
+struct Cut;
 template <Fn F>
 struct Map;
 template <class U>
@@ -87,6 +89,8 @@ struct node<op::Leaf<T, S>> {
 };
 template <class T, class S>
 struct node<op::Const<T, S>> : node<op::Leaf<T, S>> {};
+template <class T, class S>
+struct node<op::Cut<T, S>> : node<op::Leaf<T, S>> {};
 template <Fn F, class C0, class... C>
 struct node<op::Map<F>, C0, C...> {
   static_assert(FnTraits<F>::arity == 1 + sizeof...(C), "fixed::Map: wrong number of children");

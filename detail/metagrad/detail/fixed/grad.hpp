@@ -81,6 +81,18 @@ bool equal(const E& a, const E& b) {
     return equal(a.kids.k0, b.kids.k0) && equal(a.kids.k1, b.kids.k1) && equal(a.kids.k2, b.kids.k2);
 }
 
+// A cut's value (fixed/cut.hpp), and whether an expression reads one: then fixed::grad goes
+// through the tape (one trait per node type, where a preorder list would be the size of the tree).
+template <class E>
+struct is_cut : std::false_type {};
+template <class T, class S>
+struct is_cut<Expr<op::Cut<T, S>>> : std::true_type {};
+template <class E>
+struct reads_cut;
+template <class Op, class... C>
+struct reads_cut<Expr<Op, C...>>
+    : std::bool_constant<(is_cut<Expr<Op, C...>>::value || ... || reads_cut<C>::value)> {};
+
 // Plain reads of a buffer: re-reading them per use costs nothing, so they are never materialised.
 template <class E>
 struct cheap : std::bool_constant<kind<E>::leaf || kind<E>::constant> {};
@@ -179,11 +191,17 @@ class Backward {
   static constexpr std::size_t N = count<R>;
   template <std::size_t Id>
   using node_t = mp::mp_at_c<Ns, Id>;
-  // Only subtrees with a leaf of some parameter's type are differentiated: which leaf is which
-  // parameter is known only at run time (by data pointer), so each such leaf gets a gated term.
+  using T = typename R::value_type;
+  // Only subtrees with a leaf of some parameter's type, or a cut, are differentiated: which leaf is
+  // which parameter is known only at run time (by data pointer), so each such leaf gets a gated
+  // term. With no parameters named (a cut's recorded backward, where fixed::grad names them
+  // later), every leaf of the loss's element type is a candidate.
   using param_leaves = mp::mp_list<decltype(std::declval<const P&>().expr())...>;
   template <class E>
-  using is_candidate = std::bool_constant<kind<E>::leaf && mp::mp_contains<param_leaves, E>::value>;
+  using is_candidate =
+      std::bool_constant<kind<E>::leaf &&
+                         (is_cut<E>::value || (sizeof...(P) == 0 ? std::is_same_v<typename E::value_type, T>
+                                                                 : mp::mp_contains<param_leaves, E>::value))>;
   template <class E>
   static constexpr bool reaches = mp::mp_any_of<nodes_t<E>, is_candidate>::value;
   template <class E>
@@ -239,7 +257,6 @@ class Backward {
   template <std::size_t... K>
   static auto stored_list(std::index_sequence<K...>) -> std::index_sequence<plan.stored_ids[K]...>;
   using stored = decltype(stored_list(std::make_index_sequence<plan.n_stored>{}));
-  using T = typename R::value_type;
 
   Backward(const R& root, const P&... params) : root_(root), params_{params.data()...} {}
 
@@ -386,6 +403,8 @@ class Backward {
   auto back(const E& e, const G& g, std::size_t id) {
     if constexpr (std::is_same_v<G, none> || !reaches<E>) {
       return Pack<>{};
+    } else if constexpr (is_cut<E>::value) {  // at: the cut's tape entry
+      return Pack<Term<E, G>>{{{g, e.op.node, true}}};
     } else if constexpr (kind<E>::leaf) {
       return Pack<Term<E, G>>{{{g, e.op.data, true}}};
     } else {
@@ -500,6 +519,20 @@ class Backward {
   std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
 };
 
+// The nodes of E's tree: a value read n times counts n times (one trait per node type, so cheap
+// however large the tree). fixed::grad refuses a tree larger than METAGRAD_FIXED_MAX_NODES, whose
+// backward plan would take the compiler minutes and gigabytes: it asks for fx::cut instead.
+template <class E>
+struct tree_size;
+template <class Op, class... C>
+struct tree_size<Expr<Op, C...>>
+    : std::integral_constant<std::size_t, (std::size_t{1} + ... + tree_size<C>::value)> {};
+#ifndef METAGRAD_FIXED_MAX_NODES
+#define METAGRAD_FIXED_MAX_NODES 4096
+#endif
+template <class E>
+inline constexpr bool small_enough = tree_size<E>::value <= METAGRAD_FIXED_MAX_NODES;
+
 template <class T>
 struct is_tensor : std::false_type {};
 template <class T, index_t... D>
@@ -512,6 +545,11 @@ void check_grad_args() {
   static_assert(std::is_floating_point_v<typename E::value_type>,
                 "fixed::grad: the loss must be floating-point");
   static_assert((is_tensor<P>::value && ...), "fixed::grad: parameters must be fixed::Tensors");
+  static_assert(
+      small_enough<E>,
+      "fixed::grad: the loss is a tree of more than METAGRAD_FIXED_MAX_NODES nodes (a value read n times "
+      "is n copies of its expression): cut it with fx::cut where values are read more than once "
+      "(docs/architecture.md, compile cost), or define METAGRAD_FIXED_MAX_NODES higher");
   static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
                 "fixed::grad: parameters must have the loss's element type");
 }
@@ -523,6 +561,11 @@ void check_vjp_args() {
   static_assert(std::is_floating_point_v<typename E::value_type>,
                 "fixed::vjp_into: the output must be floating-point");
   static_assert((is_tensor<P>::value && ...), "fixed::vjp_into: parameters must be fixed::Tensors");
+  static_assert(
+      small_enough<E>,
+      "fixed::vjp_into: the output is a tree of more than METAGRAD_FIXED_MAX_NODES nodes (a value read n "
+      "times is n copies of its expression): cut it with fx::cut where values are read more than once "
+      "(docs/architecture.md, compile cost), or define METAGRAD_FIXED_MAX_NODES higher");
   static_assert((std::is_same_v<typename P::value_type, typename E::value_type> && ...),
                 "fixed::vjp_into: parameters must have the output's element type");
 }

@@ -34,6 +34,10 @@ struct strided<Expr<op::Leaf<T, S>>> {
   static constexpr View view = View(S::dims);
   static const T* data(const Expr<op::Leaf<T, S>>& e) { return e.op.data; }
 };
+template <class T, class S>
+struct strided<Expr<op::Cut<T, S>>> : strided<Expr<op::Leaf<T, S>>> {
+  static const T* data(const Expr<op::Cut<T, S>>& e) { return e.op.data; }
+};
 template <MovementOps M, auto Arg, class C>
 requires(strided<C>::exists) struct strided<Expr<op::Move<M, Arg>, C>> {
   static constexpr std::optional<View> v = op::Move<M, Arg>::apply(strided<C>::view);

@@ -1,0 +1,131 @@
+#pragma once
+// The internals of fixed/cut.hpp: a tape entry per cut (its value, its expression and the backward
+// walk compiled for that expression's type, behind a function pointer), the gradient sinks the
+// walks add into, and the pass over the tape that fixed::grad makes when a loss reads a cut.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include <boost/mp11/algorithm.hpp>
+
+#include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/fixed/grad.hpp"
+
+namespace metagrad::fixed::detail::ad {
+
+struct Sinks;
+// One cut. Entries are linked newest first across every live fx::Tape of the thread, so following
+// `prev` from the newest is a reverse topological order: a cut's expression can only read cuts
+// made before it.
+struct TapeNode {
+  TapeNode* prev;
+  const void* expr;                                 // a copy of the cut expression, in the tape's arena
+  void (*backward)(const TapeNode&, const Sinks&);  // null: not differentiable (an integer cut)
+  std::size_t bytes;                                // of its value (and of its gradient)
+  void* grad;                                       // d loss / d value during a backward pass
+  bool written;                                     // grad holds a gradient (else it is garbage)
+};
+
+inline TapeNode*& tape_head() {  // the thread's newest cut
+  thread_local TapeNode* head = nullptr;
+  return head;
+}
+inline int& tapes_alive() {
+  thread_local int n = 0;
+  return n;
+}
+
+// Where the terms of a backward walk go: parameter k's gradient (by its data pointer) or a cut's.
+struct Sinks {
+  std::size_t n;
+  const void* const* at;  // the parameters' data
+  void* const* buf;       // their gradients
+  bool* written;
+};
+
+template <class V, class S, class G>
+void accumulate(void* to, bool& written, const G& g) {
+  V* buf = static_cast<V*>(to);
+  if (written)
+    detail::assign(buf, leaf<V, S>(buf) + g);
+  else
+    detail::assign(buf, g), written = true;
+}
+// Every counting term into its sink; terms whose leaf is neither a parameter nor a cut (an input)
+// are skipped unevaluated.
+template <class Terms>
+void route(const Terms& terms, const Sinks& s) {
+  mp::mp_for_each<mp::mp_iota_c<Terms::size>>([&](auto i) {
+    const auto& t = slot<decltype(i)::value>(terms);
+    using L = typename std::remove_cvref_t<decltype(t)>::leaf_type;
+    using V = typename L::value_type;
+    if (!t.on) return;
+    if constexpr (is_cut<L>::value) {
+      auto* n = static_cast<TapeNode*>(const_cast<void*>(t.at));
+      accumulate<V, typename L::shape>(n->grad, n->written, t.g);
+    } else {
+      for (std::size_t k = 0; k < s.n; ++k)
+        if (s.at[k] == t.at) return accumulate<V, typename L::shape>(s.buf[k], s.written[k], t.g);
+    }
+  });
+}
+
+// A cut's recorded backward: its expression's walk from the cut's gradient, compiled once per
+// expression type (equal blocks of a model share it).
+template <class X>
+void backward_of(const TapeNode& n, const Sinks& s) {
+  using V = typename X::value_type;
+  Arena::Scope scope;
+  Backward<X> plan(*static_cast<const X*>(n.expr));
+  route(plan.run_from(leaf<V, typename X::shape>(static_cast<const V*>(n.grad))), s);
+}
+
+// The backward pass through the tape: `top` routes the loss's own terms into `s` (returning what
+// the caller wants back, the loss), then every cut that received a gradient hands it on, newest
+// first.
+template <class F>
+auto through_tape(const Sinks& s, F&& top) {
+  if (!tapes_alive()) throw std::logic_error("fixed::grad: the loss reads a cut, but no fx::Tape is alive");
+  Arena::Scope scope;  // the cuts' gradients, for this pass only
+  TapeNode* newest = tape_head();
+  for (TapeNode* n = newest; n; n = n->prev) {
+    n->written = false;
+    n->grad = n->backward ? Arena::local().alloc<std::byte>(n->bytes) : nullptr;
+  }
+  auto r = [&] {
+    Arena::Scope walk;
+    return top();
+  }();
+  for (TapeNode* n = newest; n; n = n->prev)
+    if (n->written) n->backward(*n, s);
+  return r;
+}
+
+// d loss / d each parameter into buf (zeros where nothing reaches it), `walk` routing the terms of
+// the loss (or output) into the sinks; returns what walk returns.
+template <class... P, class Walk>
+auto into_params(const std::array<const void*, sizeof...(P)>& at, const std::array<void*, sizeof...(P)>& buf,
+                 Walk&& walk) {
+  std::array<bool, sizeof...(P) + 1> written{};
+  const Sinks s{sizeof...(P), at.data(), buf.data(), written.data()};
+  auto r = through_tape(s, [&] { return walk(s); });
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ((written[K] ? void() : void(std::fill_n(static_cast<typename P::value_type*>(buf[K]), P::size, 0))),
+     ...);
+  }
+  (std::index_sequence_for<P...>{});
+  return r;
+}
+// The loss's own walk: its value, its terms routed.
+template <class E>
+typename E::value_type loss_terms(const E& loss, const Sinks& s) {
+  Backward<E> plan(loss);
+  auto r = plan.run();
+  route(r.terms, s);
+  return r.loss;
+}
+
+}  // namespace metagrad::fixed::detail::ad

@@ -1,0 +1,229 @@
+// fx::cut and fx::Tape (fixed/cut.hpp): gradients through cuts against central finite differences
+// (double; each difference runs the forward again on a fresh tape, as cuts hold their values), the
+// three ways in (fx::grad, grad_into, vjp_into) against each other, a GPT block (layernorm, causal
+// 2-head attention, residuals, GELU MLP) cut as a user would against the dynamic path's gradients
+// (float, 1e-4), the errors, and a cut training step that allocates nothing after its first.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "alloc_count.hpp"
+#include "fixed_grad_check.hpp"
+#include "metagrad/fixed.hpp"
+#include "metagrad/fixed/cut.hpp"
+#include "metagrad/fixed/transformer.hpp"
+#include "metagrad/tensor.hpp"
+
+namespace fx = metagrad::fixed;
+using fx::index_t;
+using metagrad::test::close;
+using metagrad::test::random_tensor;
+
+namespace {
+
+// The gradient of the loss `model()` builds (on a fresh tape each time) against central differences.
+template <class Model, class... P>
+void check_fd_cut(const Model& model, P&... params) {
+  std::tuple<fx::TensorOf<P>...> got;
+  {
+    fx::Tape tape;
+    auto g = fx::grad(model(), params...);
+    got = fx::eval(g);
+  }
+  auto value = [&] {
+    fx::Tape tape;
+    return double(fx::eval(model())[0]);
+  };
+  auto one = [&](auto& p, const auto& g, int which) {
+    for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
+      double keep = p[i], h = 1e-6;
+      p[i] = keep + h;
+      double up = value();
+      p[i] = keep - h;
+      double down = value();
+      p[i] = keep;
+      INFO("parameter " << which << ", flat index " << i << ": grad " << g[i] << ", finite difference "
+                        << (up - down) / (2 * h));
+      REQUIRE(close(g[i], (up - down) / (2 * h), 1e-5, 1e-6));
+    }
+  };
+  std::apply(
+      [&](const auto&... g) {
+        int k = 0;
+        (one(params, g, k++), ...);
+      },
+      got);
+}
+
+}  // namespace
+
+TEST_CASE("fixed cut: gradients through cuts read many times against finite differences", "[fixed][cut]") {
+  for (int seed = 0; seed < 3; ++seed) {
+    std::mt19937 rng(seed);
+    auto x = random_tensor<double, 3, 4>(rng);
+    auto w = random_tensor<double, 4, 4>(rng, -1, 1);
+    auto b = random_tensor<double, 4>(rng, -1, 1);
+    auto r = random_tensor<double, 3, 4>(rng);
+    // h read four times, k (which reads h) twice, and a parameter read both inside and past the cuts
+    auto model = [&] {
+      auto h = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto k = fx::cut(h * h + w.sum<0>(fx::keepdim));
+      return ((h + k).sin() * r + h.exp() * k).sum() + (b * b).sum();
+    };
+    check_fd_cut(model, w, b);
+    check_fd_cut(model, b, w, x);  // any order; an input as a parameter too
+  }
+}
+
+TEST_CASE("fixed cut: grad, grad_into and vjp_into agree, and a cut nothing reaches gets none",
+          "[fixed][cut]") {
+  std::mt19937 rng(7);
+  auto x = random_tensor<double, 2, 3>(rng);
+  auto w = random_tensor<double, 3, 3>(rng);
+  auto u = random_tensor<double, 3, 3>(rng);  // unused: zeros
+  auto seed = random_tensor<double, 2, 3>(rng);
+  fx::Tape tape;
+  auto h = fx::cut(fx::matmul(x, w).relu());
+  auto unused = fx::cut(fx::matmul(x, u));  // made after h, read by nothing
+  (void)unused;
+  auto y = fx::cut(h * w.sum<0>(fx::keepdim)) + h;
+  fx::Tensor<double, 3, 3> gw, gu, vw, vu;
+  fx::grad_into(std::tie(gw, gu), (y * seed).sum(), w, u);
+  fx::vjp_into(std::tie(vw, vu), y, seed, w, u);
+  auto g = fx::grad((y * seed).sum(), w, u);
+  fx::Tensor<double, 3, 3> lazy = get<0>(g);
+  for (index_t i = 0; i < 9; ++i) {
+    REQUIRE(gu[i] == 0);
+    REQUIRE(vu[i] == 0);
+    REQUIRE(close(vw[i], gw[i], 1e-12, 1e-12));
+    REQUIRE(close(lazy[i], gw[i], 1e-12, 1e-12));
+  }
+  REQUIRE(g.loss() == Approx(fx::eval((y * seed).sum())[0]));
+}
+
+TEST_CASE("fixed cut: errors", "[fixed][cut]") {
+  fx::Tensor<float, 2> x{1, 2};
+  REQUIRE_THROWS_WITH(fx::cut(x * 2), Catch::Contains("fixed::cut: no fx::Tape"));
+  {  // a nested tape's cuts may read the outer's; the inner one restores the outer's newest cut
+    fx::Tape outer;
+    auto a = fx::cut(x * 2);
+    fx::Tensor<float, 2> g;
+    {
+      fx::Tape inner;
+      auto b = fx::cut(a * a);
+      fx::grad_into(std::tie(g), b.sum(), x);
+      REQUIRE(g[0] == Approx(8));  // d (2x)^2 / dx = 8x
+      REQUIRE(g[1] == Approx(16));
+    }
+    fx::grad_into(std::tie(g), (a * 3).sum(), x);
+    REQUIRE(g[1] == Approx(6));
+  }
+}
+
+namespace {
+constexpr index_t B = 2, S = 8, C = 16, H = 2, D = C / H;
+struct Block {
+  fx::Tensor<float, C> g1, b1, g2, b2, c2;
+  fx::Tensor<float, C, C> wq, wk, wv, wo;
+  fx::Tensor<float, C, 4 * C> w1;
+  fx::Tensor<float, 4 * C> c1;
+  fx::Tensor<float, 4 * C, C> w2;
+  auto params() { return std::tie(g1, b1, g2, b2, c2, wq, wk, wv, wo, w1, c1, w2); }
+};
+// One GPT block, cut where its values are read more than once.
+template <class X>
+auto block(const X& x, const Block& p) {
+  auto h = fx::cut(fx::layernorm(x, p.g1, p.b1));
+  auto heads = [&](const auto& w) {
+    return fx::matmul(h, w).template reshape<B, S, H, D>().template permute<0, 2, 1, 3>();
+  };
+  auto o = fx::cut(fx::scaled_dot_product_attention<true>(heads(p.wq), heads(p.wk), heads(p.wv))
+                       .template permute<0, 2, 1, 3>()
+                       .template reshape<B, S, C>());
+  auto x2 = fx::cut(x + fx::matmul(o, p.wo));
+  auto h2 = fx::cut(fx::layernorm(x2, p.g2, p.b2));
+  return fx::cut(x2 + fx::matmul((fx::matmul(h2, p.w1) + p.c1).gelu(), p.w2) + p.c2);
+}
+metagrad::Tensor dynamic_block(const metagrad::Tensor& x, const std::vector<metagrad::Tensor>& p) {
+  const auto &g1 = p[0], &b1 = p[1], &g2 = p[2], &b2 = p[3], &c2 = p[4], &wq = p[5], &wk = p[6], &wv = p[7],
+             &wo = p[8], &w1 = p[9], &c1 = p[10], &w2 = p[11];
+  metagrad::Tensor h = x.layernorm() * g1 + b1;
+  auto heads = [&](const metagrad::Tensor& w) {
+    return h.matmul(w).reshape({B, S, H, D}).permute({0, 2, 1, 3});
+  };
+  metagrad::Tensor o = heads(wq)
+                           .scaled_dot_product_attention(heads(wk), heads(wv), {}, 0, true)
+                           .permute({0, 2, 1, 3})
+                           .reshape({B, S, C});
+  metagrad::Tensor x2 = x + o.matmul(wo);
+  metagrad::Tensor h2 = x2.layernorm() * g2 + b2;
+  return x2 + (h2.matmul(w1) + c1).gelu().matmul(w2) + c2;
+}
+}  // namespace
+
+TEST_CASE("fixed cut: two GPT blocks' fx::grad against the dynamic path", "[fixed][cut]") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n(0, 0.3f);
+  Block blocks[2];
+  for (Block& p : blocks) {
+    std::apply([&](auto&... t) { ((std::generate(t.begin(), t.end(), [&] { return n(rng); })), ...); },
+               p.params());
+    for (auto* g : {&p.g1, &p.g2})
+      for (float& v : *g) v += 1;
+  }
+  fx::Tensor<float, B, S, C> x, y;
+  std::generate(x.begin(), x.end(), [&] { return n(rng); });
+  std::generate(y.begin(), y.end(), [&] { return n(rng); });
+
+  std::vector<metagrad::Tensor> dp[2];
+  for (int k = 0; k < 2; ++k)
+    std::apply([&](const auto&... t) { (dp[k].push_back(metagrad::test::dyn(t, true)), ...); },
+               blocks[k].params());
+  metagrad::Tensor dout = dynamic_block(dynamic_block(metagrad::test::dyn(x), dp[0]), dp[1]);
+  metagrad::Tensor dl = ((dout - metagrad::test::dyn(y)) * (dout - metagrad::test::dyn(y))).mean();
+  dl.backward();
+
+  fx::Tape tape;
+  auto out = block(block(x, blocks[0]), blocks[1]);  // the second block's walks are the first's
+  auto loss = ((out - y) * (out - y)).mean();
+  std::apply(
+      [&](auto&... p0) {
+        std::apply(
+            [&](auto&... p1) {
+              auto g = fx::grad(loss, p0..., p1...);
+              REQUIRE(close(g.loss(), dl.item<float>(), 1e-4, 1e-6));
+              auto got = fx::eval(g);
+              std::apply(
+                  [&](const auto&... t) {
+                    std::size_t k = 0;
+                    ((metagrad::test::same(t, *dp[k / 12][k % 12].grad, "gradient"), ++k), ...);
+                  },
+                  got);
+            },
+            blocks[1].params());
+      },
+      blocks[0].params());
+}
+
+TEST_CASE("fixed cut: a cut training step allocates nothing after its first", "[fixed][cut]") {
+  std::mt19937 rng(5);
+  auto x = random_tensor<float, 16, 32>(rng);
+  auto w = random_tensor<float, 32, 32>(rng, -0.2, 0.2);
+  fx::Tensor<float, 32, 32> gw;
+  std::uint64_t before = 0;
+  float first = 0, last = 0;
+  for (int step = 0; step < 4; ++step) {
+    if (step == 1) before = metagrad::test::allocations();
+    fx::Tape tape;
+    auto h = fx::cut(fx::layernorm(fx::matmul(x, w)));
+    last = fx::grad_into(std::tie(gw), (h * h * h + h).sum() * 0.01f, w);
+    if (step == 0) first = last;
+    w -= 0.1f * gw;
+  }
+  REQUIRE(metagrad::test::allocations() - before == 0);
+  REQUIRE(last < first);
+}
