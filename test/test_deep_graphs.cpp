@@ -75,3 +75,37 @@ TEST_CASE("deep graphs: shared subexpressions 10^4 deep", "[reliability][deep]")
     CHECK(y.to_vector<float>() == std::vector<float>{1.f, -1.f});
   }
 }
+
+// Issue 38 item 11: a kernel's buffers past 32 (the host devices' direct arguments) go as one array.
+TEST_CASE("many inputs: cat and stack of 100 tensors, one buffer through 40 views", "[reliability][wide]") {
+  constexpr int n = 100;
+  std::vector<Tensor> parts;
+  std::vector<float> want_cat, want_sum(8, 0.f);
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> v{float(i), -float(i), 0.5f * i};
+    want_cat.insert(want_cat.end(), v.begin(), v.end());
+    parts.push_back(Tensor(v, {3}));
+  }
+  std::vector<float> base(47);
+  for (int i = 0; i < 47; ++i) base[i] = float(i * i % 13);
+  for (int j = 0; j < 40; ++j)
+    for (int i = 0; i < 8; ++i) want_sum[i] += base[i + j];
+  for (const char* dev : {"CPU", "CLANG", "LLVM", "OPENCL"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    INFO(dev);
+    std::vector<Tensor> on;
+    for (const Tensor& p : parts) on.push_back(p.to(dev).realize());
+    Tensor first = on[0];
+    CHECK(first.cat({on.begin() + 1, on.end()}).to_vector<float>() == want_cat);
+    std::vector<float> st = Tensor::stack(on, 1).to_vector<float>();
+    REQUIRE(st.size() == 3 * n);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < 3; ++k) CHECK(st[k * n + i] == want_cat[i * 3 + k]);
+    // one realized buffer read through 40 shrinks, summed in one kernel
+    Tensor x = Tensor(base, {47}).to(dev).realize();
+    Tensor s = x.shrink({{0, 8}});
+    for (int j = 1; j < 40; ++j) s = s + x.shrink({{j, j + 8}});
+    CHECK(s.to_vector<float>() == want_sum);
+  }
+}
