@@ -40,22 +40,25 @@ struct LaneLevels {
   static constexpr int kLevels = 8;
   T level[kLevels][Lanes];
   int count[kLevels] = {};
+  int used = 1;  // levels in use: a level is set when the one below first passes its sum up
   METAGRAD_INLINE LaneLevels() {
-    for (auto& l : level)
-      for (index_t i = 0; i < Lanes; ++i) l[i] = reduce_identity<R, T>();
+    for (index_t i = 0; i < Lanes; ++i) level[0][i] = reduce_identity<R, T>();
   }
   METAGRAD_INLINE void push(const T* block) {
     for (index_t i = 0; i < Lanes; ++i) level[0][i] = combine<R>(level[0][i], block[i]);
     for (int k = 0; k + 1 < kLevels && ++count[k] == kFanIn; ++k) {
-      for (index_t i = 0; i < Lanes; ++i)
-        level[k + 1][i] = combine<R>(level[k + 1][i], level[k][i]), level[k][i] = reduce_identity<R, T>();
-      count[k] = 0;
+      if (k + 1 == used)
+        for (index_t i = 0; i < Lanes; ++i) level[k + 1][i] = level[k][i];
+      else
+        for (index_t i = 0; i < Lanes; ++i) level[k + 1][i] = combine<R>(level[k + 1][i], level[k][i]);
+      for (index_t i = 0; i < Lanes; ++i) level[k][i] = reduce_identity<R, T>();
+      used = std::max(used, k + 2), count[k] = 0;
     }
   }
   // The lanes' totals, the small levels first.
   METAGRAD_INLINE void total(T* out) const {
     for (index_t i = 0; i < Lanes; ++i) out[i] = level[0][i];
-    for (int k = 1; k < kLevels; ++k)
+    for (int k = 1; k < used; ++k)
       for (index_t i = 0; i < Lanes; ++i) out[i] = combine<R>(out[i], level[k][i]);
   }
 };
