@@ -331,9 +331,16 @@ void Capture::emit_kernels() {
 
 // A rendered kernel's call: its buffers' homes, then the range of its one loop.
 void Capture::emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
-  std::string call = detail::cat(g.prefix, "_k", std::to_string(g.kernel(r)), "(");
-  for (std::size_t i = 0; i < bufs.size(); ++i) call += detail::cat(i ? ", " : "", home.at(bufs[i].get()));
-  lines.push_back(detail::cat(call, ", 0, ", std::to_string(r.global_size[0]), ");"));
+  bool array = bufs.size() > kMaxHostArgs;  // such a kernel takes its buffers as one array
+  std::string args;
+  for (std::size_t i = 0; i < bufs.size(); ++i)
+    args += detail::cat(i ? ", " : "", array ? "(void*)" : "", home.at(bufs[i].get()));
+  std::string name = detail::cat(g.prefix, "_k", std::to_string(g.kernel(r))),
+              n = std::to_string(r.global_size[0]);
+  if (array)
+    lines.push_back(detail::cat("{ void* const args[] = {", args, "}; ", name, "(args, 0, ", n, "); }"));
+  else
+    lines.push_back(detail::cat(name, "(", args, ", 0, ", n, ");"));
 }
 
 // A contraction: the library's GEMM once per batch index (C loops over the batch axes), into the

@@ -44,11 +44,7 @@ constexpr auto kCallers = make_table(std::make_index_sequence<kMaxHostArgs + 1>{
 
 HostProgram::~HostProgram() = default;
 
-std::vector<void*> host_pointers(const char* device, const std::string& name,
-                                 const std::vector<RawBuffer*>& bufs) {
-  if (bufs.size() > kMaxHostArgs)
-    throw std::runtime_error(detail::cat(device, ": ", name, " takes ", std::to_string(bufs.size()),
-                                         " buffers; at most 32 are supported"));
+std::vector<void*> host_pointers(const char* device, const std::vector<RawBuffer*>& bufs) {
   std::vector<void*> ptrs;
   for (RawBuffer* b : bufs) ptrs.push_back(host_pointer(device, b));
   return ptrs;
@@ -60,10 +56,20 @@ void* host_pointer(const char* device, RawBuffer* b) {
   return m->data();
 }
 
-void call_host(void* fn, void* const* ptrs, std::size_t count) { kCallers.first[count](fn, ptrs); }
+void call_host(void* fn, void* const* ptrs, std::size_t count) {
+  if (count > kMaxHostArgs)
+    throw std::runtime_error(detail::cat("a host kernel called with ", std::to_string(count),
+                                         " buffers and no range; at most ", std::to_string(kMaxHostArgs),
+                                         " are supported"));
+  kCallers.first[count](fn, ptrs);
+}
 
 void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate) {
-  auto call = kCallers.second[count];
+  // Past kMaxHostArgs the kernel takes the array itself.
+  auto as_array = [](void* f, void* const* a, std::int64_t s, std::int64_t e) {
+    reinterpret_cast<void (*)(void* const*, std::int64_t, std::int64_t)>(f)(a, s, e);
+  };
+  auto call = count > kMaxHostArgs ? as_array : kCallers.second[count];
   // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
   if (op_estimate < (1 << 18)) return call(fn, ptrs, 0, n);
   parallel_for(n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, s, e); });

@@ -25,7 +25,12 @@ std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg ar
 void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child) {
   std::lock_guard lock(parent->mu_);
   auto& c = parent->children_;
-  c.erase(std::remove_if(c.begin(), c.end(), [](const auto& w) { return w.expired(); }), c.end());
+  // Expired entries are swept when the list has doubled since the last sweep: sweeping on every
+  // add made a buffer read by n live consumers (x in y = y + x, n times) cost n^2.
+  if (c.size() >= parent->children_swept_ * 2) {
+    c.erase(std::remove_if(c.begin(), c.end(), [](const auto& w) { return w.expired(); }), c.end());
+    parent->children_swept_ = std::max<std::size_t>(c.size(), 4);
+  }
   c.push_back(child);
 }
 
@@ -51,7 +56,32 @@ LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std:
   ++live_count;
 }
 
-LazyBuffer::~LazyBuffer() { --live_count; }
+namespace {
+// The ops being released by the outermost ~LazyBuffer running on this thread (null when none is).
+// A plain pointer, trivially destructible: buffers are still dropped while the program exits.
+thread_local std::vector<std::shared_ptr<GraphOp>>* releasing = nullptr;
+}  // namespace
+
+// Dropping a graph releases it without recursion: freeing an op frees its sources, whose
+// destructors would free theirs, one stack frame per op (10^5 ops overflowed the stack). The
+// outermost destructor on a thread frees ops one at a time; the destructors that run meanwhile
+// hand it their ops instead of freeing them.
+LazyBuffer::~LazyBuffer() {
+  --live_count;
+  if (!op) return;
+  if (releasing) {
+    releasing->push_back(std::move(op));
+    return;
+  }
+  std::vector<std::shared_ptr<GraphOp>> pending{std::move(op)};
+  releasing = &pending;
+  while (!pending.empty()) {
+    std::shared_ptr<GraphOp> o = std::move(pending.back());
+    pending.pop_back();
+    o.reset();  // may push more
+  }
+  releasing = nullptr;
+}
 
 std::size_t LazyBuffer::live_children() const {
   std::lock_guard lock(mu_);

@@ -13,7 +13,29 @@
 
 namespace metagrad {
 
-Function::~Function() = default;
+namespace {
+// The parents being released by the outermost ~Function running on this thread (null when none is).
+thread_local std::vector<std::vector<Tensor>>* releasing = nullptr;
+}  // namespace
+
+// Dropping an autograd graph releases it without recursion, as ~LazyBuffer does its graph: a
+// Tensor's last handle frees its Function, whose parents would free theirs, a frame per op.
+Function::~Function() {
+  if (parents.empty()) return;
+  if (releasing) {
+    releasing->push_back(std::move(parents));
+    return;
+  }
+  std::vector<std::vector<Tensor>> pending;
+  pending.push_back(std::move(parents));
+  releasing = &pending;
+  while (!pending.empty()) {
+    std::vector<Tensor> p = std::move(pending.back());
+    pending.pop_back();
+    p.clear();  // may push more
+  }
+  releasing = nullptr;
+}
 
 std::string detail::demangle(const char* name) {
   int status = 0;

@@ -150,7 +150,7 @@ ClangProgram::~ClangProgram() {
 
 void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                               const std::vector<RawBuffer*>& bufs) {
-  std::vector<void*> ptrs = host_pointers("CLANG", name_, bufs);
+  std::vector<void*> ptrs = host_pointers("CLANG", bufs);
   if (global_size.empty()) return call_host(fn_, ptrs.data(), ptrs.size());
   run_host(fn_, ptrs.data(), ptrs.size(), global_size[0], op_estimate);
 }

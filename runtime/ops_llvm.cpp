@@ -195,7 +195,7 @@ LLVMProgram::~LLVMProgram() = default;
 
 void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
-  std::vector<void*> ptrs = host_pointers("LLVM", name_, bufs);
+  std::vector<void*> ptrs = host_pointers("LLVM", bufs);
   run_host(fn_, ptrs.data(), ptrs.size(), global_size.empty() ? 1 : global_size[0], op_estimate);
 }
 

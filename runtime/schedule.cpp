@@ -72,6 +72,12 @@ struct AstBuilder {
   LazyBuffer& consumer;
   std::vector<LazyBufferPtr>& deps;
   bool has_reduce = false;
+  // Ops on the path from the kernel's root to the node being built. A kernel fuses at most
+  // kMaxFusedDepth levels: past them a source is a leaf, realized first by a kernel of its own, so a
+  // chain of 10^6 ops runs in pieces and no walk of a kernel's AST (this one, codegen's, the
+  // interpreter's) recurses deeper than that.
+  static constexpr std::size_t kMaxFusedDepth = 256;
+  std::size_t depth = 0;
   std::vector<LazyBufferPtr> inputs;  // per provisional index - 1: the buffer read
   std::vector<bool> whole;            // per provisional index - 1: read without further views
 
@@ -84,11 +90,12 @@ struct AstBuilder {
       return kernel_op(LoadOps::CONST, {}, *c);
     }
     LazyBufferPtr base = b->base();
-    if (base == b && is_elementwise(*b) && b->device == consumer.device &&
+    bool room = depth < kMaxFusedDepth;
+    if (room && base == b && is_elementwise(*b) && b->device == consumer.device &&
         (b->live_children() <= 1 || cheap_to_recompute(*b)))
       return build(b->op, above);
-    if (auto through = pushable_views(*b, above)) return build(base->op, *through);
-    if (base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
+    if (auto through = room ? pushable_views(*b, above) : std::nullopt) return build(base->op, *through);
+    if (room && base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
         b->live_children() <= 1)
       return build(b->op, above);
     if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
@@ -107,7 +114,9 @@ struct AstBuilder {
       has_reduce = true;
     }
     std::vector<LazySrc> s;
+    ++depth;
     for (const GraphSrc& x : op.src) s.push_back(build(x, above));
+    --depth;
     if (op.op == ReduceOps::SUM)
       if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
         return kernel_op(FusedOps::MULACC, (*m)->src, op.arg);
@@ -205,7 +214,7 @@ std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBuff
 
 // Fills p.ast (and p.leaves, p.deps) with the kernel that computes `op` into p.buf.
 void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op) {
-  AstBuilder builder{*p.buf, p.deps, false, {}, {}};
+  AstBuilder builder{*p.buf, p.deps, false, 0, {}, {}};
   p.ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
   p.leaves = number_leaves(*p.ast, builder.inputs);
 }

@@ -166,6 +166,19 @@ TEST_CASE("dist: a shape or dtype that differs between ranks is an error on ever
   CHECK(ok.to_vector<float>() == std::vector<float>{float(N()), float(N())});
 }
 
+TEST_CASE("dist: broadcast with a different root on each rank is an error on every rank", "[dist]") {
+  // (issue 38 item 7: each rank kept its own data)
+  if (N() < 2) return;
+  int root = R() == 1 ? 1 : 0;
+  Tensor t = Tensor::full({3}, float(R()));
+  REQUIRE_THROWS_WITH(dist::broadcast(t, root), Contains("rank 0 has root 0, rank 1 has root 1"));
+  fx::Tensor<float, 3> f;
+  REQUIRE_THROWS_WITH(dist::broadcast(f, root), Contains("rank 0 has root 0, rank 1 has root 1"));
+  // The same root everywhere still broadcasts, after the errors.
+  dist::broadcast(t, 1);
+  CHECK(t.to_vector<float>() == std::vector<float>{1.f, 1.f, 1.f});
+}
+
 // ---- N ranks with batch B / N against one process with batch B ----
 
 namespace {

@@ -6,14 +6,17 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "device_scope.hpp"
+#include "metagrad/fixed.hpp"
 
 using namespace metagrad;
 using metagrad::test::DeviceScope;
 using i64 = std::int64_t;
+namespace fx = metagrad::fixed;
 
 namespace {
 
@@ -79,4 +82,54 @@ TEST_CASE("sums: 2^20 to 2^24 realized elements agree with float64 to 1e-6 on ev
       }
     }
   }
+}
+
+// ---- the static path (fx::): the same sums, in levels of at most 16 terms per accumulator ----
+
+namespace {
+
+template <i64 N>
+void fixed_sums_of(float x) {
+  fx::Tensor<float, 1> t{x};
+  std::string what = std::to_string(x) + " times " + std::to_string(N);
+  fx::Tensor<float> s = t.template expand<N>().sum(), m = t.template expand<N>().mean();
+  require_rel(s.data()[0], static_cast<double>(x) * static_cast<double>(N), "fx: sum of " + what);
+  require_rel(m.data()[0], x, "fx: mean of " + what);
+}
+
+}  // namespace
+
+TEST_CASE("sums: the static path's sums of 2^20 to 2^31 elements agree with float64 to 1e-6", "[precision]") {
+  for (float x : {1.f, 0.95f, 0.1234567f, -3.3f}) {
+    fixed_sums_of<i64{1} << 20>(x);
+    fixed_sums_of<i64{1} << 24>(x);
+    fixed_sums_of<(i64{1} << 25) - 1>(x);
+    fixed_sums_of<25000009>(x);
+    fixed_sums_of<i64{1} << 27>(x);
+  }
+  fixed_sums_of<i64{1} << 31>(0.95f);
+  // rows of 0.9 to 1, each repeated 8192 times: one output that 4096 row sums meet in
+  auto col = std::make_unique<fx::Tensor<float, 4096, 1>>();
+  std::vector<float> v = Tensor::rand({4096}).to_vector<float>();
+  for (std::size_t i = 0; i < v.size(); ++i) col->data()[i] = v[i] = v[i] * 0.1f + 0.9f;
+  fx::Tensor<float> mean = col->expand<4096, 8192>().mean();
+  require_rel(mean.data()[0], sum64(v) / 4096, "fx: rows of 0.9 to 1, each repeated");
+  // columns: a (2^22, 4) tensor summed over its rows (each column's sum takes 2^22 terms)
+  constexpr i64 n = i64{1} << 24;
+  auto big = std::make_unique<fx::Tensor<float, n>>();
+  std::vector<float> r = (Tensor::rand({n}) + 0.25f).to_vector<float>();
+  std::copy(r.begin(), r.end(), big->data());
+  fx::Tensor<float> all = big->sum();
+  require_rel(all.data()[0], sum64(r), "fx: sum of 2^24 values in [0.25, 1.25)");
+  fx::Tensor<float, 4> cols = big->reshape<n / 4, 4>().sum<0>();
+  for (std::size_t c = 0; c < 4; ++c) {
+    double want = 0;
+    for (std::size_t i = c; i < r.size(); i += 4) want += r[i];
+    require_rel(cols.data()[c], want, "fx: column " + std::to_string(c) + " of 2^24 values");
+  }
+  // and an expanded column: 2^25 rows of (1, 4)
+  fx::Tensor<float, 1, 4> row{1.f, 0.95f, 0.1234567f, -3.3f};
+  fx::Tensor<float, 4> rs = row.expand<i64{1} << 25, 4>().sum<0>();
+  for (std::size_t c = 0; c < 4; ++c)
+    require_rel(rs.data()[c], double(row.data()[c]) * double(i64{1} << 25), "fx: expanded column sums");
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "device_scope.hpp"
+#include "metagrad/fixed.hpp"
 #include "metagrad/nn/state.hpp"
 #include "metagrad/shape/shapetracker.hpp"
 #include "metagrad/shape/symbolic.hpp"
@@ -172,6 +174,23 @@ TEST_CASE("sign of zero: cat keeps -0, rsqrt(-0) is -inf", "[reliability]") {
     REQUIRE(r[1] == std::numeric_limits<float>::infinity());
     REQUIRE(r[2] == 0.5f);
     REQUIRE(std::isnan(r[3]));
+  }
+}
+
+TEST_CASE("sign of zero: rsqrt(-0) is -inf on the static path and on every device", "[reliability]") {
+  auto check = [](const std::vector<float>& r) {
+    REQUIRE(r[0] == -std::numeric_limits<float>::infinity());
+    REQUIRE(r[1] == std::numeric_limits<float>::infinity());
+    REQUIRE(r[2] == 0.5f);
+    REQUIRE(std::isnan(r[3]));
+  };
+  fixed::Tensor<float, 4> z{-0.f, 0.f, 4.f, -1.f};
+  fixed::Tensor<float, 4> r = z.rsqrt();
+  check({r.data(), r.data() + 4});
+  for (const char* dev : {"CPU", "CLANG", "LLVM", "OPENCL"}) {
+    if (!test::available(dev)) continue;
+    INFO(dev);
+    check(Tensor({-0.f, 0.f, 4.f, -1.f}, {.device = dev}).rsqrt().to_vector<float>());
   }
 }
 

@@ -96,6 +96,7 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   // unrealized to realized as seen by graph building outside realize().
   mutable std::mutex mu_;
   std::vector<std::weak_ptr<LazyBuffer>> children_;
+  std::size_t children_swept_ = 4;  // children_'s size after its last sweep of expired entries
   friend void add_child(const LazyBufferPtr& parent, const LazyBufferPtr& child);
 };
 

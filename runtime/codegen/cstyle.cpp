@@ -323,11 +323,18 @@ struct Renderer {
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
     if (reduces) src += lang.reduce_attribute;
     src += detail::cat(lang.kernel_prefix, "void ", k.name, "(");
-    for (std::size_t i = 0; i < k.buf_dtypes.size(); ++i)
-      src += detail::cat(i ? ", " : "", lang.buffer_prefix, i ? "const " : "", lang.type(k.buf_dtypes[i]),
-                         "*", lang.buffer_suffix, " data", std::to_string(i));
+    auto buffer = [&](std::size_t i) {
+      return detail::cat(lang.buffer_prefix, i ? "const " : "", lang.type(k.buf_dtypes[i]), "*");
+    };
+    bool array = lang.range_arguments && k.buf_dtypes.size() > kMaxBufferArguments;
+    if (array) src += "void* const* restrict args";
+    for (std::size_t i = 0; i < k.buf_dtypes.size() && !array; ++i)
+      src += detail::cat(i ? ", " : "", buffer(i), lang.buffer_suffix, " data", std::to_string(i));
     if (lang.range_arguments) src += ", long long start, long long end";
     src += ") {\n";
+    for (std::size_t i = 0; i < k.buf_dtypes.size() && array; ++i)
+      line(detail::cat(buffer(i), lang.buffer_suffix, " data", std::to_string(i), " = (", buffer(i), ")args[",
+                       std::to_string(i), "];"));
     // A group's partial values meet in local memory, declared at the kernel's scope (OpenCL 1.2).
     for (std::size_t i = 0; i < k.uops.size(); ++i)
       if (k.uops[i].uop == UOps::GROUP)

@@ -34,6 +34,7 @@ struct Renderer {
   llvm::IRBuilder<> b;
   llvm::Function* fn = nullptr;
   std::vector<llvm::Value*> bufs;
+  unsigned range_arg = 0;                    // the argument `start` (`end` follows it)
   std::map<std::string, llvm::Value*> vars;  // loop variables, i64
   std::vector<llvm::Value*> vals;            // per uop: its value, or an accumulator's alloca
   std::vector<bool> is_acc;
@@ -307,8 +308,8 @@ struct Renderer {
   void loop(const UOp& u) {
     llvm::Value *lo = b.getInt64(0), *hi = b.getInt64(u.extent);
     if (u.threaded) {
-      lo = fn->getArg(static_cast<unsigned>(bufs.size()));
-      hi = fn->getArg(static_cast<unsigned>(bufs.size()) + 1);
+      lo = fn->getArg(range_arg);
+      hi = fn->getArg(range_arg + 1);
     }
     llvm::BasicBlock* pre = b.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx, u.name + ".head", fn);
@@ -335,24 +336,33 @@ struct Renderer {
   }
 
   // `void @name(ptr data0, ..., i64 start, i64 end)` and its entry block.
+  // Past kMaxBufferArguments buffers, `void @name(ptr args, i64 start, i64 end)`, each data<i> loaded
+  // from args[i].
   void signature() {
-    std::vector<llvm::Type*> args(k.buf_dtypes.size(), llvm::PointerType::get(ctx, 0));
+    bool array = k.buf_dtypes.size() > kMaxBufferArguments;
+    std::vector<llvm::Type*> args(array ? 1 : k.buf_dtypes.size(), llvm::PointerType::get(ctx, 0));
     args.push_back(b.getInt64Ty());
     args.push_back(b.getInt64Ty());
     fn = llvm::Function::Create(llvm::FunctionType::get(b.getVoidTy(), args, false),
                                 llvm::Function::ExternalLinkage, k.name, *mod);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
-    for (unsigned i = 0; i < k.buf_dtypes.size(); ++i) {
+    range_arg = static_cast<unsigned>(args.size()) - 2;
+    for (unsigned i = 0; i < range_arg; ++i) {
       llvm::Argument* a = fn->getArg(i);
-      a->setName("data" + std::to_string(i));
+      a->setName(array ? "args" : "data" + std::to_string(i));
       a->addAttr(llvm::Attribute::NoAlias);  // restrict, as the C kernels declare it
       a->addAttr(llvm::Attribute::NoCapture);
-      if (i) a->addAttr(llvm::Attribute::ReadOnly);
-      bufs.push_back(a);
+      if (i || array) a->addAttr(llvm::Attribute::ReadOnly);
+      if (!array) bufs.push_back(a);
     }
-    fn->getArg(static_cast<unsigned>(bufs.size()))->setName("start");
-    fn->getArg(static_cast<unsigned>(bufs.size()) + 1)->setName("end");
+    fn->getArg(range_arg)->setName("start");
+    fn->getArg(range_arg + 1)->setName("end");
     b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
+    for (unsigned i = 0; i < k.buf_dtypes.size() && array; ++i) {
+      llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
+      bufs.push_back(
+          b.CreateLoad(ptr, b.CreateConstInBoundsGEP1_64(ptr, fn->getArg(0), i), "data" + std::to_string(i)));
+    }
   }
 
   // An accumulator: a stack slot (in the entry block, so mem2reg/SROA make it a register), set here.

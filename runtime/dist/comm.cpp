@@ -277,7 +277,9 @@ void allreduce_sum(const void* in, void* out, std::size_t count, DType dtype, co
 }
 
 void broadcast_bytes(void* data, std::size_t nbytes, int root, const char* op) {
-  init();
+  // Every rank names the same root, or every rank throws (with different roots, MPI_Bcast would
+  // leave each rank its own data or hang): checked as the tensors' shapes are.
+  check_same(op, {"root " + std::to_string(root)});
   if (root < 0 || root >= group.size)
     fail(op, cat("root ", std::to_string(root), " is not a rank of ", std::to_string(group.size)), false);
   std::vector<MPI_Request> reqs;

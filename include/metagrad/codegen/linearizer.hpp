@@ -49,6 +49,10 @@ struct UOp {
   bool threaded = false;    // LOOP: its range is split across threads / work items
 };
 
+// A host kernel (C, LLVM IR) with more buffers than this takes them as one array, `void* const* args`,
+// rather than as arguments of their own (which callers pass through a table of signatures).
+constexpr std::size_t kMaxBufferArguments = 32;
+
 struct LinearizedKernel {
   std::string name;
   std::vector<UOp> uops;

@@ -70,7 +70,7 @@ void allreduce_sum(void* data, std::size_t count, DType dtype, const char* op);
 // As above, into `out` from `in` (distinct buffers), saving a copy.
 void allreduce_sum(const void* in, void* out, std::size_t count, DType dtype, const char* op);
 Request iallreduce(void* data, std::size_t count, DType dtype, const char* op);
-// Rank `root`'s bytes at `data` to every rank.
+// Rank `root`'s bytes at `data` to every rank; every rank throws unless all name the same root.
 void broadcast_bytes(void* data, std::size_t nbytes, int root, const char* op);
 // Divides `count` elements by world_size() (MEAN after SUM); float dtypes only.
 void scale_by_world(void* data, std::size_t count, DType dtype, const char* op);

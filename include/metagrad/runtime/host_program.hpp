@@ -26,15 +26,15 @@ class HostProgram : public Program {
   void* fn_ = nullptr;
 };
 
-// The buffers' pointers, checked to be host memory (at most kMaxHostArgs).
-constexpr std::size_t kMaxHostArgs = 32;
-std::vector<void*> host_pointers(const char* device, const std::string& name,
-                                 const std::vector<RawBuffer*>& bufs);
+// The buffers' pointers, checked to be host memory. A rendered kernel with more than kMaxHostArgs
+// buffers takes them as one array (codegen::kMaxBufferArguments); run_host passes them so.
+constexpr std::size_t kMaxHostArgs = codegen::kMaxBufferArguments;
+std::vector<void*> host_pointers(const char* device, const std::vector<RawBuffer*>& bufs);
 void* host_pointer(const char* device, RawBuffer* b);
 // A run of the kernel fn(ptrs[0..count)..., int64 start, int64 end) over [0, n), split across the thread
 // pool when op_estimate is big enough. Allocates nothing.
 void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate);
-// A call of fn(ptrs[0..count)...) without a range (hand-written kernels).
+// A call of fn(ptrs[0..count)...) without a range (hand-written kernels, at most kMaxHostArgs buffers).
 void call_host(void* fn, void* const* ptrs, std::size_t count);
 // AST -> runner for a host device: a float32 contraction runs the runtime GEMM (runtime/gemm.hpp;
 // its program comes with the runner, `compile` builds its epilogue), anything else is rendered by

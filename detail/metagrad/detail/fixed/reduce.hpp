@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "metagrad/detail/fixed/arena.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/movement.hpp"
 
@@ -27,34 +28,106 @@ METAGRAD_INLINE T combine(T a, T b) {
 
 template <class T>
 inline constexpr index_t kLanes = 256 / sizeof(T);  // 256 bytes of accumulators: 4 AVX-512 registers
+// At most this many terms go into one float accumulator in a row (as on the dynamic path's devices,
+// runtime/codegen/linearizer.cpp): one accumulator stops growing at 2^24 ones and drifts well
+// before, so long sums go in levels, each passing its sum up after kFanIn terms.
+inline constexpr index_t kFanIn = 16;
+
+// Per-lane sums in levels: level k holds the sum of at most kFanIn blocks of level k - 1 (level 0:
+// of blocks of kFanIn trips). 8 levels reach 2^40 elements before the last level grows past kFanIn.
+template <ReduceOps R, class T, index_t Lanes>
+struct LaneLevels {
+  static constexpr int kLevels = 8;
+  T level[kLevels][Lanes];
+  int count[kLevels] = {};
+  int used = 1;  // levels in use: a level is set when the one below first passes its sum up
+  METAGRAD_INLINE LaneLevels() {
+    for (index_t i = 0; i < Lanes; ++i) level[0][i] = reduce_identity<R, T>();
+  }
+  METAGRAD_INLINE void push(const T* block) {
+    for (index_t i = 0; i < Lanes; ++i) level[0][i] = combine<R>(level[0][i], block[i]);
+    for (int k = 0; k + 1 < kLevels && ++count[k] == kFanIn; ++k) {
+      if (k + 1 == used)
+        for (index_t i = 0; i < Lanes; ++i) level[k + 1][i] = level[k][i];
+      else
+        for (index_t i = 0; i < Lanes; ++i) level[k + 1][i] = combine<R>(level[k + 1][i], level[k][i]);
+      for (index_t i = 0; i < Lanes; ++i) level[k][i] = reduce_identity<R, T>();
+      used = std::max(used, k + 2), count[k] = 0;
+    }
+  }
+  // The lanes' totals, the small levels first.
+  METAGRAD_INLINE void total(T* out) const {
+    for (index_t i = 0; i < Lanes; ++i) out[i] = level[0][i];
+    for (int k = 1; k < used; ++k)
+      for (index_t i = 0; i < Lanes; ++i) out[i] = combine<R>(out[i], level[k][i]);
+  }
+};
+
 // Combines elements [lo, hi) of the innermost axis at pos (lo a multiple of kLanes) in kLanes
-// independent lanes, then the lanes pairwise. A range past the L2 is read as two interleaved
-// streams (its halves), each into its own lanes: one core then keeps more memory reads in flight
-// (W3c: +15% over one stream, where Eigen reads one).
+// independent lanes, each in levels (LaneLevels), then the lanes pairwise. A range past the L2 is
+// read as two interleaved streams (its halves), each into its own lanes: one core then keeps more
+// memory reads in flight (W3c: +15% over one stream, where Eigen reads one).
 template <ReduceOps R, std::size_t Rank, class B>
 METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, index_t hi) {
   using T = decltype(get<Rank>(b, pos, 0));
-  constexpr index_t lanes = kLanes<T>;
+  constexpr index_t lanes = kLanes<T>, step = lanes * kFanIn;
+  LaneLevels<R, T, lanes> sums;
   T acc[lanes];
-  for (index_t l = 0; l < lanes; ++l) acc[l] = reduce_identity<R, T>();
+  auto clear = [](T* a) {
+    for (index_t l = 0; l < lanes; ++l) a[l] = reduce_identity<R, T>();
+  };
   index_t j = lo;
   if (hi - lo >= (index_t{1} << 18)) {
-    const index_t half = (hi - lo) / (2 * lanes) * lanes;
+    const index_t half = (hi - lo) / (2 * step) * step;
+    LaneLevels<R, T, lanes> sums2;
     T acc2[lanes];
-    for (index_t l = 0; l < lanes; ++l) acc2[l] = reduce_identity<R, T>();
-    for (; j < lo + half; j += lanes) {
-      for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
-      for (index_t l = 0; l < lanes; ++l) acc2[l] = combine<R>(acc2[l], get<Rank>(b, pos, j + half + l));
+    for (; j < lo + half; j += step) {
+      clear(acc), clear(acc2);
+      for (index_t t = j; t < j + step; t += lanes) {
+        for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
+        for (index_t l = 0; l < lanes; ++l) acc2[l] = combine<R>(acc2[l], get<Rank>(b, pos, t + half + l));
+      }
+      sums.push(acc), sums2.push(acc2);
     }
     j += half;
-    for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], acc2[l]);
+    sums2.total(acc2);
+    sums.push(acc2);
   }
+  for (; j + step <= hi; j += step) {
+    clear(acc);
+    for (index_t t = j; t < j + step; t += lanes)
+      for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
+    sums.push(acc);
+  }
+  clear(acc);  // the rest: fewer than kFanIn trips
   for (; j + lanes <= hi; j += lanes)
     for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
   for (index_t l = 0; j + l < hi; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
+  sums.push(acc);
+  sums.total(acc);
   for (index_t w = lanes / 2; w > 0; w /= 2)
     for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
   return acc[0];
+}
+
+// A sum over outer positions [lo, hi) that all meet in the same `width` outputs (at stride `stride`
+// in dst): in halves, each half into its own scratch row and then added, down to runs of kFanIn
+// positions that `add(lo, hi, row)` adds in order; so no output takes more than kFanIn terms in a
+// row. `scratch` holds a row per level of halving.
+template <class T, class Add>
+void sum_halves(T* dst, index_t stride, index_t width, index_t lo, index_t hi, T* scratch, Add& add) {
+  if (hi - lo <= kFanIn) return add(lo, hi, dst, stride);
+  index_t mid = lo + (hi - lo) / 2;
+  sum_halves(dst, stride, width, lo, mid, scratch + width, add);
+  std::fill(scratch, scratch + width, T(0));
+  sum_halves(scratch, index_t{1}, width, mid, hi, scratch + width, add);
+  for (index_t j = 0; j < width; ++j) dst[j * stride] += scratch[j];
+}
+// Levels of halving for n positions, and the scratch they need.
+constexpr index_t halving_levels(index_t n) {
+  index_t k = 1;
+  for (; n > kFanIn; n = (n + 1) / 2) ++k;
+  return k;
 }
 
 template <ReduceOps R, Dims Axes>
@@ -87,7 +160,14 @@ struct Materialise<op::Reduce<R, Axes>> {
           o = combine<R>(o, reduce_lanes<R, rank>(b, pos, 0, n));
         });
       };
-      if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
+      if constexpr (R == ReduceOps::SUM && S::size == 1 && outer > kFanIn) {  // many row sums, one output
+        auto add = [&](index_t lo, index_t hi, T* dst, index_t) {
+          for_outer<I>(lo, hi,
+                       [&](index_t, const index_t* pos) { *dst += reduce_lanes<R, rank>(b, pos, 0, n); });
+        };
+        T scratch[halving_levels(outer)];
+        sum_halves(out, index_t{1}, index_t{1}, 0, outer, scratch, add);
+      } else if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
         T part[kMaxThreads];
         int parts = std::min(kMaxThreads, parts_for(n, kParallelElements / 2));
         parallel_parts(parts, [&](int p, int np) {
@@ -111,10 +191,37 @@ struct Materialise<op::Reduce<R, Axes>> {
             row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
         });
       };
-      if constexpr (par)  // column ranges
+      // Every outer axis reduced: the rows all meet in one row of outputs. A sum then adds them in
+      // halves (sum_halves), a run of columns at a time.
+      constexpr bool one_row = [](const View& v) {
+        for (std::size_t d = 0; d + 1 < rank; ++d)
+          if (v.strides[d] != 0) return false;
+        return true;
+      }(ov);
+      auto col_halves = [&](T* scratch, index_t lo, index_t hi) {
+        const index_t s = ov.strides[rank - 1];
+        auto add = [&](index_t from, index_t to, T* row, index_t stride) {
+          for_outer<I>(from, to, [&](index_t, const index_t* pos) {
+            for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
+          });
+        };
+        sum_halves(out + lo * s, s, hi - lo, 0, outer, scratch + lo * halving_levels(outer), add);
+      };
+      if constexpr (R == ReduceOps::SUM && one_row && outer > kFanIn) {
+        // Scratch rows for every column, taken here: a thread of the pool may first get columns
+        // after the warm-up, and its own arena would then allocate.
+        Arena::Scope scope;
+        T* scratch = Arena::local().alloc<T>(static_cast<std::size_t>(halving_levels(outer) * n));
+        auto col_range = [&](index_t lo, index_t hi) { col_halves(scratch, lo, hi); };
+        if constexpr (par)
+          parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), col_range);
+        else
+          col_range(0, n);
+      } else if constexpr (par) {  // column ranges
         parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), cols);
-      else
+      } else {
         cols(0, n);
+      }
     }
   }
 };
