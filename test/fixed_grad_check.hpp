@@ -33,22 +33,10 @@ void same(const Tn& got, const metagrad::Tensor& want, const char* what) {
   }
 }
 
-// fixed::grad of loss against central differences, each parameter element moved by +-1e-6. The
-// gradient expressions are evaluated first (they read the parameters), each on its own and all
-// into tensors by fx::eval (the two must agree to rounding).
-template <class L, class... P>
-void check_fd(const L& loss, P&... params) {
-  auto grads = [&]<std::size_t... K>(std::index_sequence<K...>) {
-    auto g = fx::grad(loss, params...);
-    auto into = fx::eval(g);
-    std::tuple<fx::TensorOf<P>...> lazy{fx::eval(get<K>(g))...};
-    (check_all(
-         std::get<K>(lazy), [&](index_t i) { return double(std::get<K>(into)[i]); }, 1e-12, 1e-15),
-     ...);
-    return lazy;
-  }
-  (std::index_sequence_for<P...>{});
-  auto value = [&] { return fx::eval(loss)[0]; };
+// Each parameter's gradient (grads: evaluated tensors, one per parameter in order) against central
+// differences of value(), each element moved by +-1e-6.
+template <class Value, class G, class... P>
+void require_fd(const Value& value, const G& grads, P&... params) {
   auto one = [&](auto& p, const auto& g, int which) {
     for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
       double keep = p[i], h = 1e-6;
@@ -68,6 +56,24 @@ void check_fd(const L& loss, P&... params) {
         (one(params, g, k++), ...);
       },
       grads);
+}
+
+// fixed::grad of loss against central differences, each parameter element moved by +-1e-6. The
+// gradient expressions are evaluated first (they read the parameters), each on its own and all
+// into tensors by fx::eval (the two must agree to rounding).
+template <class L, class... P>
+void check_fd(const L& loss, P&... params) {
+  auto grads = [&]<std::size_t... K>(std::index_sequence<K...>) {
+    auto g = fx::grad(loss, params...);
+    auto into = fx::eval(g);
+    std::tuple<fx::TensorOf<P>...> lazy{fx::eval(get<K>(g))...};
+    (check_all(
+         std::get<K>(lazy), [&](index_t i) { return double(std::get<K>(into)[i]); }, 1e-12, 1e-15),
+     ...);
+    return lazy;
+  }
+  (std::index_sequence_for<P...>{});
+  require_fd([&] { return double(fx::eval(loss)[0]); }, grads, params...);
 }
 
 }  // namespace metagrad::test

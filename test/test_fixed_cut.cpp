@@ -38,25 +38,7 @@ void check_fd_cut(const Model& model, P&... params) {
     fx::Tape tape;
     return double(fx::eval(model())[0]);
   };
-  auto one = [&](auto& p, const auto& g, int which) {
-    for (index_t i = 0; i < std::remove_cvref_t<decltype(p)>::size; ++i) {
-      double keep = p[i], h = 1e-6;
-      p[i] = keep + h;
-      double up = value();
-      p[i] = keep - h;
-      double down = value();
-      p[i] = keep;
-      INFO("parameter " << which << ", flat index " << i << ": grad " << g[i] << ", finite difference "
-                        << (up - down) / (2 * h));
-      REQUIRE(close(g[i], (up - down) / (2 * h), 1e-5, 1e-6));
-    }
-  };
-  std::apply(
-      [&](const auto&... g) {
-        int k = 0;
-        (one(params, g, k++), ...);
-      },
-      got);
+  metagrad::test::require_fd(value, got, params...);
 }
 
 }  // namespace

@@ -137,9 +137,10 @@ const OpTable& common_code_for_op() {
       {UnaryOps::LOG2, [](const AluArgs& a) { return unary_math(a, "log2"); }},
       {UnaryOps::SIN, [](const AluArgs& a) { return unary_math(a, "sin"); }},
       {UnaryOps::CAST, cast},
-      {BinaryOps::ADD, [](const AluArgs& a) { return infix(a, "+"); }},
+      // bool + bool is their or, bool * bool their and: on bools gcc folds x + x into x * 2 and `*`
+      // draws its -Wint-in-bool-context.
+      {BinaryOps::ADD, [](const AluArgs& a) { return infix(a, a.in == dtypes::bool_ ? "||" : "+"); }},
       {BinaryOps::SUB, [](const AluArgs& a) { return infix(a, "-"); }},
-      // bool * bool is their and: `*` on them draws gcc's -Wint-in-bool-context.
       {BinaryOps::MUL, [](const AluArgs& a) { return infix(a, a.in == dtypes::bool_ ? "&&" : "*"); }},
       {BinaryOps::DIV,
        [](const AluArgs& a) { return dtypes::is_float(a.in) ? infix(a, "/") : call("mg_idiv", a); }},
