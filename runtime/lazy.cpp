@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "metagrad/detail/helpers.hpp"
+
 namespace metagrad {
 
 namespace {
@@ -56,31 +58,10 @@ LazyBuffer::LazyBuffer(std::string device_, ShapeTracker st_, DType dtype_, std:
   ++live_count;
 }
 
-namespace {
-// The ops being released by the outermost ~LazyBuffer running on this thread (null when none is).
-// A plain pointer, trivially destructible: buffers are still dropped while the program exits.
-thread_local std::vector<std::shared_ptr<GraphOp>>* releasing = nullptr;
-}  // namespace
-
-// Dropping a graph releases it without recursion: freeing an op frees its sources, whose
-// destructors would free theirs, one stack frame per op (10^5 ops overflowed the stack). The
-// outermost destructor on a thread frees ops one at a time; the destructors that run meanwhile
-// hand it their ops instead of freeing them.
+// Dropping a graph releases it without recursion (10^5 ops overflowed the stack).
 LazyBuffer::~LazyBuffer() {
   --live_count;
-  if (!op) return;
-  if (releasing) {
-    releasing->push_back(std::move(op));
-    return;
-  }
-  std::vector<std::shared_ptr<GraphOp>> pending{std::move(op)};
-  releasing = &pending;
-  while (!pending.empty()) {
-    std::shared_ptr<GraphOp> o = std::move(pending.back());
-    pending.pop_back();
-    o.reset();  // may push more
-  }
-  releasing = nullptr;
+  if (op) detail::release_flat(std::move(op));
 }
 
 std::size_t LazyBuffer::live_children() const {

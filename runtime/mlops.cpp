@@ -9,32 +9,15 @@
 #include <numbers>
 #include <utility>
 
+#include "metagrad/detail/helpers.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {
 
-namespace {
-// The parents being released by the outermost ~Function running on this thread (null when none is).
-thread_local std::vector<std::vector<Tensor>>* releasing = nullptr;
-}  // namespace
-
 // Dropping an autograd graph releases it without recursion, as ~LazyBuffer does its graph: a
 // Tensor's last handle frees its Function, whose parents would free theirs, a frame per op.
 Function::~Function() {
-  if (parents.empty()) return;
-  if (releasing) {
-    releasing->push_back(std::move(parents));
-    return;
-  }
-  std::vector<std::vector<Tensor>> pending;
-  pending.push_back(std::move(parents));
-  releasing = &pending;
-  while (!pending.empty()) {
-    std::vector<Tensor> p = std::move(pending.back());
-    pending.pop_back();
-    p.clear();  // may push more
-  }
-  releasing = nullptr;
+  if (!parents.empty()) detail::release_flat(std::move(parents));
 }
 
 std::string detail::demangle(const char* name) {
