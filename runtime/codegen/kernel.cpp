@@ -149,11 +149,6 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
            full_shape()[first_reduce] % block == 0 && full_shape()[first_reduce] >= 2 * block &&
            full_shape()[first_reduce] / block <= 4096;
   };
-  auto contiguous_in_input = [&](std::size_t axis) {
-    for (std::size_t b = 1; b < sts.size(); ++b)
-      if (auto s = stride_of(b, axis); s && *s == 1) return true;
-    return false;
-  };
   // How many input reads walk memory along `axis`.
   auto unit_reads = [&](std::size_t axis) {
     int n = 0;
@@ -189,7 +184,7 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
     std::size_t r = looped_end() - 1;
     std::int64_t outputs = 1, L = opts.group_reduce;
     for (std::size_t d = 0; d < first_reduce; ++d) outputs *= full_shape()[d];
-    if (L > 0 && outputs <= 4096 && contiguous_in_input(r) && full_shape()[r] % L == 0 &&
+    if (L > 0 && outputs <= 4096 && unit_reads(r) > 0 && full_shape()[r] % L == 0 &&
         full_shape()[r] >= 16 * L && ast_dtype(reduceop->src.at(0)) == dtypes::float32) {
       std::vector<std::int64_t> s(full_shape().begin(), full_shape().end());
       s[r] /= L;
@@ -229,7 +224,7 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
     // line once.
     for (std::int64_t u = opts.column_upcast; u >= 8; u /= 2) {
       std::size_t c = first_reduce - 1;
-      if (first_reduce == 0 || !contiguous_in_input(c) || full_shape()[c] % u != 0) continue;
+      if (first_reduce == 0 || unit_reads(c) == 0 || full_shape()[c] % u != 0) continue;
       upcast(c, u);
       std::int64_t cols = first_reduce > 0 ? full_shape()[first_reduce - 1] : 1, g = 32;
       while (g > 1 && (cols % g != 0 || cols / g < 2)) g /= 2;
