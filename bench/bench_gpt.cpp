@@ -4,12 +4,16 @@
 // batches (random tokens: the step's cost does not depend on the text), in turns, at 1 and 2 threads.
 // Prints the median ms/step of each, and its ratio to libtorch's at the same thread count.
 //
-//   bench_gpt [--steps=N] [--rounds=N] [--shape=char|gpt2] [--check]
+//   bench_gpt [--steps=N] [--rounds=N] [--shape=char|gpt2] [--check] [--memory]
 //
 // --shape=gpt2: GPT-2 small's layer shapes (width 768, 12 heads) in 2 blocks, context 256, batch 2:
 // products of 512 x 768 x 3072 where the character GPT's are 2048 x 128 x 512.
 // --check only compares the first 10 losses of metagrad (eager, the default device) with libtorch's
 // and exits with 1 when one differs by more than 1e-5 relative: the test bench_gpt_losses.
+// --memory runs each configuration alone in a new process (this program again, --memory-of=NAME) at
+// 1 thread: 3 warm-up steps, then `steps` steps whose peak resident set (VmHWM, reset after the
+// warm-up) less the resident set before the model was built it prints, and for metagrad the most
+// bytes its buffers (pooled free ones not counted) held at once during those steps.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <metagrad/fixed/parallel.hpp>
@@ -168,6 +173,50 @@ struct Batches {
   }
 };
 
+// Resident set figures of this process from /proc/self/status, in bytes ("VmRSS", "VmHWM").
+double proc_status(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return NAN;
+  char line[256];
+  double kb = NAN;
+  std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') kb = std::atof(line + n + 1);
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// One configuration's training memory, in this process alone: "libtorch" or "<DEVICE> eager|jit".
+int memory_of(const std::string& config, const nn::StateDict& init, const Batches& data, long steps) {
+  setenv("THREADS", "1", 1);
+  torch::set_num_threads(1);
+  double rss0 = proc_status("VmRSS");
+  std::function<double(std::size_t)> step;
+  std::unique_ptr<TorchTrainer> tt;
+  std::unique_ptr<MetaTrainer> mt;
+  if (config == "libtorch") {
+    tt = std::make_unique<TorchTrainer>(init);
+    step = [&](std::size_t i) { return tt->step(data.x[i % data.x.size()], data.y[i % data.y.size()]); };
+  } else {
+    std::size_t sp = config.find(' ');
+    mt = std::make_unique<MetaTrainer>(config.substr(0, sp), init, config.substr(sp + 1) == "jit");
+    step = [&](std::size_t i) { return mt->step(data.x[i % data.x.size()], data.y[i % data.y.size()]); };
+  }
+  // Warm-up (compiles, captures), then the steady state alone: the resident peak counted afresh
+  // (Linux: writing 5 to clear_refs resets VmHWM) and metagrad's buffer peak reset.
+  for (std::size_t s = 0; s < 3; ++s) step(s);
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) std::fputs("5", f), std::fclose(f);
+  GlobalCounters::reset();
+  for (long s = 0; s < steps; ++s) step(static_cast<std::size_t>(3 + s));
+  double mib = 1024.0 * 1024.0, trained = proc_status("VmHWM") - rss0;
+  if (tt)
+    std::printf("  %-24s %8.1f MiB peak resident\n", "libtorch 1.13 eager", trained / mib);
+  else
+    std::printf("  %-24s %8.1f MiB peak resident, buffers %.1f MiB at peak\n", ("metagrad " + config).c_str(),
+                trained / mib, static_cast<double>(GlobalCounters::mem_peak) / mib);
+  return 0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? NAN : v[v.size() / 2];
@@ -177,7 +226,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) try {
   long steps = 5, rounds = 4;
-  bool check = false;
+  bool check = false, memory = false;
+  std::string memory_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--steps=", 0) == 0)
@@ -186,10 +236,15 @@ int main(int argc, char** argv) try {
       rounds = std::atol(a.c_str() + 9);
     else if (a == "--check")
       check = true;
+    else if (a == "--memory")
+      memory = true;
+    else if (a.rfind("--memory-of=", 0) == 0)
+      memory_config = a.substr(12);
     else if (a == "--shape=gpt2")
       B = 2, T = 256, C = 768, H = 12, N = 2;
     else if (a != "--shape=char") {
-      std::fprintf(stderr, "usage: %s [--steps=N] [--rounds=N] [--shape=char|gpt2] [--check]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--steps=N] [--rounds=N] [--shape=char|gpt2] [--check] [--memory]\n",
+                   argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
@@ -202,6 +257,18 @@ int main(int argc, char** argv) try {
     for (const auto& [k, t] : nn::get_state_dict(g)) init.add(k, t.detach().realize());
   }
   Batches data(static_cast<int>(std::max(10L, steps)));
+  if (!memory_config.empty()) return memory_of(memory_config, init, data, steps);
+  if (memory) {  // each configuration in a process of its own: resident sets do not mix
+    std::printf(
+        "bench_gpt --memory: GPT %ld blocks, width %ld, context %ld, batch %ld; %ld steps, 1 thread\n", N, C,
+        T, B, steps);
+    std::string self = argv[0], shape = C == 768 ? " --shape=gpt2" : "";
+    int failed = 0;
+    for (const char* config : {"LLVM eager", "LLVM jit", "CLANG eager", "CLANG jit", "libtorch"})
+      failed |= std::system(
+          (self + " --steps=" + std::to_string(steps) + shape + " '--memory-of=" + config + "'").c_str());
+    return failed ? 1 : 0;
+  }
 
   if (check) {  // the first 10 losses, metagrad eager on DEVICE (default CLANG) against libtorch
     torch::set_num_threads(1);

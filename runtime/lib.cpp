@@ -1,11 +1,34 @@
 // Host conversions of a RawBuffer's elements to and from double, whatever its dtype.
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "metagrad/runtime/lib.hpp"
 
 namespace metagrad {
+
+namespace {
+constexpr std::size_t kMappedFrom = std::size_t{1} << 20;
+}  // namespace
+
+std::byte* RawMallocBuffer::host_alloc(std::size_t bytes) {
+  if (bytes < kMappedFrom)
+    return static_cast<std::byte*>(::operator new (std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<std::byte*>(p);
+}
+
+void RawMallocBuffer::host_free(std::byte* p, std::size_t bytes) noexcept {
+  if (bytes < kMappedFrom)
+    ::operator delete (p, std::align_val_t{64});
+  else
+    munmap(p, bytes);
+}
 
 namespace {
 

@@ -420,7 +420,12 @@ LazyBuffer& LazyBuffer::realize() {
   std::optional<scheduler::RealizeReport> report;
   if (debug >= 1) report.emplace(order, debug);
   prebuild(order);
-  for (Plan& p : order) execute(p);
+  // A plan lets go of its inputs once it has run: an intermediate buffer is freed (back to the
+  // pool) after its last consumer in the schedule, not when the realize ends.
+  for (Plan& p : order) {
+    execute(p);
+    p.leaves.clear(), p.deps.clear(), p.from.reset(), p.buf.reset();
+  }
   if (report) {  // totals once the plans' hold on intermediate buffers is gone
     order.clear(), plans.clear();
     report->finish();

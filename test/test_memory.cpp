@@ -1,8 +1,14 @@
 // Nothing leaks: across many training steps the number of live LazyBuffers and RawBuffers stays
 // flat (graphs are freed after backward and realize, optimizer state is replaced, not chained), and
 // a compiled device's buffer pool serves repeated work from freed memory within its bounds.
+#include <metagrad/jit.hpp>
 #include <metagrad/metagrad.hpp>
 #include <metagrad/runtime/buffer_pool.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
 
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
@@ -109,4 +115,115 @@ TEST_CASE("a buffer pool keeps at most its cap and empties itself when allocatio
   pool->clear();
   REQUIRE(RawBuffer::live_count == live - 1);
   REQUIRE(pool->stats().pooled == 0);
+}
+
+namespace {
+// n x n float32 values from a seed, realized.
+Tensor square(std::int64_t n, unsigned seed) {
+  return Tensor(test::random_floats(static_cast<std::size_t>(n * n), seed), {n, n},
+                {.dtype = dtypes::float32})
+      .realize();
+}
+}  // namespace
+
+TEST_CASE("a realize frees each intermediate buffer after its last consumer, not at its end", "[memory]") {
+  test::DeviceScope on_clang("CLANG");
+  if (!on_clang.ok) return;
+  const std::int64_t n = 128, bytes = n * n * 4, chain = 12;
+  Tensor x = square(n, 1), w = square(n, 2) * (1.0 / n);
+  w.realize();
+  auto run = [&] {  // 12 products, each read only by the next: one realize of 12 kernels
+    Tensor t = x;
+    for (int i = 0; i < chain; ++i) t = t.matmul(w);
+    return t.realize();
+  };
+  run();  // compiles; the GEMM's packing memory is allocated once
+  std::int64_t before = GlobalCounters::mem_used;
+  GlobalCounters::reset();
+  Tensor out = run();
+  std::int64_t transient = GlobalCounters::mem_peak - before;
+  INFO("peak above the inputs: " << transient << " bytes; one product: " << bytes);
+  // Live at once: the product being written and the one it reads (holding all 12 was the old way).
+  REQUIRE(transient <= 3 * bytes);
+  // And the values are the chain's (row sums of w are about 0.5: no overflow to hide a mistake).
+  std::vector<double> ref = x.to_vector<double>(), wv = w.to_vector<double>();
+  for (int i = 0; i < chain; ++i) {
+    std::vector<double> next(static_cast<std::size_t>(n * n), 0.0);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t k = 0; k < n; ++k)
+        for (std::int64_t c = 0; c < n; ++c) next[r * n + c] += ref[r * n + k] * wv[k * n + c];
+    ref = next;
+  }
+  std::vector<float> got = out.to_vector<float>();
+  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(ref[i]).epsilon(1e-3).margin(1e-6));
+}
+
+TEST_CASE("TinyJit's replays share memory between scratch buffers whose lifetimes do not overlap",
+          "[memory][jit]") {
+  test::DeviceScope on_clang("CLANG");
+  if (!on_clang.ok) return;
+  const std::int64_t n = 96, bytes = n * n * 4, chain = 10;
+  Tensor w = square(n, 3) * (1.0 / n);
+  w.realize();
+  Tensor param = square(n, 4).requires_grad_(true);
+  auto step = [&](const Tensor& x) {  // a chain of products, and a parameter's gradient kept by it
+    Tensor t = x;
+    for (int i = 0; i < chain; ++i) t = t.matmul(w).relu();
+    param.grad = std::nullopt;
+    Tensor loss = (t * param).sum();
+    loss.backward();
+    param.grad->realize();  // computed inside the step, and held by the parameter after it
+    return loss;
+  };
+  TinyJit jit(step);
+  for (unsigned s = 0; s < 2; ++s) jit(square(n, 10 + s));  // runs, then captures
+  const CapturedStep& c = *jit.captured();
+  std::set<const RawBuffer*> before;
+  for (const auto& slot : c.slots) before.insert(slot.buf.get());
+  for (unsigned s = 2; s < 6; ++s) {
+    Tensor x = square(n, 10 + s);
+    float got = jit(x).item<float>();
+    // The same step without the JIT, on the same input.
+    Tensor t = x;
+    for (int i = 0; i < chain; ++i) t = t.matmul(w).relu();
+    std::vector<float> expect_grad = t.to_vector<float>();
+    float expect = (t * param.detach()).sum().item<float>();
+    REQUIRE(got == Approx(expect).epsilon(1e-4));
+    // The gradient the step left in param.grad is the replay's, not the capture's: a buffer something
+    // outside the JIT holds is not shared.
+    std::vector<float> grad = param.grad->to_vector<float>();
+    for (std::size_t i = 0; i < grad.size(); ++i) REQUIRE(grad[i] == Approx(expect_grad[i]).epsilon(1e-4));
+  }
+  std::set<const RawBuffer*> after;
+  std::int64_t scratch = 0;
+  for (const auto& slot : c.slots)
+    if (slot.role == CapturedStep::Role::Scratch && after.insert(slot.buf.get()).second)
+      scratch += static_cast<std::int64_t>(slot.buf->nbytes());
+  INFO(before.size() << " buffers at capture, " << after.size() << " scratch buffers after planning, "
+                     << scratch << " bytes");
+  // The chain's 10 products (and relus) live one or two at a time; the gradient keeps its own.
+  REQUIRE(scratch <= 5 * bytes);
+}
+
+TEST_CASE("host buffers of a mebibyte and more go back to the system when freed", "[memory]") {
+  auto resident = [] {  // VmRSS in bytes
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;
+    return -1.0;
+  };
+  if (resident() < 0) return;      // no /proc
+  const std::size_t n = 16 << 20;  // 64 MiB of float32
+  double before = 0, touched = 0;
+  {
+    RawMallocBuffer big(n, dtypes::float32);
+    std::memset(big.data(), 1, big.nbytes());
+    touched = resident();
+    before = touched - static_cast<double>(big.nbytes());
+  }
+  double freed = resident();
+  INFO("resident: " << before / 1e6 << " MB before, " << touched / 1e6 << " touched, " << freed / 1e6
+                    << " freed");
+  REQUIRE(freed < touched - 0.9 * static_cast<double>(n * 4));
 }

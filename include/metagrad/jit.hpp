@@ -84,9 +84,11 @@ class JitCore {
   void capture_from(std::vector<CacheEntry> ran, const CaptureLog& log, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs);
   void prepare_replay();  // the per-kernel buffers and direct launches of captured_
+  void plan_memory();     // scratch slots whose lifetimes do not overlap share one buffer
   void bind(std::size_t slot, const std::shared_ptr<RawBuffer>& buf);
 
   int calls_ = 0;
+  bool planned_ = false;
   std::optional<CapturedStep> captured_;
   std::vector<std::vector<RawBuffer*>> bound_;                          // per kernel, its buffers
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> uses_;  // per slot: (kernel, argument)

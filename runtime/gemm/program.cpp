@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "metagrad/fixed/parallel.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/host_program.hpp"  // host_pointer
@@ -51,17 +52,28 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const 
   c += p.c_offset;
   const float* a = operand(p.a, p.a_pack, bufs) + p.a_offset;
   const float* b = operand(p.b, p.b_pack, bufs) + p.b_offset;
-  // The batch loops as an odometer over p.batch (outermost first).
-  std::vector<std::int64_t> at(p.batch.size(), 0);
-  for (;;) {
-    std::int64_t oa = 0, ob = 0, oc = 0;
-    for (std::size_t d = 0; d < at.size(); ++d)
-      oa += at[d] * p.batch[d].a, ob += at[d] * p.batch[d].b, oc += at[d] * p.batch[d].c;
-    gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
-    std::size_t d = at.size();
-    while (d > 0 && ++at[d - 1] == p.batch[d - 1].size) at[--d] = 0;
-    if (d == 0) break;
-  }
+  std::int64_t count = 1;
+  for (const auto& l : p.batch) count *= l.size;
+  // Batch indices [i0, i1): each product's offsets from its index, innermost batch axis last.
+  auto run = [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      std::int64_t oa = 0, ob = 0, oc = 0, rest = i;
+      for (std::size_t d = p.batch.size(); d-- > 0;) {
+        std::int64_t at = rest % p.batch[d].size;
+        rest /= p.batch[d].size;
+        oa += at * p.batch[d].a, ob += at * p.batch[d].b, oc += at * p.batch[d].c;
+      }
+      gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
+    }
+  };
+  // A product too small to split over threads (attention's 64 x 64 x 32 per head) would run every
+  // batch index on one core: the batch is split instead, each part at least one split product's work.
+  const std::int64_t macs = p.m * p.n * p.k;
+  if (count > 1 && macs < fixed::detail::kParallelMacs)
+    fixed::detail::parallel_for(
+        count, 1, (fixed::detail::kParallelMacs + macs - 1) / std::max<std::int64_t>(macs, 1), run);
+  else
+    run(0, count);
 }
 
 // An operand in place, or its gathered copy (made by operator() before the products).

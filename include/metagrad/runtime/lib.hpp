@@ -67,18 +67,19 @@ class RawBuffer {
   bool counted_ = true;
 };
 
-// malloc-backed (64-byte aligned) host memory: the buffer of CPU, CLANG and LLVM.
+// Host memory (64-byte aligned): the buffer of CPU, CLANG and LLVM. From 1 MiB up it is a mapping
+// of its own, so that freeing it gives the memory back to the system at once (malloc keeps large
+// blocks once some have been freed, and a step's freed activations would stay resident).
 class RawMallocBuffer : public RawBuffer {
  public:
-  RawMallocBuffer(std::size_t size_, DType dtype_)
-      : RawBuffer(size_, dtype_),
-        ptr_(static_cast<std::byte*>(
-            ::operator new (std::max<std::size_t>(nbytes(), 1), std::align_val_t{64}))) {}
+  RawMallocBuffer(std::size_t size_, DType dtype_) : RawBuffer(size_, dtype_), ptr_(host_alloc(nbytes())) {}
   RawMallocBuffer(RawMallocBuffer&& o) noexcept
       : RawBuffer(std::move(o)), ptr_(std::exchange(o.ptr_, nullptr)) {}
   ~RawMallocBuffer() override {
-    if (ptr_) ::operator delete (ptr_, std::align_val_t{64});
+    if (ptr_) host_free(ptr_, nbytes());
   }
+  static std::byte* host_alloc(std::size_t bytes);  // throws std::bad_alloc
+  static void host_free(std::byte* p, std::size_t bytes) noexcept;
 
   template <class T>
   static RawMallocBuffer fromCPU(const std::vector<T>& host) {
