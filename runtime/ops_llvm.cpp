@@ -202,7 +202,7 @@ void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
   return lower_host(
       ast, out_dtype, [](const codegen::LinearizedKernel& k) { return codegen::render_llvm(k); },
-      llvm_runtime, codegen::Opts::llvm());
+      llvm_runtime);
 }
 
 std::shared_ptr<Program> llvm_runtime(const std::string& name, const std::string& src) {

@@ -223,6 +223,14 @@ const CStyleLanguage& c_language() {
     // gcc's loop vectorizer widens a reduce loop into in-order (lane by lane) sums, slower than the
     // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
     l.reduce_attribute = "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
+    // A sum along memory is one loop that gcc vectorizes with partial sums in vector lanes, which
+    // needs float additions reassociable (and, for that, signed zeros and traps ignored). gcc has
+    // no per-operation flag (LLVM's `reassoc` marks the sum's additions alone), so in this kernel
+    // the elementwise work before the sum may be reassociated too: rounding differences of the
+    // order a sum has anyway. NaN and inf still behave (no finite-math).
+    l.reassociate_attribute =
+        "__attribute__((optimize(\"tree-loop-vectorize\", \"associative-math\", \"no-signed-zeros\", "
+        "\"no-trapping-math\"))) ";
     l.prelude = kPreludeC;
     l.types = {"_Bool",     "signed char",    "unsigned char", "int",
                "long long", "unsigned short", "float",         "double"};
@@ -322,7 +330,9 @@ struct Renderer {
   // `void NAME(buffers..., long long start, long long end) {` and the groups' local memory.
   void signature() {
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
-    if (reduces) src += lang.reduce_attribute;
+    if (reduces)
+      src += k.reassociate && !lang.reassociate_attribute.empty() ? lang.reassociate_attribute
+                                                                  : lang.reduce_attribute;
     src += detail::cat(lang.kernel_prefix, "void ", k.name, "(");
     auto buffer = [&](std::size_t i) {
       return detail::cat(lang.buffer_prefix, i ? "const " : "", lang.type(k.buf_dtypes[i]), "*");

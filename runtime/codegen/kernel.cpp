@@ -133,9 +133,9 @@ void Kernel::block_reduce(std::size_t axis, std::int64_t amount) {
 
 Opts Opts::host() {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) return {8, 32, 128, 64, 8, 0};
+  if (__builtin_cpu_supports("avx512f")) return {8, 32, 128, 64, 8, 0, 0};
 #endif
-  return {4, 16, 128, 64, 8, 0};
+  return {4, 16, 128, 64, 8, 0, 0};
 }
 
 void Kernel::hand_coded_optimizations(const Opts& opts) {

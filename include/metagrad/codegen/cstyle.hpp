@@ -31,7 +31,9 @@ struct CStyleLanguage {
   std::string buffer_prefix;     // before each buffer's type ("__global ")
   std::string buffer_suffix;     // after the `*` (" restrict")
   std::string reduce_attribute;  // before a kernel with a reduce loop (gcc's loop-vectorizer switch)
-  std::string prelude;           // what every kernel source starts with: helpers (mg_max...), pragmas
+  // Before a kernel whose sum may be reassociated (Kernel::reassociate), in place of reduce_attribute.
+  std::string reassociate_attribute;
+  std::string prelude;  // what every kernel source starts with: helpers (mg_max...), pragmas
   // ---- how the threaded loop's index arrives ----
   bool range_arguments = true;  // C: (long long start, long long end) bound the threaded loop
   std::string global_id;        // else: the threaded loop's index ("get_global_id(0)")

@@ -21,21 +21,16 @@ struct Opts {
   std::int64_t column_block = 0;              // column sums: rows per block (0: none)
   std::int64_t group_reduce = 0;              // OpenCL: work-items that share a long reduce (0: none)
   // A sum along memory: partial sums in this many registers (0: one loop the code generator
-  // vectorizes itself, its additions marked reassociable: LLVM's loop vectorizer).
+  // vectorizes itself, its additions marked reassociable: LLVM's and gcc's loop vectorizers).
   std::int64_t row_upcast = 8;
   // The host CPU (CLANG, LLVM): AVX-512's 32 registers hold an 8 x 32 tile of floats, AVX2's 16 a
-  // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip.
+  // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip;
+  // sums along memory left to the compiler's loop vectorizer.
   static Opts host();
   // PoCL runs work-items in lock-step vectors of its own: small tiles, no blocking.
   // A long contiguous float reduce with few outputs is shared by a group of 16 work-items, which
   // read neighbouring elements and combine their sums through local memory.
   static Opts opencl() { return {8, 8, 0, 8, 0, 16}; }
-  // LLVM: the host's, with sums along memory left to the loop vectorizer.
-  static Opts llvm() {
-    Opts o = host();
-    o.row_upcast = 0;
-    return o;
-  }
 };
 
 class Kernel {
