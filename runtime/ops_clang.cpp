@@ -99,14 +99,62 @@ std::string target_identity(const std::string& cc, const fs::path& dir) {
   return known[cc] = rc == 0 ? stable_hash(macros) : "unknown";
 }
 
+// A kernel's object in the disk cache: named by the hash of the compiler, its flags, the CPU it
+// targets and the source.
+fs::path object_path(const std::string& cc, const std::string& src) {
+  fs::path dir = fs::path(kernel_cache_dir()) / "clang";
+  fs::create_directories(dir);
+  return dir /
+         (stable_hash(detail::cat(cc, "\n", kFlags, "\n", target_identity(cc, dir), "\n", src)) + ".so");
+}
+
+// A kernel compiled in a group (ClangProgram::compile_together) is the function k_<its object's
+// hash>: kernel names repeat (two E_128s), one translation unit's functions cannot.
+std::string group_symbol(const fs::path& so) { return "k_" + so.stem().string(); }
+
 }  // namespace
+
+void ClangProgram::compile_together(const std::vector<std::pair<std::string, std::string>>& kernels) {
+  const std::string cc = compiler(), &prelude = codegen::c_prelude(ClangCodegen::lang);
+  // One unit: the prelude once, then each kernel not in the cache with its function renamed.
+  std::string unit = prelude;
+  std::vector<fs::path> objects;
+  for (const auto& [name, src] : kernels) {
+    fs::path so = object_path(cc, src);
+    if (src.compare(0, prelude.size(), prelude) != 0 || load_verified(so)) continue;
+    unit += detail::cat("#define ", name, " ", group_symbol(so), "\n", src.substr(prelude.size()),
+                        "\n#undef ", name, "\n");
+    objects.push_back(std::move(so));
+  }
+  if (objects.size() < 2) return;  // one alone is compiled as usual
+  static std::atomic<unsigned> counter{0};
+  std::string tmp =
+      detail::cat(objects[0].string(), ".group.", std::to_string(::getpid()), ".", std::to_string(counter++));
+  std::ofstream(tmp + ".c") << unit;
+  int rc = run_program(compile_command(cc, tmp + ".so"), "", tmp + ".c");
+  std::error_code ec;
+  fs::remove(tmp + ".c", ec);
+  std::optional<std::string> bytes = rc == 0 ? read_file_bytes(tmp + ".so") : std::nullopt;
+  // Each kernel's cache entry is a hard link to the one object (the dynamic loader maps a file
+  // once however many links it is opened by), made under a private name and renamed into place.
+  for (const fs::path& so : objects) {
+    if (!bytes) break;  // a failed group: each kernel is compiled alone, reporting its own error
+    std::string link = tmp + "." + so.stem().string();
+    fs::create_hard_link(tmp + ".so", link, ec);
+    if (!ec) fs::rename(link, so, ec);
+    if (ec) {
+      fs::remove(link, ec);
+      continue;
+    }
+    write_sidecar(so, *bytes);
+    ++compiles;
+  }
+  fs::remove(tmp + ".so", ec);
+}
 
 ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std::move(name)) {
   std::string cc = compiler();
-  fs::path dir = fs::path(kernel_cache_dir()) / "clang";
-  fs::create_directories(dir);
-  fs::path so =
-      dir / (stable_hash(detail::cat(cc, "\n", kFlags, "\n", target_identity(cc, dir), "\n", src)) + ".so");
+  fs::path so = object_path(cc, src);
   // A cached object is loaded only when its bytes match its sidecar (size and hash): a truncated or
   // corrupted one would crash dlopen. One that does not match is removed and rebuilt.
   if (load_verified(so)) lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -140,6 +188,7 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
     ++compiles;
   }
   fn_ = ::dlsym(lib_, name_.c_str());
+  if (!fn_) fn_ = ::dlsym(lib_, group_symbol(so).c_str());  // compiled in a group
   if (!fn_)
     throw std::runtime_error(detail::cat("CLANG: no function ", name_, " in the compiled kernel:\n", src));
 }
@@ -176,7 +225,8 @@ std::unique_ptr<Backend> make_clang_backend() {
       [](const std::string& name, const std::string& src) {
         return std::make_shared<ClangProgram>(name, src);
       },
-      /*concurrent_compiles=*/true);  // each a compiler process of its own
+      /*concurrent_compiles=*/true,  // each a compiler process of its own
+      ClangProgram::compile_together);
 }
 
 [[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kClang{"CLANG", 10,

@@ -368,11 +368,14 @@ void prebuild(const std::vector<Plan>& order) {
   std::unordered_map<std::string, std::vector<std::pair<const LazyOp*, DType>>> by_device;
   for (const Plan& p : order)
     if (scheduler::runs_kernel(p)) by_device[p.buf->device].emplace_back(p.ast.get(), p.buf->dtype);
-  // A warm step (its first kernel built already) is left to runner(): looking up every kernel here
-  // as well would cost each eager step a second key per kernel.
+  // A warm step (its first and last kernels built already) is left to runner(): looking up every
+  // kernel here as well would cost each eager step a second key per kernel. (The last as well: a
+  // step's backward starts with kernels its forward built, and ends with the optimizer's new ones.)
   for (const auto& [device, kernels] : by_device)
     if (auto* dev = dynamic_cast<Compiled*>(&Device::get(device));
-        dev && kernels.size() >= 2 && !dev->cached(*kernels.front().first, kernels.front().second))
+        dev && kernels.size() >= 2 &&
+        (!dev->cached(*kernels.front().first, kernels.front().second) ||
+         !dev->cached(*kernels.back().first, kernels.back().second)))
       dev->prebuild(kernels);
 }
 

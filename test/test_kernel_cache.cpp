@@ -158,3 +158,38 @@ TEST_CASE("a kernel cached under other CPU features is rebuilt and not loaded", 
   compiler(" -march=x86-64");         // a later -march wins over the kernel's -march=native
   REQUIRE(run("baseline") >= 3);
 }
+
+// A cold realize's kernels are compiled in groups, one compiler run for several (a compiler process
+// costs about what a small kernel does): each kernel's cache entry is then a hard link to its
+// group's object, every kernel computes what the CPU device does, and a later load finds them all.
+TEST_CASE("CLANG compiles a cold realize's kernels together, one object serving several", "[kernel_cache]") {
+  if (!test::available("CLANG")) return;
+  test::TempDir tmp("metagrad_cache_group");
+  REQUIRE(!tmp.path.empty());
+  const char* saved = std::getenv("METAGRAD_CACHE");
+  const std::string before = saved ? saved : "";
+  ::setenv("METAGRAD_CACHE", (tmp.path / "cache").string().c_str(), 1);
+  // Six reduce kernels in one realize, each with its own constant (kernels no earlier test built).
+  auto graph = [](Tensor y) {
+    for (int i = 0; i < 6; ++i) y = (y - y.mean(1, true)) * (1.0 + 0.01234 * (i + 1));
+    return y.sum(1);
+  };
+  std::vector<double> v = test::random_floats(8 * 32, 77);
+  Tensor x(v, {8, 32}, {.dtype = dtypes::float32});
+  const int compiles = ClangProgram::compiles.load();
+  std::vector<float> got = graph(x.to("CLANG")).to_vector<float>();
+  const int compiled = ClangProgram::compiles.load() - compiles;
+  std::vector<float> expect = graph(x.to("CPU")).to_vector<float>();
+  int grouped = 0, objects = 0;
+  for (const auto& e : fs::directory_iterator(tmp.path / "cache" / "clang"))
+    if (e.path().extension() == ".so") ++objects, grouped += fs::hard_link_count(e.path()) > 1;
+  if (saved)
+    ::setenv("METAGRAD_CACHE", before.c_str(), 1);
+  else
+    ::unsetenv("METAGRAD_CACHE");
+  INFO(compiled << " kernels compiled, " << objects << " objects, " << grouped << " of them links to a group's");
+  REQUIRE(compiled >= 6);
+  REQUIRE(grouped >= 2);
+  REQUIRE(got.size() == expect.size());
+  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(expect[i]).margin(1e-4));
+}

@@ -80,8 +80,12 @@ class Compiled : public Backend {
   using BufferFactory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
   using Codegen = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
   using Runtime = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
+  // Builds several kernels' programs (name, source) in one go into the device's disk cache, where
+  // `runtime` then finds them: one compiler run for many kernels (CLANG).
+  using Precompile = std::function<void(const std::vector<std::pair<std::string, std::string>>& kernels)>;
   // `concurrent_compiles`: `runtime` may build several programs at once (prebuild uses threads).
-  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles = false);
+  Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles = false,
+           Precompile precompile = {});
   std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override;
   void exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) override;
   bool compiled() const override { return true; }
@@ -101,6 +105,7 @@ class Compiled : public Backend {
   Codegen codegen_;
   Runtime runtime_;
   bool concurrent_compiles_;
+  Precompile precompile_;
   std::unordered_map<std::string, ASTRunner> cache_;
 };
 

@@ -25,6 +25,10 @@ class ClangProgram : public HostProgram {
   // split across threads; without one (the walkthrough's hand-written `add`), just the buffers.
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
+  // Compiles these kernels (name, source) in one compiler run into the disk cache, where the
+  // constructor then finds each; any already there, or not made of the C prelude and a function,
+  // are left out. Best effort: a failure leaves the kernels to be compiled one by one.
+  static void compile_together(const std::vector<std::pair<std::string, std::string>>& kernels);
   // Compiles seen by this process (disk-cache hits excluded).
   static inline std::atomic<int> compiles = 0;
 
