@@ -91,50 +91,21 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
   }
   if (jobs.size() < 2) return;
   // Code generation in order (DEBUG=4's sources stay in order), then the programs in parallel.
-  std::unique_lock codegen_lock(runners_mu);
-  for (Job& j : jobs) {
-    try {
-      j.r = codegen_(std::make_shared<LazyOp>(*j.ast), j.dtype);
-    } catch (...) {
-      j.failed = true;  // runner() generates it again and throws where the kernel runs
-      continue;
-    }
-    j.r.same_index_reads = same_index_reads(*j.ast);
-    j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
-  }
-  codegen_lock.unlock();
-  std::size_t n = std::min<std::size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
-  auto on_threads = [n](auto&& work) {
-    std::vector<std::thread> threads;
-    for (std::size_t t = 1; t < n; ++t) threads.emplace_back(work);
-    work();
-    for (auto& t : threads) t.join();
-  };
-  if (precompile_ && getenv_int("METAGRAD_GROUP_COMPILE", 1)) {
-    // Kernels in groups, one compiler run per group: a compiler process costs about what compiling
-    // a small kernel does (CLANG: the GPT step's 121 kernels in 9.4 s one by one, 3.5 s in two
-    // groups, on 2 busy cores). At most kGroup a group, so a later process that loads a few of
-    // them from the disk cache does not read and map a step's worth.
-    constexpr std::size_t kGroup = 32;
-    std::vector<std::pair<std::string, std::string>> all;
-    for (const Job& j : jobs)
-      if (!j.failed && !j.r.clprg) all.emplace_back(j.r.name, j.r.prg);
-    std::size_t groups = std::max(n, (all.size() + kGroup - 1) / kGroup);
-    std::atomic<std::size_t> next_group = 0;
-    on_threads([&] {
-      for (std::size_t g; (g = next_group++) < groups;) {
-        std::vector<std::pair<std::string, std::string>> part(
-            all.begin() + static_cast<std::ptrdiff_t>(all.size() * g / groups),
-            all.begin() + static_cast<std::ptrdiff_t>(all.size() * (g + 1) / groups));
-        if (part.size() < 2) continue;
-        try {
-          precompile_(part);
-        } catch (...) {}  // each is then compiled alone below, where its own error is reported
+  auto generate = [&] {
+    std::lock_guard codegen_lock(runners_mu);
+    for (Job& j : jobs) {
+      try {
+        j.r = codegen_(std::make_shared<LazyOp>(*j.ast), j.dtype);
+      } catch (...) {
+        j.failed = true;  // runner() generates it again and throws where the kernel runs
+        continue;
       }
-    });
-  }
+      j.r.same_index_reads = same_index_reads(*j.ast);
+      j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
+    }
+  };
   std::atomic<std::size_t> next = 0;
-  auto work = [&] {
+  auto programs = [&] {
     for (std::size_t i; (i = next++) < jobs.size();) {
       ASTRunner& r = jobs[i].r;
       if (jobs[i].failed || r.clprg) continue;  // a contraction's GEMM comes with its program
@@ -146,7 +117,17 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
       }
     }
   };
-  on_threads(work);
+  if (precompile_ && getenv_int("METAGRAD_GROUP_COMPILE", 1)) {
+    // The device builds what generation and the programs' construction asked for, together.
+    precompile_([&] { generate(), programs(); });
+  } else {
+    generate();
+    std::size_t n = std::min<std::size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> threads;
+    for (std::size_t t = 1; t < n; ++t) threads.emplace_back(programs);
+    programs();
+    for (auto& t : threads) t.join();
+  }
   std::lock_guard lock(runners_mu);
   for (Job& j : jobs)
     if (!j.failed) cache_.emplace(std::move(j.key), std::move(j.r));

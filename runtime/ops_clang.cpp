@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "metagrad/runtime/disk_cache.hpp"
@@ -121,7 +123,9 @@ void ClangProgram::compile_together(const std::vector<std::pair<std::string, std
   std::vector<fs::path> objects;
   for (const auto& [name, src] : kernels) {
     fs::path so = object_path(cc, src);
-    if (src.compare(0, prelude.size(), prelude) != 0 || load_verified(so)) continue;
+    if (src.compare(0, prelude.size(), prelude) != 0 || std::count(objects.begin(), objects.end(), so) ||
+        load_verified(so))
+      continue;  // (one source twice, as two products' equal epilogues, is one function)
     unit += detail::cat("#define ", name, " ", group_symbol(so), "\n", src.substr(prelude.size()),
                         "\n#undef ", name, "\n");
     objects.push_back(std::move(so));
@@ -152,7 +156,59 @@ void ClangProgram::compile_together(const std::vector<std::pair<std::string, std
   fs::remove(tmp + ".so", ec);
 }
 
-ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std::move(name)) {
+namespace {
+// Set while ClangProgram::build_together generates a realize's kernels: programs made then only
+// note their sources here, and load at first use, from what the group compile put in the cache.
+thread_local std::vector<std::pair<std::string, std::string>>* deferring = nullptr;
+}  // namespace
+
+void ClangProgram::build_together(const std::function<void()>& generate) {
+  std::vector<std::pair<std::string, std::string>> pending;
+  deferring = &pending;
+  try {
+    generate();
+  } catch (...) {
+    deferring = nullptr;
+    throw;
+  }
+  deferring = nullptr;
+  // Groups of at most kGroup, so a later process that loads a few kernels from the disk cache does
+  // not read and map a step's worth; at least one a core.
+  constexpr std::size_t kGroup = 32;
+  std::size_t cores = std::max(1u, std::thread::hardware_concurrency()),
+              groups = std::max(cores, (pending.size() + kGroup - 1) / kGroup);
+  std::atomic<std::size_t> next = 0;
+  auto work = [&] {
+    for (std::size_t g; (g = next++) < groups;) {
+      auto at = [&](std::size_t i) {
+        return pending.begin() + static_cast<std::ptrdiff_t>(pending.size() * i / groups);
+      };
+      try {
+        compile_together({at(g), at(g + 1)});
+      } catch (...) {}  // each kernel then compiles alone at its first use, reporting its own error
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < std::min(cores, groups); ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+}
+
+ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std::move(name)), src_(src) {
+  if (deferring) {
+    deferring->emplace_back(name_, src_);
+    return;
+  }
+  std::call_once(loaded_, [this] { load(); });
+}
+
+void* ClangProgram::host_function() const {
+  std::call_once(loaded_, [this] { const_cast<ClangProgram*>(this)->load(); });
+  return fn_;
+}
+
+void ClangProgram::load() {
+  const std::string& src = src_;
   std::string cc = compiler();
   fs::path so = object_path(cc, src);
   // A cached object is loaded only when its bytes match its sidecar (size and hash): a truncated or
@@ -199,9 +255,10 @@ ClangProgram::~ClangProgram() {
 
 void ClangProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                               const std::vector<RawBuffer*>& bufs) {
+  void* fn = host_function();
   std::vector<void*> ptrs = host_pointers("CLANG", bufs);
-  if (global_size.empty()) return call_host(fn_, ptrs.data(), ptrs.size());
-  run_host(fn_, ptrs.data(), ptrs.size(), global_size[0], op_estimate);
+  if (global_size.empty()) return call_host(fn, ptrs.data(), ptrs.size());
+  run_host(fn, ptrs.data(), ptrs.size(), global_size[0], op_estimate);
 }
 
 namespace {
@@ -226,7 +283,7 @@ std::unique_ptr<Backend> make_clang_backend() {
         return std::make_shared<ClangProgram>(name, src);
       },
       /*concurrent_compiles=*/true,  // each a compiler process of its own
-      ClangProgram::compile_together);
+      ClangProgram::build_together);
 }
 
 [[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kClang{"CLANG", 10,

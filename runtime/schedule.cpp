@@ -381,28 +381,23 @@ void prebuild(const std::vector<Plan>& order) {
 
 }  // namespace
 
-LazyBuffer& LazyBuffer::realize() {
-  std::lock_guard lock(realize_mutex());
-  LazyBufferPtr target = base();
-  if (target->realized) return *this;
-  Plan first = make_plan(target);
+namespace {
+
+// One schedule for several unrealized bases (the first's plan made already): their kernels, those
+// they need, each once, in an order that runs each after what it reads.
+void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
   scheduler::RealizeFlags flags = scheduler::realize_flags();
   bool graphing = flags.graph >= 1;
   long debug = flags.debug;
-  if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
-    if (graphing) scheduler::graph({&first, 1});
-    if (debug >= 1) scheduler::RealizeReport({&first, 1}, debug);
-    execute(first);
-    return *this;
-  }
   // Iterative post-order walk (deep graphs must not overflow the stack). A buffer may be pushed
   // by several consumers; the first time it is popped it runs after its own dependencies, and
-  // later pops find it done.
+  // later pops find it done. Targets are pushed last first, so they run in the order given.
   std::vector<Plan> order;
   std::unordered_set<LazyBuffer*> done;
-  std::vector<std::pair<LazyBufferPtr, bool>> stack{{target, false}};
+  std::vector<std::pair<LazyBufferPtr, bool>> stack;
+  for (auto it = targets.rbegin(); it != targets.rend(); ++it) stack.emplace_back(*it, false);
   std::unordered_map<LazyBuffer*, Plan> plans;
-  plans.emplace(target.get(), std::move(first));
+  plans.emplace(targets.front().get(), std::move(first));
   while (!stack.empty()) {
     auto [buf, expanded] = stack.back();
     stack.pop_back();
@@ -433,7 +428,32 @@ LazyBuffer& LazyBuffer::realize() {
     order.clear(), plans.clear();
     report->finish();
   }
+}
+
+}  // namespace
+
+LazyBuffer& LazyBuffer::realize() {
+  std::lock_guard lock(realize_mutex());
+  LazyBufferPtr target = base();
+  if (target->realized) return *this;
+  Plan first = make_plan(target);
+  if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
+    scheduler::RealizeFlags flags = scheduler::realize_flags();
+    if (flags.graph >= 1) scheduler::graph({&first, 1});
+    if (flags.debug >= 1) scheduler::RealizeReport({&first, 1}, flags.debug);
+    execute(first);
+    return *this;
+  }
+  realize_bases({target}, std::move(first));
   return *this;
+}
+
+void LazyBuffer::realize_all(const std::vector<LazyBufferPtr>& buffers) {
+  std::lock_guard lock(realize_mutex());
+  std::vector<LazyBufferPtr> targets;
+  for (const LazyBufferPtr& b : buffers)
+    if (LazyBufferPtr t = b->base(); !t->realized) targets.push_back(std::move(t));
+  if (!targets.empty()) realize_bases(targets, make_plan(targets.front()));
 }
 
 }  // namespace metagrad

@@ -163,3 +163,30 @@ TEST_CASE("a scalar cast and broadcast is inlined; AdamW updates a parameter in 
     REQUIRE(GlobalCounters::kernel_count - before <= 6);
   }
 }
+
+TEST_CASE("schedule: realize_all computes several buffers in one schedule, what they share once", "[schedule]") {
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  std::vector<double> v = test::random_floats(64 * 32, 5);
+  Tensor x = on_device(v, {64, 32});
+  Tensor shared = (x * 0.5).exp().sum(1, true);  // a row sum both results read: computed once
+  Tensor s = (x - shared).square().sum(1), m = (x * shared).max(0), done = (x + 1).realize();
+  i64 before = GlobalCounters::kernel_count;
+  LazyBuffer::realize_all({s.lazydata, m.lazydata, done.lazydata});  // `done` is realized already
+  REQUIRE(GlobalCounters::kernel_count - before == 3);
+  std::vector<float> gs = s.to_vector<float>(), gm = m.to_vector<float>();
+  std::vector<double> row(64, 0.0);
+  for (i64 r = 0; r < 64; ++r)
+    for (i64 c = 0; c < 32; ++c) row[r] += std::exp(0.5 * v[r * 32 + c]);
+  for (i64 r = 0; r < 64; ++r) {
+    double sum = 0;
+    for (i64 c = 0; c < 32; ++c) sum += (v[r * 32 + c] - row[r]) * (v[r * 32 + c] - row[r]);
+    REQUIRE(gs[r] == Approx(sum).epsilon(1e-5));
+  }
+  for (i64 c = 0; c < 32; ++c) {
+    double mx = -INFINITY;
+    for (i64 r = 0; r < 64; ++r) mx = std::max(mx, v[r * 32 + c] * row[r]);
+    REQUIRE(gm[c] == Approx(mx).epsilon(1e-5));
+  }
+  REQUIRE(GlobalCounters::kernel_count - before == 3);  // reading them back ran nothing more
+}

@@ -80,9 +80,9 @@ class Compiled : public Backend {
   using BufferFactory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
   using Codegen = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
   using Runtime = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
-  // Builds several kernels' programs (name, source) in one go into the device's disk cache, where
-  // `runtime` then finds them: one compiler run for many kernels (CLANG).
-  using Precompile = std::function<void(const std::vector<std::pair<std::string, std::string>>& kernels)>;
+  // Runs a cold realize's code generation (the function it is given) and builds the programs that
+  // made, together: one compiler run for many kernels (CLANG's ClangProgram::build_together).
+  using Precompile = std::function<void(const std::function<void()>& generate)>;
   // `concurrent_compiles`: `runtime` may build several programs at once (prebuild uses threads).
   Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles = false,
            Precompile precompile = {});

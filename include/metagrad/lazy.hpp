@@ -52,6 +52,9 @@ struct LazyBuffer : std::enable_shared_from_this<LazyBuffer> {
   // Computes this buffer (its base, for a view) and everything it needs. Safe from any thread:
   // realizes take turns under one process-wide lock, so a buffer is computed once.
   LazyBuffer& realize();
+  // Computes these buffers (their bases) in one schedule: what they share runs once, and a cold
+  // step's kernels compile together (an optimizer's parameters and states).
+  static void realize_all(const std::vector<LazyBufferPtr>& buffers);
 
   // A realized buffer on `device` holding `raw` with `shape`.
   static LazyBufferPtr from_raw(std::shared_ptr<RawBuffer> raw, const Dims& shape, const std::string& device);

@@ -61,9 +61,17 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::realize(const std::vector<Tensor>& extra) {
-  for (Tensor t : extra) t.realize();
-  for (Tensor& t : params) t.realize();
-  for (Tensor& t : buffers) t.realize();
+  // Each list in one schedule (a cold step's kernels compile together), the states first: a
+  // parameter's update then reads them as buffers, not as expressions it would have to recompute
+  // (Adam's v / (1 - b2^t) is read twice by the update: a kernel of its own if it were unrealized).
+  auto all = [](std::initializer_list<const std::vector<Tensor>*> lists) {
+    std::vector<LazyBufferPtr> bufs;
+    for (const auto* list : lists)
+      for (const Tensor& t : *list) bufs.push_back(t.lazydata);
+    LazyBuffer::realize_all(bufs);
+  };
+  all({&extra});
+  all({&params, &buffers});
 }
 
 double Optimizer::get_lr() const { return lr.item<double>(); }

@@ -6,7 +6,9 @@
 // argument vector (env CC split into words), never through a shell.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,8 @@ namespace metagrad {
 class ClangProgram : public HostProgram {
  public:
   // Compiles (or finds in the disk cache) `src` and looks up the function `name`. A compile
-  // error throws std::runtime_error carrying the source and the compiler's message.
+  // error throws std::runtime_error carrying the source and the compiler's message. Inside
+  // build_together, only notes the source: it loads at its first use.
   ClangProgram(std::string name, const std::string& src);
   ~ClangProgram() override;
   // With a global size, the function takes (buffers..., int64 start, int64 end) and the range is
@@ -29,12 +32,19 @@ class ClangProgram : public HostProgram {
   // constructor then finds each; any already there, or not made of the C prelude and a function,
   // are left out. Best effort: a failure leaves the kernels to be compiled one by one.
   static void compile_together(const std::vector<std::pair<std::string, std::string>>& kernels);
+  // Runs `generate` (a realize's code generation, which makes ClangPrograms: its kernels, a GEMM's
+  // epilogue), then compiles every program it made that the disk cache lacks, in groups
+  // (compile_together) over the cores: one compiler run costs about what a small kernel does.
+  static void build_together(const std::function<void()>& generate);
+  void* host_function() const override;  // loads the program (at its first use)
   // Compiles seen by this process (disk-cache hits excluded).
   static inline std::atomic<int> compiles = 0;
 
  private:
-  std::string name_;
+  void load();
+  std::string name_, src_;
   void* lib_ = nullptr;
+  mutable std::once_flag loaded_;
 };
 
 struct ClangCodegen {
