@@ -26,12 +26,14 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   if (getenv_int("DEBUG") >= 2) print_kernel_line(name, bufs.size(), t, op_estimate, mem_estimate);
 }
 
-Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles)
+Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles,
+                   DiskProbe on_disk)
     : pool_(std::make_shared<BufferPool>(
           std::move(buffer), static_cast<std::size_t>(getenv_int("METAGRAD_POOL_MB", 1024)) << 20)),
       codegen_(std::move(codegen)),
       runtime_(std::move(runtime)),
-      concurrent_compiles_(concurrent_compiles) {}
+      concurrent_compiles_(concurrent_compiles),
+      on_disk_(std::move(on_disk)) {}
 
 std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
   return pool_->alloc(size, dtype);
@@ -53,6 +55,13 @@ bool Compiled::cached(const LazyOp& ast, DType out_dtype) const {
   return cache_.count(key) != 0;
 }
 
+std::string Compiled::kernel_name(const LazyOp& ast, DType out_dtype) const {
+  std::string key = runner_key(ast, out_dtype);
+  std::lock_guard lock(runners_mu);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? "" : it->second.name;
+}
+
 std::size_t Compiled::kernels() const {
   std::lock_guard lock(runners_mu);
   return cache_.size();
@@ -70,7 +79,16 @@ struct CompileClock {
 }  // namespace
 
 void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels) {
-  if (!concurrent_compiles_) return;  // runner() builds them one after another as they run
+  build(kernels, false, nullptr);
+}
+
+void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels, const Notice& notice) {
+  build(kernels, true, notice);
+}
+
+void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels, bool all,
+                     const Notice& notice) {
+  if (!all && !concurrent_compiles_) return;  // runner() builds them one after another as they run
   CompileClock clock;
   struct Job {
     std::string key;
@@ -87,7 +105,7 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
       if (std::string key = runner_key(*ast, dtype); !cache_.count(key) && seen.insert(key).second)
         jobs.push_back({std::move(key), ast, dtype, {}});
   }
-  if (jobs.size() < 2) return;
+  if (jobs.empty() || (!all && jobs.size() < 2)) return;
   // Code generation in order (DEBUG=4's sources stay in order), then the programs in parallel.
   std::unique_lock codegen_lock(runners_mu);
   for (Job& j : jobs) {
@@ -101,6 +119,11 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
     j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
   }
   codegen_lock.unlock();
+  if (notice) {
+    std::size_t from_disk = 0;
+    for (const Job& j : jobs) from_disk += !j.failed && !j.r.clprg && on_disk_ && on_disk_(j.r.prg);
+    notice(jobs.size(), from_disk);
+  }
   std::atomic<std::size_t> next = 0;
   auto work = [&] {
     for (std::size_t i; (i = next++) < jobs.size();) {
@@ -114,7 +137,9 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
       }
     }
   };
-  std::size_t n = std::min<std::size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::size_t n = concurrent_compiles_
+                      ? std::min<std::size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()))
+                      : 1;
   std::vector<std::thread> threads;
   for (std::size_t t = 1; t < n; ++t) threads.emplace_back(work);
   work();

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -99,14 +101,19 @@ std::string target_identity(const std::string& cc, const fs::path& dir) {
   return known[cc] = rc == 0 ? stable_hash(macros) : "unknown";
 }
 
+// Where the disk cache keeps the object of `src` built by `cc`.
+fs::path object_path(const std::string& cc, const std::string& src) {
+  fs::path dir = fs::path(kernel_cache_dir()) / "clang";
+  fs::create_directories(dir);
+  return dir /
+         (stable_hash(detail::cat(cc, "\n", kFlags, "\n", target_identity(cc, dir), "\n", src)) + ".so");
+}
+
 }  // namespace
 
 ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std::move(name)) {
   std::string cc = compiler();
-  fs::path dir = fs::path(kernel_cache_dir()) / "clang";
-  fs::create_directories(dir);
-  fs::path so =
-      dir / (stable_hash(detail::cat(cc, "\n", kFlags, "\n", target_identity(cc, dir), "\n", src)) + ".so");
+  fs::path so = object_path(cc, src);
   // A cached object is loaded only when its bytes match its sidecar (size and hash): a truncated or
   // corrupted one would crash dlopen. One that does not match is removed and rebuilt.
   if (load_verified(so)) lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -114,6 +121,7 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
     // Compile to a private name, load that, then rename the object and then its sidecar into place:
     // concurrent processes never see a partial object, and this one never depends on the final
     // path (another process may replace or remove it meanwhile).
+    auto t0 = std::chrono::steady_clock::now();
     static std::atomic<unsigned> counter{0};
     std::string tmp = detail::cat(so.string(), ".", std::to_string(::getpid()), ".",
                                   std::to_string(counter++), ".", stable_hash(name_ + src).substr(0, 6));
@@ -138,6 +146,9 @@ ClangProgram::ClangProgram(std::string name, const std::string& src) : name_(std
     else
       write_sidecar(so, *bytes);
     ++compiles;
+    if (getenv_int("DEBUG") >= 2)
+      std::fprintf(stderr, "CLANG: compiled %s in %.2f ms\n", name_.c_str(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
   }
   fn_ = ::dlsym(lib_, name_.c_str());
   if (!fn_)
@@ -176,7 +187,8 @@ std::unique_ptr<Backend> make_clang_backend() {
       [](const std::string& name, const std::string& src) {
         return std::make_shared<ClangProgram>(name, src);
       },
-      /*concurrent_compiles=*/true);  // each a compiler process of its own
+      /*concurrent_compiles=*/true,  // each a compiler process of its own
+      [](const std::string& src) { return fs::exists(object_path(compiler(), src)); });
 }
 
 [[gnu::init_priority(Device::kRegistrationPriority)]] const Device::Registrar kClang{"CLANG", 10,

@@ -311,7 +311,12 @@ void execute_plan(Plan& p) {
   note_not_replayable(b, dev, p);
   std::shared_ptr<RawBuffer> out;
   if (p.ast) {  // (a CONTIGUOUS's one leaf is its buffer 1)
-    out = scheduler::shares_source(p) ? p.leaves[0]->base()->realized : run_kernel(dev, *p.ast, p.leaves, b);
+    if (scheduler::shares_source(p)) {
+      out = p.leaves[0]->base()->realized;
+    } else {
+      out = run_kernel(dev, *p.ast, p.leaves, b);
+      p.launch = GlobalCounters::kernel_count;
+    }
   } else if (op.op == LoadOps::FROM) {
     out = copy_to(dev, *p.from->base()->realized);
   } else if (op.op == LoadOps::CONST) {  // a materialised constant: computed by a one-op kernel
@@ -387,9 +392,11 @@ LazyBuffer& LazyBuffer::realize() {
   bool graphing = flags.graph >= 1;
   long debug = flags.debug;
   if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
-    if (graphing) scheduler::graph({&first, 1});
-    if (debug >= 1) scheduler::RealizeReport({&first, 1}, debug);
-    execute(first);
+    if (debug >= 1) scheduler::RealizeReport(debug).build({&first, 1});
+    std::optional<scheduler::GraphDraft> draft;
+    if (graphing) draft = scheduler::graph({&first, 1});
+    execute(first);  // (a failed eager kernel is not drawn)
+    if (draft) scheduler::graph(std::move(*draft), {&first, 1});
     return *this;
   }
   // Iterative post-order walk (deep graphs must not overflow the stack). A buffer may be pushed
@@ -416,11 +423,22 @@ LazyBuffer& LazyBuffer::realize() {
     for (const auto& d : plan.deps)
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
-  if (graphing) scheduler::graph(order);
   std::optional<scheduler::RealizeReport> report;
-  if (debug >= 1) report.emplace(order, debug);
-  prebuild(order);
-  for (Plan& p : order) execute(p);
+  if (debug >= 1) {
+    report.emplace(debug);
+    report->build(order);
+  } else {
+    prebuild(order);
+  }
+  std::optional<scheduler::GraphDraft> draft;
+  if (graphing) draft = scheduler::graph(order);
+  try {
+    for (Plan& p : order) execute(p);
+  } catch (...) {
+    if (draft) scheduler::graph(std::move(*draft), order);  // what ran, and what was to run
+    throw;
+  }
+  if (draft) scheduler::graph(std::move(*draft), order);
   if (report) {  // totals once the plans' hold on intermediate buffers is gone
     order.clear(), plans.clear();
     report->finish();
