@@ -305,7 +305,9 @@ TEST_CASE("safetensors: the file is mapped, not read whole", "[safetensors]") {
   std::ifstream(out) >> meta_kb >> load_kb;
   INFO("peak growth: " << meta_kb << " kB reading the metadata, " << load_kb << " kB loading 128 MB");
   REQUIRE(meta_kb >= 0);
-  REQUIRE(meta_kb < 8 * 1024);              // read whole, it would be 128 MB
-  REQUIRE(load_kb < 128 * 1024 * 3 / 2);    // the tensors and at most a tensor's pages of the file
+  REQUIRE(meta_kb < 8 * 1024);  // read whole, it would be 128 MB
+  // The tensors and a tensor's pages of the file (about 160 MB); read whole, 256 MB or more. The margin
+  // is for sanitizer builds (shadow memory).
+  REQUIRE(load_kb < 128 * 1024 * 7 / 4);
   REQUIRE(load_kb >= 128 * 1024 * 9 / 10);  // (the tensors are there)
 }
