@@ -32,7 +32,7 @@ const char* header_type(DType d) {
   if (d == dtypes::int8) return "int8_t";
   if (d == dtypes::int32) return "int32_t";
   if (d == dtypes::int64) return "int64_t";
-  if (d == dtypes::float16) return "uint16_t";
+  if (d == dtypes::float16 || d == dtypes::bfloat16) return "uint16_t";
   return d == dtypes::float32 ? "float" : "double";
 }
 
@@ -55,7 +55,7 @@ std::string c_literal(const std::byte* p, DType d) {
     std::memcpy(&v, p, sizeof v);
     return v;
   };
-  if (dtypes::is_float(d) && d != dtypes::float16) {
+  if (dtypes::is_float(d) && d.itemsize > 2) {
     double v = d == dtypes::float32 ? static_cast<double>(get(float{})) : get(double{});
     const char* sfx = d == dtypes::float32 ? "f" : "";
     if (std::isnan(v)) return detail::cat("__builtin_nan", sfx, "(\"\")");
@@ -64,7 +64,7 @@ std::string c_literal(const std::byte* p, DType d) {
     std::snprintf(b, sizeof b, "%a", v);  // hexadecimal: exact
     return b;
   }
-  if (d == dtypes::float16) return std::to_string(get(std::uint16_t{}));
+  if (d.itemsize == 2) return std::to_string(get(std::uint16_t{}));  // float16, bfloat16: their bits
   if (d == dtypes::int64) return detail::cat(std::to_string(get(std::int64_t{})), "LL");
   if (d == dtypes::int32) return std::to_string(get(std::int32_t{}));
   if (d == dtypes::int8) return std::to_string(get(std::int8_t{}));

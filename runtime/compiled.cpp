@@ -27,12 +27,13 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
 }
 
 Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles,
-                   Precompile precompile)
+                   DiskProbe on_disk, Precompile precompile)
     : pool_(std::make_shared<BufferPool>(
           std::move(buffer), static_cast<std::size_t>(getenv_int("METAGRAD_POOL_MB", 1024)) << 20)),
       codegen_(std::move(codegen)),
       runtime_(std::move(runtime)),
       concurrent_compiles_(concurrent_compiles),
+      on_disk_(std::move(on_disk)),
       precompile_(std::move(precompile)) {}
 
 std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
@@ -55,6 +56,13 @@ bool Compiled::cached(const LazyOp& ast, DType out_dtype) const {
   return cache_.count(key) != 0;
 }
 
+std::string Compiled::kernel_name(const LazyOp& ast, DType out_dtype) const {
+  std::string key = runner_key(ast, out_dtype);
+  std::lock_guard lock(runners_mu);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? "" : it->second.name;
+}
+
 std::size_t Compiled::kernels() const {
   std::lock_guard lock(runners_mu);
   return cache_.size();
@@ -72,7 +80,16 @@ struct CompileClock {
 }  // namespace
 
 void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels) {
-  if (!concurrent_compiles_) return;  // runner() builds them one after another as they run
+  build(kernels, false, nullptr);
+}
+
+void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels, const Notice& notice) {
+  build(kernels, true, notice);
+}
+
+void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels, bool all,
+                     const Notice& notice) {
+  if (!all && !concurrent_compiles_) return;  // runner() builds them one after another as they run
   CompileClock clock;
   struct Job {
     std::string key;
@@ -89,19 +106,26 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
       if (std::string key = runner_key(*ast, dtype); !cache_.count(key) && seen.insert(key).second)
         jobs.push_back({std::move(key), ast, dtype, {}});
   }
-  if (jobs.size() < 2) return;
+  if (jobs.empty() || (!all && jobs.size() < 2)) return;
   // Code generation in order (DEBUG=4's sources stay in order), then the programs in parallel.
   auto generate = [&] {
-    std::lock_guard codegen_lock(runners_mu);
-    for (Job& j : jobs) {
-      try {
-        j.r = codegen_(std::make_shared<LazyOp>(*j.ast), j.dtype);
-      } catch (...) {
-        j.failed = true;  // runner() generates it again and throws where the kernel runs
-        continue;
+    {
+      std::lock_guard codegen_lock(runners_mu);
+      for (Job& j : jobs) {
+        try {
+          j.r = codegen_(std::make_shared<LazyOp>(*j.ast), j.dtype);
+        } catch (...) {
+          j.failed = true;  // runner() generates it again and throws where the kernel runs
+          continue;
+        }
+        j.r.same_index_reads = same_index_reads(*j.ast);
+        j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
       }
-      j.r.same_index_reads = same_index_reads(*j.ast);
-      j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
+    }
+    if (notice) {
+      std::size_t from_disk = 0;
+      for (const Job& j : jobs) from_disk += !j.failed && !j.r.clprg && on_disk_ && on_disk_(j.r.prg);
+      notice(jobs.size(), from_disk);
     }
   };
   std::atomic<std::size_t> next = 0;
@@ -122,7 +146,9 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
     precompile_([&] { generate(), programs(); });
   } else {
     generate();
-    std::size_t n = std::min<std::size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::size_t n = concurrent_compiles_ ? std::min<std::size_t>(
+                                               jobs.size(), std::max(1u, std::thread::hardware_concurrency()))
+                                         : 1;
     std::vector<std::thread> threads;
     for (std::size_t t = 1; t < n; ++t) threads.emplace_back(programs);
     programs();

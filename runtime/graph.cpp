@@ -1,7 +1,8 @@
 // GRAPH=1: the buffers each realize computes, as one Graphviz graph rewritten after every realize.
-// A kernel is a cluster of the ops its AST fused, coloured by op family, reading its input buffers
-// and writing one; direct loads are single nodes; buffers realized before (inputs) are dashed. At
-// exit, Graphviz's `dot` (when installed) lays the graph out as SVG next to the DOT.
+// A kernel is a cluster of the ops its AST fused, coloured by op family and labelled with DEBUG=2's
+// number and name for it, reading its input buffers and writing one; direct loads are single nodes;
+// buffers realized before (inputs) are dashed. At exit, Graphviz's `dot` (when installed) lays the
+// graph out as SVG next to the DOT.
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -18,6 +19,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "metagrad/device.hpp"
 #include "plan.hpp"
 
 extern char** environ;
@@ -71,6 +73,18 @@ std::string label(const LazyOp& op) {
   return s;
 }
 
+// A kernel's number and name as DEBUG=2's line for it says them ("kernel 12 r_4_6 (CLANG)"), so
+// the two can be matched; "not run" for one a failed realize did not reach.
+std::string kernel_label(const Plan& p) {
+  if (p.launch == 0) return detail::cat("kernel not run (", p.buf->device, ")");
+  auto* dev = dynamic_cast<Compiled*>(&Device::get(p.buf->device));
+  std::string name = dev ? dev->kernel_name(*p.ast, p.buf->dtype) : "interpret " + to_string(p.ast->op);
+  return detail::cat("kernel ", std::to_string(p.launch), " ", name, " (", p.buf->device, ")");
+}
+
+// Where a kernel's label goes in a draft, filled in once the kernel ran (index: its plan's in the realize).
+std::string label_token(std::size_t index) { return detail::cat("@@", std::to_string(index), "@@"); }
+
 // The graph so far, and where it was last written.
 struct GraphFile {
   std::mutex mu;
@@ -93,7 +107,7 @@ struct GraphFile {
   }
   std::string input(const LazyBufferPtr& b) { return buffer(*b->base(), "", "shape=ellipse, style=dashed"); }
 
-  void kernel(const Plan& p);
+  void kernel(const Plan& p, std::size_t index);
   void load(const Plan& p);
   void write(const std::string& to);
   void lay_out() const;
@@ -101,7 +115,7 @@ struct GraphFile {
 
 // A kernel: a cluster of its AST's nodes (each op once, each buffer read once), edges from the
 // buffers it reads, and an edge from its root to the buffer it writes.
-void GraphFile::kernel(const Plan& p) {
+void GraphFile::kernel(const Plan& p, std::size_t index) {
   std::string k = detail::cat("k", std::to_string(++kernels)), inside, edges;
   std::unordered_map<const void*, std::string> ids;
   std::unordered_map<std::size_t, std::string> reads;  // buffer index -> node
@@ -136,8 +150,8 @@ void GraphFile::kernel(const Plan& p) {
       }
     }
   }
-  body += detail::cat("  subgraph cluster_", k, " {\n    label=\"kernel ", std::to_string(kernels), " (",
-                      p.buf->device, ")\";\n    style=rounded;\n", inside, "  }\n", edges);
+  body += detail::cat("  subgraph cluster_", k, " {\n    label=\"", label_token(index),
+                      "\";\n    style=rounded;\n", inside, "  }\n", edges);
   edge(ids.at(p.ast.get()), buffer(*p.buf, "", "shape=box"));
 }
 
@@ -198,14 +212,29 @@ GraphFile& graph_file() {
 
 }  // namespace
 
-void graph(std::span<const Plan> order) {
+GraphDraft graph(std::span<const Plan> order) {
   GraphFile& g = graph_file();
   std::lock_guard lock(g.mu);
-  for (const Plan& p : order)
-    if (runs_kernel(p))
-      g.kernel(p);
+  GraphDraft draft;
+  std::swap(g.body, draft.body);  // drawn into an empty body, kept apart until the labels are known
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (runs_kernel(order[i]))
+      g.kernel(order[i], i);
     else
-      g.load(p);
+      g.load(order[i]);
+  std::swap(g.body, draft.body);
+  return draft;
+}
+
+void graph(GraphDraft draft, std::span<const Plan> order) {
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    std::string token = label_token(i);
+    if (std::size_t at = draft.body.find(token); at != std::string::npos)
+      draft.body.replace(at, token.size(), kernel_label(order[i]));
+  }
+  GraphFile& g = graph_file();
+  std::lock_guard lock(g.mu);
+  g.body += draft.body;
   std::string path = getenv("GRAPH_PATH", "/tmp/metagrad_graph.dot");
   bool first = g.path.empty();
   g.write(path);

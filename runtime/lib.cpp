@@ -47,6 +47,8 @@ double element_as_double(const std::byte* p, DType dt, std::size_t i) {
       return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
     case dtypes::float16.priority:
       return half::to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
+    case dtypes::bfloat16.priority:
+      return bf16::to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
     case dtypes::float32.priority:
       return reinterpret_cast<const float*>(p)[i];
     default:
@@ -80,6 +82,10 @@ void write_from_double(RawBuffer& buf, const std::vector<double>& v) {
     case dtypes::float16.priority:
       for (std::size_t i = 0; i < buf.size; ++i)
         reinterpret_cast<std::uint16_t*>(bytes.data())[i] = half::from_float(static_cast<float>(v[i]));
+      break;
+    case dtypes::bfloat16.priority:
+      for (std::size_t i = 0; i < buf.size; ++i)
+        reinterpret_cast<std::uint16_t*>(bytes.data())[i] = bf16::from_float(static_cast<float>(v[i]));
       break;
     case dtypes::float32.priority:
       put(static_cast<float*>(nullptr));

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -218,6 +220,7 @@ void ClangProgram::load() {
     // Compile to a private name, load that, then rename the object and then its sidecar into place:
     // concurrent processes never see a partial object, and this one never depends on the final
     // path (another process may replace or remove it meanwhile).
+    auto t0 = std::chrono::steady_clock::now();
     static std::atomic<unsigned> counter{0};
     std::string tmp = detail::cat(so.string(), ".", std::to_string(::getpid()), ".",
                                   std::to_string(counter++), ".", stable_hash(name_ + src).substr(0, 6));
@@ -242,6 +245,9 @@ void ClangProgram::load() {
     else
       write_sidecar(so, *bytes);
     ++compiles;
+    if (getenv_int("DEBUG") >= 2)
+      std::fprintf(stderr, "CLANG: compiled %s in %.2f ms\n", name_.c_str(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
   }
   fn_ = ::dlsym(lib_, name_.c_str());
   if (!fn_) fn_ = ::dlsym(lib_, group_symbol(so).c_str());  // compiled in a group
@@ -283,6 +289,7 @@ std::unique_ptr<Backend> make_clang_backend() {
         return std::make_shared<ClangProgram>(name, src);
       },
       /*concurrent_compiles=*/true,  // each a compiler process of its own
+      [](const std::string& src) { return fs::exists(object_path(compiler(), src)); },
       ClangProgram::build_together);
 }
 

@@ -1,6 +1,7 @@
 // The CPU device: Interpreted, RawMallocBuffer-backed, one plain C++ function per op. It is the
 // reference every other device is tested against, so it is exact and boring: float dtypes compute
-// in double and round to their dtype after each op, integers wrap to their width.
+// in double and round to their dtype after each op (float16 and bfloat16 to float32, as compiled
+// devices compute them), integers wrap to their width.
 #include <cmath>
 #include <limits>
 
@@ -10,9 +11,15 @@ namespace metagrad {
 
 namespace {
 
+// float16 and bfloat16 compute in float32, as on every device: they round to 16 bits only where
+// stored (write_from_double) and where cast to (narrow).
 double round_to(DType dt, double v) {
-  if (dt == dtypes::float32) return static_cast<float>(v);
+  if (dt == dtypes::float32 || dt == dtypes::float16 || dt == dtypes::bfloat16) return static_cast<float>(v);
+  return v;
+}
+double narrow(DType dt, double v) {
   if (dt == dtypes::float16) return static_cast<float>(half(static_cast<float>(v)));
+  if (dt == dtypes::bfloat16) return static_cast<float>(bf16(static_cast<float>(v)));
   return v;
 }
 
@@ -160,8 +167,11 @@ std::unique_ptr<Backend> make_cpu_backend() {
       {UnaryOps::SIN, same([](double a, double) { return std::sin(a); }, [](I a, I) { return a; })},
       {UnaryOps::CAST,
        [](const LazyOp& op, const std::vector<Values>& src, const Dims&) {
-         return map_values(
-             std::get<DType>(op.arg), src, [](double a, double) { return a; }, [](I a, I) { return a; });
+         DType to = std::get<DType>(op.arg);
+         Values v = map_values(
+             to, src, [](double a, double) { return a; }, [](I a, I) { return a; });
+         for (double& x : v.f) x = narrow(to, x);
+         return v;
        }},
       {BinaryOps::ADD, same(std::plus<double>(), wadd)},
       {BinaryOps::SUB, same(std::minus<double>(), wsub)},

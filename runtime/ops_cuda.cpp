@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -349,23 +350,31 @@ LaunchDims launch_dims(const std::string& name, const std::vector<std::int64_t>&
   return l;
 }
 
+// Where the disk cache keeps the module image of `src`, keyed by what made it: source, GPU
+// architecture, NVRTC.
+fs::path image_path(const CudaContext& ctx, const std::string& src) {
+  const Nvrtc& nv = nvrtc();
+  auto [target, ptx] = nv.target(ctx.arch);
+  return fs::path(kernel_cache_dir()) / "cuda" /
+         (stable_hash(detail::cat(nv.version(), "\n", target, "\n", src)) + (ptx ? ".ptx" : ".cubin"));
+}
+
 class CUDAProgram final : public Program {
  public:
   CUDAProgram(std::shared_ptr<CudaContext> ctx, std::string name, const std::string& src)
       : ctx_(std::move(ctx)), name_(std::move(name)) {
     const Driver& d = ctx_->d;
     ctx_->use();
-    // The disk cache holds the module image, keyed by what made it: source, GPU architecture, NVRTC.
-    const Nvrtc& nv = nvrtc();
-    auto [target, ptx] = nv.target(ctx_->arch);
     std::error_code ec;
-    fs::path dir = fs::path(kernel_cache_dir()) / "cuda";
-    fs::path file =
-        dir / (stable_hash(detail::cat(nv.version(), "\n", target, "\n", src)) + (ptx ? ".ptx" : ".cubin"));
+    fs::path file = image_path(*ctx_, src), dir = file.parent_path();
     if (std::optional<std::string> cached = load_verified(file)) module_ = load(*cached, false);
     if (!module_) {  // (a cached image the driver refuses is rebuilt, and replaced)
+      auto t0 = std::chrono::steady_clock::now();
       CudaImage img = nvrtc_compile(name_, src, ctx_->arch);
       ++ctx_->compiles;
+      if (getenv_int("DEBUG") >= 2)
+        std::fprintf(stderr, "CUDA: compiled %s in %.2f ms\n", name_.c_str(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
       module_ = load(img.bytes, true);
       fs::create_directories(dir, ec);
       if (fs::is_directory(dir, ec)) store_verified(file, img.bytes);
@@ -440,7 +449,9 @@ class CUDABackendImpl final : public CUDABackend {
                     lower_cuda,
                     [ctx](const std::string& name, const std::string& src) {
                       return std::make_shared<CUDAProgram>(ctx, name, src);
-                    }),
+                    },
+                    /*concurrent_compiles=*/false,
+                    [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
         ctx_(ctx) {}
   std::string device_name() const override { return ctx_->name; }
   int arch() const override { return ctx_->arch; }

@@ -129,6 +129,13 @@ std::unique_ptr<llvm::MemoryBuffer> compile(Jit& j, const std::string& name, con
   return llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(obj.data(), obj.size()), name);
 }
 
+// Where the disk cache keeps the object of `src`.
+fs::path object_path(const Jit& j, const std::string& src) {
+  fs::path dir = fs::path(kernel_cache_dir()) / "llvm";
+  fs::create_directories(dir);
+  return dir / (stable_hash(detail::cat("LLVM " LLVM_VERSION_STRING "\n", j.host, "\n", src)) + ".o");
+}
+
 }  // namespace
 
 struct LLVMProgram::Linked {
@@ -143,10 +150,7 @@ LLVMProgram::LLVMProgram(std::string name, const std::string& src)
     : name_(std::move(name)), linked_(std::make_unique<Linked>()) {
   linked_->jit = jit();
   Jit& j = *linked_->jit;
-  fs::path dir = fs::path(kernel_cache_dir()) / "llvm";
-  fs::create_directories(dir);
-  fs::path path =
-      dir / (stable_hash(detail::cat("LLVM " LLVM_VERSION_STRING "\n", j.host, "\n", src)) + ".o");
+  fs::path path = object_path(j, src);
   auto& es = j.lljit->getExecutionSession();
   // Links obj into a JITDylib of its own and finds the kernel (ORC links at the first lookup); an
   // error leaves no dylib behind.
@@ -213,7 +217,8 @@ std::unique_ptr<Backend> make_llvm_backend() {
   jit();  // a host LLVM cannot target says so at the device's first use
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); }, llvm_codegen,
-      llvm_runtime, /*concurrent_compiles=*/true);
+      llvm_runtime, /*concurrent_compiles=*/true,
+      [](const std::string& src) { return fs::exists(object_path(*jit(), src)); });
 }
 
 }  // namespace metagrad

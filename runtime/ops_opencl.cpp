@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -332,6 +333,24 @@ void RawOpenCLBuffer::copyout(void* host) const {
 
 // ---- CLProgram ----
 
+namespace {
+
+// The source as built for the device: the renderer always enables fp64; a device without it would
+// only warn, but keep the log clean.
+std::string device_source(const CLContext& ctx, const std::string& src) {
+  if (ctx.fp64) return src;
+  static const std::regex fp64_pragma(R"(#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n)");
+  return std::regex_replace(src, fp64_pragma, "");
+}
+
+// Where the disk cache keeps the device's binary of `src` (as device_source made it), keyed by
+// device, driver, options and source.
+fs::path binary_path(const CLContext& ctx, const std::string& src) {
+  return fs::path(kernel_cache_dir()) / "opencl" / (stable_hash(ctx.identity + "\n" + src) + ".bin");
+}
+
+}  // namespace
+
 CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std::string& src_in)
     : ctx_(std::move(ctx)), name_(std::move(name)) {
   std::string src = src_in;
@@ -341,9 +360,7 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
       throw std::runtime_error(
           detail::cat("OPENCL: kernel ", name_, " uses float64, but ", ctx_->name,
                       " does not support double precision (no cl_khr_fp64)\n--- source ---\n", src));
-    // The renderer always enables fp64; a device without it would only warn, but keep the log clean.
-    static const std::regex fp64_pragma(R"(#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n)");
-    src = std::regex_replace(src, fp64_pragma, "");
+    src = device_source(*ctx_, src);
   }
   const char* opts = ctx_->build_options.c_str();
   auto build_log = [&] {
@@ -352,10 +369,8 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
     });
   };
 
-  // The disk cache holds the device's binary, keyed by device, driver, options and source.
   std::error_code ec;
-  fs::path dir = fs::path(kernel_cache_dir()) / "opencl";
-  fs::path bin = dir / (stable_hash(ctx_->identity + "\n" + src) + ".bin");
+  fs::path bin = binary_path(*ctx_, src), dir = bin.parent_path();
   // Only a binary whose bytes match its sidecar (size and hash) is loaded; a damaged one is removed.
   if (std::optional<std::string> cached = load_verified(bin)) {
     const std::string& b = *cached;
@@ -369,6 +384,7 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
     if (!ok) program_ = nullptr;
   }
   if (!program_) {
+    auto t0 = std::chrono::steady_clock::now();
     const char* text = src.c_str();
     std::size_t len = src.size();
     cl_int e = CL_SUCCESS;
@@ -383,6 +399,9 @@ CLProgram::CLProgram(std::shared_ptr<CLContext> ctx, std::string name, const std
                                            "\n--- source ---\n", src));
     }
     ++builds;
+    if (getenv_int("DEBUG") >= 2)
+      std::fprintf(stderr, "OPENCL: compiled %s in %.2f ms\n", name_.c_str(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
     // Written to a private name, then renamed, then its sidecar: concurrent processes never read a
     // partial binary, and a damaged one is rebuilt.
     std::size_t size = 0;
@@ -462,6 +481,10 @@ class CLBackend final : public OpenCLBackend {
             lower_opencl,
             [ctx](const std::string& name, const std::string& src) {
               return std::make_shared<CLProgram>(ctx, name, src);
+            },
+            /*concurrent_compiles=*/false,
+            [ctx](const std::string& src) {
+              return fs::exists(binary_path(*ctx, device_source(*ctx, src)));
             }),
         ctx_(ctx) {}
   std::string device_name() const override { return ctx_->name; }

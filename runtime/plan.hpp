@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "metagrad/lazy.hpp"
@@ -18,7 +19,8 @@ struct Plan {
   std::shared_ptr<LazyOp> ast;        // a kernel; null for a direct load
   std::vector<LazyBufferPtr> leaves;  // the kernel's inputs: leaves[i] is its buffer i + 1
   std::vector<LazyBufferPtr> deps;
-  LazyBufferPtr from;  // FROM: the contiguous source on its own device
+  LazyBufferPtr from;       // FROM: the contiguous source on its own device
+  std::int64_t launch = 0;  // a kernel's number once it ran (GlobalCounters::kernel_count, DEBUG=2's)
 };
 
 // A CONTIGUOUS whose source is already its values in order: it shares the source's memory, no kernel.
@@ -33,15 +35,23 @@ struct RealizeFlags {
 RealizeFlags realize_flags();
 
 // GRAPH=1: adds a realize's plans to the graph file, rewritten as DOT after every realize and laid
-// out as SVG by Graphviz's `dot` when the process exits.
-void graph(std::span<const Plan> order);
+// out as SVG by Graphviz's `dot` when the process exits. Drawn before the plans run (running them
+// drops what a load was), written once they ran (or failed): a kernel's cluster is then labelled
+// with its number and name as DEBUG=2 prints them.
+struct GraphDraft {
+  std::string body;
+};
+GraphDraft graph(std::span<const Plan> order);
+void graph(GraphDraft draft, std::span<const Plan> order);
 
-// DEBUG>=1: before a realize runs, "compiling N kernels" when some of its kernels are not compiled
-// yet. DEBUG>=2: after it, when it ran more than one kernel, a line of totals (kernels, time,
+// DEBUG>=1: build() compiles a realize's kernels not built yet before any runs, saying
+// "compiling N kernels (M from cache)" per device, M of them found in the disk cache. DEBUG>=2:
+// finish(), when the realize ran more than one kernel, prints a line of totals (kernels, time,
 // GFLOP/s, memory in use and at peak).
 class RealizeReport {
  public:
-  RealizeReport(std::span<const Plan> order, long debug);
+  explicit RealizeReport(long debug);
+  void build(std::span<const Plan> order) const;
   void finish() const;  // the totals
 
  private:

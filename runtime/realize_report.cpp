@@ -1,11 +1,14 @@
-// What a realize says on stderr under DEBUG: the kernels it must compile first (DEBUG>=1), and its
-// totals once it has run (DEBUG>=2). Each kernel's own line is ASTRunner::exec's.
+// What a realize says on stderr under DEBUG: the kernels it must build first and how many of them the
+// disk cache has (DEBUG>=1), and its totals once it has run (DEBUG>=2). Each kernel's own line is
+// ASTRunner::exec's.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "plan.hpp"
 
@@ -34,24 +37,24 @@ RealizeFlags realize_flags() {
   return f;
 }
 
-RealizeReport::RealizeReport(std::span<const Plan> order, long debug)
+RealizeReport::RealizeReport(long debug)
     : debug_(debug),
       kernels_(GlobalCounters::kernel_count),
       ops_(GlobalCounters::global_ops),
       mem_(GlobalCounters::global_mem),
       time_(GlobalCounters::time_sum),
       compile_(GlobalCounters::compile_time),
-      start_(std::chrono::steady_clock::now()) {
-  // Kernels this realize will launch on a compiled device that has not built them yet, each once.
-  std::set<std::string> missing;
-  for (const Plan& p : order) {
-    if (!runs_kernel(p)) continue;
-    auto* dev = dynamic_cast<Compiled*>(&Device::get(p.buf->device));
-    if (dev && !dev->cached(*p.ast, p.buf->dtype))
-      missing.insert(detail::cat(p.buf->device, "\n", ast_key(*p.ast, p.buf->dtype)));
-  }
-  if (!missing.empty())
-    std::fprintf(stderr, "compiling %zu kernel%s\n", missing.size(), missing.size() == 1 ? "" : "s");
+      start_(std::chrono::steady_clock::now()) {}
+
+void RealizeReport::build(std::span<const Plan> order) const {
+  std::map<std::string, std::vector<std::pair<const LazyOp*, DType>>> by_device;
+  for (const Plan& p : order)
+    if (runs_kernel(p)) by_device[p.buf->device].emplace_back(p.ast.get(), p.buf->dtype);
+  for (const auto& [device, kernels] : by_device)
+    if (auto* dev = dynamic_cast<Compiled*>(&Device::get(device)))
+      dev->prebuild(kernels, [](std::size_t n, std::size_t from_disk) {
+        std::fprintf(stderr, "compiling %zu kernel%s (%zu from cache)\n", n, n == 1 ? "" : "s", from_disk);
+      });
 }
 
 void RealizeReport::finish() const {

@@ -311,7 +311,12 @@ void execute_plan(Plan& p) {
   note_not_replayable(b, dev, p);
   std::shared_ptr<RawBuffer> out;
   if (p.ast) {  // (a CONTIGUOUS's one leaf is its buffer 1)
-    out = scheduler::shares_source(p) ? p.leaves[0]->base()->realized : run_kernel(dev, *p.ast, p.leaves, b);
+    if (scheduler::shares_source(p)) {
+      out = p.leaves[0]->base()->realized;
+    } else {
+      out = run_kernel(dev, *p.ast, p.leaves, b);
+      p.launch = GlobalCounters::kernel_count;
+    }
   } else if (op.op == LoadOps::FROM) {
     out = copy_to(dev, *p.from->base()->realized);
   } else if (op.op == LoadOps::CONST) {  // a materialised constant: computed by a one-op kernel
@@ -414,16 +419,28 @@ void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
     for (const auto& d : plan.deps)
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
-  if (graphing) scheduler::graph(order);
   std::optional<scheduler::RealizeReport> report;
-  if (debug >= 1) report.emplace(order, debug);
-  prebuild(order);
-  // A plan lets go of its inputs once it has run: an intermediate buffer is freed (back to the
-  // pool) after its last consumer in the schedule, not when the realize ends.
-  for (Plan& p : order) {
-    execute(p);
-    p.leaves.clear(), p.deps.clear(), p.from.reset(), p.buf.reset();
+  if (debug >= 1) {
+    report.emplace(debug);
+    report->build(order);
+  } else {
+    prebuild(order);
   }
+  std::optional<scheduler::GraphDraft> draft;
+  if (graphing) draft = scheduler::graph(order);
+  try {
+    // A plan lets go of its inputs once it has run: an intermediate buffer is freed (back to the
+    // pool) after its last consumer in the schedule, not when the realize ends. (GRAPH=1 draws
+    // the plans afterwards: they keep theirs.)
+    for (Plan& p : order) {
+      execute(p);
+      if (!draft) p.leaves.clear(), p.deps.clear(), p.from.reset(), p.buf.reset();
+    }
+  } catch (...) {
+    if (draft) scheduler::graph(std::move(*draft), order);  // what ran, and what was to run
+    throw;
+  }
+  if (draft) scheduler::graph(std::move(*draft), order);
   if (report) {  // totals once the plans' hold on intermediate buffers is gone
     order.clear(), plans.clear();
     report->finish();
@@ -439,9 +456,11 @@ LazyBuffer& LazyBuffer::realize() {
   Plan first = make_plan(target);
   if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
     scheduler::RealizeFlags flags = scheduler::realize_flags();
-    if (flags.graph >= 1) scheduler::graph({&first, 1});
-    if (flags.debug >= 1) scheduler::RealizeReport({&first, 1}, flags.debug);
-    execute(first);
+    if (flags.debug >= 1) scheduler::RealizeReport(flags.debug).build({&first, 1});
+    std::optional<scheduler::GraphDraft> draft;
+    if (flags.graph >= 1) draft = scheduler::graph({&first, 1});
+    execute(first);  // (a failed eager kernel is not drawn)
+    if (draft) scheduler::graph(std::move(*draft), {&first, 1});
     return *this;
   }
   realize_bases({target}, std::move(first));

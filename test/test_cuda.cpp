@@ -147,6 +147,8 @@ const char* kClangPrelude = R"(#define __device__ __attribute__((device))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #include <__clang_cuda_builtin_vars.h>
 static __device__ __forceinline__ float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
+static __device__ __forceinline__ float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
+static __device__ __forceinline__ unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }
 static __device__ __forceinline__ double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
 #define MG_MATH(f, nv, T) extern "C" __device__ T nv(T); static __device__ __forceinline__ T f(T x) { return nv(x); }
 #define MG_MATH2(f, nv, T) extern "C" __device__ T nv(T, T); static __device__ __forceinline__ T f(T x, T y) { return nv(x, y); }

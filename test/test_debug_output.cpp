@@ -1,8 +1,10 @@
 // What a running program prints under DEBUG, checked against what ran: DEBUG=2's numbered kernel
-// lines and a realize's totals against GlobalCounters, DEBUG=1's "compiling N kernels" against the
-// kernels the device built; and the memory counters against the buffers held and the pool.
+// lines, compile lines and a realize's totals against GlobalCounters, DEBUG=1's "compiling N kernels
+// (M from cache)" against the kernels the device built and the disk cache (in child processes on a
+// fresh cache); and the memory counters against the buffers held and the pool.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include "child_process.hpp"
 #include "device_scope.hpp"
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/buffer_pool.hpp"
@@ -70,7 +73,9 @@ const std::regex kKernelLine(
     R"(^\*\*\* +(\d+) (\S+(?: \S+)?) +arg +(\d+) +([\d.]+) us +([\d.]+) GFLOP/s +([\d.]+) GB/s  mem (.+)$)");
 const std::regex kTotals(
     R"(^\*\*\* realize: (\d+) kernels, ([\d.]+) ms in kernels \(([\d.]+) GFLOP/s, ([\d.]+) GB/s\), ([\d.]+) ms wall(?: \(([\d.]+) compiling, ([\d.]+) scheduling and launching\))?, mem (.+) in use, (.+) peak$)");
-const std::regex kCompiling(R"(^compiling (\d+) kernels?$)");
+const std::regex kCompiling(R"(^compiling (\d+) kernels? \((\d+) from cache\)$)");
+// A program built from source (not loaded from the disk cache), DEBUG>=2.
+const std::regex kCompiled(R"(^(CLANG|LLVM|OPENCL|CUDA): compiled (\S+) in ([\d.]+) ms(?: \(.*\))?$)");
 
 }  // namespace
 
@@ -91,6 +96,7 @@ TEST_CASE("DEBUG=2 numbers every kernel and ends a realize with totals that matc
       i64 ran = GlobalCounters::kernel_count - before;
       REQUIRE(ran >= 1);
       std::vector<KernelLine> kernels;
+      std::vector<std::string> names, compiled;
       std::smatch m;
       int totals = 0;
       for (const std::string& line : lines) {
@@ -98,6 +104,12 @@ TEST_CASE("DEBUG=2 numbers every kernel and ends a realize with totals that matc
         if (std::regex_match(line, m, kKernelLine)) {
           REQUIRE(totals == 0);  // the totals come last
           kernels.push_back({std::stoll(m[1]), std::stoul(m[3]), std::stod(m[4]), m[7]});
+          names.push_back(m[2]);
+        } else if (std::regex_match(line, m, kCompiled)) {
+          REQUIRE(kernels.empty());  // every kernel is built before any runs
+          REQUIRE(m[1] == device);
+          REQUIRE(std::stod(m[3]) > 0);
+          compiled.push_back(m[2]);
         } else if (std::regex_match(line, m, kTotals)) {
           ++totals;
           REQUIRE(std::stoll(m[1]) == ran);
@@ -109,7 +121,8 @@ TEST_CASE("DEBUG=2 numbers every kernel and ends a realize with totals that matc
           REQUIRE(std::stod(m[5]) >= std::stod(m[2]) - 0.001);  // wall time includes the kernels
           if (m[6].matched) {  // a realize that compiled: its wall time split, the parts adding up
             REQUIRE(std::stod(m[6]) > 0);
-            REQUIRE(std::stod(m[6]) + std::stod(m[7]) + std::stod(m[2]) == Approx(std::stod(m[5])).margin(0.003));
+            REQUIRE(std::stod(m[6]) + std::stod(m[7]) + std::stod(m[2]) ==
+                    Approx(std::stod(m[5])).margin(0.003));
           }
           REQUIRE(m[8] == human_bytes(GlobalCounters::mem_used));  // nothing allocated since
           REQUIRE(m[9] == human_bytes(GlobalCounters::mem_peak));
@@ -123,6 +136,8 @@ TEST_CASE("DEBUG=2 numbers every kernel and ends a realize with totals that matc
         REQUIRE(kernels[k].args >= 1);
       }
       REQUIRE(totals == (ran >= 2 ? 1 : 0));  // one kernel's own line says it all
+      for (const auto& c : compiled)          // a kernel compiled is one that ran
+        REQUIRE(std::find(names.begin(), names.end(), c) != names.end());
     }
   }
 }
@@ -156,6 +171,7 @@ TEST_CASE("DEBUG=1 says once how many kernels a cold realize compiles, before ru
       std::smatch m;
       REQUIRE(std::regex_match(lines[0], m, kCompiling));
       REQUIRE(std::stoul(m[1]) == compiled);
+      REQUIRE(std::stoul(m[2]) <= compiled);
     }
   }
   REQUIRE(cold >= 5);
@@ -165,6 +181,62 @@ TEST_CASE("DEBUG=1 says once how many kernels a cold realize compiles, before ru
   test::StderrCapture quiet("0");
   t.realize();
   REQUIRE(quiet.lines().empty());
+}
+
+namespace {
+constexpr const char* kCacheChild = "debug cache child process";
+}
+
+TEST_CASE("debug cache child process", "[.][debug]") {
+  const char* device = std::getenv("METAGRAD_TEST_CHILD_DEVICE");
+  if (!device) return;  // only as a child of the test below
+  Device::DEFAULT = device;
+  std::mt19937 gen(31);
+  // Elementwise work, reductions and a softmax (no GEMM: its epilogue is compiled with its code).
+  for (int r = 0; r < 3; ++r) {
+    Tensor a = input(gen, {7 + r, 13}), b = input(gen, {7 + r, 13});
+    ((a * b + 1).relu().sum(1) + a.max(1)).realize();
+    (a.softmax(-1) * b - a.exp()).realize();
+  }
+}
+
+TEST_CASE("DEBUG=1 counts the kernels found in the disk cache apart; DEBUG=2 times every compile",
+          "[debug]") {
+  for (const char* device : {"CLANG", "LLVM"}) {
+    if (!test::available(device)) continue;
+    test::TempDir dir("metagrad_debug_cache");
+    REQUIRE(!dir.path.empty());
+    for (int run = 0; run < 2; ++run) {  // a fresh cache, then the same kernels from it
+      INFO(device << " run " << run);
+      std::vector<std::string> lines;
+      {
+        test::StderrCapture capture("2");  // the child's stderr, with DEBUG=2
+        pid_t pid = test::spawn_child(kCacheChild,
+                                      {"METAGRAD_CACHE=" + (dir.path / "cache").string(),
+                                       std::string("METAGRAD_TEST_CHILD_DEVICE=") + device, "THREADS=1"});
+        REQUIRE(pid > 0);
+        REQUIRE(test::wait_for(pid) == 0);
+        lines = capture.lines();
+      }
+      std::size_t to_build = 0, from_cache = 0, compiled = 0, notices = 0;
+      std::smatch m;
+      for (const std::string& line : lines) {
+        INFO(line);
+        if (std::regex_match(line, m, kCompiling)) {
+          ++notices, to_build += std::stoul(m[1]), from_cache += std::stoul(m[2]);
+          REQUIRE(std::stoul(m[2]) <= std::stoul(m[1]));
+        } else if (std::regex_match(line, m, kCompiled)) {
+          REQUIRE(m[1] == device);
+          ++compiled;
+        }
+      }
+      REQUIRE(notices >= 2);
+      REQUIRE(to_build >= 6);
+      REQUIRE(compiled == to_build - from_cache);  // each kernel compiled or loaded, and said so
+      if (run == 0) REQUIRE(compiled >= 4);        // (two kernels may share one source)
+      if (run == 1) REQUIRE(from_cache == to_build);
+    }
+  }
 }
 
 TEST_CASE("DEBUG=4 prints the renderer's prelude once and each kernel's own source", "[debug]") {

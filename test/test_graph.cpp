@@ -1,6 +1,7 @@
 // GRAPH=1's picture, checked in a child process (the SVG is laid out when a process exits): the DOT
-// after every realize, kernels as clusters of the ops they fused (one per launch), ops coloured by
-// family, and, where Graphviz's dot is installed, an SVG that parses as XML with the DOT's nodes.
+// after every realize, kernels as clusters of the ops they fused (one per launch, labelled with the
+// number and name DEBUG=2 prints for it), ops coloured by family, and, where Graphviz's dot is installed, an
+// SVG that parses as XML with the DOT's nodes.
 #include <unistd.h>
 
 #include <filesystem>
@@ -92,7 +93,7 @@ struct Dot {
   std::map<std::string, std::string> nodes;    // id -> attributes
   std::map<std::string, std::string> cluster;  // node id -> its cluster ("" outside)
   std::vector<std::pair<std::string, std::string>> edges;
-  std::vector<std::string> clusters;
+  std::vector<std::string> clusters, cluster_labels;
 };
 
 Dot parse_dot(const std::string& text) {
@@ -105,16 +106,17 @@ Dot parse_dot(const std::string& text) {
   while (std::getline(in, line)) {
     if (std::regex_match(line, m, sub)) {
       d.clusters.push_back(current = m[1]);
-    } else if (std::regex_match(line, m, std::regex(R"(^\s*\}$)"))) {
-      current.clear();
-    } else if (std::regex_match(line, m, node)) {
-      REQUIRE(d.nodes.emplace(m[1], m[2]).second);  // each node once
-      d.cluster[m[1]] = current;
-    } else if (std::regex_match(line, m, edge)) {
-      d.edges.emplace_back(m[1], m[2]);
-    }
+    } else if (!current.empty() && std::regex_match(line, m, std::regex(R"re(^\s*label="([^"]*)";$)re"))) {
+      d.cluster_labels.push_back(m[1]);
   }
-  return d;
+  else if (std::regex_match(line, m, std::regex(R"(^\s*\}$)"))) { current.clear(); }
+  else if (std::regex_match(line, m, node)) {
+    REQUIRE(d.nodes.emplace(m[1], m[2]).second);  // each node once
+    d.cluster[m[1]] = current;
+  }
+  else if (std::regex_match(line, m, edge)) { d.edges.emplace_back(m[1], m[2]); }
+}
+return d;
 }
 
 std::string attribute(const std::string& attrs, const std::string& name) {
@@ -161,7 +163,7 @@ TEST_CASE("GRAPH=1 draws each kernel as a cluster of its ops, and writes the SVG
   fs::path dot = dir.path / "g.dot", svg = dir.path / "g.svg", out = dir.path / "kernels";
   std::vector<std::string> lines;
   {
-    test::StderrCapture capture("0");  // the child's stderr too
+    test::StderrCapture capture("2");  // the child's stderr too, its kernels' DEBUG=2 lines
     pid_t pid = test::spawn_child(kChild, {"GRAPH=1", "GRAPH_PATH=" + dot.string(),
                                            "METAGRAD_TEST_CHILD_OUT=" + out.string(), "THREADS=1"});
     REQUIRE(pid > 0);
@@ -181,6 +183,21 @@ TEST_CASE("GRAPH=1 draws each kernel as a cluster of its ops, and writes the SVG
   REQUIRE(text.rfind("digraph metagrad {", 0) == 0);
   Dot d = parse_dot(text);
   REQUIRE(static_cast<i64>(d.clusters.size()) == kernels);  // one cluster per launch
+  // Each cluster is labelled with its kernel's number and name as DEBUG=2 printed them.
+  std::map<i64, std::string> printed;
+  std::smatch m;
+  for (const auto& l : lines)
+    if (std::regex_match(l, m, std::regex(R"(^\*\*\* +(\d+) (\S+) +arg .*)")))
+      REQUIRE(printed.emplace(std::stoll(m[1]), m[2]).second);
+  REQUIRE(d.cluster_labels.size() == d.clusters.size());
+  std::set<i64> numbers;
+  for (const auto& label : d.cluster_labels) {
+    INFO(label);
+    REQUIRE(std::regex_match(label, m, std::regex(R"(^kernel (\d+) (\S+) \(CLANG\)$)")));
+    REQUIRE(printed.count(std::stoll(m[1])));
+    REQUIRE(printed[std::stoll(m[1])] == m[2]);
+    REQUIRE(numbers.insert(std::stoll(m[1])).second);
+  }
   // Every edge joins declared nodes; a cluster's nodes are its ops and its buffer reads, with one
   // edge out of it (its root, to the buffer it writes) and reads fed by buffers outside.
   std::map<std::string, int> out_of_cluster, into_read;
@@ -233,7 +250,6 @@ TEST_CASE("GRAPH=1 draws each kernel as a cluster of its ops, and writes the SVG
   REQUIRE(well_formed(image, why));
   REQUIRE(image.find("<svg") != std::string::npos);
   std::set<std::string> titles;  // a node's group: <g id="node3" class="node">\n<title>ID</title>
-  std::smatch m;
   std::regex node_group(R"(<g id="node\d+" class="node">\s*<title>([^<]*)</title>)");
   for (auto it = std::sregex_iterator(image.begin(), image.end(), node_group); it != std::sregex_iterator();
        ++it)

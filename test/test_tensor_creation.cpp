@@ -181,13 +181,14 @@ TEST_CASE("promote_types: the PyTorch table", "[creation]") {
   STATIC_REQUIRE(promote_types(dtypes::float16, dtypes::float64) == dtypes::float64);
   STATIC_REQUIRE(promote_types(dtypes::bool_, dtypes::bool_) == dtypes::bool_);
   // the whole table against the rule: floats beat ints beat bool; within a kind the wider wins;
-  // a signed and an unsigned byte meet in int32
+  // a signed and an unsigned byte meet in int32, float16 and bfloat16 in float32
   auto rank = [](DType d) { return d.kind == 'b' ? 0 : d.kind == 'f' ? 2 : 1; };
   for (DType a : dtypes::all)
     for (DType b : dtypes::all) {
       INFO(a.name << " + " << b.name);
       DType want = rank(a) != rank(b) ? (rank(a) > rank(b) ? a : b) : (a.itemsize >= b.itemsize ? a : b);
       if (rank(a) == 1 && rank(b) == 1 && a.itemsize == b.itemsize && a.kind != b.kind) want = dtypes::int32;
+      if (rank(a) == 2 && a.itemsize == 2 && b.itemsize == 2 && !(a == b)) want = dtypes::float32;
       REQUIRE(promote_types(a, b) == want);
       REQUIRE(promote_types(a, b) == promote_types(b, a));
       Tensor x = Tensor::ones({2}, {.dtype = a}), y = Tensor::ones({2}, {.dtype = b});

@@ -80,12 +80,15 @@ class Compiled : public Backend {
   using BufferFactory = std::function<std::shared_ptr<RawBuffer>(std::size_t, DType)>;
   using Codegen = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
   using Runtime = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
+  // Whether the runtime would load a program of this source from its disk cache, not compile it.
+  using DiskProbe = std::function<bool(const std::string& src)>;
   // Runs a cold realize's code generation (the function it is given) and builds the programs that
   // made, together: one compiler run for many kernels (CLANG's ClangProgram::build_together).
   using Precompile = std::function<void(const std::function<void()>& generate)>;
   // `concurrent_compiles`: `runtime` may build several programs at once (prebuild uses threads).
+  // `on_disk` (optional) lets DEBUG=1 say how many of a realize's kernels come from the disk cache.
   Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles = false,
-           Precompile precompile = {});
+           DiskProbe on_disk = nullptr, Precompile precompile = {});
   std::shared_ptr<RawBuffer> alloc(std::size_t size, DType dtype) override;
   void exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) override;
   bool compiled() const override { return true; }
@@ -95,6 +98,13 @@ class Compiled : public Backend {
   // programs compiled concurrently over the cores where the device allows: a cold step's many
   // kernels, which runner() would otherwise build one after another as they run.
   void prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels);
+  // DEBUG>=1's build: every kernel of these not built yet, however few (on one thread where the
+  // device allows no concurrent compiles), calling notice(n, from_disk) after generating their code
+  // and before compiling any: n kernels to build, from_disk of them found in the disk cache.
+  using Notice = std::function<void(std::size_t n, std::size_t from_disk)>;
+  void prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kernels, const Notice& notice);
+  // The name of the kernel runner() built for that AST (DEBUG=2's and GRAPH=1's), "" when none.
+  std::string kernel_name(const LazyOp& ast, DType out_dtype) const;
   // Whether runner() has that AST's kernel already (writing `out_dtype`), and how many it has.
   bool cached(const LazyOp& ast, DType out_dtype) const;
   std::size_t kernels() const;
@@ -105,8 +115,10 @@ class Compiled : public Backend {
   Codegen codegen_;
   Runtime runtime_;
   bool concurrent_compiles_;
+  DiskProbe on_disk_;
   Precompile precompile_;
   std::unordered_map<std::string, ASTRunner> cache_;
+  void build(const std::vector<std::pair<const LazyOp*, DType>>& kernels, bool all, const Notice& notice);
 };
 
 // A dense row-major array the interpreter computes on: float dtypes as double (rounded to the

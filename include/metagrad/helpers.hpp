@@ -26,10 +26,11 @@ inline constexpr DType int8{1, 1, "int8", 'i'};
 inline constexpr DType uint8{2, 1, "uint8", 'u'};
 inline constexpr DType int32{4, 4, "int32", 'i'};
 inline constexpr DType int64{5, 8, "int64", 'i'};
+inline constexpr DType bfloat16{8, 2, "bfloat16", 'f'};  // float32's range, 8 bits of precision
 inline constexpr DType float16{9, 2, "float16", 'f'};
 inline constexpr DType float32{10, 4, "float32", 'f'};
 inline constexpr DType float64{11, 8, "float64", 'f'};
-inline constexpr DType all[] = {bool_, int8, uint8, int32, int64, float16, float32, float64};
+inline constexpr DType all[] = {bool_, int8, uint8, int32, int64, float16, bfloat16, float32, float64};
 
 constexpr bool is_float(DType d) { return d.kind == 'f'; }
 constexpr bool is_int(DType d) { return d.kind == 'i' || d.kind == 'u'; }
@@ -53,10 +54,13 @@ constexpr double min_value(DType d) {
 }  // namespace dtypes
 
 // The result type of a binary op on a and b, as PyTorch and tinygrad promote:
-// int + float -> float, bool + int -> int, and the wider of two of a kind. int8 + uint8 -> int32.
+// int + float -> float, bool + int -> int, and the wider of two of a kind. int8 + uint8 -> int32,
+// float16 + bfloat16 -> float32 (neither holds the other).
 constexpr DType promote_types(DType a, DType b) {
   if ((a == dtypes::int8 && b == dtypes::uint8) || (a == dtypes::uint8 && b == dtypes::int8))
     return dtypes::int32;
+  if ((a == dtypes::float16 && b == dtypes::bfloat16) || (a == dtypes::bfloat16 && b == dtypes::float16))
+    return dtypes::float32;
   return a.priority >= b.priority ? a : b;
 }
 
@@ -96,6 +100,22 @@ struct half {
   }
 };
 
+// bfloat16 storage: float32's upper 16 bits. Arithmetic happens in float; conversions from float
+// round to nearest even, NaN stays a (quiet) NaN of the same sign.
+struct bf16 {
+  std::uint16_t bits = 0;
+  bf16() = default;
+  bf16(float f) : bits(from_float(f)) {}             // NOLINT: implicit, like half
+  operator float() const { return to_float(bits); }  // NOLINT
+
+  static std::uint16_t from_float(float f) {
+    std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+    return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);  // a carry is right too
+  }
+  static float to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+};
+
 template <class T>
 struct dtype_of_t;
 template <>
@@ -121,6 +141,10 @@ struct dtype_of_t<std::int64_t> {
 template <>
 struct dtype_of_t<half> {
   static constexpr DType value = dtypes::float16;
+};
+template <>
+struct dtype_of_t<bf16> {
+  static constexpr DType value = dtypes::bfloat16;
 };
 template <>
 struct dtype_of_t<float> {

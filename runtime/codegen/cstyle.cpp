@@ -68,7 +68,7 @@ std::string CStyleLanguage::type(DType d) const {
 }
 
 std::string CStyleLanguage::compute(DType d) const {
-  if (d == dtypes::float16) return type(dtypes::float32);
+  if (d == dtypes::float16 || d == dtypes::bfloat16) return type(dtypes::float32);
   return d == dtypes::bool_ && !bool_compute.empty() ? bool_compute : type(d);
 }
 
@@ -81,6 +81,7 @@ std::string CStyleLanguage::literal(double v, DType d) const {
     return d == dtypes::int64 ? detail::cat("(", b, int64_suffix, ")") : std::string(b);
   }
   bool f32 = d != dtypes::float64;
+  if (d == dtypes::bfloat16) v = bf16(static_cast<float>(v));  // the value a bfloat16 holds
   if (std::isnan(v)) return f32 ? nan32 : nan64;
   if (std::isinf(v)) return detail::cat(v < 0 ? "(-" : "(", f32 ? inf32 : inf64, ")");
   char b[40];
@@ -121,6 +122,9 @@ std::string int_limit(const CStyleLanguage& lang, DType d, bool max) {
 std::string cast(const AluArgs& a) {
   if (a.out == dtypes::bool_) return detail::cat("(", a.v[0], "!=0)");
   std::string to = detail::cat("(", a.lang.compute(a.out), ")(", a.v[0], ")");
+  // float16 and bfloat16 compute in float but hold only their own precision after a cast.
+  if (a.out == dtypes::float16) return format(a.lang.half_round, {to});
+  if (a.out == dtypes::bfloat16) return detail::cat("mg_bf2f(mg_f2bf(", to, "))");
   if (!dtypes::is_float(a.in) || dtypes::is_float(a.out)) return to;
   const std::string& x = a.v[0];
   double lo = dtypes::min_value(a.out), hi = a.out == dtypes::uint8 ? 256 : -lo;
@@ -204,6 +208,9 @@ static inline unsigned short mg_f2h(float f) { unsigned int x, s, e, m, r, rem; 
   if (ex >= 31) return (unsigned short)(s | 0x7c00u);
   if (ex <= 0) { unsigned int sh, half; if (ex < -10) return (unsigned short)s; m |= 0x800000u; sh = (unsigned)(14 - ex); r = m >> sh; rem = m & ((1u << sh) - 1); half = 1u << (sh - 1); if (rem > half || (rem == half && (r & 1u))) ++r; return (unsigned short)(s | r); }
   r = ((unsigned)ex << 10) | (m >> 13); rem = m & 0x1fffu; if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r; return (unsigned short)(s | r); }
+static inline float mg_bf2f(unsigned short h) { unsigned int u = (unsigned int)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline unsigned short mg_f2bf(float f) { unsigned int x; __builtin_memcpy(&x, &f, 4);
+  return (unsigned short)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";
 
 const char* kPreludeCL = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
@@ -211,6 +218,9 @@ inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0) & ((a
 inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
 inline long mg_idiv(long a, long b) { return b == 0 ? 0 : b == -1 ? (long)(0UL - (ulong)a) : a / b; }
 inline long mg_ipow(long b, long e) { ulong r = 1, x = (ulong)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long)r; }
+inline float mg_rh(float f) { ushort h; vstore_half(f, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
+inline float mg_bf2f(ushort h) { return as_float((uint)h << 16); }
+inline ushort mg_f2bf(float f) { uint x = as_uint(f); return (ushort)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";
 
 }  // namespace
@@ -232,13 +242,14 @@ const CStyleLanguage& c_language() {
         "__attribute__((optimize(\"tree-loop-vectorize\", \"associative-math\", \"no-signed-zeros\", "
         "\"no-trapping-math\"))) ";
     l.prelude = kPreludeC;
-    l.types = {"_Bool",     "signed char",    "unsigned char", "int",
-               "long long", "unsigned short", "float",         "double"};
+    l.types = {"_Bool",          "signed char",    "unsigned char", "int",   "long long",
+               "unsigned short", "unsigned short", "float",         "double"};
     l.int64_suffix = "LL";
     l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";
     l.nan32 = "__builtin_nanf(\"\")", l.nan64 = "__builtin_nan(\"\")";
     l.math_prefix = "__builtin_", l.math_f32_suffix = "f";
     l.half_load = "mg_h2f({0}[{1}])", l.half_store = "{0}[{1}] = mg_f2h({2});";
+    l.half_round = "mg_h2f(mg_f2h({0}))";
     // 2^x in float as straight-line code gcc vectorizes, where exp2f is a library call.
     l.code_for_op = {{UnaryOps::EXP2, [](const AluArgs& a) {
                         if (!dtypes::is_float(a.in) || a.in == dtypes::float64) return unary_math(a, "exp2");
@@ -261,11 +272,12 @@ const CStyleLanguage& opencl_language() {
     l.local_prefix = "__local ", l.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";
     l.wide_counters = false;  // C's are 64-bit: a reduction over 2^31 elements must not wrap
     // Bools are stored as uchar but compute as bool (true + true must stay true).
-    l.types = {"uchar", "char", "uchar", "int", "long", "half", "float", "double"};
+    l.types = {"uchar", "char", "uchar", "int", "long", "half", "ushort", "float", "double"};
     l.bool_compute = "bool";
     l.int64_suffix = "L";
     l.inf32 = l.inf64 = "INFINITY", l.nan32 = l.nan64 = "NAN";
     l.half_load = "vload_half({1},{0})", l.half_store = "vstore_half({2},{1},{0});";
+    l.half_round = "mg_rh({0})";
     return l;
   }();
   return lang;
@@ -315,8 +327,9 @@ struct Renderer {
 
   std::string load(const UOp& u) const {
     std::string idx = render_c_index(u.idx), buf = "data" + std::to_string(u.buf);
-    std::string val =
-        u.dtype == dtypes::float16 ? format(lang.half_load, {buf, idx}) : detail::cat(buf, "[", idx, "]");
+    std::string val = u.dtype == dtypes::float16    ? format(lang.half_load, {buf, idx})
+                      : u.dtype == dtypes::bfloat16 ? detail::cat("mg_bf2f(", buf, "[", idx, "])")
+                                                    : detail::cat(buf, "[", idx, "]");
     if (u.valid.is_num()) return val;
     return detail::cat("(", render_c_index(u.valid), "?", val, ":", lang.literal(0, u.dtype), ")");
   }
@@ -324,6 +337,7 @@ struct Renderer {
   std::string store(const UOp& u, const std::string& v) const {
     std::string idx = render_c_index(u.idx), buf = "data" + std::to_string(u.buf);
     if (u.dtype == dtypes::float16) return format(lang.half_store, {buf, idx, v});
+    if (u.dtype == dtypes::bfloat16) return detail::cat(buf, "[", idx, "] = mg_f2bf(", v, ");");
     return detail::cat(buf, "[", idx, "] = ", v, ";");
   }
 

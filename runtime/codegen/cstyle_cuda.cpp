@@ -19,6 +19,8 @@ MG_D long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ?
 MG_D long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
 MG_D float mg_h2f(half h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 MG_D half mg_f2h(float f) { half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+MG_D float mg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+MG_D unsigned short mg_f2bf(float f) { unsigned x = __float_as_uint(f); return (unsigned short)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";
 
 }  // namespace
@@ -37,12 +39,14 @@ const CStyleLanguage& cuda_language() {
     l.local_prefix = "__shared__ ", l.barrier = "__syncthreads();";
     l.flat_global = true;
     l.wide_counters = false;
-    l.types = {"bool", "signed char", "unsigned char", "int", "long long", "half", "float", "double"};
+    l.types = {"bool", "signed char",    "unsigned char", "int",   "long long",
+               "half", "unsigned short", "float",         "double"};
     l.int64_suffix = "LL";
     l.inf32 = "__int_as_float(0x7f800000)", l.inf64 = "__longlong_as_double(0x7ff0000000000000LL)";
     l.nan32 = "__int_as_float(0x7fc00000)", l.nan64 = "__longlong_as_double(0x7ff8000000000000LL)";
     l.math_f32_suffix = "f";
     l.half_load = "mg_h2f({0}[{1}])", l.half_store = "{0}[{1}] = mg_f2h({2});";
+    l.half_round = "mg_h2f(mg_f2h({0}))";
     return l;
   }();
   return lang;

@@ -63,22 +63,38 @@ struct Renderer {
         return b.getInt64Ty();
       case dtypes::float16.priority:
         return b.getHalfTy();
+      case dtypes::bfloat16.priority:
+        return b.getInt16Ty();  // its bits: converted by integer ops, which every target has
       case dtypes::float32.priority:
         return b.getFloatTy();
       default:
         return b.getDoubleTy();
     }
   }
-  // Values compute in: bool as i1, float16 in float.
+  // Values compute in: bool as i1, float16 and bfloat16 in float.
   llvm::Type* compute(DType d) {
     if (d == dtypes::bool_) return b.getInt1Ty();
-    return d == dtypes::float16 ? b.getFloatTy() : storage(d);
+    return d == dtypes::float16 || d == dtypes::bfloat16 ? b.getFloatTy() : storage(d);
+  }
+  // bfloat16's bits and a float: its upper half, rounded to nearest even (NaN stays a quiet NaN).
+  llvm::Value* bf16_to_float(llvm::Value* h) {
+    return b.CreateBitCast(b.CreateShl(b.CreateZExt(h, b.getInt32Ty()), 16), b.getFloatTy());
+  }
+  llvm::Value* float_to_bf16(llvm::Value* f) {
+    llvm::Value* x = b.CreateBitCast(f, b.getInt32Ty());
+    llvm::Value* odd = b.CreateAnd(b.CreateLShr(x, 16), 1);
+    llvm::Value* rounded = b.CreateLShr(b.CreateAdd(b.CreateAdd(x, b.getInt32(0x7fff)), odd), 16);
+    llvm::Value* nan = b.CreateICmpUGT(b.CreateAnd(x, 0x7fffffff), b.getInt32(0x7f800000));
+    llvm::Value* quiet = b.CreateOr(b.CreateLShr(x, 16), 0x40);
+    return b.CreateTrunc(b.CreateSelect(nan, quiet, rounded), b.getInt16Ty());
   }
   static bool is_signed(DType d) { return d.kind == 'i'; }
 
   llvm::Constant* constant(double v, DType d) {
     if (dtypes::is_float(d))
-      return llvm::ConstantFP::get(compute(d), d == dtypes::float16 ? double(float(half(float(v)))) : v);
+      return llvm::ConstantFP::get(compute(d), d == dtypes::float16    ? double(float(half(float(v))))
+                                               : d == dtypes::bfloat16 ? double(float(bf16(float(v))))
+                                                                       : v);
     if (d == dtypes::bool_) return b.getInt1(v != 0 && v > -9.2233720368547758e18);  // MAX's identity: false
     unsigned w = compute(d)->getIntegerBitWidth();
     bool u = dtypes::is_unsigned(d);
@@ -103,6 +119,7 @@ struct Renderer {
                                                                             : b.CreateSIToFP(v, t);
       // float16 computes in float but holds only half's precision after a cast.
       if (to == dtypes::float16) x = b.CreateFPExt(b.CreateFPTrunc(x, b.getHalfTy()), t);
+      if (to == dtypes::bfloat16) x = bf16_to_float(float_to_bf16(x));
       return x;
     }
     if (to == dtypes::bool_)  // non-zero is true: 0.5 and NaN too (C, numpy)
@@ -247,6 +264,7 @@ struct Renderer {
   llvm::Value* load_unguarded(const UOp& u) {
     llvm::Value* x = b.CreateAlignedLoad(storage(u.dtype), address(u), llvm::Align(u.dtype.itemsize));
     if (u.dtype == dtypes::bool_) return b.CreateICmpNE(x, b.getInt8(0));
+    if (u.dtype == dtypes::bfloat16) return bf16_to_float(x);
     return u.dtype == dtypes::float16 ? b.CreateFPExt(x, b.getFloatTy()) : x;
   }
   // Runs `body` only where u.valid holds; returns the block it ended in (for a phi).
@@ -277,6 +295,7 @@ struct Renderer {
   void store(const UOp& u, llvm::Value* v) {
     if (u.dtype == dtypes::bool_) v = b.CreateZExt(v, b.getInt8Ty());
     if (u.dtype == dtypes::float16) v = b.CreateFPTrunc(v, b.getHalfTy());
+    if (u.dtype == dtypes::bfloat16) v = float_to_bf16(v);
     auto emit = [&] { b.CreateAlignedStore(v, address(u), llvm::Align(u.dtype.itemsize)); };
     if (!u.valid.is_num())
       guarded(u, llvm::BasicBlock::Create(ctx, "join"), emit);

@@ -1,13 +1,20 @@
 // StateDict, loading a model's state, and safetensors files with a small JSON reader and writer.
 #include "metagrad/nn/state.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string_view>
@@ -250,8 +257,9 @@ struct SafeDType {
   DType dtype;
 };
 constexpr SafeDType kSafeDTypes[] = {
-    {"BOOL", dtypes::bool_}, {"I8", dtypes::int8},     {"U8", dtypes::uint8},    {"I32", dtypes::int32},
-    {"I64", dtypes::int64},  {"F16", dtypes::float16}, {"F32", dtypes::float32}, {"F64", dtypes::float64}};
+    {"BOOL", dtypes::bool_},    {"I8", dtypes::int8},     {"U8", dtypes::uint8},
+    {"I32", dtypes::int32},     {"I64", dtypes::int64},   {"F16", dtypes::float16},
+    {"BF16", dtypes::bfloat16}, {"F32", dtypes::float32}, {"F64", dtypes::float64}};
 
 // Reverses each item's bytes: the file is little-endian whatever the host is.
 void to_little_endian(std::string& bytes, std::size_t itemsize) {
@@ -282,6 +290,8 @@ std::string tensor_bytes(const Tensor& t) {
     b = raw_bytes<std::int64_t>(t);
   else if (d == dtypes::float16)
     b = raw_bytes<half>(t);
+  else if (d == dtypes::bfloat16)
+    b = raw_bytes<bf16>(t);
   else if (d == dtypes::float32)
     b = raw_bytes<float>(t);
   else
@@ -290,31 +300,59 @@ std::string tensor_bytes(const Tensor& t) {
   return b;
 }
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw std::runtime_error(cat("safe_load: '", path, "' is a directory, not a .safetensors file"));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(cat("safe_load: cannot open '", path, "'"));
-  std::string data;
-  try {  // libstdc++'s filebuf throws on a read error (its message names no file)
-    data.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  } catch (const std::exception& e) {
-    throw std::runtime_error(cat("safe_load: error reading '", path, "': ", e.what()));
+// A file mapped read-only (mmap): its pages are read from the file as they are touched, so a header
+// or one tensor of a large file costs only its own pages, and loading holds no second copy of it.
+class Mapping {
+ public:
+  explicit Mapping(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw std::runtime_error(cat("safe_load: '", path, "' is a directory, not a .safetensors file"));
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(cat("safe_load: cannot open '", path, "': ", std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw std::runtime_error(cat("safe_load: error reading '", path, "': not a regular file"));
+    }
+    n_ = static_cast<std::size_t>(st.st_size);
+    void* p = n_ ? ::mmap(nullptr, n_, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    int err = errno;
+    ::close(fd);  // the mapping keeps the file
+    if (p == MAP_FAILED)
+      throw std::runtime_error(cat("safe_load: error mapping '", path, "': ", std::strerror(err)));
+    p_ = static_cast<const char*>(p);
   }
-  if (f.bad()) throw std::runtime_error(cat("safe_load: error reading '", path, "'"));
-  return data;
-}
+  ~Mapping() {
+    if (p_) ::munmap(const_cast<char*>(p_), n_);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  std::string_view bytes() const { return {p_, n_}; }
+  // Gives back the pages wholly inside [begin, end): copied out already, read again if touched.
+  void release(std::size_t begin, std::size_t end) const {
+    auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::size_t from = (begin + page - 1) / page * page, to = end / page * page;
+    if (p_ && to > from) ::madvise(const_cast<char*>(p_) + from, to - from, MADV_DONTNEED);
+  }
 
-// The parsed header and the file's bytes.
+ private:
+  const char* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// The parsed header and the file's bytes (mapped).
 struct SafeFile {
-  std::string what, data;
+  std::string what;
+  std::unique_ptr<Mapping> map;
+  std::string_view data;
   std::size_t data_start = 0;
   Json header;
 };
 
 SafeFile open_safetensors(const std::string& path) {
-  SafeFile f{cat("safe_load '", path, "'"), read_file(path), 0, {}};
+  SafeFile f{cat("safe_load '", path, "'"), std::make_unique<Mapping>(path), {}, 0, {}};
+  f.data = f.map->bytes();
   if (f.data.size() < 8)
     throw std::runtime_error(cat(f.what, ": the file has ", std::to_string(f.data.size()),
                                  " bytes, too short for the 8-byte header length"));
@@ -324,7 +362,7 @@ SafeFile open_safetensors(const std::string& path) {
     throw std::runtime_error(cat(f.what, ": the header length ", std::to_string(n), " exceeds the ",
                                  std::to_string(f.data.size() - 8), " bytes after it (truncated file?)"));
   f.data_start = 8 + static_cast<std::size_t>(n);
-  f.header = JsonReader(std::string_view(f.data).substr(8, static_cast<std::size_t>(n)), f.what).document();
+  f.header = JsonReader(f.data.substr(8, static_cast<std::size_t>(n)), f.what).document();
   if (f.header.kind != Json::Object)
     throw std::runtime_error(cat(f.what, ": the header is not a JSON object"));
   return f;
@@ -373,7 +411,7 @@ SafeEntry parse_entry(const SafeFile& f, const std::string& name, const Json& in
     if (dt->text == s.name) e.sd = &s;
   if (!e.sd)
     throw std::runtime_error(
-        cat(what, ": unknown dtype \"", dt->text, "\" (known: BOOL, I8, U8, I32, I64, F16, F32, F64)"));
+        cat(what, ": unknown dtype \"", dt->text, "\" (known: BOOL, I8, U8, I32, I64, F16, BF16, F32, F64)"));
   if (shape->kind != Json::Array || shape->items.size() > kMaxDims)
     throw std::runtime_error(
         cat(what, ": \"shape\" must be an array of at most ", std::to_string(kMaxDims), " sizes"));
@@ -436,16 +474,23 @@ void check_layout(const SafeFile& f, std::vector<const SafeEntry*> entries) {
 
 Tensor load_tensor(const SafeFile& f, const SafeEntry& e) {
   std::size_t itemsize = static_cast<std::size_t>(e.sd->dtype.itemsize),
-              nbytes = static_cast<std::size_t>(e.end - e.begin);
-  std::string bytes = f.data.substr(f.data_start + static_cast<std::size_t>(e.begin), nbytes);
+              nbytes = static_cast<std::size_t>(e.end - e.begin),
+              at = f.data_start + static_cast<std::size_t>(e.begin);
+  std::string_view bytes = f.data.substr(at, nbytes);
   if (e.sd->dtype == dtypes::bool_)
     for (std::size_t i = 0; i < bytes.size(); ++i)
       if (bytes[i] != 0 && bytes[i] != 1)
         throw std::runtime_error(cat(e.what, ": BOOL element ", std::to_string(i), " is the byte ",
                                      std::to_string(static_cast<unsigned char>(bytes[i])), ", not 0 or 1"));
-  to_little_endian(bytes, itemsize);
   auto raw = std::make_shared<RawMallocBuffer>(nbytes / itemsize, e.sd->dtype);
-  raw->copyin(bytes.data());
+  if constexpr (std::endian::native == std::endian::little) {
+    raw->copyin(bytes.data());  // straight from the mapped file
+  } else {
+    std::string swapped(bytes);
+    to_little_endian(swapped, itemsize);
+    raw->copyin(swapped.data());
+  }
+  f.map->release(at, at + nbytes);
   return Tensor(LazyBuffer::from_raw(raw, e.dims, "CPU")).to(Device::DEFAULT);
 }
 

@@ -168,7 +168,10 @@ Tensor bound_for(const Tensor& x, double v) {
 }
 // The largest magnitude below which a float dtype has fractions: beyond it every value is whole.
 double whole_from(DType dt) {
-  return dt == dtypes::float16 ? 0x1p10 : dt == dtypes::float32 ? 0x1p23 : 0x1p52;
+  return dt == dtypes::float16    ? 0x1p10
+         : dt == dtypes::bfloat16 ? 0x1p7
+         : dt == dtypes::float32  ? 0x1p23
+                                  : 0x1p52;
 }
 // floor (up = false) or ceil (up = true) of a float tensor, from a truncating cast to int64 and one
 // comparison. The cast sees x clipped to +-whole_from (so it never saturates), and x - clip(x) adds

@@ -153,13 +153,14 @@ Tensor Tensor::min(const Axes& axis, bool keepdim) const {
   return -((-*this).max(axis, keepdim));
 }
 
-// Integers average in float32, float16 accumulates in float32. An empty reduction is 0/0 = NaN, as
-// in PyTorch.
+// Integers average in float32, float16 and bfloat16 accumulate in float32. An empty reduction is 0/0 = NaN,
+// as in PyTorch.
 Tensor Tensor::mean(const Axes& axis, bool keepdim) const {
   Plan p = plan(shape(), axis, "mean");
-  DType acc = dtypes::is_float(dtype()) && dtype() != dtypes::float16 ? dtype() : dtypes::float32;
+  bool narrow = dtype().itemsize == 2 && dtypes::is_float(dtype());
+  DType acc = dtypes::is_float(dtype()) && !narrow ? dtype() : dtypes::float32;
   Tensor ret = cast(acc).sum(axis, keepdim) / p.n;
-  return dtype() == dtypes::float16 ? ret.cast(dtypes::float16) : ret;
+  return narrow ? ret.cast(dtype()) : ret;
 }
 
 // sqrt(sum((x - mean)^2) / (n - correction)); n <= correction divides by 0 (inf or NaN), as PyTorch.

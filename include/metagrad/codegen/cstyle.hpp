@@ -47,19 +47,21 @@ struct CStyleLanguage {
   // product (whole blocks): threads past it return.
   bool flat_global = false;
   // ---- types and literals ----
-  std::array<std::string, 8> types;  // a buffer's element type, per dtype in dtypes::all's order
+  std::array<std::string, 9> types;  // a buffer's element type, per dtype in dtypes::all's order
   std::string bool_compute;          // the type bools compute in, where it is not their storage type
   std::string int64_suffix;          // of an int64 literal ("LL")
   std::string inf32, inf64, nan32, nan64;
   // A float math function: math_prefix + name + (math_f32_suffix for float32 and float16).
   std::string math_prefix, math_f32_suffix;
-  // float16 storage: a load ({0} the buffer, {1} the index) and a store ({2} the value).
-  std::string half_load, half_store;
+  // float16 storage: a load ({0} the buffer, {1} the index) and a store ({2} the value); a float
+  // rounded to float16's precision ({0}), what a cast to float16 computes. bfloat16 converts with
+  // the prelude's mg_bf2f and mg_f2bf in every dialect.
+  std::string half_load, half_store, half_round;
   // ---- ops ----
   OpTable code_for_op;  // rows that replace the common table's (cstyle.cpp)
 
   std::string type(DType d) const;     // storage type of d
-  std::string compute(DType d) const;  // the type values of d compute in (half in float)
+  std::string compute(DType d) const;  // the type values of d compute in (half, bfloat16 in float)
   std::string literal(double v, DType d) const;
   std::string math(const char* fn, DType d) const;  // math("exp2", float32): "__builtin_exp2f" in C
   // The row for op: the dialect's own, else the common table's; throws naming the op if neither.

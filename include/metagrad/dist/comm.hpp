@@ -65,7 +65,7 @@ class Request {
 };
 
 // Sums `count` elements of `dtype` at `data` over the ranks, in place, without checking that the
-// ranks agree (callers check first). Blocking and non-blocking. float16 and bool are not summable.
+// ranks agree (callers check first). Blocking and non-blocking. float16, bfloat16 and bool are not summable.
 void allreduce_sum(void* data, std::size_t count, DType dtype, const char* op);
 // As above, into `out` from `in` (distinct buffers), saving a copy.
 void allreduce_sum(const void* in, void* out, std::size_t count, DType dtype, const char* op);

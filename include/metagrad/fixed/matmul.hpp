@@ -12,10 +12,10 @@ template <Operand A, Operand B>
 auto matmul(const A& a, const B& b) {
   using EA = expr_t<A>;
   using EB = expr_t<B>;
-  constexpr bool ok = detail::matmul_fits<EA, EB>();
+  constexpr bool ok = detail::matmul_fits<EA, EB>(), quiet = detail::any_failed<EA, EB>;  // said already
   METAGRAD_FIXED_SHAPE_CHECK(
-      ok, "fixed: matmul: the inner dimensions differ ((..., m, k) @ (k, n), batch axes equal)", err::matmul,
-      typename EA::shape, typename EB::shape);
+      ok || quiet, "fixed: matmul: the inner dimensions differ ((..., m, k) @ (k, n), batch axes equal)",
+      err::matmul, typename EA::shape, typename EB::shape);
   static_assert(std::is_same_v<typename EA::value_type, typename EB::value_type>,
                 "fixed: matmul: both operands need the same element type");
   if constexpr (ok) {
@@ -27,7 +27,7 @@ auto matmul(const A& a, const B& b) {
       d.back() = EB::shape::rank ? EB::shape::dims[EB::shape::rank - 1] : 1;
       return d;
     }();
-    return detail::constant<typename EA::value_type, ShapeOf<out>>({});
+    return detail::failed_result<typename EA::value_type, ShapeOf<out>>();
   }
 }
 

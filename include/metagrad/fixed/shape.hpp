@@ -111,7 +111,8 @@ inline constexpr bool shape_ok = Ok;
 
 // A shape check in an op's body: a compile error whose first line names the op, its shapes and
 // msg ("fixed: OP: what is wrong"). The op then goes on and returns an expression of a plausible
-// shape, so that the one error is all the user sees.
+// shape marked failed (detail::FailedShape), which later elementwise ops, matmuls and assignments
+// let pass without a check, so that the one error is all the user sees.
 #if defined(__clang__)
 #define METAGRAD_FIXED_SHAPE_CHECK(ok, msg, Op, ...) \
   static_assert(::metagrad::fixed::shape_ok<(ok), Op, __VA_ARGS__>, msg)

@@ -63,7 +63,8 @@ class Tensor : public ExprBase<Tensor<T, D...>> {
   requires(!std::is_same_v<E, Tensor>) Tensor& operator=(const E& e) {
     using X = expr_t<E>;
     constexpr bool same = X::shape::dims == shape::dims;
-    METAGRAD_FIXED_SHAPE_CHECK(same, "fixed: assignment: the tensor and the expression differ in shape",
+    METAGRAD_FIXED_SHAPE_CHECK(same || detail::any_failed<X>,
+                               "fixed: assignment: the tensor and the expression differ in shape",
                                err::assign, shape, typename X::shape);
     static_assert(std::is_same_v<typename X::value_type, T>,
                   "fixed: assignment: the expression's element type differs from the tensor's: cast<T>() it");

@@ -55,7 +55,8 @@ class TensorMap : public ExprBase<TensorMap<T, D...>> {
   TensorMap& assign(const E& e) {
     using X = expr_t<E>;
     constexpr bool same = X::shape::dims == shape::dims;
-    METAGRAD_FIXED_SHAPE_CHECK(same, "fixed: assignment: the tensor and the expression differ in shape",
+    METAGRAD_FIXED_SHAPE_CHECK(same || detail::any_failed<X>,
+                               "fixed: assignment: the tensor and the expression differ in shape",
                                err::assign, shape, typename X::shape);
     static_assert(std::is_same_v<typename X::value_type, value_type>,
                   "fixed: assignment: the expression's element type differs from the map's: cast<T>() it");

@@ -24,6 +24,11 @@ template <class T, class S>
 auto constant(T v) {
   return Expr<op::Const<T, S>>(op::Const<T, S>{v});
 }
+// What an op returns after its shape check failed: a constant of shape S marked failed (expr.hpp).
+template <class T, class S>
+auto failed_result() {
+  return constant<T, FailedShape<S>>(T{});
+}
 
 // e (an Expr) broadcast to shape S: leading size-1 axes by RESHAPE, then EXPAND, as the dynamic path.
 template <class S, class E>
@@ -87,7 +92,9 @@ auto elementwise(const A&... a) {
     }
     return r;
   }();
-  METAGRAD_FIXED_SHAPE_CHECK(bc.ok, "fixed: elementwise op: the shapes do not broadcast (numpy rules)",
+  constexpr bool quiet = any_failed<decltype(operand<Like>(std::declval<A>()))...>;  // an error was said
+  METAGRAD_FIXED_SHAPE_CHECK(bc.ok || quiet,
+                             "fixed: elementwise op: the shapes do not broadcast (numpy rules)",
                              err::elementwise, typename decltype(operand<Like>(std::declval<A>()))::shape...);
   constexpr bool same_type = [] {
     using V = boost::mp11::mp_list<typename decltype(operand<Like>(std::declval<A>()))::value_type...>;
@@ -102,7 +109,7 @@ auto elementwise(const A&... a) {
     return Expr<op::Map<F>, decltype(fit<S, Like>(a))...>(op::Map<F>{}, fit<S, Like>(a)...);
   } else {  // after the error: a plausible result, so that no second error follows
     using T = typename Like::value_type;
-    return constant<std::conditional_t<FnTraits<F>::comparison, bool, T>, S0>({});
+    return failed_result<std::conditional_t<FnTraits<F>::comparison, bool, T>, S0>();
   }
 }
 

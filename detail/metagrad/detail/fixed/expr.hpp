@@ -34,7 +34,25 @@ template <MovementOps M, auto Arg>
 struct Move;
 }  // namespace op
 
+template <class Op, class... C>
+struct Expr;
+
 namespace detail {
+// The shape of what an op returns after its shape check failed (its one error printed): a constant
+// of a plausible shape S, marked. An expression reading it is `failed`: every later check (an
+// elementwise op, a matmul, an assignment) lets it pass silently, so no follow-on error buries the
+// first.
+template <class S>
+struct FailedShape : S {};
+template <class E>
+struct failed : std::false_type {};
+template <class T, class S>
+struct failed<Expr<op::Const<T, FailedShape<S>>>> : std::true_type {};
+template <class Op, class... C>
+struct failed<Expr<Op, C...>> : std::bool_constant<(failed<C>::value || ...)> {};
+template <class... E>
+inline constexpr bool any_failed = (failed<std::remove_cvref_t<E>>::value || ...);
+
 // A node's children as plain members, one specialisation per arity (nodes have at most three):
 // an aggregate costs the compiler one class each, where std::tuple costs dozens of traits.
 template <class... C>
@@ -89,6 +107,8 @@ struct node<op::Leaf<T, S>> {
 };
 template <class T, class S>
 struct node<op::Const<T, S>> : node<op::Leaf<T, S>> {};
+template <class T, class S>  // (the mark is the tag's alone: the node's shape is S itself)
+struct node<op::Const<T, FailedShape<S>>> : node<op::Leaf<T, S>> {};
 template <class T, class S>
 struct node<op::Cut<T, S>> : node<op::Leaf<T, S>> {};
 template <Fn F, class C0, class... C>
