@@ -294,8 +294,11 @@ class Tensor {
   Tensor sinh() const;
   Tensor cosh() const;
   Tensor asinh() const;
-  Tensor acosh() const;                    // NaN below 1
-  Tensor atanh() const;                    // NaN outside [-1, 1], +-inf at +-1
+  Tensor acosh() const;  // NaN below 1
+  Tensor atanh() const;  // NaN outside [-1, 1], +-inf at +-1
+  Tensor asin() const;   // NaN outside [-1, 1]
+  Tensor acos() const;   // NaN outside [-1, 1]
+  Tensor atan() const;
   Tensor trunc() const;                    // toward 0
   Tensor round() const;                    // to the nearest integer, halves to even (PyTorch's, numpy's)
   Tensor copysign(const Tensor& y) const;  // |this| with y's sign bit (-0 counts as negative)
