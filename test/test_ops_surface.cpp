@@ -12,6 +12,7 @@
 
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
+#include "kernel_sources.hpp"
 #include "reference.hpp"
 
 using namespace metagrad;
@@ -424,6 +425,21 @@ TEST_CASE("einsum: any subscripts against the definition, implicit output, diago
   CHECK_THROWS_WITH(Tensor::einsum("ij->iz", {x}), Contains("'z' is in no input"));
   CHECK_THROWS_WITH(Tensor::einsum("ii->i", {x}), Contains("sizes 2 and 3"));
   CHECK_THROWS_WITH(Tensor::einsum("i1->i", {x}), Contains("'1' is not a letter"));
+}
+
+TEST_CASE("einsum: a contraction is one GEMM on the host devices", "[gemm]") {
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    if (!available(dev)) continue;
+    Tensor a = Tensor::rand({4, 64, 48}).to(dev), b = Tensor::rand({4, 40, 48}).to(dev);
+    for (const char* eq : {"bij,bkj->bik", "bij,bkj->bki", "bij,bkj->ik"}) {
+      INFO(dev << " " << eq);
+      Tensor got = Tensor::einsum(eq, {a, b});
+      std::vector<std::string> src = kernel_sources(got);
+      bool gemm = false;
+      for (const auto& s : src) gemm |= s.rfind("// gemm_", 0) == 0;
+      CHECK(gemm);
+    }
+  }
 }
 
 // ---- padding modes and interpolation ---------------------------------------------------------------
