@@ -628,3 +628,21 @@ TEST_CASE("bitwise and, or, xor, not, shifts on integer dtypes; errors on float"
   CHECK_THROWS_WITH(ia << 32, Contains("lshift") && Contains("shift by 32"));
   CHECK_THROWS_WITH(ia >> -1, Contains("rshift") && Contains("shift by -1"));
 }
+
+TEST_CASE("host-computed ops refuse a TinyJit capture, naming themselves", "[jit]") {
+  Tensor x = Tensor::rand({2, 3}), i = Tensor(std::vector<std::int32_t>{1, 2, 0, 1}, {2, 2});
+  struct Capture {
+    CaptureLog log;
+    Capture() { CaptureLog::active = &log; }
+    ~Capture() { CaptureLog::active = nullptr; }
+  } capture;
+  CHECK_THROWS_WITH(x.sort(), Contains("sort") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.argsort(), Contains("sort") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.cummax(1), Contains("cummax") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.scatter_add(1, Tensor::zeros({2, 2}, {.dtype = dtypes::int64}), x),
+                    Contains("scatter_add") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.masked_select(x > 0.5), Contains("masked_select") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.nonzero(), Contains("nonzero") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(i & i, Contains("bitwise_and") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(i % i, Contains("remainder") && Contains("TinyJit"));
+}

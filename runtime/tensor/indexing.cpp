@@ -563,6 +563,7 @@ std::pair<Tensor, Tensor> Tensor::topk(std::int64_t k, std::int64_t dim, bool la
 
 // All of dim, in order: topk's order is total (ties by index), so the sort is stable.
 std::pair<Tensor, Tensor> Tensor::sort(std::int64_t dim, bool descending) const {
+  host_only(*this, "sort");
   std::int64_t d = resolve_axis(dim);
   return topk(ndim() == 0 ? 1 : shape()[static_cast<std::size_t>(d)], d, descending);
 }
