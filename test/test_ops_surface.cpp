@@ -563,6 +563,20 @@ TEST_CASE("div with rounding modes, fmod, remainder: floats against std::, integ
                   {random_tensor({2, 3}, 13, 1, 5), random_tensor({2, 3}, 14, 0.7, 1.3)});
   check_gradients([](const std::vector<Tensor>& v) { return v[0].remainder(v[1]); },
                   {random_tensor({2, 3}, 15, -5, 5), random_tensor({2, 3}, 16, 0.7, 1.3)});
+  // float32 exactly as C's fmod (and Python's % from it), quotients up to 1e8 included; an infinite y.
+  std::vector<float> fx, fy;
+  for (double v : random_values(300, 17, -1, 1)) fx.push_back(float(v * std::pow(10, 1 + std::abs(v) * 7)));
+  for (double v : random_values(300, 18, -1, 1)) fy.push_back(float(v * 3));
+  fx.insert(fx.end(), {1, -1, 5, 2.5f, -0.3f}),
+      fy.insert(fy.end(), {float(kInf), float(kInf), float(-kInf), 0.1f, 0.1f});
+  std::vector<float> gm = Tensor(fx, {305}).fmod(Tensor(fy, {305})).to_vector<float>(),
+                     gr = (Tensor(fx, {305}) % Tensor(fy, {305})).to_vector<float>();
+  for (std::size_t i = 0; i < fx.size(); ++i) {
+    float m = std::fmod(fx[i], fy[i]), r = m != 0 && (m < 0) != (fy[i] < 0) ? m + fy[i] : m;
+    INFO(fx[i] << " fmod " << fy[i] << " = " << gm[i] << ", want " << m << "; % " << gr[i] << ", want " << r);
+    CHECK(gm[i] == m);
+    CHECK(gr[i] == r);
+  }
   // Integers: int32 stays int32, C's truncation for trunc and fmod, Python's floor for floor and %.
   std::vector<std::int32_t> a = {7, -7, 7, -7, 0, 9, -9, 2147483647, -2147483647 - 1, -2147483647 - 1, 5},
                             b = {2, 2, -2, -2, 5, 3, -3, 10, 7, -1, 1};

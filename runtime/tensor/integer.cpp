@@ -87,13 +87,36 @@ Tensor Tensor::div(const Tensor& y, std::string_view rounding_mode) const {
   return trunc ? q.trunc() : q.floor();
 }
 Tensor Tensor::floor_divide(const Tensor& y) const { return div(y, "floor"); }
+namespace {
+// r non-zero and of the other sign than s (by comparisons: a product of tiny values would underflow).
+Tensor opposite(const Tensor& r, const Tensor& s) {
+  Tensor zero = r.scalar_like(0);
+  return (r.lt(zero).ne(s.lt(zero)).cast(dtypes::int32) * r.ne(zero).cast(dtypes::int32)).cast(dtypes::bool_);
+}
+// x - trunc(x / y) y for floats, exact for float32 and float16 while |x / y| < 2^29: in float64 the
+// product and the difference are then exact, and where x / y rounded up across an integer (the
+// remainder's sign then differs from x's) one |y| goes back. float64 has no wider type: its remainder
+// is within an ulp of x. An infinite y leaves a finite x, as C's fmod.
+Tensor float_fmod(const Tensor& x_, const Tensor& y_) {
+  auto [x0, y0] = x_.broadcasted(y_);
+  bool wide = x0.dtype() != dtypes::float64;
+  Tensor x = x0.cast(dtypes::float64), y = y0.cast(dtypes::float64);
+  Tensor r = x - (x / y).trunc() * y;
+  if (wide) r = opposite(r, x).where(r + y.abs() * x.sign(), r);
+  r = (y.isinf() * x.isfinite()).cast(dtypes::bool_).where(x, r);
+  return r.cast(x0.dtype());
+}
+}  // namespace
+
 Tensor Tensor::fmod(const Tensor& y) const {
   if (integral(*this, y)) return divide("fmod", *this, y, trunc_mod);
-  return *this - div(y, "trunc") * y;
+  return float_fmod(*this, y);
 }
+// fmod moved to y's sign where it differs, as Python's (and PyTorch's) %: -1 % inf is inf.
 Tensor Tensor::remainder(const Tensor& y) const {
   if (integral(*this, y)) return divide("remainder", *this, y, floor_mod);
-  return *this - div(y, "floor") * y;
+  Tensor r = float_fmod(*this, y), b = y.cast(r.dtype());
+  return opposite(r, b).where(r + b, r);
 }
 
 Tensor Tensor::bitwise_and(const Tensor& y) const {
