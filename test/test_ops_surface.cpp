@@ -571,6 +571,26 @@ TEST_CASE("div with rounding modes, fmod, remainder: floats against std::, integ
       fy.insert(fy.end(), {float(kInf), float(kInf), float(-kInf), 0.1f, 0.1f});
   std::vector<float> gm = Tensor(fx, {305}).fmod(Tensor(fy, {305})).to_vector<float>(),
                      gr = (Tensor(fx, {305}) % Tensor(fy, {305})).to_vector<float>();
+  // Floor division agrees with % (PyTorch's, Python's): the floor of the exact quotient (long double
+  // holds a float32 quotient's distance to the next integer), 1.0f // 0.1f = 9 where floor(1.0f / 0.1f) = 10.
+  std::vector<float> gq = Tensor(fx, {305}).floor_divide(Tensor(fy, {305})).to_vector<float>();
+  for (std::size_t i = 0; i < fx.size(); ++i) {
+    INFO(fx[i] << " // " << fy[i]);
+    if (std::isinf(fy[i]))  // Python's: x // inf is 0 or -1, as % makes x or inf (-1 // inf is -1)
+      CHECK(gq[i] == ((fx[i] < 0) != (fy[i] < 0) ? -1 : 0));
+    else
+      CHECK(gq[i] == float(std::floor(static_cast<long double>(fx[i]) / fy[i])));
+  }
+  CHECK(
+      Tensor(std::vector<float>{1}, {1}).floor_divide(Tensor(std::vector<float>{0.1f}, {1})).item<float>() ==
+      9);
+  Tensor gx(std::vector<double>{7, -3}, {2}, {.requires_grad = true}),
+      gy(std::vector<double>{2, 0}, {2}, {.requires_grad = true});
+  (gx.div(gy, "floor") * Tensor(std::vector<double>{1, 0}, {2})).sum().backward();
+  CHECK(gx.grad->to_vector<double>() == std::vector<double>{0, 0});  // 0, as PyTorch's, also beside -3 // 0
+  CHECK(gy.grad->to_vector<double>() == std::vector<double>{0, 0});
+  CHECK(Tensor(std::vector<float>{1, -1, 0}, {3}).div(Tensor::zeros({3}), "floor").to_vector<float>()[0] ==
+        INFINITY);
   for (std::size_t i = 0; i < fx.size(); ++i) {
     float m = std::fmod(fx[i], fy[i]), r = m != 0 && (m < 0) != (fy[i] < 0) ? m + fy[i] : m;
     INFO(fx[i] << " fmod " << fy[i] << " = " << gm[i] << ", want " << m << "; % " << gr[i] << ", want " << r);

@@ -77,16 +77,6 @@ bool integral(const Tensor& x, const Tensor& y) {
 
 }  // namespace
 
-Tensor Tensor::div(const Tensor& y, std::string_view rounding_mode) const {
-  bool trunc = rounding_mode == "trunc";
-  if (!trunc && rounding_mode != "floor")
-    throw std::invalid_argument(detail::cat("div: rounding_mode must be \"trunc\" or \"floor\", got \"",
-                                            std::string(rounding_mode), "\" (", operands(*this, y), ")"));
-  if (integral(*this, y)) return divide("div", *this, y, trunc ? trunc_div : floor_div);
-  Tensor q = div(y);
-  return trunc ? q.trunc() : q.floor();
-}
-Tensor Tensor::floor_divide(const Tensor& y) const { return div(y, "floor"); }
 namespace {
 // r non-zero and of the other sign than s (by comparisons: a product of tiny values would underflow).
 Tensor opposite(const Tensor& r, const Tensor& s) {
@@ -106,7 +96,31 @@ Tensor float_fmod(const Tensor& x_, const Tensor& y_) {
   r = (y.isinf() * x.isfinite()).cast(dtypes::bool_).where(x, r);
   return r.cast(x0.dtype());
 }
+// PyTorch's floor division of floats: (x - fmod(x, y)) / y, one less where fmod's sign is not y's,
+// rounded to the nearest integer, so that it agrees with %: 1.0f // 0.1f is 9 (floor(x / y) gives 10,
+// x / y rounding up to 10). x / 0 is inf or NaN. The gradient is 0, as PyTorch's: computed on detached
+// values, then tied to x and y by terms that are 0 (a select, so no inf * 0).
+Tensor floor_quotient(const Tensor& x_, const Tensor& y_) {
+  auto [a, b] = x_.detach().broadcasted(y_.detach());
+  Tensor m = float_fmod(a, b).cast(dtypes::float64), x = a.cast(dtypes::float64), y = b.cast(dtypes::float64);
+  Tensor q = (x - m) / y;
+  q = opposite(m, y).where(q - 1, q).round();
+  q = y.eq(y.scalar_like(0)).where(x / y, q).cast(a.dtype());
+  auto zero = [](const Tensor& t) { return t.isfinite().where(t * 0, 0.0); };
+  return q + zero(x_) + zero(y_);
+}
 }  // namespace
+
+Tensor Tensor::div(const Tensor& y, std::string_view rounding_mode) const {
+  bool trunc = rounding_mode == "trunc";
+  if (!trunc && rounding_mode != "floor")
+    throw std::invalid_argument(detail::cat("div: rounding_mode must be \"trunc\" or \"floor\", got \"",
+                                            std::string(rounding_mode), "\" (", operands(*this, y), ")"));
+  if (integral(*this, y)) return divide("div", *this, y, trunc ? trunc_div : floor_div);
+  if (trunc) return div(y).trunc();
+  return floor_quotient(*this, y);
+}
+Tensor Tensor::floor_divide(const Tensor& y) const { return div(y, "floor"); }
 
 Tensor Tensor::fmod(const Tensor& y) const {
   if (integral(*this, y)) return divide("fmod", *this, y, trunc_mod);
