@@ -46,6 +46,7 @@ struct L {
   L sin() const { return p->e(UnaryOps::SIN); }
   L exp() const;  // the functions of functions.hpp that rules use, by their forward
   L log() const;
+  L sqrt() const { return p->e(BinaryOps::POW, p->const_like(0.5)); }  // as Tensor::sqrt
 };
 L bin(BinaryOps op, const L& x, const L& y) { return x.p->e(op, y.p); }
 #define METAGRAD_L_OPERATOR(sym, OP)                                                              \
@@ -131,6 +132,9 @@ template struct Map<Fn::RELU>;
 template struct Map<Fn::SIGMOID>;
 template struct Map<Fn::ERF>;
 template struct Map<Fn::GELU>;
+template struct Map<Fn::ATAN>;
+template struct Map<Fn::ASIN>;
+template struct Map<Fn::ACOS>;
 template struct Map<Fn::ADD>;
 template struct Map<Fn::SUB>;
 template struct Map<Fn::MUL>;

@@ -201,6 +201,9 @@ std::vector<Unary> unary_ops() {
       {"asinh", [](const Tensor& x) { return x.asinh(); }, [](double x) { return std::asinh(x); }, -3, 3},
       {"acosh", [](const Tensor& x) { return x.acosh(); }, [](double x) { return std::acosh(x); }, 1.1, 5},
       {"atanh", [](const Tensor& x) { return x.atanh(); }, [](double x) { return std::atanh(x); }, -0.9, 0.9},
+      {"asin", [](const Tensor& x) { return x.asin(); }, [](double x) { return std::asin(x); }, -0.95, 0.95},
+      {"acos", [](const Tensor& x) { return x.acos(); }, [](double x) { return std::acos(x); }, -0.95, 0.95},
+      {"atan", [](const Tensor& x) { return x.atan(); }, [](double x) { return std::atan(x); }, -5, 5},
       {"trunc", [](const Tensor& x) { return x.trunc(); }, [](double x) { return std::trunc(x); }, -5, 5},
       {"round", [](const Tensor& x) { return x.round(); }, [](double x) { return std::nearbyint(x); }, -5, 5},
   };

@@ -52,6 +52,9 @@ enum class Fn : std::uint8_t {
   SIGMOID,
   ERF,
   GELU,
+  ATAN,
+  ASIN,
+  ACOS,
   ADD,
   SUB,
   MUL,
@@ -338,6 +341,96 @@ struct FnTraits<Fn::GELU> : Transcendental {
     })};
   }
   static auto lower(const auto& x) { return x.gelu(); }
+};
+
+// atan in the primitives (Cephes' atan: within 2 ulps in float64, and so in float32): |x| reduced
+// to [0, 0.66] by atan(t) = pi/2 - atan(1/t) above tan(3pi/8) and pi/4 + atan((t - 1) / (t + 1))
+// from 0.66, then a rational function r + r z P(z) / Q(z), z = r^2. NaN stays NaN (no branch holds),
+// +-inf gives +-pi/2 (-1/inf is 0).
+inline constexpr double kAtanP[] = {-8.750608600031904122785e-1, -1.615753718733365076637e1,
+                                    -7.500855792314704667340e1, -1.228866684490136173410e2,
+                                    -6.485021904942025371773e1};
+inline constexpr double kAtanQ[] = {2.485846490142306297962e1, 1.650270098316988542046e2,
+                                    4.328810604912902668951e2, 4.853903996359136964868e2,
+                                    1.945506571482613964425e2};
+template <class X>
+auto atan_of(const X& x) {
+  auto t = maximum(x, -x);
+  auto big = maximum(t, 2.41421356237309504880) == t, mid = maximum(t, 0.66) == t;
+  auto r = where(big, -1.0 / t, where(mid, (t - 1.0) / (t + 1.0), t));
+  auto z = r * r;
+  auto p = z * kAtanP[0] + kAtanP[1], q = z + kAtanQ[0];
+  for (int i = 2; i < 5; ++i) p = p * z + kAtanP[i];
+  for (int i = 1; i < 5; ++i) q = q * z + kAtanQ[i];
+  auto a = r * (z * p / q) + r;
+  auto y = where(big, std::numbers::pi / 2 + a, where(mid, std::numbers::pi / 4 + a, a));
+  return where(maximum(x, 0.0) == x, y, -y);
+}
+// sqrt(1 - x^2) as sqrt(1 - x) sqrt(1 + x): exact near |x| = 1, where it matters, and NaN for every
+// |x| > 1 (the product (1 - x)(1 + x) overflows to -inf at 1e30, where a power gives sqrt(-inf) = inf).
+template <class X>
+auto root_one_minus_square(const X& x) {
+  return (1.0 - x).sqrt() * (1.0 + x).sqrt();
+}
+template <>
+struct FnTraits<Fn::ATAN> : Transcendental {
+  static constexpr const char* name = "atan";
+  static constexpr int cost = 30;
+  template <class X>
+  static X scalar(X x) {
+    return std::atan(x);
+  }
+  template <class X>
+  static auto forward(const X& x) {
+    return atan_of(x);
+  }
+  template <class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return std::tuple{when<0>(n, [&] {
+      auto x = arg<0>(n);
+      return g / (x * x + 1.0);
+    })};
+  }
+  static auto lower(const auto& x) { return x.atan(); }
+};
+// asin(x) = atan(x / sqrt(1 - x^2)): +-pi/2 at +-1 (x / 0 is +-inf), NaN outside [-1, 1].
+template <>
+struct FnTraits<Fn::ASIN> : Transcendental {
+  static constexpr const char* name = "asin";
+  static constexpr int cost = 40;
+  template <class X>
+  static X scalar(X x) {
+    return std::asin(x);
+  }
+  template <class X>
+  static auto forward(const X& x) {
+    return atan_of(x / root_one_minus_square(x));
+  }
+  template <class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return std::tuple{when<0>(n, [&] { return g / root_one_minus_square(arg<0>(n)); })};
+  }
+  static auto lower(const auto& x) { return x.asin(); }
+};
+// acos(x) = 2 atan(sqrt((1 - x) / (1 + x))): keeps its relative precision near x = 1 (where
+// pi/2 - asin(x) cancels), pi at -1, NaN outside [-1, 1].
+template <>
+struct FnTraits<Fn::ACOS> : Transcendental {
+  static constexpr const char* name = "acos";
+  static constexpr int cost = 40;
+  template <class X>
+  static X scalar(X x) {
+    return std::acos(x);
+  }
+  template <class X>
+  static auto forward(const X& x) {
+    return atan_of(((1.0 - x) / (1.0 + x)).sqrt()) * 2.0;
+  }
+  template <class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return std::tuple{when<0>(n, [&] { return -g / root_one_minus_square(arg<0>(n)); })};
+  }
+  static auto lower(const auto& x) { return x.acos(); }
 };
 
 template <>

@@ -159,6 +159,10 @@ class Tensor {
   Tensor permute(const std::vector<std::int64_t>& order) const;
   Tensor flip(const Axes& axes) const;  // flip({}) flips nothing, flip(AllAxes) every axis
   Tensor pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg, double value = 0) const;
+  // Padding by mode, PyTorch's: "constant" (zeros), "reflect" (mirrored, the edge not repeated; each pad
+  // smaller than its axis), "replicate" (the edge repeated), "circular" (wrapping; each pad at most its
+  // axis).
+  Tensor pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg, std::string_view mode) const;
   Tensor pad2d(const std::vector<std::int64_t>& padding,
                double value = 0) const;  // (left, right, top, bottom)
   Tensor shrink(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg) const;
@@ -199,6 +203,22 @@ class Tensor {
   // this.shape[dim]), all kernels).
   Tensor gather(std::int64_t dim, const Tensor& index) const;
   Tensor index_select(std::int64_t dim, const Tensor& index) const;
+  // PyTorch's scatter family, gather's inverses: for dim 0, out[index[i][j]][j] = src[i][j] (scatter: the
+  // last write wins where indices repeat), += (scatter_add), or reduced with "sum", "prod", "mean",
+  // "amax" or "amin" (scatter_reduce; include_self = false leaves this out of the slots that receive). index
+  // is integer, of this rank, no larger than src (or this, off dim). Host loops (LoadOps::CUSTOM), as
+  // gather, so not inside a TinyJit step. Gradients to this and src: for scatter to the write that stays,
+  // for scatter_add and the sum and mean reductions to every term, for amax and amin to the elements
+  // equal to the result (ties split, as PyTorch); "prod" has none.
+  Tensor scatter(std::int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor scatter(std::int64_t dim, const Tensor& index, double value) const;
+  Tensor scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor scatter_reduce(std::int64_t dim, const Tensor& index, const Tensor& src, std::string_view reduce,
+                        bool include_self = true) const;
+  // Data-dependent shapes, so realized on the host: the elements where mask (bool, broadcast with this)
+  // holds, in order, 1-D and differentiable; the int64 (count, ndim) coordinates of non-zero elements.
+  Tensor masked_select(const Tensor& mask) const;
+  Tensor nonzero() const;
 
   // ---- reductions (over AllAxes unless told; see Axes) ----
   Tensor sum(const Axes& axis = AllAxes, bool keepdim = false) const;
@@ -216,10 +236,21 @@ class Tensor {
   Tensor log_softmax(std::int64_t axis = -1) const;
   Tensor argmax(std::optional<std::int64_t> axis = {}, bool keepdim = false) const;  // int64
   Tensor cumsum(std::int64_t axis = 0) const;
+  Tensor cumprod(std::int64_t axis = 0) const;       // differentiable through zeros
+  Tensor logcumsumexp(std::int64_t axis = 0) const;  // log(cumsum(exp(this))) without overflow
+  // Running max (min) along axis and its int64 index: the last of equal values, NaN once seen, as PyTorch;
+  // the values are a gather of this (the gradient goes to the chosen element). Chosen on the host.
+  std::pair<Tensor, Tensor> cummax(std::int64_t axis = 0) const;
+  std::pair<Tensor, Tensor> cummin(std::int64_t axis = 0) const;
+  Tensor prod(const Axes& axis = AllAxes, bool keepdim = false) const;  // integers in int64, as sum
   // The k largest (or smallest) along dim, sorted, and their int64 indices; ties keep the lower index.
   // Chosen on the host (a realize), so not inside a TinyJit step; the values are a gather of this,
   // differentiable.
   std::pair<Tensor, Tensor> topk(std::int64_t k, std::int64_t dim = -1, bool largest = true) const;
+  // Sorted along dim and the int64 indices, stable (equal values keep their order), NaN counted largest;
+  // on the host, as topk; the values are differentiable.
+  std::pair<Tensor, Tensor> sort(std::int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(std::int64_t dim = -1, bool descending = false) const;
   // num_samples draws from each row of non-negative weights (1-D or 2-D, not normalised), int64 indices
   // (rows, num_samples) or (num_samples). With replacement: inverse CDF of uniform numbers, on the
   // device; without: the Gumbel top-k trick. Negative, infinite or NaN weights, and rows summing to 0,
@@ -231,6 +262,20 @@ class Tensor {
   Tensor sub(const Tensor& y) const;
   Tensor mul(const Tensor& y) const;
   Tensor div(const Tensor& y) const;  // true division: integer inputs give float32
+  // rounding_mode "trunc" (toward 0) or "floor" (Python's //): integers stay integers (a 0 divisor is an
+  // error), floats round the true quotient (x / 0 is inf or NaN).
+  Tensor div(const Tensor& y, std::string_view rounding_mode) const;
+  Tensor floor_divide(const Tensor& y) const;  // div(y, "floor"), Python's //
+  Tensor fmod(const Tensor& y) const;          // C's fmod: the remainder has this's sign
+  Tensor remainder(const Tensor& y) const;     // Python's %: the remainder has y's sign
+  // Bitwise ops of integer and bool tensors (floats are an error), broadcasting, on the host; a shift by a
+  // negative count or by the width or more is an error. rshift is arithmetic (the sign repeats).
+  Tensor bitwise_and(const Tensor& y) const;
+  Tensor bitwise_or(const Tensor& y) const;
+  Tensor bitwise_xor(const Tensor& y) const;
+  Tensor bitwise_not() const;
+  Tensor lshift(const Tensor& y) const;
+  Tensor rshift(const Tensor& y) const;
   Tensor pow(const Tensor& y) const;
   Tensor pow(double y) const;
   Tensor rpow(double base) const;  // base ** this (Python's 2 ** x); also pow(2, x)
@@ -294,8 +339,11 @@ class Tensor {
   Tensor sinh() const;
   Tensor cosh() const;
   Tensor asinh() const;
-  Tensor acosh() const;                    // NaN below 1
-  Tensor atanh() const;                    // NaN outside [-1, 1], +-inf at +-1
+  Tensor acosh() const;  // NaN below 1
+  Tensor atanh() const;  // NaN outside [-1, 1], +-inf at +-1
+  Tensor asin() const;   // NaN outside [-1, 1]
+  Tensor acos() const;   // NaN outside [-1, 1]
+  Tensor atan() const;
   Tensor trunc() const;                    // toward 0
   Tensor round() const;                    // to the nearest integer, halves to even (PyTorch's, numpy's)
   Tensor copysign(const Tensor& y) const;  // |this| with y's sign bit (-0 counts as negative)
@@ -313,6 +361,10 @@ class Tensor {
   // ---- processing ----
   Tensor matmul(const Tensor& w) const;
   Tensor dot(const Tensor& w) const { return matmul(w); }
+  // numpy's einsum: "ij,jk->ik", an implicit output (the letters seen once, alphabetically, after the "..."
+  // axes), repeated letters in one operand (diagonals, traces), "..." for broadcast axes. Each pair of
+  // operands contracts in one batched matmul (the GEMM); differentiable.
+  static Tensor einsum(std::string_view subscripts, const std::vector<Tensor>& operands);
   Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = {}) const;  // x @ weight + bias
   // conv2d and conv_transpose2d take any number of spatial axes (the weight's rank - 2: conv1d,
   // conv3d). Padding is one value, one per spatial axis, or one per side, last axis first
@@ -329,6 +381,11 @@ class Tensor {
                     std::vector<std::int64_t> dilation = {1}) const;
   Tensor max_pool2d(std::vector<std::int64_t> kernel_size = {2, 2}, std::vector<std::int64_t> stride = {},
                     std::vector<std::int64_t> dilation = {1}) const;
+  // Resizes the spatial axes (all but the first two, N and C) to size, PyTorch's F.interpolate: "nearest"
+  // (floor(i * in / out)), or "linear" ("bilinear", "trilinear": the same, along every spatial axis),
+  // align_corners mapping the corner pixels' centres onto each other.
+  Tensor interpolate(const std::vector<std::int64_t>& size, std::string_view mode = "nearest",
+                     bool align_corners = false) const;
   Tensor layernorm(const Axes& axis = -1, double eps = 1e-5) const;
   Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
                    const Tensor& invstd) const;
@@ -379,6 +436,13 @@ Tensor operator>=(const Tensor& x, const Tensor& y);
 // are one tensor when they share state: copies of one Tensor.
 Tensor operator==(const Tensor& x, const Tensor& y);
 Tensor operator!=(const Tensor& x, const Tensor& y);
+Tensor operator%(const Tensor& x, const Tensor& y);  // x.remainder(y)
+Tensor operator&(const Tensor& x, const Tensor& y);
+Tensor operator|(const Tensor& x, const Tensor& y);
+Tensor operator^(const Tensor& x, const Tensor& y);
+Tensor operator~(const Tensor& x);
+Tensor operator<<(const Tensor& x, const Tensor& y);
+Tensor operator>>(const Tensor& x, const Tensor& y);
 Tensor pow(const Tensor& x, const Tensor& y);  // x.pow(y)
 Tensor pow(const Tensor& x, double y);
 Tensor pow(double x, const Tensor& y);  // y.rpow(x)
@@ -404,6 +468,12 @@ METAGRAD_SCALAR_OP(>)
 METAGRAD_SCALAR_OP(>=)
 METAGRAD_SCALAR_OP(==)
 METAGRAD_SCALAR_OP(!=)
+METAGRAD_SCALAR_OP(%)
+METAGRAD_SCALAR_OP(&)
+METAGRAD_SCALAR_OP(|)
+METAGRAD_SCALAR_OP(^)
+METAGRAD_SCALAR_OP(<<)
+METAGRAD_SCALAR_OP(>>)
 #undef METAGRAD_SCALAR_OP
 
 std::string to_string(const Tensor& t);  // "<Tensor shape=(2, 3) dtype=float32 device=CPU>"

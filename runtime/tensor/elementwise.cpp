@@ -308,6 +308,10 @@ Tensor Tensor::atanh() const {
   Tensor x = floating(*this);
   return ((1 + x) / (1 - x)).log() * 0.5;
 }
+// One function each (metagrad/functions.hpp): a kernel forward, the exact derivative backward.
+Tensor Tensor::asin() const { return mlops::Asin::apply(floating(*this)); }
+Tensor Tensor::acos() const { return mlops::Acos::apply(floating(*this)); }
+Tensor Tensor::atan() const { return mlops::Atan::apply(floating(*this)); }
 Tensor Tensor::trunc() const { return lt(scalar_like(0)).where(ceil(), floor()); }
 // floor(x), one more past the half, and at exactly a half the even one of the two.
 Tensor Tensor::round() const {

@@ -247,26 +247,302 @@ Tensor Tensor::index_select(std::int64_t dim, const Tensor& index) const {
   return Gather::apply(*this, i, d, true);
 }
 
+namespace {
+
+void host_only(const Tensor& x, const char* who) {
+  if (CaptureLog::active)
+    throw std::logic_error(detail::cat(who, ": ", to_string(x.shape()),
+                                       " is chosen on the host, which a TinyJit step cannot replay"));
+}
+
+enum class Reduce { NONE, SUM, PROD, MEAN, AMAX, AMIN };
+
+template <class F>
+void by_dtype(DType dt, F f) {  // f(T{}) with T the host type of dt (of those scatter computes in)
+  if (dt == dtypes::float32) return f(float{});
+  if (dt == dtypes::float64) return f(double{});
+  if (dt == dtypes::int32) return f(std::int32_t{});
+  if (dt == dtypes::int64) return f(std::int64_t{});
+  if (dt == dtypes::int8) return f(std::int8_t{});
+  if (dt == dtypes::uint8) return f(std::uint8_t{});
+  throw std::logic_error(detail::cat("scatter: no host loop for ", dt.name));
+}
+
+// out = self, then each src element (src has index's shape) reduced into the slot index picks.
+template <class T>
+void scatter_into(const Pick& p, const std::int64_t* idx, const T* self, const T* src, T* out, std::size_t n,
+                  Reduce r, bool include_self) {
+  std::copy(self, self + n, out);
+  if (r == Reduce::NONE) {
+    p.each(idx, [&](std::int64_t e, std::int64_t o) { out[o] = src[e]; });
+    return;
+  }
+  std::vector<std::int64_t> count(n, include_self ? 1 : 0);
+  p.each(idx, [&](std::int64_t e, std::int64_t o) {
+    T v = src[e];
+    if (count[static_cast<std::size_t>(o)]++ == 0) {
+      out[o] = v;  // the first value into a slot that leaves self out
+      return;
+    }
+    T& a = out[o];
+    switch (r) {
+      case Reduce::SUM:
+      case Reduce::MEAN:
+        a = T(a + v);
+        break;
+      case Reduce::PROD:
+        a = T(a * v);
+        break;
+      case Reduce::AMAX:
+        a = v > a || v != v ? v : a;
+        break;  // NaN wins, as PyTorch
+      case Reduce::AMIN:
+        a = v < a || v != v ? v : a;
+        break;
+      case Reduce::NONE:
+        break;
+    }
+  });
+  if (r == Reduce::MEAN)
+    for (std::size_t i = 0; i < n; ++i)
+      if (count[i] > 1) {
+        if constexpr (std::is_floating_point_v<T>)
+          out[i] = T(out[i] / T(count[i]));
+        else  // floor division, as PyTorch's integer mean
+          out[i] = T(std::floor(double(out[i]) / double(count[i])));
+      }
+}
+
+// The autograd op: self and src (of index's shape, one dtype) and an int64 index (no gradient).
+struct Scatter final : FunctionImpl<Scatter, 3> {
+  Pick pick;
+  LazyBufferPtr idx, self, src, ret;
+  Reduce reduce;
+  bool include_self;
+  LazyBufferPtr forward(const LazyBufferPtr& x, const LazyBufferPtr& s, const LazyBufferPtr& index,
+                        std::int64_t dim, Reduce r, bool incl) {
+    pick = Pick{x->shape(), index->shape(), dim, false};
+    idx = index, self = x, src = s, reduce = r, include_self = incl;
+    return ret = custom(x->shape(), x->dtype, x->device, {x, s, index},
+                        [p = pick, r, incl](RawBuffer& o, const std::vector<RawBuffer*>& in) {
+                          check_sizes(*in[0], p.src, "scatter"), check_sizes(*in[1], p.out, "scatter"),
+                              check_sizes(*in[2], p.out, "scatter");
+                          HostIn a(*in[0]), b(*in[1]), ix(*in[2]);
+                          HostOut dst(o);
+                          by_dtype(o.dtype, [&]<class T>(T) {
+                            scatter_into(p, reinterpret_cast<const std::int64_t*>(ix.p),
+                                         reinterpret_cast<const T*>(a.p), reinterpret_cast<const T*>(b.p),
+                                         reinterpret_cast<T*>(dst.p), o.size, r, incl);
+                          });
+                          dst.done();
+                        });
+  }
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g_) override;
+};
+
+// Gradients through Tensor ops on detached values (no graph): see Tensor::scatter_reduce's comment.
+std::vector<std::int64_t> dims(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
+std::vector<LazyBufferPtr> Scatter::backward(const LazyBufferPtr& g_) {
+  Tensor g(g_, false), index(idx, false), x(self, false), s(src, false), out(ret, false);
+  std::int64_t d = pick.dim;
+  if (reduce == Reduce::PROD)
+    throw std::invalid_argument(detail::cat(
+        "scatter_reduce: the gradient of \"prod\" is not supported (input ", to_string(x.shape()), ")"));
+  // Slots some src element reaches, and how many (self counted where included).
+  Tensor hits =
+      Tensor::zeros(x.shape(), {.device = x.device(), .dtype = g.dtype()})
+          .scatter_add(d, index, Tensor::ones(index.shape(), {.device = x.device(), .dtype = g.dtype()}));
+  Tensor reached = hits.gt(hits.scalar_like(0));
+  Tensor gx = g, gs = g.gather(d, index);
+  if (reduce == Reduce::NONE || !include_self) gx = reached.where(gx.scalar_like(0), gx);
+  if (reduce == Reduce::NONE) {  // only the write that stayed (the last into its slot) gets a gradient
+    TensorOptions ints{.device = x.device(), .dtype = dtypes::int64};
+    Tensor pos = Tensor::arange(static_cast<double>(index.numel()), ints).reshape(dims(index));
+    Tensor last = Tensor::full(x.shape(), -1, ints).scatter(d, index, pos).gather(d, index);
+    gs = last.eq(pos).where(gs, gs.scalar_like(0));
+  }
+  if (reduce == Reduce::MEAN) {
+    Tensor n = hits + (include_self ? 1 : 0);
+    n = n.maximum(1);
+    gx = gx / n, gs = (g / n).gather(d, index);
+  } else if (reduce == Reduce::AMAX || reduce == Reduce::AMIN) {  // ties share
+    Tensor pick_out = out.gather(d, index);
+    Tensor self_in = x.eq(out).cast(g.dtype());
+    if (!include_self) self_in = reached.where(self_in.scalar_like(0), self_in);
+    Tensor src_in = s.eq(pick_out).cast(g.dtype());
+    Tensor n =
+        Tensor::zeros(x.shape(), {.device = x.device(), .dtype = g.dtype()}).scatter_add(d, index, src_in) +
+        self_in;
+    n = n.maximum(1);
+    gx = g * self_in / n, gs = (g / n).gather(d, index) * src_in;
+  }
+  return {needs_input_grad[0] ? gx.lazydata.get() : nullptr,
+          needs_input_grad[1] ? gs.lazydata.get() : nullptr, nullptr};
+}
+
+Reduce reduce_of(std::string_view r) {
+  if (r == "sum") return Reduce::SUM;
+  if (r == "prod") return Reduce::PROD;
+  if (r == "mean") return Reduce::MEAN;
+  if (r == "amax") return Reduce::AMAX;
+  if (r == "amin") return Reduce::AMIN;
+  throw std::invalid_argument(
+      detail::cat("scatter_reduce: reduce must be \"sum\", \"prod\", \"mean\", \"amax\" or "
+                  "\"amin\", got \"",
+                  std::string(r), "\""));
+}
+
+Tensor scatter_op(const char* who, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src_,
+                  Reduce r, bool include_self) {
+  std::int64_t nd = std::max<std::int64_t>(x.ndim(), 1), d = dim < 0 ? dim + nd : dim;
+  auto shapes = [&] {
+    return detail::cat(" (input ", to_string(x.shape()), ", index ", to_string(index.shape()), ", src ",
+                       to_string(src_.shape()), ")");
+  };
+  if (d < 0 || d >= nd)
+    throw std::invalid_argument(
+        detail::cat(who, ": dim ", std::to_string(dim), " is out of range", shapes()));
+  if (index.ndim() != x.ndim() || src_.ndim() != x.ndim())
+    throw std::invalid_argument(detail::cat(who, ": index and src must have the input's rank", shapes()));
+  for (std::int64_t a = 0; a < x.ndim(); ++a) {
+    auto i = static_cast<std::size_t>(a);
+    if (index.shape()[i] > src_.shape()[i] || (a != d && index.shape()[i] > x.shape()[i]))
+      throw std::invalid_argument(detail::cat(who, ": index is larger than src, or than the input off dim ",
+                                              std::to_string(d), ", on axis ", std::to_string(a), shapes()));
+  }
+  if (src_.device() != x.device())
+    throw std::invalid_argument(
+        detail::cat(who, ": src is on ", src_.device(), ", the input on ", x.device()));
+  host_only(x, who);
+  if (x.ndim() == 0) {
+    Tensor one = x.reshape({1});
+    return scatter_op(who, one, 0, index.reshape({1}), src_.reshape({1}), r, include_self).reshape({});
+  }
+  Tensor i = checked_index(who, x, index, d);
+  std::vector<std::pair<std::int64_t, std::int64_t>> within;
+  for (std::int64_t n : index.shape()) within.push_back({0, n});
+  Tensor src = src_.cast(x.dtype()).shrink(within);
+  // float16 and bool compute in float32 and int32 (a bool sum is an or, its max an or, its min an and)
+  DType dt = x.dtype() == dtypes::float16 ? dtypes::float32
+             : x.dtype() == dtypes::bool_ ? dtypes::int32
+                                          : x.dtype();
+  if (dt != x.dtype())
+    return scatter_op(who, x.cast(dt), d, i, src.cast(dt), r, include_self).cast(x.dtype());
+  if (index.numel() == 0) return x + src.sum().cast(x.dtype()) * 0;  // nothing moves; the graph still has src
+  return Scatter::apply(x, src, i, d, r, include_self);
+}
+
+}  // namespace
+
+Tensor Tensor::scatter(std::int64_t dim, const Tensor& index, const Tensor& src) const {
+  return scatter_op("scatter", *this, dim, index, src, Reduce::NONE, true);
+}
+Tensor Tensor::scatter(std::int64_t dim, const Tensor& index, double value) const {
+  Tensor v = scalar_for(*this, value, !dtypes::is_float(dtype())).cast(dtype());
+  return scatter_op("scatter", *this, dim, index,
+                    v.reshape(std::vector<std::int64_t>(index.shape().size(), 1))
+                        .expand({index.shape().begin(), index.shape().end()}),
+                    Reduce::NONE, true);
+}
+Tensor Tensor::scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src) const {
+  return scatter_op("scatter_add", *this, dim, index, src, Reduce::SUM, true);
+}
+// Gradients (PyTorch's): scatter passes g to the slots not written and g gathered to the writes that stay;
+// sum passes g to this and g gathered to src; mean divides both by the slot's count;
+// amax and amin pass it to the elements equal to the result, shared among ties; without include_self the
+// slots that receive give this nothing.
+Tensor Tensor::scatter_reduce(std::int64_t dim, const Tensor& index, const Tensor& src,
+                              std::string_view reduce, bool include_self) const {
+  return scatter_op("scatter_reduce", *this, dim, index, src, reduce_of(reduce), include_self);
+}
+
+// The elements where the (broadcast) mask holds: an index_select of the flattened tensor, so differentiable.
+Tensor Tensor::masked_select(const Tensor& mask) const {
+  if (mask.dtype() != dtypes::bool_)
+    throw std::invalid_argument(detail::cat("masked_select: the mask ", to_string(mask.shape()), " is ",
+                                            mask.dtype().name, ", not bool"));
+  std::size_t n = std::max(shape().size(), mask.shape().size());
+  std::vector<std::int64_t> out(n, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t a = i + shape().size() >= n ? shape()[i + shape().size() - n] : 1,
+                 b = i + mask.shape().size() >= n ? mask.shape()[i + mask.shape().size() - n] : 1;
+    if (a != b && a != 1 && b != 1)
+      throw std::invalid_argument(detail::cat("masked_select: mask ", to_string(mask.shape()), " and input ",
+                                              to_string(shape()), " do not broadcast"));
+    out[i] = a == 1 ? b : a;
+  }
+  auto to = [&](const Tensor& t) {
+    std::vector<std::int64_t> s(n - t.shape().size(), 1);
+    s.insert(s.end(), t.shape().begin(), t.shape().end());
+    return t.reshape(s).expand(out);
+  };
+  host_only(*this, "masked_select");
+  std::vector<std::int32_t> m = to(mask).cast(dtypes::int32).to_vector<std::int32_t>();
+  std::vector<std::int64_t> at;
+  for (std::size_t k = 0; k < m.size(); ++k)
+    if (m[k]) at.push_back(static_cast<std::int64_t>(k));
+  Tensor flat = to(*this).reshape({-1});
+  if (at.empty()) return flat.shrink({{0, 0}});
+  return flat.index_select(0, Tensor(at, {static_cast<std::int64_t>(at.size())}, {.device = device()}));
+}
+
+Tensor Tensor::nonzero() const {
+  host_only(*this, "nonzero");
+  std::vector<std::int32_t> m = ne(scalar_for(*this, 0, true)).cast(dtypes::int32).to_vector<std::int32_t>();
+  std::vector<std::int64_t> coords;
+  std::vector<std::int64_t> i(shape().size(), 0);
+  std::int64_t count = 0;
+  for (std::int32_t v : m) {
+    if (v) coords.insert(coords.end(), i.begin(), i.end()), ++count;
+    for (std::size_t a = i.size(); a-- > 0;) {
+      if (++i[a] < shape()[a]) break;
+      i[a] = 0;
+    }
+  }
+  return Tensor(coords, {count, ndim()}, {.device = device()});
+}
+
+namespace {
+// x along axis d as rows on the host (d moved last, as float64), and the way back: rows of k int64
+// indices as a tensor of x's layout with k at d. Host choices cannot replay in a TinyJit step.
+struct HostRows {
+  std::vector<std::int64_t> order, back;
+  std::vector<double> v;
+  std::int64_t n, rows;
+  HostRows(const Tensor& x, std::int64_t d, const char* who) {
+    host_only(x, who);
+    for (std::int64_t a = 0; a < x.ndim(); ++a)
+      if (a != d) order.push_back(a);
+    order.push_back(d);
+    back.resize(order.size());
+    for (std::size_t a = 0; a < order.size(); ++a) back[static_cast<std::size_t>(order[a])] = std::int64_t(a);
+    v = x.detach().permute(order).cast(dtypes::float64).to_vector<double>();
+    n = x.shape()[static_cast<std::size_t>(d)];
+    rows = n ? static_cast<std::int64_t>(v.size()) / n : 0;
+  }
+  Tensor indices(const Tensor& x, const std::vector<std::int64_t>& idx, std::int64_t k) const {
+    Dims ps;
+    for (std::int64_t a : order) ps.push_back(x.shape()[static_cast<std::size_t>(a)]);
+    ps.back() = k;
+    return Tensor(idx, ps, {.device = x.device(), .requires_grad = false}).permute(back).contiguous();
+  }
+};
+}  // namespace
+
 std::pair<Tensor, Tensor> Tensor::topk(std::int64_t k, std::int64_t dim, bool largest) const {
   std::int64_t d = resolve_axis(dim), n = ndim() == 0 ? 1 : shape()[static_cast<std::size_t>(d)];
   if (k < 0 || k > n)
     throw std::invalid_argument(detail::cat("topk: k = ", std::to_string(k), " is outside [0, ",
                                             std::to_string(n), "] for dim ", std::to_string(dim), " of ",
                                             to_string(shape())));
-  if (CaptureLog::active)
-    throw std::logic_error(detail::cat("topk: ", to_string(shape()),
-                                       " is chosen on the host, which a TinyJit step cannot replay"));
-  if (ndim() == 0) return {*this, Tensor::zeros({}, {.device = device(), .dtype = dtypes::int64})};
-  // Rows along the last axis: move dim there, sort each row's indices on the host.
-  std::vector<std::int64_t> order;
-  for (std::int64_t a = 0; a < ndim(); ++a)
-    if (a != d) order.push_back(a);
-  order.push_back(d);
-  std::vector<double> v = detach().permute(order).cast(dtypes::float64).to_vector<double>();
-  std::int64_t rows = n ? static_cast<std::int64_t>(v.size()) / n : 0;
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(rows * k)), row(static_cast<std::size_t>(n));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const double* x = v.data() + r * n;
+  if (ndim() == 0) {
+    host_only(*this, "topk");
+    return {*this, Tensor::zeros({}, {.device = device(), .dtype = dtypes::int64})};
+  }
+  HostRows h(*this, d, "topk");
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(h.rows * k)), row(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < h.rows; ++r) {
+    const double* x = h.v.data() + r * n;
     std::iota(row.begin(), row.end(), 0);
     auto before = [&](std::int64_t a, std::int64_t b) {  // NaN first when largest, as PyTorch
       double xa = x[a], xb = x[b];
@@ -274,19 +550,59 @@ std::pair<Tensor, Tensor> Tensor::topk(std::int64_t k, std::int64_t dim, bool la
         return largest ? std::isnan(xa) && !std::isnan(xb) : !std::isnan(xa) && std::isnan(xb);
       return largest ? xa > xb : xa < xb;
     };
-    std::partial_sort(row.begin(), row.begin() + k, row.end(), [&](std::int64_t a, std::int64_t b) {
-      return before(a, b) || (!before(b, a) && a < b);
-    });
+    auto order = [&](std::int64_t a, std::int64_t b) { return before(a, b) || (!before(b, a) && a < b); };
+    if (k == n)
+      std::sort(row.begin(), row.end(), order);
+    else
+      std::partial_sort(row.begin(), row.begin() + k, row.end(), order);
     std::copy(row.begin(), row.begin() + k, idx.begin() + r * k);
   }
-  Dims ps;
-  for (std::int64_t a : order) ps.push_back(shape()[static_cast<std::size_t>(a)]);
-  ps.back() = k;
-  std::vector<std::int64_t> back(order.size());
-  for (std::size_t a = 0; a < order.size(); ++a)
-    back[static_cast<std::size_t>(order[a])] = static_cast<std::int64_t>(a);
-  Tensor indices = Tensor(idx, ps, {.device = device(), .requires_grad = false}).permute(back).contiguous();
+  Tensor indices = h.indices(*this, idx, k);
   return {gather(d, indices), indices};
+}
+
+// All of dim, in order: topk's order is total (ties by index), so the sort is stable.
+std::pair<Tensor, Tensor> Tensor::sort(std::int64_t dim, bool descending) const {
+  host_only(*this, "sort");
+  std::int64_t d = resolve_axis(dim);
+  return topk(ndim() == 0 ? 1 : shape()[static_cast<std::size_t>(d)], d, descending);
+}
+Tensor Tensor::argsort(std::int64_t dim, bool descending) const { return sort(dim, descending).second; }
+
+namespace {
+// PyTorch's rule: an element at least as large (small) as the running one takes over, so the last of
+// equal values wins, and a NaN takes over and keeps the place until the next NaN.
+std::pair<Tensor, Tensor> cumulative_extreme(const Tensor& x, std::int64_t axis, bool max, const char* who) {
+  std::int64_t nd = std::max<std::int64_t>(x.ndim(), 1), d = axis < 0 ? axis + nd : axis;
+  if (d < 0 || d >= nd)
+    throw std::invalid_argument(detail::cat(who, ": axis ", std::to_string(axis),
+                                            " is out of range for shape ", to_string(x.shape())));
+  if (x.ndim() == 0) {
+    auto [v, i] = cumulative_extreme(x.reshape({1}), 0, max, who);
+    return {v.reshape({}), i.reshape({})};
+  }
+  HostRows h(x, d, who);
+  std::vector<std::int64_t> idx(h.v.size());
+  for (std::int64_t r = 0; r < h.rows; ++r) {
+    const double* v = h.v.data() + r * h.n;
+    double best = v[0];
+    std::int64_t at = 0;
+    for (std::int64_t i = 0; i < h.n; ++i) {
+      double c = v[i];
+      if (std::isnan(c) || (!std::isnan(best) && (max ? c >= best : c <= best))) best = c, at = i;
+      idx[static_cast<std::size_t>(r * h.n + i)] = at;
+    }
+  }
+  Tensor indices = h.indices(x, idx, h.n);
+  return {x.numel() ? x.gather(d, indices) : x, indices};
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> Tensor::cummax(std::int64_t axis) const {
+  return cumulative_extreme(*this, axis, true, "cummax");
+}
+std::pair<Tensor, Tensor> Tensor::cummin(std::int64_t axis) const {
+  return cumulative_extreme(*this, axis, false, "cummin");
 }
 
 Tensor Tensor::multinomial(std::int64_t num_samples, bool replacement) const {

@@ -179,6 +179,55 @@ Tensor Tensor::pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg
   return ret;
 }
 
+// Each axis in turn: the borders are slices of x (flipped for reflect) concatenated on either side,
+// so the gradient of every copy flows back to the element it copied.
+Tensor Tensor::pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg,
+                   std::string_view mode) const {
+  if (mode == "constant") return pad(arg, 0.0);
+  bool reflect = mode == "reflect", replicate = mode == "replicate", circular = mode == "circular";
+  Pairs p;
+  for (auto [b, e] : arg) p.push_back({b, e});
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument(detail::cat("pad of shape ", to_string(shape()), " with ", to_string(p), " (",
+                                            std::string(mode), "): ", why));
+  };
+  if (!reflect && !replicate && !circular)
+    fail("mode must be \"constant\", \"reflect\", \"replicate\" or \"circular\"");
+  if (p.size() != shape().size()) fail("one (before, after) per dimension");
+  Tensor x = *this;
+  for (std::size_t d = 0; d < p.size(); ++d) {
+    auto [b, e] = p[d];
+    std::int64_t n = shape()[d];
+    if (b < 0 || e < 0) fail("padding must be non-negative");
+    if (b == 0 && e == 0) continue;
+    if (n == 0) fail(detail::cat("dimension ", std::to_string(d), " is empty"));
+    if (reflect && (b >= n || e >= n))
+      fail(detail::cat("reflect needs each pad below the size ", std::to_string(n)));
+    if (circular && (b > n || e > n))
+      fail(detail::cat("circular needs each pad at most the size ", std::to_string(n)));
+    auto slice = [&](std::int64_t from, std::int64_t to) {
+      PadArg r = full_range(x);
+      r[d] = {from, to};
+      return x.shrink(r);
+    };
+    auto repeat = [&](std::int64_t at, std::int64_t k) {
+      std::vector<std::int64_t> s(x.shape().begin(), x.shape().end());
+      s[d] = k;
+      return slice(at, at + 1).expand(s);
+    };
+    auto axis = static_cast<std::int64_t>(d);
+    std::vector<Tensor> parts;
+    if (b) parts.push_back(reflect ? slice(1, b + 1).flip(axis) : replicate ? repeat(0, b) : slice(n - b, n));
+    parts.push_back(x);
+    if (e)
+      parts.push_back(reflect     ? slice(n - 1 - e, n - 1).flip(axis)
+                      : replicate ? repeat(n - 1, e)
+                                  : slice(0, e));
+    x = parts[0].cat(std::vector<Tensor>(parts.begin() + 1, parts.end()), axis);
+  }
+  return x;
+}
+
 Tensor Tensor::shrink(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg) const {
   Pairs p;
   for (auto [b, e] : arg) p.push_back({b, e});

@@ -350,6 +350,61 @@ Tensor Tensor::max_pool2d(V kernel_size, V stride, V dilation) const {
   return pool2d("max_pool2d", *this, kernel_size, stride, dilation).max({-2, -1});
 }
 
+// Separable: each spatial axis resized in turn by index_select of the source rows (computed here),
+// blended by their weights for the linear modes, so the gradient is index_select's scatter-add.
+Tensor Tensor::interpolate(const std::vector<std::int64_t>& size, std::string_view mode,
+                           bool align_corners) const {
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument(detail::cat("interpolate of ", to_string(shape()), " to ", str(size), " (",
+                                            std::string(mode), "): ", why));
+  };
+  std::int64_t k = ndim() - 2;
+  bool nearest = mode == "nearest";
+  if (!nearest && mode != "linear" && mode != "bilinear" && mode != "trilinear")
+    fail("mode must be \"nearest\", \"linear\", \"bilinear\" or \"trilinear\"");
+  if (k < 1) fail("needs (N, C, spatial...) input");
+  if (static_cast<std::int64_t>(size.size()) != k)
+    fail(detail::cat("needs one size per spatial axis, ", std::to_string(k)));
+  if (!nearest && k != (mode == "linear" ? 1 : mode == "bilinear" ? 2 : 3))
+    fail("linear is for 3-D input, bilinear for 4-D, trilinear for 5-D");
+  if (nearest && align_corners) fail("align_corners is for the linear modes");
+  for (std::int64_t s : size)
+    if (s <= 0) fail("sizes must be positive");
+  Tensor x = nearest || dtypes::is_float(dtype()) ? *this : cast(dtypes::float32);
+  for (std::int64_t a = 0; a < k; ++a) {
+    std::int64_t axis = a + 2, in = x.shape()[static_cast<std::size_t>(axis)],
+                 out = size[static_cast<std::size_t>(a)];
+    if (in == out) continue;
+    if (in == 0) fail("a spatial axis is empty");
+    double scale = static_cast<double>(in) / static_cast<double>(out);
+    std::vector<std::int64_t> i0, i1;
+    std::vector<double> w;
+    for (std::int64_t i = 0; i < out; ++i) {
+      if (nearest) {
+        i0.push_back(std::min(static_cast<std::int64_t>(std::floor(static_cast<double>(i) * scale)), in - 1));
+        continue;
+      }
+      double src =
+          align_corners
+              ? (out > 1 ? static_cast<double>(i) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
+                         : 0)
+              : std::max((static_cast<double>(i) + 0.5) * scale - 0.5, 0.0);
+      auto lo = std::min(static_cast<std::int64_t>(std::floor(src)), in - 1);
+      i0.push_back(lo), i1.push_back(std::min(lo + 1, in - 1)), w.push_back(src - static_cast<double>(lo));
+    }
+    auto index = [&](const std::vector<std::int64_t>& v) { return Tensor(v, {out}, {.device = device()}); };
+    if (nearest) {
+      x = x.index_select(axis, index(i0));
+      continue;
+    }
+    std::vector<std::int64_t> col(static_cast<std::size_t>(x.ndim()), 1);
+    col[static_cast<std::size_t>(axis)] = out;
+    Tensor wt = Tensor(w, {out}, {.device = device(), .dtype = x.dtype()}).reshape(col);
+    x = x.index_select(axis, index(i0)) * (1 - wt) + x.index_select(axis, index(i1)) * wt;
+  }
+  return x;
+}
+
 Tensor Tensor::layernorm(const Axes& axis, double eps) const {
   Tensor y = *this - mean(axis, true);
   return y * ((y * y).mean(axis, true) + eps).pow(-0.5);

@@ -1,6 +1,7 @@
 // Reductions over any set of axes, built on the Sum and Max mlops, and the hlops built on them.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "metagrad/tensor.hpp"
 
@@ -68,6 +69,7 @@ std::int64_t checked_axis(const Tensor& x, std::int64_t axis, const char* op) {
 }
 
 std::vector<std::int64_t> dims_of(const Tensor& x) { return {x.shape().begin(), x.shape().end()}; }
+std::vector<std::int64_t> dims_of_dims(const Dims& d) { return {d.begin(), d.end()}; }
 
 // (before, after) for the last axis, nothing elsewhere.
 std::vector<std::pair<std::int64_t, std::int64_t>> on_last(const Tensor& x, std::int64_t before,
@@ -89,13 +91,20 @@ std::vector<std::pair<std::int64_t, std::int64_t>> slice_last(const Tensor& x, s
 // interpreter runs n = 1e5 in 0.2 s; B = 256, tinygrad's choice, takes 3 s).
 constexpr std::int64_t kCumsumBlock = 16;
 
-// Inclusive prefix sum along the last axis from movement ops and one sum, so it is differentiable
-// and never multiplies (an inf stays where it belongs instead of making 0 * inf = NaN elsewhere).
-// Pad n - 1 zeros in front (length L = 2n - 1), lay the row out n times with one extra element per
-// copy so copy i starts i later, and sum n-wide windows: out[i] = sum_j xp[i + j]. That is n^2 work
-// per row, so rows longer than a block are cut into blocks, summed inside each block, and each
-// block gets the (recursive) prefix sum of the blocks before it.
-Tensor cumsum_last(const Tensor& x) {
+// An inclusive scan along the last axis from movement ops and one reduction, so it is
+// differentiable: `fill` is the reduction's identity, `reduce` reduces the last axis, `combine` joins
+// a block's scan with what the blocks before it give. Pad n - 1 fills in front (length L = 2n - 1),
+// lay the row out n times with one extra element per copy so copy i starts i later, and reduce
+// n-wide windows: out[i] = reduce_j xp[i + j]. That is n^2 work per row, so rows longer than a block
+// are cut into blocks, scanned inside each block, and each block combined with the (recursive) scan
+// of the blocks before it. A sum never multiplies (an inf stays where it belongs instead of making
+// 0 * inf = NaN elsewhere).
+struct Scan {
+  double fill;
+  Tensor (*reduce)(const Tensor&);  // over the last axis
+  Tensor (*combine)(const Tensor& inner, const Tensor& before);
+};
+Tensor scan_last(const Tensor& x, const Scan& op) {
   std::int64_t n = x.shape().back();
   std::vector<std::int64_t> lead = dims_of(x);
   lead.pop_back();
@@ -106,19 +115,69 @@ Tensor cumsum_last(const Tensor& x) {
   };
   if (n <= kCumsumBlock) {
     std::int64_t L = 2 * n - 1;
-    Tensor t = x.pad(on_last(x, n - 1, 0)).reshape(with({1, L})).expand(with({n, L})).reshape(with({n * L}));
-    t = t.pad(on_last(t, 0, n)).reshape(with({n, L + 1}));
-    return t.shrink(slice_last(t, 0, n)).sum(-1);
+    Tensor t = x.pad(on_last(x, n - 1, 0), op.fill)
+                   .reshape(with({1, L}))
+                   .expand(with({n, L}))
+                   .reshape(with({n * L}));
+    t = t.pad(on_last(t, 0, n), op.fill).reshape(with({n, L + 1}));
+    return op.reduce(t.shrink(slice_last(t, 0, n)));
   }
   std::int64_t nb = (n + kCumsumBlock - 1) / kCumsumBlock;
-  Tensor blocks = x.pad(on_last(x, 0, nb * kCumsumBlock - n)).reshape(with({nb, kCumsumBlock}));
-  Tensor inner = cumsum_last(blocks);
+  Tensor blocks = x.pad(on_last(x, 0, nb * kCumsumBlock - n), op.fill).reshape(with({nb, kCumsumBlock}));
+  Tensor inner = scan_last(blocks, op);
   Tensor totals = inner.shrink(slice_last(inner, kCumsumBlock - 1, kCumsumBlock)).reshape(with({nb}));
-  Tensor before = cumsum_last(totals);
-  before = before.pad(on_last(before, 1, 0));  // shifted right by one: the sum of earlier blocks
+  Tensor before = scan_last(totals, op);
+  before = before.pad(on_last(before, 1, 0), op.fill);  // shifted right by one: the earlier blocks
   before = before.shrink(slice_last(before, 0, nb)).reshape(with({nb, 1}));
-  Tensor out = (inner + before).reshape(with({nb * kCumsumBlock}));
+  Tensor out = op.combine(inner, before).reshape(with({nb * kCumsumBlock}));
   return out.shrink(slice_last(out, 0, n));
+}
+
+// The product over the last axis as a tree of multiplications of halves (odd lengths padded with a
+// 1): exact where a log-sum-exp is not, zeros and signs included, and its gradient (the product of
+// the others, through the tree) needs no division by a value that may be 0.
+Tensor prod_last(const Tensor& x) {
+  Tensor t = x;
+  std::int64_t n = x.shape().back();
+  if (n == 0) {
+    std::vector<std::int64_t> s = dims_of(x);
+    s.pop_back();
+    return Tensor::ones(Dims(s), {.device = x.device(), .dtype = x.dtype()});
+  }
+  while (n > 1) {
+    std::int64_t h = (n + 1) / 2;
+    if (2 * h != n) t = t.pad(on_last(t, 0, 1), 1);
+    t = t.shrink(slice_last(t, 0, h)) * t.shrink(slice_last(t, h, 2 * h));
+    n = h;
+  }
+  std::vector<std::int64_t> s = dims_of(t);
+  s.pop_back();
+  return t.reshape(s);
+}
+
+// x with axis a last (a swap, its own inverse), f applied, and the axis put back.
+template <class F>
+Tensor along_last(const Tensor& x, std::int64_t a, F f) {
+  std::int64_t last = x.ndim() - 1;
+  if (a == last) return f(x);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(x.ndim()));
+  for (std::int64_t i = 0; i < x.ndim(); ++i) order[static_cast<std::size_t>(i)] = i;
+  std::swap(order[static_cast<std::size_t>(a)], order.back());
+  return f(x.permute(order)).permute(order);
+}
+
+const Scan kSumScan{0, [](const Tensor& t) { return t.sum(-1); },
+                    [](const Tensor& a, const Tensor& b) { return a + b; }};
+const Scan kProdScan{1, prod_last, [](const Tensor& a, const Tensor& b) { return a * b; }};
+const Scan kLogSumExpScan{-std::numeric_limits<double>::infinity(),
+                          [](const Tensor& t) { return t.logsumexp(-1); },
+                          [](const Tensor& a, const Tensor& b) { return a.logaddexp(b); }};
+
+// A scan along any axis: 0-d and empty tensors are their own scan.
+Tensor scan(const Tensor& x, std::int64_t axis, const Scan& op, const char* name) {
+  std::int64_t a = checked_axis(x, axis, name);
+  if (x.ndim() == 0 || x.numel() == 0) return x;
+  return along_last(x, a, [&](const Tensor& t) { return scan_last(t, op); });
 }
 
 }  // namespace
@@ -246,7 +305,7 @@ Tensor Tensor::argmax(std::optional<std::int64_t> axis, bool keepdim) const {
   std::int64_t a = checked_axis(*this, *axis, "argmax");
   if (ndim() == 0) return reshape({1}).argmax(0, keepdim).reshape({});
   std::int64_t n = shape()[static_cast<std::size_t>(a)];
-  if (n == 0 && prod(reduced_shape(Axes(a))) > 0)
+  if (n == 0 && metagrad::prod(reduced_shape(Axes(a))) > 0)
     throw std::invalid_argument(
         detail::cat("argmax: axis ", std::to_string(*axis), " of shape ", to_string(shape()), " is empty"));
   Tensor x = detach();
@@ -260,15 +319,29 @@ Tensor Tensor::argmax(std::optional<std::int64_t> axis, bool keepdim) const {
 }
 
 Tensor Tensor::cumsum(std::int64_t axis) const {
-  std::int64_t a = checked_axis(*this, axis, "cumsum");
+  return scan(cast(sum_dtype(dtype())), axis, kSumScan, "cumsum");
+}
+Tensor Tensor::cumprod(std::int64_t axis) const {
+  return scan(cast(sum_dtype(dtype())), axis, kProdScan, "cumprod");
+}
+Tensor Tensor::logcumsumexp(std::int64_t axis) const {
+  return scan(dtypes::is_float(dtype()) ? *this : cast(dtypes::float32), axis, kLogSumExpScan,
+              "logcumsumexp");
+}
+// Integers and bool multiply in int64, as PyTorch's prod; the empty product is 1. The reduced axes
+// (and any of size 1, which change nothing) go last as one, for prod_last.
+Tensor Tensor::prod(const Axes& axis, bool keepdim) const {
+  Plan p = plan(shape(), axis, "prod");
   Tensor x = cast(sum_dtype(dtype()));
-  if (ndim() == 0 || numel() == 0) return x;
-  std::int64_t last = ndim() - 1;
-  if (a == last) return cumsum_last(x);
-  std::vector<std::int64_t> order(static_cast<std::size_t>(ndim()));
-  for (std::int64_t i = 0; i < ndim(); ++i) order[static_cast<std::size_t>(i)] = i;
-  std::swap(order[static_cast<std::size_t>(a)], order.back());
-  return cumsum_last(x.permute(order)).permute(order);  // a swap is its own inverse
+  std::vector<std::int64_t> order, rows;
+  for (std::size_t i = 0; i < p.kept.size(); ++i)
+    if (p.kept[i] == shape()[i] && shape()[i] != 1)
+      order.push_back(std::int64_t(i)), rows.push_back(shape()[i]);
+  for (std::size_t i = 0; i < p.kept.size(); ++i)
+    if (p.kept[i] != shape()[i] || shape()[i] == 1) order.push_back(std::int64_t(i));
+  rows.push_back(p.n);
+  Tensor ret = prod_last(x.permute(order).reshape(rows));
+  return ret.reshape(keepdim ? dims_of_dims(p.kept) : p.out);
 }
 
 }  // namespace metagrad

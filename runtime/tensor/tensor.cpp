@@ -245,14 +245,14 @@ Tensor Tensor::scaled_uniform(const Dims& shape, TensorOptions opts) {
 }
 Tensor Tensor::glorot_uniform(const Dims& shape, TensorOptions opts) {
   check_shape("Tensor.glorot_uniform", shape);
-  double fan =
-      static_cast<double>(shape.empty() ? 1 : shape[0] + prod(shape) / std::max<std::int64_t>(shape[0], 1));
+  double fan = static_cast<double>(
+      shape.empty() ? 1 : shape[0] + metagrad::prod(shape) / std::max<std::int64_t>(shape[0], 1));
   double s = std::sqrt(6.0 / fan);
   return uniform(shape, -s, s, opts);
 }
 Tensor Tensor::kaiming_uniform(const Dims& shape, double a, TensorOptions opts) {
   check_shape("Tensor.kaiming_uniform", shape);
-  double fan_in = static_cast<double>(shape.size() < 2 ? 1 : prod(shape) / shape[0]);
+  double fan_in = static_cast<double>(shape.size() < 2 ? 1 : metagrad::prod(shape) / shape[0]);
   double bound = std::sqrt(3.0) * std::sqrt(2.0 / (1 + a * a)) / std::sqrt(fan_in);
   return uniform(shape, -bound, bound, opts);
 }
@@ -262,7 +262,7 @@ Tensor Tensor::kaiming_uniform(const Dims& shape, double a, TensorOptions opts) 
 const Dims& Tensor::shape() const { return state_->lazydata->shape(); }
 DType Tensor::dtype() const { return state_->lazydata->dtype; }
 const std::string& Tensor::device() const { return state_->lazydata->device; }
-std::int64_t Tensor::numel() const { return prod(shape()); }
+std::int64_t Tensor::numel() const { return metagrad::prod(shape()); }
 std::int64_t Tensor::ndim() const { return static_cast<std::int64_t>(shape().size()); }
 
 Tensor& Tensor::realize() {

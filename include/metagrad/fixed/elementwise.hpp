@@ -117,6 +117,18 @@ template <class D>
 auto ExprBase<D>::gelu() const {
   return detail::unary<Fn::GELU>(self());
 }
+template <class D>
+auto ExprBase<D>::asin() const {
+  return detail::unary<Fn::ASIN>(self());
+}
+template <class D>
+auto ExprBase<D>::acos() const {
+  return detail::unary<Fn::ACOS>(self());
+}
+template <class D>
+auto ExprBase<D>::atan() const {
+  return detail::unary<Fn::ATAN>(self());
+}
 // hlops: the formulas both paths share (detail/hlops.hpp), and the few written per path
 template <class D>
 template <class B>

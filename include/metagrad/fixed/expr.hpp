@@ -174,6 +174,9 @@ struct ExprBase {
   auto relu() const;
   auto sigmoid() const;
   auto erf() const;
+  auto asin() const;
+  auto acos() const;
+  auto atan() const;
   auto tanh() const;
   auto gelu() const;
   auto square() const;

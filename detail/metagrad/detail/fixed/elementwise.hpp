@@ -115,9 +115,9 @@ auto elementwise(const A&... a) {
 
 template <Fn F, class E>
 auto unary(const E& e) {
-  static_assert(
-      !FnTraits<F>::float_only || std::is_floating_point_v<typename E::value_type>,
-      "fixed: exp, log, sin, sqrt, sigmoid and erf need a floating-point operand: cast<float>() first");
+  static_assert(!FnTraits<F>::float_only || std::is_floating_point_v<typename E::value_type>,
+                "fixed: exp, log, sin, sqrt, sigmoid, erf and the inverse trigonometric functions need a "
+                "floating-point operand: cast<float>() first");
   return map<F>(e.expr());
 }
 

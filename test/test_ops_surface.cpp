@@ -1,0 +1,682 @@
+// Issue 40's op surface beyond the seed's: products and scans (prod, cumprod, logcumsumexp, cummax,
+// cummin), sort and argsort, the scatter family, masked_select and nonzero, einsum. Each against a
+// float64 loop written here, its gradient against finite differences, its bad arguments by name. The
+// tags put them in the device suites ([reduce], [movement], [processing]).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "device_scope.hpp"
+#include "gradcheck.hpp"
+#include "kernel_sources.hpp"
+#include "reference.hpp"
+
+using namespace metagrad;
+using namespace metagrad::test;
+using Catch::Matchers::Contains;
+using i64 = std::int64_t;
+
+namespace {
+
+Tensor tensor_of(const Host& h, DType dt = dtypes::float64) {
+  return Tensor(h.v, Dims(h.shape), {.dtype = dt});
+}
+
+// f over each row of h along axis (a row: the values at one index of the other axes), in place.
+template <class F>
+Host along(Host h, i64 axis, F f) {
+  std::vector<i64> outer = h.shape;
+  i64 n = h.shape[static_cast<std::size_t>(axis)];
+  outer[static_cast<std::size_t>(axis)] = 1;
+  for_each_index(outer, [&](std::vector<i64> idx) {
+    std::vector<double> row;
+    for (i64 k = 0; k < n; ++k) idx[static_cast<std::size_t>(axis)] = k, row.push_back(at(h, idx));
+    f(row);
+    for (i64 k = 0; k < n; ++k)
+      idx[static_cast<std::size_t>(axis)] = k, h.v[static_cast<std::size_t>(offset(h.shape, idx))] = row[k];
+  });
+  return h;
+}
+
+// Random values with some zeros and repeats, so products and extremes meet their edge cases.
+Host rough(std::vector<i64> shape, std::uint64_t seed) {
+  Host h{shape, random_values(numel_of(shape), seed, -1.5, 1.5)};
+  for (std::size_t i = 0; i < h.v.size(); ++i) {
+    if (i % 7 == 3) h.v[i] = 0;
+    if (i % 5 == 1) h.v[i] = std::round(h.v[i]);
+  }
+  return h;
+}
+
+}  // namespace
+
+// ---- products and scans --------------------------------------------------------------------------
+
+TEST_CASE("prod, cumprod, logcumsumexp against loops, every axis, long rows in blocks", "[reduce]") {
+  for (std::vector<i64> s : std::vector<std::vector<i64>>{{7}, {3, 5}, {2, 3, 4}, {2, 37}, {1}, {4, 0}}) {
+    Host h = rough(s, 7 + s.size());
+    for (i64 a = 0; a < i64(s.size()); ++a) {
+      INFO("shape " << to_string(Dims(s)) << ", axis " << a);
+      Host cp = along(h, a, [](std::vector<double>& r) {
+        for (std::size_t i = 1; i < r.size(); ++i) r[i] *= r[i - 1];
+      });
+      Host lc = along(h, a, [](std::vector<double>& r) {
+        double acc = -kInf;
+        for (double& x : r)
+          acc = std::max(acc, x) + std::log(std::exp(std::min(acc, x) - std::max(acc, x)) + 1), x = acc;
+      });
+      require_close(tensor_of(h).cumprod(a).to_vector<double>(), cp.v, 1e-12, 1e-12, "cumprod");
+      require_close(tensor_of(h).logcumsumexp(a).to_vector<double>(), lc.v, 1e-12, 1e-12, "logcumsumexp");
+      Tensor p = tensor_of(h).prod(a, true);
+      std::vector<double> want;
+      std::vector<i64> ks = s;
+      ks[static_cast<std::size_t>(a)] = 1;
+      for_each_index(ks, [&](std::vector<i64> idx) {
+        double x = 1;
+        for (i64 k = 0; k < s[static_cast<std::size_t>(a)]; ++k)
+          idx[static_cast<std::size_t>(a)] = k, x *= at(h, idx);
+        want.push_back(x);
+      });
+      REQUIRE(p.shape() == Dims(ks));
+      require_close(p.to_vector<double>(), want, 1e-12, 1e-12, "prod");
+    }
+  }
+  Host h{{3, 4, 2}, random_values(24, 5, 0.5, 1.5)};
+  double all = 1;
+  for (double x : h.v) all *= x;
+  CHECK(tensor_of(h).prod().item<double>() == Approx(all).epsilon(1e-12));
+  require_close(
+      tensor_of(h).prod({0, 2}).to_vector<double>(),
+      [&] {
+        std::vector<double> w(4, 1);
+        for_each_index(h.shape, [&](const std::vector<i64>& i) { w[std::size_t(i[1])] *= at(h, i); });
+        return w;
+      }(),
+      1e-12, 1e-12, "prod over (0, 2)");
+  // Integers multiply in int64; the empty product is 1; inf, -inf and NaN pass as in a loop.
+  Tensor ints(std::vector<std::int32_t>{3, -2, 1000, 1000, 7}, {5});
+  CHECK(ints.prod().dtype() == dtypes::int64);
+  CHECK(ints.prod().item<std::int64_t>() == -42000000);
+  CHECK(ints.cumprod().to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{3, -6, -6000, -6000000, -42000000});
+  CHECK(Tensor::zeros({2, 0}).prod(1).to_vector<float>() == std::vector<float>{1, 1});
+  require_close(Tensor(std::vector<double>{2, kInf, 0, 3}, {4}).cumprod().to_vector<double>(),
+                {2, kInf, kNaN, kNaN});
+  require_close(
+      Tensor(std::vector<double>{-kInf, -kInf, 1000, -1000, kInf}, {5}).logcumsumexp().to_vector<double>(),
+      {-kInf, -kInf, 1000, 1000, kInf});
+  CHECK(Tensor(std::vector<double>{2.5}, {}).cumprod().item<double>() == 2.5);
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).cumprod(2), Contains("cumprod") && Contains("(2, 3)"));
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).logcumsumexp(-3), Contains("logcumsumexp") && Contains("(2, 3)"));
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).prod(4), Contains("prod") && Contains("(2, 3)"));
+}
+
+TEST_CASE("prod, cumprod, logcumsumexp: gradients, zeros included", "[reduce]") {
+  Tensor z = tensor_of(rough({3, 6}, 41));  // zeros at 3, 10, 17: one row has one, one has two
+  for (i64 a : {0, 1}) {
+    check_gradients([a](const std::vector<Tensor>& x) { return x[0].cumprod(a); }, {z});
+    check_gradients([a](const std::vector<Tensor>& x) { return x[0].prod(a); }, {z});
+    check_gradients([a](const std::vector<Tensor>& x) { return x[0].logcumsumexp(a); }, {z});
+  }
+  check_gradients([](const std::vector<Tensor>& x) { return x[0].cumprod(1); },
+                  {random_tensor({2, 20}, 3, 0.8, 1.2)});
+  check_gradients([](const std::vector<Tensor>& x) { return x[0].logcumsumexp(0); },
+                  {random_tensor({40}, 4, -30, 30)});
+}
+
+TEST_CASE("cummax, cummin: values and indices by PyTorch's rule (the last of ties, NaN sticks)", "[reduce]") {
+  // The rule, as a loop: an element >= (<=) the running one, or a NaN, takes over; after a NaN only a NaN.
+  auto ref = [](const std::vector<double>& r, bool max) {
+    std::vector<double> v, i;
+    double best = r[0];
+    i64 k = 0;
+    for (std::size_t j = 0; j < r.size(); ++j) {
+      if (std::isnan(r[j]) || (!std::isnan(best) && (max ? r[j] >= best : r[j] <= best)))
+        best = r[j], k = i64(j);
+      v.push_back(best), i.push_back(double(k));
+    }
+    return std::pair{v, i};
+  };
+  std::vector<double> row = {1, 3, 3, 2, 5, 5, -1, kNaN, 7, kNaN, 0};
+  auto [mv, mi] = Tensor(row, {11}).cummax(0);
+  CHECK(mi.dtype() == dtypes::int64);
+  CHECK(mi.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 2, 4, 5, 5, 7, 7, 9, 9});
+  require_close(mv.to_vector<double>(), {1, 3, 3, 3, 5, 5, 5, kNaN, kNaN, kNaN, kNaN});
+  auto [nv, ni] = Tensor(row, {11}).cummin(0);
+  CHECK(ni.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 0, 0, 0, 0, 6, 7, 7, 9, 9});
+  for (std::vector<i64> s : std::vector<std::vector<i64>>{{3, 5}, {2, 3, 4}, {2, 33}})
+    for (i64 a = 0; a < i64(s.size()); ++a)
+      for (bool max : {true, false}) {
+        INFO("shape " << to_string(Dims(s)) << ", axis " << a << (max ? " cummax" : " cummin"));
+        Host h = rough(s, 90 + a);
+        Host wv = along(h, a, [&](std::vector<double>& r) { r = ref(r, max).first; });
+        Host wi = along(h, a, [&](std::vector<double>& r) { r = ref(r, max).second; });
+        auto [v, i] = max ? tensor_of(h).cummax(a) : tensor_of(h).cummin(a);
+        require_close(v.to_vector<double>(), wv.v, 0, 0);
+        require_close(i.cast(dtypes::float64).to_vector<double>(), wi.v, 0, 0);
+      }
+  // Integer tensors keep their dtype; the gradient goes to the element each output took.
+  Tensor ints(std::vector<std::int32_t>{4, 1, 4, 9}, {4});
+  CHECK(ints.cummin(0).first.dtype() == dtypes::int32);
+  CHECK(ints.cummax(0).second.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 2, 3});
+  for (i64 a : {0, 1}) {
+    check_gradients([a](const std::vector<Tensor>& x) { return x[0].cummax(a).first; },
+                    {random_tensor({4, 5}, 8)});
+    check_gradients([a](const std::vector<Tensor>& x) { return x[0].cummin(a).first; },
+                    {random_tensor({4, 5}, 9)});
+  }
+  Tensor x(std::vector<double>{2, 1, 2, 3}, {4}, {.requires_grad = true});
+  x.cummax(0).first.sum().backward();
+  CHECK(x.grad->to_vector<double>() == std::vector<double>{2, 0, 1, 1});  // the tie goes to the later 2
+  CHECK(Tensor(std::vector<double>{4}, {}).cummax(0).second.shape() == Dims{});
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).cummax(2), Contains("cummax") && Contains("(2, 3)"));
+}
+
+// ---- sort ------------------------------------------------------------------------------------------
+
+TEST_CASE("sort, argsort: stable along any dim, both directions, NaN largest, gradient", "[movement]") {
+  for (std::vector<i64> s : std::vector<std::vector<i64>>{{9}, {4, 6}, {3, 2, 5}})
+    for (i64 a = 0; a < i64(s.size()); ++a)
+      for (bool desc : {false, true}) {
+        INFO("shape " << to_string(Dims(s)) << ", dim " << a << (desc ? " descending" : ""));
+        Host h = rough(s, 60 + a);
+        for (std::size_t i = 0; i < h.v.size(); i += 11) h.v[i] = kNaN;
+        auto key = [&](double x, double y) {  // NaN above everything
+          if (std::isnan(x) || std::isnan(y))
+            return desc ? std::isnan(x) && !std::isnan(y) : !std::isnan(x) && std::isnan(y);
+          return desc ? x > y : x < y;
+        };
+        Host wi = along(h, a, [&](std::vector<double>& r) {
+          std::vector<i64> o(r.size());
+          std::iota(o.begin(), o.end(), 0);
+          std::stable_sort(o.begin(), o.end(),
+                           [&](i64 p, i64 q) { return key(r[std::size_t(p)], r[std::size_t(q)]); });
+          std::vector<double> out;
+          for (i64 k : o) out.push_back(double(k));
+          r = out;
+        });
+        Host wv = along(h, a, [&](std::vector<double>& r) { std::stable_sort(r.begin(), r.end(), key); });
+        auto [v, i] = tensor_of(h).sort(a, desc);
+        require_close(v.to_vector<double>(), wv.v, 0, 0);
+        require_close(i.cast(dtypes::float64).to_vector<double>(), wi.v, 0, 0);
+        CHECK(tensor_of(h).argsort(a - i64(s.size()), desc).to_vector<std::int64_t>() ==
+              i.to_vector<std::int64_t>());
+      }
+  for (i64 a : {0, 1})
+    check_gradients([a](const std::vector<Tensor>& x) { return x[0].sort(a, a == 1).first; },
+                    {random_tensor({3, 4}, 5)});
+  CHECK(Tensor(std::vector<std::int32_t>{3, -1, 2}, {3}).sort().first.to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{-1, 2, 3});
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).sort(2), Contains("(2, 3)"));
+}
+
+// ---- scatter ---------------------------------------------------------------------------------------
+
+namespace {
+// PyTorch's scatter family as a loop: slot index[i][j] (dim 0) of self receives src[i][j].
+Host scatter_ref(const Host& self, i64 dim, const std::vector<i64>& ishape, const std::vector<i64>& idx,
+                 const Host& src, const std::string& reduce, bool include_self) {
+  Host out = self;
+  std::vector<std::vector<double>> got(self.v.size());
+  std::size_t e = 0;
+  for_each_index(ishape, [&](std::vector<i64> i) {
+    double v = at(src, i);
+    i[static_cast<std::size_t>(dim)] = idx[e++];
+    got[static_cast<std::size_t>(offset(self.shape, i))].push_back(v);
+  });
+  for (std::size_t o = 0; o < got.size(); ++o) {
+    std::vector<double> g = got[o];
+    if (g.empty()) continue;
+    if (reduce == "none") {
+      out.v[o] = g.back();
+      continue;
+    }
+    if (include_self) g.insert(g.begin(), self.v[o]);
+    double r = g[0];
+    for (std::size_t k = 1; k < g.size(); ++k)
+      r = reduce == "sum" || reduce == "mean" ? r + g[k]
+          : reduce == "prod"                  ? r * g[k]
+          : reduce == "amax"                  ? std::max(r, g[k])
+                                              : std::min(r, g[k]);
+    out.v[o] = reduce == "mean" ? r / double(g.size()) : r;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("scatter, scatter_add, scatter_reduce against loops, and their gradients", "[movement]") {
+  // self (4, 5); index (3, 4) smaller than src (3, 5) and, off dim, than self; repeated slots.
+  for (i64 dim : {0, 1}) {
+    Host self = rough({4, 5}, 31), src = rough({3, 5}, 32);
+    std::vector<i64> ishape = {3, 4}, idx;
+    std::mt19937 rng(40 + dim);
+    for (int k = 0; k < 12; ++k) idx.push_back(i64(rng() % (dim == 0 ? 4 : 5)));
+    Tensor index(idx, Dims(ishape));
+    for (std::string r : {"none", "sum", "prod", "mean", "amax", "amin"})
+      for (bool incl : {true, false}) {
+        if (r == "none" && !incl) continue;
+        INFO("dim " << dim << ", " << r << (incl ? "" : ", include_self = false"));
+        Host want = scatter_ref(self, dim, ishape, idx, src, r, incl);
+        Tensor got = r == "none" ? tensor_of(self).scatter(dim, index, tensor_of(src))
+                                 : tensor_of(self).scatter_reduce(dim, index, tensor_of(src), r, incl);
+        require_close(got.to_vector<double>(), want.v, 1e-12, 1e-12);
+        if (r == "sum" && incl)
+          require_close(tensor_of(self).scatter_add(dim, index, tensor_of(src)).to_vector<double>(), want.v,
+                        1e-12, 1e-12);
+        if (r == "prod") continue;
+        // Distinct values, so that amax and amin have no ties for the finite differences.
+        check_gradients(
+            [&](const std::vector<Tensor>& x) {
+              return r == "none" ? x[0].scatter(dim, index, x[1])
+                                 : x[0].scatter_reduce(dim, index, x[1], r, incl);
+            },
+            {random_tensor({4, 5}, 50), random_tensor({3, 5}, 51)});
+      }
+  }
+  // A value; integers; ties in amax share the gradient.
+  Tensor ix(std::vector<i64>{2, 0}, {2});
+  CHECK(Tensor::zeros({3}).scatter(0, ix, 1.5).to_vector<float>() == std::vector<float>{1.5, 0, 1.5});
+  Tensor iv(std::vector<std::int32_t>{1, 2, 3}, {3});
+  CHECK(iv.scatter_add(0, ix, Tensor(std::vector<std::int32_t>{10, 20}, {2})).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{21, 2, 13});
+  Tensor a(std::vector<double>{1, 5}, {2}, {.requires_grad = true}),
+      b(std::vector<double>{5, 2}, {2}, {.requires_grad = true});
+  a.scatter_reduce(0, Tensor(std::vector<i64>{1, 0}, {2}), b, "amax").sum().backward();
+  CHECK(a.grad->to_vector<double>() == std::vector<double>{0, 0.5});  // slot 1: a's 5 and b's 5 tie
+  CHECK(b.grad->to_vector<double>() == std::vector<double>{0.5, 1});
+  Tensor x = Tensor::zeros({2, 3});
+  CHECK_THROWS_WITH(x.scatter(0, Tensor(std::vector<i64>{2}, {1, 1}), Tensor::ones({1, 1})),
+                    Contains("scatter") && Contains("(2, 3)") && Contains("out of range"));
+  CHECK_THROWS_WITH(x.scatter_add(0, Tensor(std::vector<i64>{0, 1, 1, 0}, {1, 4}), Tensor::ones({1, 4})),
+                    Contains("scatter_add") && Contains("(1, 4)"));
+  CHECK_THROWS_WITH(x.scatter_reduce(0, Tensor(std::vector<i64>{0}, {1, 1}), Tensor::ones({1, 1}), "median"),
+                    Contains("scatter_reduce") && Contains("median"));
+  CHECK_THROWS_WITH(x.scatter(0, Tensor::zeros({1, 1}), Tensor::ones({1, 1})), Contains("integer"));
+}
+
+TEST_CASE("masked_select and nonzero: data-dependent shapes, in order", "[movement]") {
+  Host h = rough({3, 4}, 70);
+  Tensor m = tensor_of(h) > 0.2;
+  std::vector<double> want;
+  std::vector<std::int64_t> coords;
+  for_each_index(h.shape, [&](const std::vector<i64>& i) {
+    if (at(h, i) > 0.2) want.push_back(at(h, i)), coords.insert(coords.end(), i.begin(), i.end());
+  });
+  Tensor sel = tensor_of(h).masked_select(m);
+  REQUIRE(sel.shape() == Dims{i64(want.size())});
+  require_close(sel.to_vector<double>(), want, 0, 0);
+  Tensor nz = m.nonzero();
+  CHECK(nz.dtype() == dtypes::int64);
+  CHECK(nz.shape() == Dims{i64(want.size()), 2});
+  CHECK(nz.to_vector<std::int64_t>() == coords);
+  // The mask broadcasts (a row mask picks columns of every row); the gradient scatters back.
+  Tensor cols = Tensor(std::vector<std::int32_t>{1, 0, 0, 1}, {4}).cast(dtypes::bool_);
+  check_gradients([&](const std::vector<Tensor>& x) { return x[0].masked_select(cols); }, {tensor_of(h)});
+  CHECK(Tensor::ones({2, 2}).masked_select(Tensor::zeros({2, 2}, {.dtype = dtypes::bool_})).shape() ==
+        Dims{0});
+  CHECK(Tensor(std::vector<double>{0, kNaN, -0.0, 2}, {4}).nonzero().to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{1, 3});
+  CHECK(Tensor(std::vector<double>{3}, {}).nonzero().shape() == Dims{1, 0});
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).masked_select(Tensor::ones({2, 3})),
+                    Contains("masked_select") && Contains("bool"));
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).masked_select(cols),
+                    Contains("masked_select") && Contains("(2, 3)"));
+}
+
+// ---- einsum ----------------------------------------------------------------------------------------
+
+namespace {
+// einsum by definition: every assignment of the letters, the product of the operands summed into the
+// output (letters only, explicit output).
+Host einsum_ref(const std::string& eq, const std::vector<Host>& ops) {
+  std::size_t arrow = eq.find("->");
+  std::vector<std::string> terms(1);
+  for (char c : eq.substr(0, arrow))
+    if (c == ',')
+      terms.emplace_back();
+    else
+      terms.back().push_back(c);
+  std::string out = eq.substr(arrow + 2);
+  std::map<char, i64> size;
+  for (std::size_t k = 0; k < terms.size(); ++k)
+    for (std::size_t i = 0; i < terms[k].size(); ++i) size[terms[k][i]] = ops[k].shape[i];
+  std::string letters;
+  std::vector<i64> all;
+  for (auto [c, n] : size) letters += c, all.push_back(n);
+  std::vector<i64> oshape;
+  for (char c : out) oshape.push_back(size[c]);
+  Host o{oshape, std::vector<double>(std::size_t(numel_of(oshape)), 0)};
+  for_each_index(all, [&](const std::vector<i64>& v) {
+    auto pick = [&](const std::string& t) {
+      std::vector<i64> i;
+      for (char c : t) i.push_back(v[letters.find(c)]);
+      return i;
+    };
+    double p = 1;
+    for (std::size_t k = 0; k < terms.size(); ++k) p *= at(ops[k], pick(terms[k]));
+    o.v[std::size_t(offset(oshape, pick(out)))] += p;
+  });
+  return o;
+}
+}  // namespace
+
+TEST_CASE("einsum: any subscripts against the definition, implicit output, diagonals, gradients",
+          "[processing]") {
+  struct Case {
+    std::string eq, explicit_eq;  // as given, and with its output spelled out for the reference
+    std::vector<std::vector<i64>> shapes;
+  };
+  std::vector<Case> cases = {
+      {"ij,jk->ik", "ij,jk->ik", {{3, 4}, {4, 5}}},
+      {"ij,jk", "ij,jk->ik", {{3, 4}, {4, 5}}},
+      {"ji,jk", "ji,jk->ik", {{4, 3}, {4, 5}}},
+      {"ij->ji", "ij->ji", {{3, 4}}},
+      {"ij", "ij->ij", {{3, 4}}},
+      {"ba", "ba->ab", {{3, 4}}},
+      {"ii->i", "ii->i", {{4, 4}}},
+      {"ii", "ii->", {{4, 4}}},
+      {"iij->j", "iij->j", {{3, 3, 2}}},
+      {"bij,bjk->bik", "bij,bjk->bik", {{2, 3, 4}, {2, 4, 5}}},
+      {"i,i->", "i,i->", {{6}, {6}}},
+      {"i,j->ij", "i,j->ij", {{3}, {4}}},
+      {"ij,ij->i", "ij,ij->i", {{3, 4}, {3, 4}}},
+      {"abc,cd,de->abe", "abc,cd,de->abe", {{2, 3, 4}, {4, 5}, {5, 2}}},
+      {"ijk,kji->", "ijk,kji->", {{2, 3, 4}, {4, 3, 2}}},
+      {"bhqd,bhkd->bhqk", "bhqd,bhkd->bhqk", {{2, 2, 3, 4}, {2, 2, 5, 4}}},
+      {"ij,kl->", "ij,kl->", {{2, 3}, {3, 2}}},
+      {"i,i,i->i", "i,i,i->i", {{5}, {5}, {5}}},
+      {"ij,jk->", "ij,jk->", {{0, 4}, {4, 5}}},
+  };
+  std::uint64_t seed = 200;
+  for (const Case& c : cases) {
+    INFO(c.eq);
+    std::vector<Host> hs;
+    std::vector<Tensor> ts;
+    for (const auto& s : c.shapes)
+      hs.push_back({s, random_values(numel_of(s), seed++)}), ts.push_back(tensor_of(hs.back()));
+    Host want = einsum_ref(c.explicit_eq, hs);
+    Tensor got = Tensor::einsum(c.eq, ts);
+    REQUIRE(got.shape() == Dims(want.shape));
+    require_close(got.to_vector<double>(), want.v, 1e-12, 1e-12);
+    if (got.numel() > 0 && c.shapes.size() <= 3)
+      check_gradients([&](const std::vector<Tensor>& x) { return Tensor::einsum(c.eq, x); }, ts);
+  }
+  // "..." broadcasts as matmul does; float32 operands stay float32.
+  Tensor a = random_tensor({2, 1, 3, 4}, 7).cast(dtypes::float32),
+         b = random_tensor({5, 4, 2}, 8).cast(dtypes::float32);
+  Tensor e = Tensor::einsum("...ij,...jk->...ik", {a, b}), m = a.matmul(b);
+  REQUIRE(e.shape() == m.shape());
+  CHECK(e.dtype() == dtypes::float32);
+  require_close(e.to_vector<double>(), m.to_vector<double>(), 1e-5, 1e-5);
+  require_close(Tensor::einsum("...ij->...ji", {a}).to_vector<double>(),
+                a.transpose(-1, -2).to_vector<double>(), 0, 0);
+  require_close(Tensor::einsum("i...->...", {b}).to_vector<double>(), b.sum(0).to_vector<double>(), 1e-6,
+                1e-6);
+  Tensor x = Tensor::ones({2, 3});
+  CHECK_THROWS_WITH(Tensor::einsum("ij,jk->ik", {x}),
+                    Contains("einsum") && Contains("2 subscripts for 1 operands"));
+  CHECK_THROWS_WITH(Tensor::einsum("ijk->i", {x}),
+                    Contains("einsum") && Contains("(2, 3)") && Contains("rank 2"));
+  CHECK_THROWS_WITH(Tensor::einsum("ij,jk->ik", {x, x}), Contains("einsum") && Contains("sizes 3 and 2"));
+  CHECK_THROWS_WITH(Tensor::einsum("ij->iz", {x}), Contains("'z' is in no input"));
+  CHECK_THROWS_WITH(Tensor::einsum("ii->i", {x}), Contains("sizes 2 and 3"));
+  CHECK_THROWS_WITH(Tensor::einsum("i1->i", {x}), Contains("'1' is not a letter"));
+}
+
+TEST_CASE("einsum: a contraction is one GEMM on the host devices", "[gemm]") {
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    if (!available(dev)) continue;
+    Tensor a = Tensor::rand({4, 64, 48}).to(dev), b = Tensor::rand({4, 40, 48}).to(dev);
+    for (const char* eq : {"bij,bkj->bik", "bij,bkj->bki", "bij,bkj->ik"}) {
+      INFO(dev << " " << eq);
+      Tensor got = Tensor::einsum(eq, {a, b});
+      std::vector<std::string> src = kernel_sources(got);
+      bool gemm = false;
+      for (const auto& s : src) gemm |= s.rfind("// gemm_", 0) == 0;
+      CHECK(gemm);
+    }
+  }
+}
+
+// ---- padding modes and interpolation ---------------------------------------------------------------
+
+TEST_CASE("pad modes reflect, replicate, circular against index maps, and gradients", "[movement]") {
+  // Where output index o of an axis of size n padded by b in front reads from.
+  auto source = [](const std::string& mode, i64 o, i64 b, i64 n) {
+    i64 j = o - b;
+    if (j < 0) return mode == "reflect" ? -j : mode == "replicate" ? 0 : j + n;
+    if (j >= n) return mode == "reflect" ? 2 * (n - 1) - j : mode == "replicate" ? n - 1 : j - n;
+    return j;
+  };
+  Host h = rough({3, 4, 5}, 80);
+  std::vector<std::pair<i64, i64>> p = {{0, 2}, {3, 1}, {2, 4}};
+  for (std::string mode : {"reflect", "replicate", "circular"}) {
+    INFO(mode);
+    const std::vector<std::pair<i64, i64>>& q = p;  // each pad below its axis: reflect's limit
+    std::vector<i64> os;
+    for (std::size_t d = 0; d < 3; ++d) os.push_back(h.shape[d] + q[d].first + q[d].second);
+    Host want = gather(os, [&](const std::vector<i64>& o) {
+      std::vector<i64> i(3);
+      for (std::size_t d = 0; d < 3; ++d) i[d] = source(mode, o[d], q[d].first, h.shape[d]);
+      return at(h, i);
+    });
+    Tensor got = tensor_of(h).pad(q, mode);
+    REQUIRE(got.shape() == Dims(os));
+    require_close(got.to_vector<double>(), want.v, 0, 0);
+    check_gradients(
+        [&](const std::vector<Tensor>& x) {
+          return x[0].pad({{1, 0}, {0, 2}}, mode);
+        },
+        {random_tensor({2, 3}, 81)});
+  }
+  Tensor x = Tensor::ones({2, 3});
+  CHECK(x.pad({{1, 1}, {0, 0}}, "constant").to_vector<float>() ==
+        Tensor::ones({2, 3}).pad({{1, 1}, {0, 0}}).to_vector<float>());
+  CHECK_THROWS_WITH(x.pad({{2, 0}, {0, 0}}, "reflect"), Contains("(2, 3)") && Contains("reflect"));
+  CHECK_THROWS_WITH(x.pad({{0, 0}, {0, 4}}, "circular"), Contains("(2, 3)") && Contains("circular"));
+  CHECK_THROWS_WITH(x.pad({{0, 0}, {0, 1}}, "mirror"), Contains("mode must be"));
+  CHECK_THROWS_WITH(x.pad({{0, 1}}, "replicate"), Contains("one (before, after) per dimension"));
+}
+
+TEST_CASE("interpolate: nearest and (bi)linear, align_corners, PyTorch's values, gradients", "[processing]") {
+  Tensor sq(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2});
+  require_close(sq.interpolate({4, 4}, "bilinear").to_vector<double>(),
+                {1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4}, 1e-12, 0);
+  require_close(sq.interpolate({3, 3}, "bilinear", true).to_vector<double>(),
+                {1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4}, 1e-12, 0);
+  require_close(sq.interpolate({3, 4}).to_vector<double>(), {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4}, 0, 0);
+  Tensor line(std::vector<double>{0, 10}, {1, 1, 2});
+  require_close(line.interpolate({5}, "linear").to_vector<double>(), {0, 1, 5, 9, 10}, 1e-12, 0);
+  require_close(line.interpolate({5}, "linear", true).to_vector<double>(), {0, 2.5, 5, 7.5, 10}, 1e-12, 0);
+  Tensor five(std::vector<double>{0, 1, 2, 3, 4}, {1, 1, 5});
+  require_close(five.interpolate({2}).to_vector<double>(), {0, 2}, 0, 0);
+  require_close(five.interpolate({2}, "linear").to_vector<double>(), {0.75, 3.25}, 1e-12, 0);
+  // A loop for a larger case: every output pixel from the four around its source point.
+  Host h = rough({2, 3, 4, 5}, 90);
+  for (bool ac : {false, true}) {
+    INFO("align_corners " << ac);
+    auto src = [&](i64 i, i64 in, i64 out) {
+      return ac ? double(i) * double(in - 1) / double(out - 1)
+                : std::max((i + 0.5) * double(in) / double(out) - 0.5, 0.0);
+    };
+    Host want = gather({2, 3, 7, 3}, [&](const std::vector<i64>& o) {
+      double y = src(o[2], 4, 7), x = src(o[3], 5, 3);
+      i64 y0 = i64(y), x0 = i64(x), y1 = std::min<i64>(y0 + 1, 3), x1 = std::min<i64>(x0 + 1, 4);
+      double wy = y - double(y0), wx = x - double(x0);
+      auto v = [&](i64 a, i64 b) { return at(h, {o[0], o[1], a, b}); };
+      return (1 - wy) * ((1 - wx) * v(y0, x0) + wx * v(y0, x1)) +
+             wy * ((1 - wx) * v(y1, x0) + wx * v(y1, x1));
+    });
+    require_close(tensor_of(h).interpolate({7, 3}, "bilinear", ac).to_vector<double>(), want.v, 1e-12, 1e-12);
+    check_gradients(
+        [ac](const std::vector<Tensor>& x) {
+          return x[0].interpolate({5, 3}, "bilinear", ac);
+        },
+        {random_tensor({1, 2, 3, 4}, 91)});
+  }
+  check_gradients(
+      [](const std::vector<Tensor>& x) {
+        return x[0].interpolate({3, 7});
+      },
+      {random_tensor({1, 1, 2, 4}, 92)});
+  CHECK(Tensor::ones({1, 1, 2, 2}, {.dtype = dtypes::int32}).interpolate({3, 3}).dtype() == dtypes::int32);
+  CHECK_THROWS_WITH(sq.interpolate({4}), Contains("interpolate") && Contains("(1, 1, 2, 2)"));
+  CHECK_THROWS_WITH(sq.interpolate({4, 4}, "linear"), Contains("bilinear for 4-D"));
+  CHECK_THROWS_WITH(sq.interpolate({4, 4}, "cubic"), Contains("mode must be"));
+  CHECK_THROWS_WITH(sq.interpolate({4, 0}), Contains("positive"));
+}
+
+// ---- rounding division, remainders, bitwise ------------------------------------------------------
+
+TEST_CASE("div with rounding modes, fmod, remainder: floats against std::, integers exact", "[math]") {
+  std::vector<double> x = random_values(40, 11, -9, 9), y = random_values(40, 12, -3, 3);
+  x.insert(x.end(), {7, -7, 7, -7, 0, -0.0, 5.5, 1});
+  y.insert(y.end(), {2, 2, -2, -2, 3, 3, 0, 0});
+  auto n = static_cast<i64>(x.size());
+  Tensor tx(x, {n}), ty(y, {n});
+  auto ref = [&](auto f) {
+    std::vector<double> o;
+    for (std::size_t i = 0; i < x.size(); ++i) o.push_back(f(x[i], y[i]));
+    return o;
+  };
+  auto py_mod = [](double a, double b) {  // Python's: the sign of b
+    double r = a - std::floor(a / b) * b;
+    return r;
+  };
+  require_close(tx.div(ty, "trunc").to_vector<double>(),
+                ref([](double a, double b) { return std::trunc(a / b); }), 0, 0);
+  require_close(tx.div(ty, "floor").to_vector<double>(),
+                ref([](double a, double b) { return std::floor(a / b); }), 0, 0);
+  require_close(tx.floor_divide(ty).to_vector<double>(),
+                ref([](double a, double b) { return std::floor(a / b); }), 0, 0);
+  require_close(tx.fmod(ty).to_vector<double>(), ref([](double a, double b) { return std::fmod(a, b); }),
+                1e-12, 1e-12);
+  require_close((tx % ty).to_vector<double>(), ref(py_mod), 1e-12, 1e-12);
+  std::vector<double> signs = (tx % ty).to_vector<double>();
+  for (std::size_t i = 0; i + 2 < x.size(); ++i)
+    if (signs[i] != 0) CHECK(std::signbit(signs[i]) == std::signbit(y[i]));
+  check_gradients([](const std::vector<Tensor>& v) { return v[0].fmod(v[1]); },
+                  {random_tensor({2, 3}, 13, 1, 5), random_tensor({2, 3}, 14, 0.7, 1.3)});
+  check_gradients([](const std::vector<Tensor>& v) { return v[0].remainder(v[1]); },
+                  {random_tensor({2, 3}, 15, -5, 5), random_tensor({2, 3}, 16, 0.7, 1.3)});
+  // float32 exactly as C's fmod (and Python's % from it), quotients up to 1e8 included; an infinite y.
+  std::vector<float> fx, fy;
+  for (double v : random_values(300, 17, -1, 1)) fx.push_back(float(v * std::pow(10, 1 + std::abs(v) * 7)));
+  for (double v : random_values(300, 18, -1, 1)) fy.push_back(float(v * 3));
+  fx.insert(fx.end(), {1, -1, 5, 2.5f, -0.3f}),
+      fy.insert(fy.end(), {float(kInf), float(kInf), float(-kInf), 0.1f, 0.1f});
+  std::vector<float> gm = Tensor(fx, {305}).fmod(Tensor(fy, {305})).to_vector<float>(),
+                     gr = (Tensor(fx, {305}) % Tensor(fy, {305})).to_vector<float>();
+  // Floor division agrees with % (PyTorch's, Python's): the floor of the exact quotient (long double
+  // holds a float32 quotient's distance to the next integer), 1.0f // 0.1f = 9 where floor(1.0f / 0.1f) = 10.
+  std::vector<float> gq = Tensor(fx, {305}).floor_divide(Tensor(fy, {305})).to_vector<float>();
+  for (std::size_t i = 0; i < fx.size(); ++i) {
+    INFO(fx[i] << " // " << fy[i]);
+    if (std::isinf(fy[i]))  // Python's: x // inf is 0 or -1, as % makes x or inf (-1 // inf is -1)
+      CHECK(gq[i] == ((fx[i] < 0) != (fy[i] < 0) ? -1 : 0));
+    else
+      CHECK(gq[i] == float(std::floor(static_cast<long double>(fx[i]) / fy[i])));
+  }
+  CHECK(
+      Tensor(std::vector<float>{1}, {1}).floor_divide(Tensor(std::vector<float>{0.1f}, {1})).item<float>() ==
+      9);
+  Tensor gx(std::vector<double>{7, -3}, {2}, {.requires_grad = true}),
+      gy(std::vector<double>{2, 0}, {2}, {.requires_grad = true});
+  (gx.div(gy, "floor") * Tensor(std::vector<double>{1, 0}, {2})).sum().backward();
+  CHECK(gx.grad->to_vector<double>() == std::vector<double>{0, 0});  // 0, as PyTorch's, also beside -3 // 0
+  CHECK(gy.grad->to_vector<double>() == std::vector<double>{0, 0});
+  CHECK(Tensor(std::vector<float>{1, -1, 0}, {3}).div(Tensor::zeros({3}), "floor").to_vector<float>()[0] ==
+        INFINITY);
+  for (std::size_t i = 0; i < fx.size(); ++i) {
+    float m = std::fmod(fx[i], fy[i]), r = m != 0 && (m < 0) != (fy[i] < 0) ? m + fy[i] : m;
+    INFO(fx[i] << " fmod " << fy[i] << " = " << gm[i] << ", want " << m << "; % " << gr[i] << ", want " << r);
+    CHECK(gm[i] == m);
+    CHECK(gr[i] == r);
+  }
+  // Integers: int32 stays int32, C's truncation for trunc and fmod, Python's floor for floor and %.
+  std::vector<std::int32_t> a = {7, -7, 7, -7, 0, 9, -9, 2147483647, -2147483647 - 1, -2147483647 - 1, 5},
+                            b = {2, 2, -2, -2, 5, 3, -3, 10, 7, -1, 1};
+  Tensor ia(a, {11}), ib(b, {11});
+  auto iref = [&](auto f) {
+    std::vector<std::int32_t> o;
+    for (std::size_t i = 0; i < a.size(); ++i) o.push_back(f(std::int64_t(a[i]), std::int64_t(b[i])));
+    return o;
+  };
+  auto fdiv = [](std::int64_t p, std::int64_t q) { return std::int32_t(std::floor(double(p) / double(q))); };
+  CHECK(ia.div(ib, "trunc").dtype() == dtypes::int32);
+  CHECK(ia.div(ib, "trunc").to_vector<std::int32_t>() ==
+        iref([](std::int64_t p, std::int64_t q) { return std::int32_t(p / q); }));
+  CHECK(ia.div(ib, "floor").to_vector<std::int32_t>() == iref(fdiv));
+  CHECK(ia.fmod(ib).to_vector<std::int32_t>() ==
+        iref([](std::int64_t p, std::int64_t q) { return std::int32_t(p % q); }));
+  CHECK((ia % ib).to_vector<std::int32_t>() ==
+        iref([&](std::int64_t p, std::int64_t q) { return std::int32_t(p - std::int64_t(fdiv(p, q)) * q); }));
+  CHECK((ia % 3).dtype() == dtypes::int32);
+  CHECK((ia % 2.5).dtype() == dtypes::float32);
+  CHECK_THROWS_WITH(ia.div(Tensor::zeros({11}, {.dtype = dtypes::int32}), "floor"),
+                    Contains("div") && Contains("division by zero") && Contains("(11,)"));
+  CHECK_THROWS_WITH(ia % 0, Contains("remainder") && Contains("division by zero"));
+  CHECK_THROWS_WITH(tx.div(ty, "round"), Contains("rounding_mode"));
+}
+
+TEST_CASE("bitwise and, or, xor, not, shifts on integer dtypes; errors on float", "[math]") {
+  std::vector<std::int32_t> a = {0, 1, -1, 12, -12, 255, 0x7fffffff, -2147483647 - 1},
+                            b = {3, 5, 7, 10, 6, 1, 2, 1};
+  Tensor ia(a, {8}), ib(b, {8});
+  auto ref = [&](auto f) {
+    std::vector<std::int32_t> o;
+    for (std::size_t i = 0; i < a.size(); ++i) o.push_back(std::int32_t(f(a[i], b[i])));
+    return o;
+  };
+  CHECK((ia & ib).to_vector<std::int32_t>() == ref([](std::int32_t p, std::int32_t q) { return p & q; }));
+  CHECK((ia | ib).to_vector<std::int32_t>() == ref([](std::int32_t p, std::int32_t q) { return p | q; }));
+  CHECK((ia ^ ib).to_vector<std::int32_t>() == ref([](std::int32_t p, std::int32_t q) { return p ^ q; }));
+  CHECK((~ia).to_vector<std::int32_t>() == ref([](std::int32_t p, std::int32_t) { return ~p; }));
+  CHECK((ia << ib).to_vector<std::int32_t>() ==
+        ref([](std::int32_t p, std::int32_t q) { return std::int32_t(std::uint32_t(p) << q); }));  // wraps
+  CHECK((ia >> ib).to_vector<std::int32_t>() == ref([](std::int32_t p, std::int32_t q) { return p >> q; }));
+  CHECK((ia & 6).dtype() == dtypes::int32);
+  CHECK((ia & 6).to_vector<std::int32_t>() == ref([](std::int32_t p, std::int32_t) { return p & 6; }));
+  // uint8 shifts right logically and wraps left; bool ops are logical; broadcasting.
+  Tensor u(std::vector<std::uint8_t>{200, 3}, {2});
+  CHECK((u >> 1).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{100, 1});
+  CHECK(u.lshift(Tensor(std::vector<std::uint8_t>{1}, {1})).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{144, 6});
+  Tensor t = Tensor(std::vector<std::int32_t>{1, 1, 0, 0}, {4}).cast(dtypes::bool_),
+         f = Tensor(std::vector<std::int32_t>{1, 0, 1, 0}, {4}).cast(dtypes::bool_);
+  CHECK((t & f).dtype() == dtypes::bool_);
+  CHECK((t & f).cast(dtypes::int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 0, 0, 0});
+  CHECK((t | f).cast(dtypes::int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 1, 1, 0});
+  CHECK((t ^ f).cast(dtypes::int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 1, 1, 0});
+  CHECK((~t).cast(dtypes::int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 0, 1, 1});
+  Tensor col(std::vector<std::int64_t>{1, 2}, {2, 1});
+  CHECK((col | Tensor(std::vector<std::int64_t>{4, 8, 16}, {3})).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{5, 9, 17, 6, 10, 18});
+  CHECK_THROWS_WITH(Tensor::ones({2}) & Tensor::ones({2}),
+                    Contains("bitwise_and") && Contains("float32 (2,)"));
+  CHECK_THROWS_WITH(~Tensor::ones({2}), Contains("bitwise_not") && Contains("float32"));
+  CHECK_THROWS_WITH(ia << 32, Contains("lshift") && Contains("shift by 32"));
+  CHECK_THROWS_WITH(ia >> -1, Contains("rshift") && Contains("shift by -1"));
+}
+
+TEST_CASE("host-computed ops refuse a TinyJit capture, naming themselves", "[jit]") {
+  Tensor x = Tensor::rand({2, 3}), i = Tensor(std::vector<std::int32_t>{1, 2, 0, 1}, {2, 2});
+  struct Capture {
+    CaptureLog log;
+    Capture() { CaptureLog::active = &log; }
+    ~Capture() { CaptureLog::active = nullptr; }
+  } capture;
+  CHECK_THROWS_WITH(x.sort(), Contains("sort") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.argsort(), Contains("sort") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.cummax(1), Contains("cummax") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.scatter_add(1, Tensor::zeros({2, 2}, {.dtype = dtypes::int64}), x),
+                    Contains("scatter_add") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.masked_select(x > 0.5), Contains("masked_select") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(x.nonzero(), Contains("nonzero") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(i & i, Contains("bitwise_and") && Contains("TinyJit"));
+  CHECK_THROWS_WITH(i % i, Contains("remainder") && Contains("TinyJit"));
+}
