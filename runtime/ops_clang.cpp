@@ -123,6 +123,7 @@ void ClangProgram::compile_together(const std::vector<std::pair<std::string, std
   // One unit: the prelude once, then each kernel not in the cache with its function renamed.
   std::string unit = prelude;
   std::vector<fs::path> objects;
+  std::vector<std::string> names;
   for (const auto& [name, src] : kernels) {
     fs::path so = object_path(cc, src);
     if (src.compare(0, prelude.size(), prelude) != 0 || std::count(objects.begin(), objects.end(), so) ||
@@ -130,9 +131,10 @@ void ClangProgram::compile_together(const std::vector<std::pair<std::string, std
       continue;  // (one source twice, as two products' equal epilogues, is one function)
     unit += detail::cat("#define ", name, " ", group_symbol(so), "\n", src.substr(prelude.size()),
                         "\n#undef ", name, "\n");
-    objects.push_back(std::move(so));
+    objects.push_back(std::move(so)), names.push_back(name);
   }
-  if (objects.size() < 2) return;  // one alone is compiled as usual
+  if (objects.empty()) return;
+  auto t0 = std::chrono::steady_clock::now();
   static std::atomic<unsigned> counter{0};
   std::string tmp =
       detail::cat(objects[0].string(), ".group.", std::to_string(::getpid()), ".", std::to_string(counter++));
@@ -143,8 +145,14 @@ void ClangProgram::compile_together(const std::vector<std::pair<std::string, std
   std::optional<std::string> bytes = rc == 0 ? read_file_bytes(tmp + ".so") : std::nullopt;
   // Each kernel's cache entry is a hard link to the one object (the dynamic loader maps a file
   // once however many links it is opened by), made under a private name and renamed into place.
-  for (const fs::path& so : objects) {
+  double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+  const bool debug = getenv_int("DEBUG") >= 2;
+  for (std::size_t i = 0; i < objects.size(); ++i) {
     if (!bytes) break;  // a failed group: each kernel is compiled alone, reporting its own error
+    const fs::path& so = objects[i];
+    if (debug)  // (each kernel's share of the group's time: the lines add up to it)
+      std::fprintf(stderr, "CLANG: compiled %s in %.2f ms (one of %zu compiled together)\n", names[i].c_str(),
+                   ms / static_cast<double>(objects.size()), objects.size());
     std::string link = tmp + "." + so.stem().string();
     fs::create_hard_link(tmp + ".so", link, ec);
     if (!ec) fs::rename(link, so, ec);
