@@ -1,4 +1,5 @@
-// Host conversions of a RawBuffer's elements to and from double, whatever its dtype.
+// Host memory for RawMallocBuffer, and host conversions of a RawBuffer's elements to and from
+// double, whatever its dtype.
 #include <sys/mman.h>
 
 #include <algorithm>
