@@ -19,7 +19,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "metagrad/codegen/gemm.hpp"
 #include "metagrad/codegen/pipeline.hpp"
+#include "metagrad/runtime/cuda_gemm.hpp"
 #include "metagrad/runtime/disk_cache.hpp"
 
 namespace metagrad {
@@ -41,7 +43,8 @@ using CUcontext = CUctx_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
-constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMaxGridDimX = 5, kAttrCCMajor = 75, kAttrCCMinor = 76;
+constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMaxGridDimX = 5, kAttrMultiprocessors = 16, kAttrCCMajor = 75,
+              kAttrCCMinor = 76;
 constexpr int kFuncMaxThreadsPerBlock = 0;
 constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferSize = 6;
 constexpr CUresult kNoDevice = 100, kStubLibrary = 34;
@@ -219,7 +222,7 @@ struct CudaContext {
   Driver d;
   CUdevice device = 0;
   CUcontext ctx = nullptr;
-  int arch = 0, max_threads = 1024, max_grid_x = INT_MAX;
+  int arch = 0, max_threads = 1024, max_grid_x = INT_MAX, multiprocessors = 1;
   std::string name, identity;  // identity: what a cached module must have been built for
   std::atomic<int> compiles = 0;
   // The last kernel launched, for errors a later call reports (launches do not wait).
@@ -243,6 +246,7 @@ struct CudaContext {
     d.check(d.cuDeviceGetAttribute(&minor, kAttrCCMinor, device), "cuDeviceGetAttribute");
     d.check(d.cuDeviceGetAttribute(&max_threads, kAttrMaxThreadsPerBlock, device), "cuDeviceGetAttribute");
     d.check(d.cuDeviceGetAttribute(&max_grid_x, kAttrMaxGridDimX, device), "cuDeviceGetAttribute");
+    d.check(d.cuDeviceGetAttribute(&multiprocessors, kAttrMultiprocessors, device), "cuDeviceGetAttribute");
     d.check(d.cuDriverGetVersion(&version), "cuDriverGetVersion");
     arch = major * 10 + minor;
     // The primary context: the one the runtime API (and PyTorch) shares. Never released: the process's
@@ -442,16 +446,34 @@ class CUDAProgram final : public Program {
 
 // ---- the device ----
 
+// A kernel's runner: a contraction as the tiled SGEMM (runtime/gemm/cuda.cpp) with the kernels
+// around it, every other kernel (and a contraction METAGRAD_CUDA_GEMM=0 turns away) from lower_cuda.
+ASTRunner lower_on_gpu(const std::shared_ptr<CudaContext>& ctx, const std::shared_ptr<LazyOp>& ast,
+                       DType dt) {
+  if (dt == dtypes::float32 && getenv_int("METAGRAD_CUDA_GEMM", 1) != 0) {
+    codegen::Kernel k(ast, dt);
+    if (auto plan = codegen::match_gemm(k); plan && cuda_sgemm_fits(*plan))
+      return cuda_gemm_runner(
+          k, *plan, ctx->multiprocessors, lower_cuda,
+          [ctx](const std::string& name, const std::string& src) {
+            return std::make_shared<CUDAProgram>(ctx, name, src);
+          },
+          [ctx](std::size_t n, DType t) { return std::make_shared<RawCUDABuffer>(ctx, n, t); });
+  }
+  return lower_cuda(ast, dt);
+}
+
 class CUDABackendImpl final : public CUDABackend {
  public:
   explicit CUDABackendImpl(const std::shared_ptr<CudaContext>& ctx)
-      : CUDABackend([ctx](std::size_t n, DType dt) { return std::make_shared<RawCUDABuffer>(ctx, n, dt); },
-                    lower_cuda,
-                    [ctx](const std::string& name, const std::string& src) {
-                      return std::make_shared<CUDAProgram>(ctx, name, src);
-                    },
-                    /*concurrent_compiles=*/false,
-                    [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
+      : CUDABackend(
+            [ctx](std::size_t n, DType dt) { return std::make_shared<RawCUDABuffer>(ctx, n, dt); },
+            [ctx](const std::shared_ptr<LazyOp>& ast, DType dt) { return lower_on_gpu(ctx, ast, dt); },
+            [ctx](const std::string& name, const std::string& src) {
+              return std::make_shared<CUDAProgram>(ctx, name, src);
+            },
+            /*concurrent_compiles=*/true,  // NVRTC and the driver are thread-safe
+            [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
         ctx_(ctx) {}
   std::string device_name() const override { return ctx_->name; }
   int arch() const override { return ctx_->arch; }

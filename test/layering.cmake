@@ -15,7 +15,7 @@
 #                                                     Backend, Compiled, Interpreted, Device, RawBuffer,
 #                                                     the GEMM compiled per ISA (runtime/gemm/)
 #   codegen   codegen/                                Kernel, linearizer, renderers, pipeline
-#   backends  runtime/{host_program,gemm_program,ops_*}.hpp
+#   backends  runtime/{host_program,gemm_program,cuda_gemm,ops_*}.hpp
 #                                                     the devices (CLANG, LLVM, OPENCL, CPU)
 #   lazy      lazy.hpp (runtime/lazy, schedule, graph, realize_report.cpp)  LazyBuffer, the scheduler
 #   mlops     mlops.hpp                               the differentiable ops
@@ -45,7 +45,7 @@ set(METAGRAD_LAYER_TABLE
   "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
   "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
   "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$|^runtime/gemm/sgemm_isa\\.inc$=runtime"
-  "^metagrad/runtime/gemm_program\\.hpp$|^runtime/gemm/program\\.cpp$=backends"
+  "^metagrad/runtime/(gemm_program|cuda_gemm)\\.hpp$|^runtime/gemm/(program|cuda)\\.cpp$=backends"
   "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
   "^runtime/(host_program|ops_[a-z]+|device_plugins|llvm_plugin)\\.cpp$=backends"
   "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"

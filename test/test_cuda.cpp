@@ -14,15 +14,19 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "child_process.hpp"
 #include "gradcheck.hpp"
+#include "metagrad/runtime/cuda_gemm.hpp"
 #include "metagrad/runtime/ops_cuda.hpp"
 
 using namespace metagrad;
@@ -162,6 +166,18 @@ MG_MATH(sqrt, __nv_sqrt, double) MG_MATH2(pow, __nv_pow, double)
 
 TEST_CASE("CUDA dialect: every kind of kernel compiles to PTX with clang-14, one .entry each",
           "[.cuda_render]") {
+  // clang-14 is a build dependency (tools/setup.sh); a GPU machine that runs this binary may lack it.
+  bool have_clang = false;
+  for (std::string_view path = std::getenv("PATH") ? std::getenv("PATH") : "";
+       !have_clang && !path.empty();) {
+    std::size_t colon = std::min(path.find(':'), path.size());
+    have_clang = ::access((fs::path(path.substr(0, colon)) / "clang-14").c_str(), X_OK) == 0;
+    path.remove_prefix(std::min(colon + 1, path.size()));
+  }
+  if (!have_clang) {
+    WARN("skipped: clang-14 is not on PATH");
+    return;
+  }
   std::vector<Rendered> kernels = representative_kernels();
   REQUIRE(kernels.size() >= 30);
   // The set covers what the dialect has to say: block-wide reduces through shared memory, half.
@@ -224,6 +240,49 @@ TEST_CASE("CUDA dialect: every kind of kernel compiles with NVRTC, where it is i
   CHECK_THROWS_WITH(
       nvrtc_compile("broken", "extern \"C\" __global__ void broken(float* x) { x[0] = y; }", 80),
       Contains("broken") && Contains("--- log ---") && Contains("x[0] = y"));
+}
+
+TEST_CASE("CUDA dialect: the SGEMM kernel compiles with NVRTC for every operand layout and tile",
+          "[.cuda_render]") {
+  std::string version;
+  try {
+    version = nvrtc_version();
+  } catch (const std::exception& e) {
+    WARN("skipped: no NVRTC: " << e.what());
+    return;
+  }
+  INFO(version);
+  for (int layout = 0; layout < 4; ++layout) {
+    codegen::GemmPlan p;
+    p.m = 100, p.n = 70, p.k = 33, p.ldc = 70, p.c_offset = 5;
+    p.ars = layout & 1 ? 1 : p.k, p.acs = layout & 1 ? p.m : 1;  // A row- or column-major
+    p.brs = layout & 2 ? 1 : p.n, p.bcs = layout & 2 ? p.k : 1;
+    if (layout == 3) p.batch = {{3, 9, 11, 7000}, {2, 1, 0, 21000}};
+    for (CudaSgemmShape shape : {CudaSgemmShape{32, 1, 33}, CudaSgemmShape{64, 1, 33},
+                                 CudaSgemmShape{128, 1, 33}, CudaSgemmShape{32, 3, 16}}) {
+      std::string src = cuda_sgemm_source("sgemm", p, shape);
+      INFO("layout " << layout << ", tile " << shape.tile << ", split " << shape.split << ":\n" << src);
+      CudaImage img = nvrtc_compile("sgemm", src, 90);
+      CHECK(!img.bytes.empty());
+      if (shape.split > 1)
+        CHECK(!nvrtc_compile("sgemm_sum", cuda_sgemm_sum_source("sgemm_sum", p, shape), 90).bytes.empty());
+      auto [global, local] = cuda_sgemm_launch(p, shape);
+      CHECK(global == std::vector<std::int64_t>{(p.n + shape.tile - 1) / shape.tile * 256,
+                                                (p.m + shape.tile - 1) / shape.tile,
+                                                (layout == 3 ? 6 : 1) * shape.split});
+      CHECK(local == std::vector<std::int64_t>{256, 1, 1});
+    }
+  }
+  // The shapes chosen: big products in 128-tiles, weight gradients split along the depth.
+  codegen::GemmPlan big, grad;
+  big.m = big.n = big.k = 4096, grad.m = grad.n = 128, grad.k = 2048;
+  CHECK(cuda_sgemm_shape(big, 132).tile == 128);
+  CHECK(cuda_sgemm_shape(big, 132).split == 1);
+  CudaSgemmShape g = cuda_sgemm_shape(grad, 132);
+  CHECK(g.tile == 32);
+  CHECK(g.split >= 2);
+  CHECK(g.split * g.depth >= 2048);
+  CHECK((g.split - 1) * g.depth < 2048);
 }
 
 TEST_CASE("CUDA dialect: launch sizes cover every output, with 64-bit indices where they must be",
@@ -439,6 +498,39 @@ TEST_CASE("CUDA: kernels of every kind agree with the CPU device", "[.cuda]") {
         [&](const V& x) { return (x[0].cast(d) * x[1].cast(d) + x[0].cast(d)).cast(dtypes::float32); },
         {a, b}, d == dtypes::float16 ? 1e-2 : 1e-5);
   }
+}
+
+TEST_CASE("CUDA: products through the SGEMM kernel agree with the CPU device over random shapes and layouts",
+          "[.cuda]") {
+  if (!cuda()) return;
+  std::mt19937 g(7);
+  auto dim = [&](int hi) { return std::uniform_int_distribution<std::int64_t>(1, hi)(g); };
+  for (int trial = 0; trial < 40; ++trial) {
+    std::int64_t m = dim(trial % 4 ? 150 : 600), n = dim(trial % 4 ? 150 : 600),
+                 k = dim(trial % 3 ? 90 : 700), batch = trial % 5 == 0 ? dim(6) : 1;
+    bool ta = trial % 2, tb = trial / 2 % 2, bias = trial % 3 == 0;
+    Tensor a = cpu_rnd(ta ? Dims{batch, k, m} : Dims{batch, m, k}, 10 + trial),
+           b = cpu_rnd(tb ? Dims{batch, n, k} : Dims{batch, k, n}, 100 + trial),
+           c = cpu_rnd({n}, 200 + trial);
+    agree(
+        detail::cat("(", std::to_string(batch), ", ", std::to_string(m), ", ", std::to_string(k), ") x (",
+                    std::to_string(k), ", ", std::to_string(n), ")", ta ? " A transposed" : "",
+                    tb ? " B transposed" : "", bias ? " + bias, relu" : ""),
+        [&](const std::vector<Tensor>& t) {
+          Tensor x = ta ? t[0].transpose(1, 2) : t[0], y = tb ? t[1].transpose(1, 2) : t[1];
+          Tensor r = x.matmul(y);
+          return bias ? (r + t[2]).relu() : r;
+        },
+        {a, b, c}, 1e-4);
+  }
+  // The head merge of attention: a permuted operand gathered first, then the product.
+  Tensor h = cpu_rnd({2, 4, 16, 8}, 1), w = cpu_rnd({32, 32}, 2);
+  agree(
+      "permuted operand",
+      [](const std::vector<Tensor>& t) {
+        return t[0].transpose(1, 2).reshape({2, 16, 32}).matmul(t[1]);
+      },
+      {h, w}, 1e-4);
 }
 
 TEST_CASE("CUDA: TinyJit replays captured CUDA kernels", "[.cuda]") {

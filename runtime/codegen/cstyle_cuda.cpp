@@ -9,7 +9,8 @@ namespace {
 
 // NVRTC declares the math functions (exp2f, log2f, sinf, powf and their double versions) and the
 // index variables itself; the rest is here. Integer helpers are C's (64-bit, Python's floor
-// division); half converts with cvt, rounding to nearest even.
+// division); half converts with cvt, rounding to nearest even, except NaN: cvt makes every NaN
+// canonical, the host keeps its sign and payload (quieted), both ways.
 const char* kPreludeCUDA = R"(typedef unsigned short half;
 #define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
 #define MG_D static __device__ __forceinline__
@@ -17,8 +18,8 @@ MG_D long long mg_fdiv(long long a, long long b) { long long q = a / b; return q
 MG_D long long mg_fmod(long long a, long long b) { long long r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
 MG_D long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
 MG_D long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
-MG_D float mg_h2f(half h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-MG_D half mg_f2h(float f) { half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+MG_D float mg_h2f(half h) { if ((h & 0x7fffu) > 0x7c00u) return __uint_as_float(((unsigned)(h & 0x8000u) << 16) | 0x7fc00000u | ((unsigned)(h & 0x3ffu) << 13)); float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+MG_D half mg_f2h(float f) { unsigned x = __float_as_uint(f); if ((x & 0x7fffffffu) > 0x7f800000u) return (half)(((x >> 16) & 0x8000u) | 0x7e00u | ((x >> 13) & 0x3ffu)); half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 MG_D float mg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 MG_D unsigned short mg_f2bf(float f) { unsigned x = __float_as_uint(f); return (unsigned short)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";

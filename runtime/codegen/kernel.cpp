@@ -193,6 +193,33 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
       local_size = L;
       return;
     }
+    if (L > 0 && opts.any_axis_groups && outputs <= 65536 &&
+        ast_dtype(reduceop->src.at(0)) == dtypes::float32) {
+      std::int64_t total = 1;
+      for (std::size_t d = first_reduce; d < looped_end(); ++d) total *= full_shape()[d];
+      // The group along each axis: the largest power of two up to L that divides it, at least a warp.
+      auto group_of = [&](std::size_t d) {
+        std::int64_t g = L;
+        while (g >= 32 && full_shape()[d] % g != 0) g /= 2;
+        return g >= 32 ? g : 0;
+      };
+      std::size_t axis = r;
+      for (std::size_t d = first_reduce; d < looped_end(); ++d)
+        if (group_of(d) > group_of(axis) ||
+            (group_of(d) == group_of(axis) && unit_reads(d) > unit_reads(axis)))
+          axis = d;
+      if (std::int64_t g = group_of(axis); g > 0 && total >= 64) {
+        std::vector<std::int64_t> s(full_shape().begin(), full_shape().end()), order;
+        s[axis] /= g;
+        s.insert(s.begin() + static_cast<std::ptrdiff_t>(axis) + 1, g);
+        for (std::size_t d = 0; d < s.size(); ++d)
+          if (d != axis + 1) order.push_back(static_cast<std::int64_t>(d));
+        order.push_back(static_cast<std::int64_t>(axis) + 1);  // the group's threads: the last looped axis
+        reshape_and_permute(s, order);
+        local_size = g;
+        return;
+      }
+    }
     bool matmul_like =
         reduceop->op == FusedOps::MULACC && first_reduce >= 2 && outer_product(first_reduce - 2);
     // matmul: a register tile of outputs, rows x cols, each updated once per k; cols are the last

@@ -97,14 +97,53 @@ void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector
   epilogue_->runner.launch(epi);  // counted as part of this kernel
 }
 
-ASTRunner gemm_runner(
-    const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
-    const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile) {
+GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const GemmLower& lower,
+                     const GemmCompile& compile) {
+  GemmParts out;
+  auto build = [&](const std::shared_ptr<LazyOp>& ast, DType dtype) {
+    ASTRunner r = lower(ast, dtype);
+    r.clprg = compile(r.name, r.prg);
+    r.clprg->op_estimate = r.op_estimate;
+    return r;
+  };
+  if (p.epilogue) {
+    // The AST with the reduce replaced by a buffer holding C (contiguous, the output's shape): the
+    // buffers it still reads are renumbered 1.. in order, C last.
+    std::vector<bool> used(k.bufs.size() + 1, false);
+    used_above(*k.ast, k.reduceop, used);
+    std::vector<std::size_t> index(k.bufs.size() + 1, 0);
+    GemmEpilogue& epi = out.epilogue.emplace();
+    for (std::size_t i = 1; i < used.size(); ++i)
+      if (used[i]) index[i] = epi.inputs.size() + 1, epi.inputs.push_back(static_cast<int>(i));
+    epi.inputs.push_back(-1);
+    MemBuffer c{epi.inputs.size(), dtypes::float32, ShapeTracker(k.output_shape)};
+    epi.runner = build(replace(*k.ast, k.reduceop, c, index), k.out_dtype);
+    epi.c_size = prod(k.output_shape);
+    out.source += "// then the epilogue over C:\n" + epi.runner.prg;
+  }
+  for (const codegen::GemmPlan::Pack& pk : p.packs) {
+    auto ast = std::make_shared<LazyOp>(UnaryOps::NOOP,
+                                        std::vector<LazySrc>{MemBuffer{1, dtypes::float32, pk.st}}, OpArg{});
+    const ASTRunner& g = out.packs.emplace_back(build(ast, dtypes::float32));
+    out.source += detail::cat("// operand buffer ", std::to_string(pk.buf), " gathered first:\n", g.prg);
+  }
+  return out;
+}
+
+std::string gemm_name(const codegen::GemmPlan& p) {
+  std::int64_t batch = 1;
+  for (const auto& l : p.batch) batch *= l.size;
+  auto str = [](std::int64_t v) { return std::to_string(v); };
+  return detail::cat("gemm_", str(batch), "x", str(p.m), "x", str(p.n), "x", str(p.k));
+}
+
+ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
+                      const GemmCompile& compile) {
   ASTRunner r;
   std::int64_t batch = 1;
   for (const auto& l : p.batch) batch *= l.size;
   auto str = [](std::int64_t v) { return std::to_string(v); };
-  r.name = detail::cat("gemm_", str(batch), "x", str(p.m), "x", str(p.n), "x", str(p.k));
+  r.name = gemm_name(p);
   r.prg =
       detail::cat("// ", r.name, ": C[", str(p.m), "][", str(p.n), "] = A[", str(p.m), "][", str(p.k), "] B[",
                   str(p.k), "][", str(p.n), "]", batch > 1 ? " for " + str(batch) + " batch indices" : "",
@@ -113,37 +152,13 @@ ASTRunner gemm_runner(
                   str(p.acs), "), B = buffer ", str(static_cast<std::int64_t>(p.b)), " strides (", str(p.brs),
                   ", ", str(p.bcs), "), C row stride ", str(p.ldc), "\n");
   r.op_estimate = k.op_estimate;  // (the device sets mem_estimate from the buffers it runs on)
-  std::optional<GemmEpilogue> epi;
-  if (p.epilogue) {
-    // The AST with the reduce replaced by a buffer holding C (contiguous, the output's shape): the
-    // buffers it still reads are renumbered 1.. in order, C last.
-    std::vector<bool> used(k.bufs.size() + 1, false);
-    used_above(*k.ast, k.reduceop, used);
-    std::vector<std::size_t> index(k.bufs.size() + 1, 0);
-    epi.emplace();
-    for (std::size_t i = 1; i < used.size(); ++i)
-      if (used[i]) index[i] = epi->inputs.size() + 1, epi->inputs.push_back(static_cast<int>(i));
-    epi->inputs.push_back(-1);
-    MemBuffer c{epi->inputs.size(), dtypes::float32, ShapeTracker(k.output_shape)};
-    auto ast = replace(*k.ast, k.reduceop, c, index);
-    epi->runner = codegen::run_pipeline(ast, k.out_dtype, render);
-    epi->runner.clprg = compile(epi->runner.name, epi->runner.prg);
-    epi->runner.clprg->op_estimate = epi->runner.op_estimate;
-    epi->c_size = prod(k.output_shape);
-    r.prg += "// then the epilogue over C:\n" + epi->runner.prg;
-  }
-  std::vector<ASTRunner> packs;
-  for (const codegen::GemmPlan::Pack& pk : p.packs) {
-    auto ast = std::make_shared<LazyOp>(UnaryOps::NOOP,
-                                        std::vector<LazySrc>{MemBuffer{1, dtypes::float32, pk.st}}, OpArg{});
-    ASTRunner& g = packs.emplace_back(codegen::run_pipeline(ast, dtypes::float32, render));
-    g.clprg = compile(g.name, g.prg);
-    g.clprg->op_estimate = g.op_estimate;
-    r.prg += detail::cat("// operand buffer ", str(static_cast<std::int64_t>(pk.buf)), " gathered first:\n",
-                         g.prg);
-  }
-  r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(epi),
-                                          std::move(packs));
+  GemmParts parts = gemm_parts(
+      k, p,
+      [&](const std::shared_ptr<LazyOp>& ast, DType dt) { return codegen::run_pipeline(ast, dt, render); },
+      compile);
+  r.prg += parts.source;
+  r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(parts.epilogue),
+                                          std::move(parts.packs));
   r.clprg->op_estimate = r.op_estimate;
   return r;
 }

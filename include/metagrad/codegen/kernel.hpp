@@ -23,6 +23,10 @@ struct Opts {
   // A sum along memory: partial sums in this many registers (0: one loop the code generator
   // vectorizes itself, its additions marked reassociable: LLVM's and gcc's loop vectorizers).
   std::int64_t row_upcast = 8;
+  // A GPU: any reduce of few outputs whose reduce axes hold at least 64 elements is shared by a
+  // group of 32 to group_reduce threads, along whichever reduce axis that size divides (the one
+  // along memory first): one thread per output would leave the GPU idle and walk memory alone.
+  bool any_axis_groups = false;
   // The host CPU (CLANG, LLVM): AVX-512's 32 registers hold an 8 x 32 tile of floats, AVX2's 16 a
   // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip;
   // sums along memory left to the compiler's loop vectorizer.

@@ -45,11 +45,27 @@ class GemmProgram : public Program {
   std::vector<ASTRunner> packs_;
 };
 
+using GemmCompile = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
+using GemmLower = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
+
+// The ordinary kernels around a contraction, lowered by `lower` and built by `compile` on its
+// device: the epilogue over C (when the AST has ops above the reduce) and the gathers of the
+// operands the plan packs; `source` lists theirs (for the runner's source).
+struct GemmParts {
+  std::optional<GemmEpilogue> epilogue;
+  std::vector<ASTRunner> packs;
+  std::string source;
+};
+GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& plan, const GemmLower& lower,
+                     const GemmCompile& compile);
+
+// "gemm_<batch>x<m>x<n>x<k>": the kernel name of a contraction on every device.
+std::string gemm_name(const codegen::GemmPlan& plan);
+
 // The runner of a kernel that `plan` covers: a readable description (and the epilogue's source)
 // as its source, the kernel's estimates, and a GemmProgram. `render` and `compile` build the
 // epilogue kernel on the device.
-ASTRunner gemm_runner(
-    const codegen::Kernel& k, const codegen::GemmPlan& plan, const codegen::Renderer& render,
-    const std::function<std::shared_ptr<Program>(const std::string&, const std::string&)>& compile);
+ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan,
+                      const codegen::Renderer& render, const GemmCompile& compile);
 
 }  // namespace metagrad

@@ -22,8 +22,12 @@ struct CudaCodegen {
   static inline const codegen::CStyleLanguage& lang = codegen::cuda_language();
   // Launch and tiling choices for a GPU: many threads with small register tiles, no cache blocking
   // (a blocked reduce carries partial sums through the output, which needs one thread per output),
-  // long reduces with few outputs shared by a block of threads through shared memory.
-  static codegen::Opts opts() { return {4, 4, 0, 4, 0, 128}; }
+  // reduces with few outputs shared by a block of threads through shared memory, along any axis.
+  static codegen::Opts opts() {
+    codegen::Opts o{4, 4, 0, 4, 0, 128};
+    o.any_axis_groups = true;
+    return o;
+  }
 };
 
 // AST -> CUDA C source with its launch size (global: threads in all, local: threads per block when
