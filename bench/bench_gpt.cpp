@@ -14,6 +14,7 @@
 // 1 thread: 3 warm-up steps, then `steps` steps whose peak resident set (VmHWM, reset after the
 // warm-up) less the resident set before the model was built it prints, and for metagrad the most
 // bytes its buffers (pooled free ones not counted) held at once during those steps.
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -40,6 +41,14 @@ namespace {
 
 long B = 32, T = 64, C = 128, H = 4, N = 2;  // --shape=gpt2 sets GPT-2 small's widths
 constexpr double kLr = 1e-3, kDecay = 0.1;
+
+// libtorch's thread count: its own pool and, where its BLAS is OpenBLAS (Debian's libtorch), the BLAS's
+// threads too, which torch::set_num_threads leaves at one a core (a "1 thread" libtorch step then ran
+// its products on every core, and at 2 threads oversubscribed them).
+void torch_threads(int n) {
+  torch::set_num_threads(n);
+  if (auto* f = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
 
 // ---- the same model in libtorch, its parameters copied from metagrad's state dict by name ----
 
@@ -189,7 +198,7 @@ double proc_status(const char* field) {
 // One configuration's training memory, in this process alone: "libtorch" or "<DEVICE> eager|jit".
 int memory_of(const std::string& config, const nn::StateDict& init, const Batches& data, long steps) {
   setenv("THREADS", "1", 1);
-  torch::set_num_threads(1);
+  torch_threads(1);
   double rss0 = proc_status("VmRSS");
   std::function<double(std::size_t)> step;
   std::unique_ptr<TorchTrainer> tt;
@@ -271,7 +280,7 @@ int main(int argc, char** argv) try {
   }
 
   if (check) {  // the first 10 losses, metagrad eager on DEVICE (default CLANG) against libtorch
-    torch::set_num_threads(1);
+    torch_threads(1);
     std::string dev = getenv("DEVICE", "CLANG");
     MetaTrainer mg(dev, init, false);
     TorchTrainer tt(init);
@@ -300,7 +309,7 @@ int main(int argc, char** argv) try {
   for (int threads : {1, 2}) {
     setenv("THREADS", std::to_string(threads).c_str(), 1);
     metagrad::fixed::set_threads(threads);  // the pool read THREADS when it started
-    torch::set_num_threads(threads);
+    torch_threads(threads);
     struct Config {
       std::string name;
       std::function<double(std::size_t)> step;

@@ -100,10 +100,10 @@ std::optional<GemmPlan> match_gemm(const Kernel& k) {
   }
   for (std::size_t d = 0; d < red; ++d)
     if (!taken[d]) p.batch.push_back({shape[d], va->strides[d], vb->strides[d], vc->strides[d]});
-  // A batch of dot products (a LayerNorm weight's gradient: one per channel, over every token) is a
-  // column sum of products, which a rendered kernel vectorizes across the batch; the GEMM would
-  // run each alone.
-  if (p.m == 1 && p.n == 1 && !p.batch.empty()) return std::nullopt;
+  // A dot product is a sum, which a rendered kernel vectorizes at memory speed; a batch of them (a
+  // LayerNorm weight's gradient: one per channel, over every token) a column sum of products,
+  // vectorized across the batch. The GEMM would run each as a 1 x 1 tile.
+  if (p.m == 1 && p.n == 1) return std::nullopt;
   return p;
 }
 

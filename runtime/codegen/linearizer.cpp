@@ -173,7 +173,11 @@ struct Linearizer {
   // into levels of at most kLevel trips, each level summing into an accumulator of its own that is
   // added to the level above when it ends (blocked accumulation, close to pairwise: about one
   // rounding a level, log16(n) levels). Maximum needs none of it.
-  static constexpr std::int64_t kLevel = 16, kChainLimit = 4096;
+  // A sum the compiler may reassociate with no upcast of its own (the host devices') is vectorized
+  // with a dozen or more partial sums, each taking an eighth or less of the innermost trips: that
+  // level may be kVectorLevel long for the same rounding, and it is long enough to vectorize.
+  static constexpr std::int64_t kLevel = 16, kVectorLevel = 256, kChainLimit = 4096;
+  std::int64_t leaf_level() const { return k.reassociate && k.upcasted == 0 ? kVectorLevel : kLevel; }
   std::vector<std::vector<std::vector<int>>> levels;  // per level, per output position, accumulators
   int loop_count = 0;
 
@@ -204,11 +208,12 @@ struct Linearizer {
     inner(base + var * step);
     close_loops(keep);
   }
-  // Axis d from `base` for exactly S = kLevel^j elements: j nested loops, a level each but the last.
+  // Axis d from `base` for exactly S = leaf_level() kLevel^j elements: j + 1 nested loops, a level
+  // each but the last.
   template <class F>
   void perfect(std::size_t d, std::int64_t S, const Node& base, DType acc_dt, F& leaf) {
-    if (S == kLevel)
-      return level_loop(d, kLevel, base, 1, [&](const Node& at) { loop_vars[d] = at, leaf(); });
+    if (S == leaf_level())
+      return level_loop(d, S, base, 1, [&](const Node& at) { loop_vars[d] = at, leaf(); });
     level_loop(d, kLevel, base, S / kLevel, [&](const Node& at) {
       new_level(acc_dt), perfect(d, S / kLevel, at, acc_dt, leaf), end_level(acc_dt);
     });
@@ -218,8 +223,9 @@ struct Linearizer {
   // kLevel additions, one copy of the body per base-kLevel digit.
   template <class F>
   void nest(std::size_t d, std::int64_t n, const Node& base, DType acc_dt, F& leaf) {
-    if (n <= kLevel) return level_loop(d, n, base, 1, [&](const Node& at) { loop_vars[d] = at, leaf(); });
-    std::int64_t S = kLevel;
+    if (n <= leaf_level())
+      return level_loop(d, n, base, 1, [&](const Node& at) { loop_vars[d] = at, leaf(); });
+    std::int64_t S = leaf_level();
     while (S <= n / kLevel) S *= kLevel;
     std::int64_t q = n / S, t = n % S;
     new_level(acc_dt);
