@@ -29,13 +29,20 @@ struct Block {
 };
 
 struct GPT {
-  std::int64_t context;
+  std::int64_t context, vocab;
   nn::Embedding wte, wpe;
   std::vector<Block> blocks;
   nn::LayerNorm ln_f;
   nn::Linear head;
-  GPT(std::int64_t ctx, std::int64_t width, std::int64_t heads, std::int64_t n)
-      : context(ctx), wte(kVocab, width), wpe(ctx, width), blocks(), ln_f(width), head(width, kVocab, false) {
+  GPT(std::int64_t ctx, std::int64_t width, std::int64_t heads, std::int64_t n,
+      std::int64_t vocab_size = kVocab)
+      : context(ctx),
+        vocab(vocab_size),
+        wte(vocab_size, width),
+        wpe(ctx, width),
+        blocks(),
+        ln_f(width),
+        head(width, vocab_size, false) {
     for (std::int64_t i = 0; i < n; ++i) blocks.emplace_back(width, heads);
   }
   // idx (B, T) int64 with T <= context: logits (B, T, vocab).
@@ -53,7 +60,7 @@ struct GPT {
 };
 
 inline Tensor loss_of(const GPT& m, const Tensor& x, const Tensor& y) {
-  return m(x).reshape({-1, kVocab}).sparse_categorical_crossentropy(y.reshape({-1}));
+  return m(x).reshape({-1, m.vocab}).sparse_categorical_crossentropy(y.reshape({-1}));
 }
 
 }  // namespace examples
