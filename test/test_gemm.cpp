@@ -479,6 +479,42 @@ TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of
   CHECK(c.l2 >= c.l1);
 }
 
+// A unit built without ISA flags (a plain Release build, as this one) runs its products on the
+// widest copy the CPU has: the library's baseline copy hands them over (runtime/gemm/sgemm_generic.cpp).
+TEST_CASE("fixed: a unit built without ISA flags runs its products on the widest copy the CPU has",
+          "[gemm]") {
+#if defined(__AVX__)
+  WARN("skipped: this unit has ISA flags; it calls its own ISA's copy");
+#else
+  if (metagrad::gemm::isa() == metagrad::gemm::Isa::generic) {
+    WARN("skipped: the widest copy this CPU runs is the generic one");
+    return;
+  }
+  namespace fx = metagrad::fixed;
+  std::mt19937 g(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  fx::Tensor<float, 37, 53> a;
+  fx::Tensor<float, 53, 29> b;
+  for (float& v : a) v = u(g);
+  for (float& v : b) v = u(g);
+  fx::Tensor<double, 37, 53> ad;
+  for (long i = 0; i < 37 * 53; ++i) ad.data()[i] = a.data()[i];
+  fx::Tensor<double, 53, 29> bd;
+  for (long i = 0; i < 53 * 29; ++i) bd.data()[i] = b.data()[i];
+  std::int64_t before = metagrad::gemm::widened_products();
+  fx::Tensor<float, 37, 29> c = fx::matmul(a, b);
+  fx::Tensor<double, 37, 29> cd = fx::matmul(ad, bd);
+  CHECK(metagrad::gemm::widened_products() >= before + 2);
+  for (long i = 0; i < 37; ++i)
+    for (long j = 0; j < 29; ++j) {
+      double want = 0;
+      for (long k = 0; k < 53; ++k) want += double(a(i, k)) * double(b(k, j));
+      CHECK(std::abs(c(i, j) - want) <= 1e-5);
+      CHECK(std::abs(cd(i, j) - want) <= 1e-12);
+    }
+#endif
+}
+
 // A static unit linked against the library (this one, through metagrad::metagrad's
 // METAGRAD_PREBUILT) calls the library's copies of the GEMM for its ISA and of the thread pool
 // rather than compiling its own (fixed/gemm.hpp, fixed/parallel.hpp): the functions it calls live

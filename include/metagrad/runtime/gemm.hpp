@@ -40,6 +40,10 @@ void sgemm(const Problem& p, const GemmBlocking& bk = {}, Isa isa = gemm::isa())
 GemmBlocking choose_blocking(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa = gemm::isa());
 GemmBlocking default_blocking(Isa isa = gemm::isa());
 
+// Static-path products that units built without ISA flags handed from the library's baseline copy
+// to a wider one the CPU runs (fixed/gemm.hpp), in this process.
+std::int64_t widened_products();
+
 // Whether the host devices run contractions through the GEMM: yes unless env METAGRAD_GEMM=0.
 bool enabled();
 

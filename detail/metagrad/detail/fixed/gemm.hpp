@@ -192,6 +192,9 @@ struct Gemm {
   // whatever the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking());
+  // run on this copy whatever the CPU (run itself may hand the product to a wider copy: below).
+  static void run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk);
 
   // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
   // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
@@ -488,9 +491,27 @@ struct Gemm {
   }
 };
 
+#ifdef METAGRAD_GEMM_FORWARD
+// The library's baseline copy (runtime/gemm/sgemm_generic.cpp), which units built without ISA flags
+// call, hands each product to the widest copy the CPU runs (runtime/gemm/forward.cpp): a plain
+// Release build of a static unit gets AVX2 or AVX-512 products without -march. False: run here.
+template <class T>
+bool run_on_widest_isa(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk);
+#endif
+
 template <class T>
 void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
+#ifdef METAGRAD_GEMM_FORWARD
+  if (run_on_widest_isa(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk)) return;
+#endif
+  run_here(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
+}
+
+template <class T>
+void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
