@@ -13,10 +13,10 @@
 #
 # Rules, each a fixture test (test/layering/):
 #   every include form counts ("metagrad/...", <metagrad/...>, and quoted includes relative to the
-#   file), in every file under include/, detail/ and runtime/ (.cpp, .hpp, .inc); every file is in
-#   the table; no include goes to a layer the row does not allow; no file includes itself through
-#   others (a cycle, even within a layer); a header under include/metagrad opens no `namespace
-#   detail` (its internals go to detail/metagrad/detail/<same path>).
+#   file), in every source and header under include/, detail/ and runtime/ (.hpp, .h, .inc, .cpp,
+#   .c); every file is in the table; no include goes to a layer the row does not allow; no file
+#   includes itself through others (a cycle, even within a layer); a header under include/metagrad
+#   opens no `namespace detail` (its internals go to detail/metagrad/detail/<same path>).
 cmake_minimum_required(VERSION 3.20)
 
 if(NOT DEFINED TABLE)
@@ -112,8 +112,13 @@ endfunction()
 
 # --- the files and their includes ---------------------------------------------------------------
 set(errors "")
-file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/include/metagrad/*.hpp ${ROOT}/detail/metagrad/*.hpp
-     ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.hpp ${ROOT}/runtime/*.inc)
+set(globs "")
+foreach(dir IN ITEMS include/metagrad detail/metagrad runtime)
+  foreach(ext IN ITEMS hpp h inc cpp c)
+    list(APPEND globs "${ROOT}/${dir}/*.${ext}")
+  endforeach()
+endforeach()
+file(GLOB_RECURSE files RELATIVE ${ROOT} ${globs})
 list(SORT files)
 foreach(f IN LISTS files)
   layer_of("${f}" layer)
