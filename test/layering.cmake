@@ -1,7 +1,8 @@
 # The layering check: which metagrad files may include which. The layer table is written once, in
 # docs/architecture.md (section "Layers", between the `layer table` comments); this script reads it.
-# Run with cmake -DROOT=<source dir> [-DTABLE=<markdown file>] -P layering.cmake (TABLE defaults to
-# ROOT/docs/architecture.md; the fixtures under test/layering/ pass their own).
+# Run with cmake -DROOT=<source dir> [-DTABLE=<markdown file>] [-DLIST=ON] -P layering.cmake (TABLE
+# defaults to ROOT/docs/architecture.md, the fixtures under test/layering/ pass their own; LIST
+# prints each file's layer).
 #
 # The table: one row per layer, lowest first, `| rank | name | files | may include | what |`.
 #   files        backticked path patterns from the source root: `*` is any text within a folder,
@@ -125,6 +126,9 @@ foreach(f IN LISTS files)
   if(layer STREQUAL "")
     string(APPEND errors "\n  ${f}: not in the layer table (${TABLE})")
     continue()
+  endif()
+  if(LIST)
+    message(STATUS "${layer}\t${f}")
   endif()
   file(STRINGS "${ROOT}/${f}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*(\"[^\"]+\"|<metagrad/[^>]+>)")
   get_filename_component(dir "${f}" DIRECTORY)
