@@ -1,5 +1,5 @@
 // Host kernels (CLANG, LLVM): calling a compiled function on buffer pointers, split across the
-// thread pool, and lowering an AST to C-style source.
+// thread pool, and the runners of an AST rendered as C-style source.
 #include "metagrad/runtime/host_program.hpp"
 
 #include <array>
@@ -75,8 +75,8 @@ void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, st
   parallel_for(n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, s, e); });
 }
 
-ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                     const Compiled::Runtime& compile, const codegen::Opts& opts) {
+ASTRunner host_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
+                      const Compiled::Runtime& compile, const codegen::Opts& opts) {
   if (out_dtype == dtypes::float32 && gemm::enabled()) {
     codegen::Kernel k(ast, out_dtype);
     if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile);
@@ -84,8 +84,8 @@ ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const 
   return codegen::run_pipeline(ast, out_dtype, render, opts);
 }
 
-ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
-                          const codegen::CStyleLanguage& lang, const codegen::Opts& opts) {
+ASTRunner cstyle_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
+                        const codegen::CStyleLanguage& lang, const codegen::Opts& opts) {
   return codegen::run_pipeline(
       ast, out_dtype, [&](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, lang); },
       opts);

@@ -288,7 +288,7 @@ std::unique_ptr<Backend> make_clang_backend() {
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
       [](const std::shared_ptr<LazyOp>& ast, DType dt) {
-        return lower_host(
+        return host_runner(
             ast, dt,
             [](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, ClangCodegen::lang); },
             [](const std::string& name, const std::string& src) {

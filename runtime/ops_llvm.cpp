@@ -204,7 +204,7 @@ void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const
 }
 
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  return lower_host(
+  return host_runner(
       ast, out_dtype, [](const codegen::LinearizedKernel& k) { return codegen::render_llvm(k); },
       llvm_runtime);
 }

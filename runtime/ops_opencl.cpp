@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "metagrad/runtime/disk_cache.hpp"
-#include "metagrad/runtime/host_program.hpp"  // lower_to_runner
+#include "metagrad/runtime/host_program.hpp"  // cstyle_runner
 
 namespace metagrad {
 
@@ -469,8 +469,8 @@ void CLProgram::operator()(const std::vector<std::int64_t>& global_size,
 
 namespace {
 
-ASTRunner lower_opencl(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
-  return lower_to_runner(ast, out_dtype, OpenCLCodegen::lang, codegen::Opts::opencl());
+ASTRunner opencl_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
+  return cstyle_runner(ast, out_dtype, OpenCLCodegen::lang, codegen::Opts::opencl());
 }
 
 class CLBackend final : public OpenCLBackend {
@@ -478,7 +478,7 @@ class CLBackend final : public OpenCLBackend {
   explicit CLBackend(const std::shared_ptr<CLContext>& ctx)
       : OpenCLBackend(
             [ctx](std::size_t n, DType dt) { return std::make_shared<RawOpenCLBuffer>(ctx, n, dt); },
-            lower_opencl,
+            opencl_runner,
             [ctx](const std::string& name, const std::string& src) {
               return std::make_shared<CLProgram>(ctx, name, src);
             },

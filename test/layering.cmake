@@ -1,162 +1,180 @@
-# The layer table: which metagrad files may include which. Run with cmake -DROOT=<source dir> -P.
+# The layering check: which metagrad files may include which. The layer table is written once, in
+# docs/architecture.md (section "Layers", between the `layer table` comments); this script reads it.
+# Run with cmake -DROOT=<source dir> [-DTABLE=<markdown file>] [-DLIST=ON] -P layering.cmake (TABLE
+# defaults to ROOT/docs/architecture.md, the fixtures under test/layering/ pass their own; LIST
+# prints each file's layer).
 #
-# Layers, lowest first. A file may include metagrad headers of its own layer and of layers below it,
-# never above: codegen and the devices cannot see the lazy graph, the lazy graph cannot see Tensor.
-#   helpers   helpers.hpp, version.hpp,               dtypes, env, small_vector, version macros, the
-#             detail/{hlops,small_vector,format}.hpp  hlops both paths write once, values as text
-#   shape     shape/                                  symbolic, View, ShapeTracker
-#   ops       ops.hpp                                 the op vocabulary (enums, Op)
-#   functions functions.hpp, fixed/math.hpp           the elementwise functions' one definition for
-#                                                     both paths (FnTraits), and their scalar math
-#   kernels   fixed/{gemm,simd,parallel,arena,cpu,shape}.hpp
-#                                                     header-only CPU kernels both paths run: the GEMM
-#   ast       ast.hpp                                 the kernel AST over buffer descriptors
-#   runtime   device.hpp, runtime/{lib,buffer_pool,threadpool,disk_cache,gemm}.hpp
-#                                                     Backend, Compiled, Interpreted, Device, RawBuffer,
-#                                                     the GEMM compiled per ISA (runtime/gemm/)
-#   codegen   codegen/                                Kernel, linearizer, renderers, pipeline
-#   backends  runtime/{host_program,gemm_program,cuda_gemm,ops_*}.hpp
-#                                                     the devices (CLANG, LLVM, OPENCL, CPU)
-#   lazy      lazy.hpp (runtime/lazy, schedule, graph, realize_report.cpp)  LazyBuffer, the scheduler
-#   mlops     mlops.hpp                               the differentiable ops
-#   fixed     fixed.hpp, fixed/                       the static path: it may include only helpers,
-#                                                     shape, ops, functions, kernels and itself
-#   tensor    tensor.hpp, nn, jit, aot, lower.hpp, datasets, metagrad.hpp
-#   dist      dist/ (runtime/dist/)                   data parallelism over MPI (metagrad::dist)
-# Every include form counts ("metagrad/...", <metagrad/...>, quoted and relative to the file), in
-# every file under include/, detail/ and runtime/; and no file may include itself through others.
-# A detail header (detail/metagrad/detail/X) takes the layer of the public header metagrad/X whose
-# internals it holds. Sources under runtime/ take the layer of what they implement, except
-# runtime/mlops.cpp: the mlops compute on Tensors (tensor.hpp), as tinygrad's mlops.py imports
-# tensor.Function. Every file must be in the table.
+# The table: one row per layer, lowest first, `| rank | name | files | may include | what |`.
+#   files        backticked path patterns from the source root: `*` is any text within a folder,
+#                `{a,b}` either, and a pattern ending in `/` is that folder and all below it
+#   may include  `rows above` (every lower layer), `none`, or backticked layer names
+# A file takes the layer of the first row whose pattern matches its path. A detail header
+# (detail/metagrad/detail/X) that no row names takes the layer of the public header metagrad/X.
+# A file may include its own layer and those its row allows.
 #
-# Public headers hold what users name: a header under include/metagrad that opens a `namespace
-# detail` fails (its internals go to detail/metagrad/detail/<same path>).
+# Rules, each a fixture test (test/layering/):
+#   every include form counts ("metagrad/...", <metagrad/...>, and quoted includes relative to the
+#   file), in every source and header under include/, detail/ and runtime/ (.hpp, .h, .inc, .cpp,
+#   .c); every file is in the table; no include goes to a layer the row does not allow; no file
+#   includes itself through others (a cycle, even within a layer); a header under include/metagrad
+#   opens no `namespace detail` (its internals go to detail/metagrad/detail/<same path>).
 cmake_minimum_required(VERSION 3.20)
 
-set(METAGRAD_LAYERS helpers shape ops functions kernels ast runtime codegen backends lazy mlops fixed tensor dist)
+if(NOT DEFINED TABLE)
+  set(TABLE "${ROOT}/docs/architecture.md")
+endif()
 
-# Path (metagrad/... for headers, runtime/... for sources) -> layer, first match wins.
-set(METAGRAD_LAYER_TABLE
-  "^metagrad/(helpers|version|detail/hlops|detail/small_vector|detail/format)\\.hpp$=helpers"
-  "^(metagrad|runtime)/shape/=shape"
-  "^metagrad/ops\\.hpp$|^runtime/ops\\.cpp$=ops"
-  "^metagrad/(functions|fixed/math)\\.hpp$=functions"
-  "^metagrad/fixed/(arena|cpu|gemm|parallel|shape|simd)\\.hpp$=kernels"
-  "^metagrad/ast\\.hpp$|^runtime/ast\\.cpp$=ast"
-  "^metagrad/runtime/gemm\\.hpp$|^runtime/gemm/(dispatch|beam|sgemm_[a-z0-9]+)\\.cpp$|^runtime/gemm/sgemm_isa\\.inc$=runtime"
-  "^metagrad/runtime/(gemm_program|cuda_gemm)\\.hpp$|^runtime/gemm/(program|cuda)\\.cpp$=backends"
-  "^metagrad/runtime/(host_program|ops_[a-z]+)\\.hpp$=backends"
-  "^runtime/(host_program|ops_[a-z]+|device_plugins|llvm_plugin)\\.cpp$=backends"
-  "^metagrad/device\\.hpp$|^metagrad/runtime/(lib|buffer_pool|threadpool|disk_cache)\\.hpp$=runtime"
-  "^runtime/(device|compiled|interpreted|lib|buffer_pool|threadpool|disk_cache)\\.cpp$=runtime"
-  "^(metagrad|runtime)/codegen/=codegen"
-  "^metagrad/lazy\\.hpp$|^runtime/(lazy|schedule|graph|realize_report)\\.cpp$|^runtime/plan\\.hpp$=lazy"
-  "^metagrad/mlops\\.hpp$=mlops"
-  "^metagrad/fixed(\\.hpp$|/)=fixed"
-  "^metagrad/(tensor|nn|jit|aot|lower|metagrad)\\.hpp$|^metagrad/(nn|datasets)/=tensor"
-  "^runtime/(tensor|nn|datasets)/|^runtime/(jit|aot|aot_gemm|mlops)\\.cpp$|^runtime/aot_gemm\\.hpp$=tensor"
-  "^(metagrad|runtime)/dist/=dist")
+# --- the table --------------------------------------------------------------------------------
+file(STRINGS "${TABLE}" doc)
+set(layers "")
+set(in_table FALSE)
+set(rank 0)
+foreach(line IN LISTS doc)
+  if(line MATCHES "<!-- layer table")
+    set(in_table TRUE)
+    continue()
+  elseif(line MATCHES "<!-- end of layer table")
+    break()
+  endif()
+  # A data row: | rank | name | files | may include | what |
+  if(NOT in_table OR NOT line MATCHES "^\\|[ \t]*([0-9]+)[ \t]*\\|[ \t]*`?([a-z_0-9]+)`?[ \t]*\\|([^|]*)\\|([^|]*)\\|")
+    continue()
+  endif()
+  set(n "${CMAKE_MATCH_1}")
+  set(name "${CMAKE_MATCH_2}")
+  set(files_cell "${CMAKE_MATCH_3}")
+  set(allow_cell "${CMAKE_MATCH_4}")
+  math(EXPR rank "${rank} + 1")
+  if(NOT n EQUAL rank)
+    message(FATAL_ERROR "${TABLE}: layer ${name} is numbered ${n}, expected ${rank} (rows are numbered 1, 2, ...)")
+  endif()
+  list(APPEND layers ${name})
+  # Patterns -> anchored regexes.
+  string(REGEX MATCHALL "`[^`]+`" patterns "${files_cell}")
+  if(NOT patterns)
+    message(FATAL_ERROR "${TABLE}: layer ${name} names no files")
+  endif()
+  foreach(p IN LISTS patterns)
+    string(REGEX REPLACE "^`(.*)`$" "\\1" p "${p}")
+    string(REPLACE "." "\\." re "${p}")  # paths hold no other regex characters
+    string(REPLACE "*" "[^/]*" re "${re}")
+    string(REPLACE "{" "(" re "${re}")
+    string(REPLACE "}" ")" re "${re}")
+    string(REPLACE "," "|" re "${re}")
+    if(re MATCHES "/$")
+      set(re "${re}.*")
+    endif()
+    list(APPEND rows "^${re}$=${name}")
+  endforeach()
+  # Which layers it may include.
+  string(REGEX MATCHALL "`[a-z_0-9]+`" allowed "${allow_cell}")
+  string(REPLACE "`" "" allowed "${allowed}")
+  if(allow_cell MATCHES "^[ \t]*rows above[ \t]*$")
+    set(allowed ${layers})
+  elseif(allow_cell MATCHES "^[ \t]*none[ \t]*$")
+    set(allowed ${name})
+  elseif(allowed)
+    foreach(a IN LISTS allowed)
+      if(NOT a IN_LIST layers)
+        message(FATAL_ERROR "${TABLE}: layer ${name} may include `${a}`, which is no row above it")
+      endif()
+    endforeach()
+    list(APPEND allowed ${name})
+  else()
+    message(FATAL_ERROR "${TABLE}: layer ${name}: 'may include' must be `rows above`, `none` or backticked layer names, not '${allow_cell}'")
+  endif()
+  set(allowed_${name} ${allowed})
+endforeach()
+if(NOT layers)
+  message(FATAL_ERROR "${TABLE}: no layer table (rows between <!-- layer table --> and <!-- end of layer table -->)")
+endif()
 
 function(layer_of path out)
-  if(NOT path MATCHES "^metagrad/detail/(hlops|small_vector|format)\\.hpp$")
-    if(path MATCHES "^metagrad/detail/(.+)$")
-      set(path "metagrad/${CMAKE_MATCH_1}")  # a detail header: its public header's layer
+  foreach(try IN ITEMS "${path}" "-")
+    if(try STREQUAL "-")
+      if(NOT path MATCHES "^detail/metagrad/detail/(.+)$")
+        break()
+      endif()
+      set(try "include/metagrad/${CMAKE_MATCH_1}")  # a detail header: its public header's layer
     endif()
-  endif()
-  foreach(entry IN LISTS METAGRAD_LAYER_TABLE)
-    string(FIND "${entry}" "=" eq REVERSE)
-    string(SUBSTRING "${entry}" 0 ${eq} pattern)
-    math(EXPR after "${eq} + 1")
-    string(SUBSTRING "${entry}" ${after} -1 layer)
-    if(path MATCHES "${pattern}")
-      set(${out} ${layer} PARENT_SCOPE)
-      return()
-    endif()
+    foreach(entry IN LISTS rows)
+      string(FIND "${entry}" "=" eq REVERSE)
+      string(SUBSTRING "${entry}" 0 ${eq} pattern)
+      if(try MATCHES "${pattern}")
+        math(EXPR after "${eq} + 1")
+        string(SUBSTRING "${entry}" ${after} -1 layer)
+        set(${out} ${layer} PARENT_SCOPE)
+        return()
+      endif()
+    endforeach()
   endforeach()
   set(${out} "" PARENT_SCOPE)
 endfunction()
 
-# layer_of, reporting a path the table does not name (`context` says where it came from).
-function(checked_layer path context out)
-  layer_of("${path}" layer)
-  if(layer STREQUAL "")
-    set(errors "${errors}\n  ${context}${path}: not in the layer table (test/layering.cmake)" PARENT_SCOPE)
-  endif()
-  set(${out} "${layer}" PARENT_SCOPE)
-endfunction()
-
-function(rank_of layer out)
-  list(FIND METAGRAD_LAYERS ${layer} r)
-  set(${out} ${r} PARENT_SCOPE)
-endfunction()
-
+# --- the files and their includes ---------------------------------------------------------------
 set(errors "")
-file(GLOB_RECURSE headers RELATIVE ${ROOT}/include ${ROOT}/include/metagrad/*.hpp)
-file(GLOB_RECURSE details RELATIVE ${ROOT}/detail ${ROOT}/detail/metagrad/*.hpp)
-# Every source and header under runtime/ (.cpp, .hpp, .inc), not only the sources.
-file(GLOB_RECURSE sources RELATIVE ${ROOT} ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.hpp ${ROOT}/runtime/*.inc)
-# name|path: names as includes spell them (metagrad/...) or as sources sit (runtime/...).
-set(files "")
-foreach(dir_names IN ITEMS "include:headers" "detail:details" ".:sources")
-  string(REPLACE ":" ";" dn "${dir_names}")
-  list(GET dn 0 dir)
-  list(GET dn 1 names)
-  foreach(n IN LISTS ${names})
-    list(APPEND files "${n}|${ROOT}/${dir}/${n}")
+set(globs "")
+foreach(dir IN ITEMS include/metagrad detail/metagrad runtime)
+  foreach(ext IN ITEMS hpp h inc cpp c)
+    list(APPEND globs "${ROOT}/${dir}/*.${ext}")
   endforeach()
 endforeach()
-
+file(GLOB_RECURSE files RELATIVE ${ROOT} ${globs})
+list(SORT files)
 foreach(f IN LISTS files)
-  string(REPLACE "|" ";" parts "${f}")
-  list(GET parts 0 name)
-  list(GET parts 1 path)
-  checked_layer("${name}" "" layer)
+  layer_of("${f}" layer)
   if(layer STREQUAL "")
+    string(APPEND errors "\n  ${f}: not in the layer table (${TABLE})")
     continue()
   endif()
-  rank_of(${layer} rank)
-  # Every include form: "metagrad/..." and <metagrad/...>, and a quoted include relative to the
-  # including file (runtime/schedule.cpp's "plan.hpp" is runtime/plan.hpp).
-  file(STRINGS "${path}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+(\"[^\"]+\"|<metagrad/[^>]+>)")
-  get_filename_component(dir "${name}" DIRECTORY)
+  if(LIST)
+    message(STATUS "${layer}\t${f}")
+  endif()
+  file(STRINGS "${ROOT}/${f}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*(\"[^\"]+\"|<metagrad/[^>]+>)")
+  get_filename_component(dir "${f}" DIRECTORY)
+  string(MAKE_C_IDENTIFIER "${f}" id)
   foreach(line IN LISTS includes)
     string(REGEX REPLACE "^[^\"<]*[\"<]([^\">]+)[\">].*$" "\\1" target "${line}")
-    if(NOT target MATCHES "^metagrad/")
-      if(NOT EXISTS "${ROOT}/${dir}/${target}" AND NOT EXISTS "${ROOT}/include/${dir}/${target}"
-         AND NOT EXISTS "${ROOT}/detail/${dir}/${target}")
-        continue()  # not a metagrad file (a test's own helper, a system header in quotes)
-      endif()
-      set(target "${dir}/${target}")
+    # Where the compiler finds it: next to the file first (a quoted include), then the include roots.
+    set(found "")
+    set(candidates "")
+    if(line MATCHES "\"")
+      list(APPEND candidates "${dir}/${target}")
     endif()
-    checked_layer("${target}" "${name} includes " tlayer)
+    if(target MATCHES "^metagrad/")
+      list(APPEND candidates "include/${target}" "detail/${target}")
+    endif()
+    foreach(c IN LISTS candidates)
+      get_filename_component(abs "${ROOT}/${c}" ABSOLUTE)
+      if(EXISTS "${abs}" AND NOT IS_DIRECTORY "${abs}")
+        file(RELATIVE_PATH found "${ROOT}" "${abs}")
+        break()
+      endif()
+    endforeach()
+    if(found STREQUAL "")
+      if(target MATCHES "^metagrad/")
+        string(APPEND errors "\n  ${f} includes ${target}: no such file under include/ or detail/")
+      endif()
+      continue()  # not a metagrad file (a system header in quotes)
+    endif()
+    list(APPEND edges_${id} "${found}")
+    layer_of("${found}" tlayer)
     if(tlayer STREQUAL "")
-      continue()
+      continue()  # reported as a file of its own (or outside include/, detail/, runtime/)
     endif()
-    string(MAKE_C_IDENTIFIER "${name}" id)
-    list(APPEND edges_${id} "${target}")
-    rank_of(${tlayer} trank)
-    if(layer STREQUAL "fixed")
-      if(NOT tlayer MATCHES "^(helpers|shape|ops|functions|kernels|fixed)$")
-        string(APPEND errors "\n  ${name} (fixed) includes ${target} (${tlayer}): fixed/ may use only helpers, shape, ops, functions, kernels")
-      endif()
-    elseif(trank GREATER rank)
-      string(APPEND errors "\n  ${name} (${layer}) includes ${target} (${tlayer}), a layer above it")
+    if(NOT tlayer IN_LIST allowed_${layer})
+      string(REPLACE ";" ", " may "${allowed_${layer}}")
+      string(APPEND errors "\n  ${f} (${layer}) includes ${found} (${tlayer}); ${layer} may include only ${may}")
     endif()
   endforeach()
 endforeach()
-
 if(errors)
-  message(FATAL_ERROR "Includes that run upward against the layer table:${errors}")
+  message(FATAL_ERROR "Includes against the layer table:${errors}")
 endif()
 
 # No cycles, even within a layer: files are taken away while one includes none of those left;
 # what stays includes itself through the others.
-set(remaining "")
-foreach(f IN LISTS files)
-  string(REGEX REPLACE "\\|.*$" "" name "${f}")
-  list(APPEND remaining "${name}")
-endforeach()
+set(remaining ${files})
 set(changed TRUE)
 while(changed)
   set(changed FALSE)
@@ -178,22 +196,48 @@ while(changed)
   endforeach()
   set(remaining ${next})
 endwhile()
+# Then files that none of those left includes are taken away too: what stays is on a cycle.
+set(changed TRUE)
+while(changed)
+  set(included "")
+  foreach(n IN LISTS remaining)
+    string(MAKE_C_IDENTIFIER "${n}" id)
+    list(APPEND included ${edges_${id}})
+  endforeach()
+  set(next "")
+  foreach(n IN LISTS remaining)
+    if(n IN_LIST included)
+      list(APPEND next "${n}")
+    endif()
+  endforeach()
+  list(LENGTH remaining before)
+  list(LENGTH next after)
+  set(changed FALSE)
+  if(after LESS before)
+    set(changed TRUE)
+  endif()
+  set(remaining ${next})
+endwhile()
 if(remaining)
   string(REPLACE ";" "\n  " remaining "${remaining}")
-  message(FATAL_ERROR "Includes in a cycle (each of these includes itself through the others, or one that does):\n  ${remaining}")
+  message(FATAL_ERROR "Includes in a cycle (each of these includes itself through the others):\n  ${remaining}")
 endif()
 
-foreach(h IN LISTS headers)
-  file(STRINGS "${ROOT}/include/${h}" opens REGEX "^[ \t]*(inline[ \t]+)?namespace[ \t]+([A-Za-z_0-9]+::)*detail([ \t{:]|$)")
+foreach(h IN LISTS files)
+  if(NOT h MATCHES "^include/metagrad/")
+    continue()
+  endif()
+  file(STRINGS "${ROOT}/${h}" opens REGEX "^[ \t]*(inline[ \t]+)?namespace[ \t]+([A-Za-z_0-9]+::)*detail([ \t{:]|$)")
   if(opens)
     list(GET opens 0 first)
     string(STRIP "${first}" first)
-    string(REGEX REPLACE "^metagrad/" "detail/metagrad/detail/" to "${h}")
-    string(APPEND errors "\n  include/${h}: `${first}`: move it to ${to} (docs/architecture.md)")
+    string(REGEX REPLACE "^include/metagrad/" "detail/metagrad/detail/" to "${h}")
+    string(APPEND errors "\n  ${h}: `${first}`: move it to ${to} (docs/architecture.md)")
   endif()
 endforeach()
 if(errors)
   message(FATAL_ERROR "Public headers that hold internals:${errors}")
 endif()
 list(LENGTH files n)
-message(STATUS "layering: ${n} files follow the layer table")
+list(LENGTH layers nl)
+message(STATUS "layering: ${n} files follow the layer table (${nl} layers)")

@@ -11,7 +11,8 @@
 //   comparison    the result is bool (and has no gradient)
 //   float_only    needs a floating-point operand (the static method's static_assert)
 //   cost          rough cycles per element (Eigen's Cost): the static contiguous loop writes its
-//                 vector form out by hand only for the expensive functions (fixed::kVectorCost up)
+//                 vector form out by hand only for the expensive functions (kVectorCost up,
+//                 detail/fixed/vec_form.hpp)
 //   vector        scalar() also runs on GCC vectors (detail/fixed/simd.hpp), as plain arithmetic does
 //   scalar(x...)  one element: the static path's inline evaluation
 //   forward(x...) the function in the primitives of ops.hpp (exp2, log2, sin, +, -, *, /, pow,

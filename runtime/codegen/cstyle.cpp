@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "prelude.hpp"
+
 namespace metagrad::codegen {
 
 using symbolic::Node;
@@ -175,12 +177,8 @@ std::string c_storage_type(DType d, const CStyleLanguage& lang) { return lang.ty
 
 namespace {
 
-const char* kPreludeC = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
-static inline long long mg_fdiv(long long a, long long b) { long long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
-static inline long long mg_fmod(long long a, long long b) { long long r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
-static inline long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
-static inline long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
-#if defined(__FMA__) || defined(__FP_FAST_FMAF)
+// After kMaxMacro and the integer helpers (prelude.hpp).
+const char* kPreludeC = R"(#if defined(__FMA__) || defined(__FP_FAST_FMAF)
 #define mg_fma(a,b,c) __builtin_fmaf(a,b,c)
 #else
 #define mg_fma(a,b,c) ((a)*(b)+(c))
@@ -213,12 +211,9 @@ static inline unsigned short mg_f2bf(float f) { unsigned int x; __builtin_memcpy
   return (unsigned short)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";
 
-const char* kPreludeCL = R"(#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
-inline int mg_fdiv(int a, int b) { int q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
-inline int mg_fmod(int a, int b) { int r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
-inline long mg_idiv(long a, long b) { return b == 0 ? 0 : b == -1 ? (long)(0UL - (ulong)a) : a / b; }
-inline long mg_ipow(long b, long e) { ulong r = 1, x = (ulong)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long)r; }
-inline float mg_rh(float f) { ushort h; vstore_half(f, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
+// After kMaxMacro and the integer helpers (prelude.hpp); OpenCL's index math is 32-bit.
+const char* kPreludeCL =
+    R"(inline float mg_rh(float f) { ushort h; vstore_half(f, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
 inline float mg_bf2f(ushort h) { return as_float((uint)h << 16); }
 inline ushort mg_f2bf(float f) { uint x = as_uint(f); return (ushort)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";
@@ -241,7 +236,9 @@ const CStyleLanguage& c_language() {
     l.reassociate_attribute =
         "__attribute__((optimize(\"tree-loop-vectorize\", \"associative-math\", \"no-signed-zeros\", "
         "\"no-trapping-math\"))) ";
-    l.prelude = kPreludeC;
+    l.prelude = kMaxMacro +
+                integer_helpers("static inline ", "long long", "long long", "unsigned long long", "0ULL") +
+                kPreludeC;
     l.types = {"_Bool",          "signed char",    "unsigned char", "int",   "long long",
                "unsigned short", "unsigned short", "float",         "double"};
     l.int64_suffix = "LL";
@@ -266,7 +263,8 @@ const CStyleLanguage& opencl_language() {
     l.name = "OpenCL C";
     l.kernel_prefix = "__kernel ";
     l.buffer_prefix = "__global ";
-    l.prelude = std::string(kPreludeCL) + "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+    l.prelude = kMaxMacro + integer_helpers("inline ", "int", "long", "ulong", "0UL") + kPreludeCL +
+                "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
     l.range_arguments = false;
     l.global_id = "get_global_id(0)", l.group_id = "get_group_id(0)", l.local_id = "get_local_id(0)";
     l.local_prefix = "__local ", l.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";

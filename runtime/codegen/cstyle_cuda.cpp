@@ -3,6 +3,10 @@
 // reductions, and float16 stored as `half` (16 bits) and converted by the GPU's own instructions.
 #include "metagrad/codegen/cstyle.hpp"
 
+#include <string>
+
+#include "prelude.hpp"
+
 namespace metagrad::codegen {
 
 namespace {
@@ -11,14 +15,10 @@ namespace {
 // index variables itself; the rest is here. Integer helpers are C's (64-bit, Python's floor
 // division); half converts with cvt, rounding to nearest even, except NaN: cvt makes every NaN
 // canonical, the host keeps its sign and payload (quieted), both ways.
-const char* kPreludeCUDA = R"(typedef unsigned short half;
-#define mg_max(a,b) ((a)>(b)||(a)!=(a)?(a):(b))
-#define MG_D static __device__ __forceinline__
-MG_D long long mg_fdiv(long long a, long long b) { long long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
-MG_D long long mg_fmod(long long a, long long b) { long long r = a % b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
-MG_D long long mg_idiv(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b; }
-MG_D long long mg_ipow(long long b, long long e) { unsigned long long r = 1, x = (unsigned long long)b; if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0; for (; e; e >>= 1, x *= x) if (e & 1) r *= x; return (long long)r; }
-MG_D float mg_h2f(half h) { if ((h & 0x7fffu) > 0x7c00u) return __uint_as_float(((unsigned)(h & 0x8000u) << 16) | 0x7fc00000u | ((unsigned)(h & 0x3ffu) << 13)); float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+// After the half typedef, kMaxMacro, MG_D and the integer helpers (prelude.hpp), in cuda_language():
+// a string built here at static initialisation could be read before it is built (CudaCodegen::lang).
+const char* kPreludeCUDA =
+    R"(MG_D float mg_h2f(half h) { if ((h & 0x7fffu) > 0x7c00u) return __uint_as_float(((unsigned)(h & 0x8000u) << 16) | 0x7fc00000u | ((unsigned)(h & 0x3ffu) << 13)); float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 MG_D half mg_f2h(float f) { unsigned x = __float_as_uint(f); if ((x & 0x7fffffffu) > 0x7f800000u) return (half)(((x >> 16) & 0x8000u) | 0x7e00u | ((x >> 13) & 0x3ffu)); half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 MG_D float mg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 MG_D unsigned short mg_f2bf(float f) { unsigned x = __float_as_uint(f); return (unsigned short)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
@@ -32,7 +32,10 @@ const CStyleLanguage& cuda_language() {
     l.name = "CUDA C";
     l.kernel_prefix = "extern \"C\" __global__ ";
     l.buffer_suffix = " __restrict__";
-    l.prelude = kPreludeCUDA;
+    l.prelude = std::string("typedef unsigned short half;\n") + kMaxMacro +
+                "#define MG_D static __device__ __forceinline__\n" +
+                integer_helpers("MG_D ", "long long", "long long", "unsigned long long", "0ULL") +
+                kPreludeCUDA;
     l.range_arguments = false;
     // 64-bit: a grid of 2^31 blocks of 256 threads counts past 2^32.
     l.global_id = "(blockIdx.x*(long long)blockDim.x+threadIdx.x)";

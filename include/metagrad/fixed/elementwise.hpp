@@ -13,7 +13,7 @@
 #include "metagrad/detail/fixed/elementwise.hpp"
 #include "metagrad/detail/hlops.hpp"
 #include "metagrad/fixed/expr.hpp"
-#include "metagrad/fixed/functions.hpp"
+#include "metagrad/functions.hpp"
 
 namespace metagrad::fixed {
 

@@ -1,6 +1,8 @@
 #pragma once
-// fixed::FusionPlan, what fixed::fusion_plan returns (describe.hpp): the steps of evaluating an
-// expression into a fresh tensor, and the arena memory they take.
+// The types of a fusion plan, and no planning: fixed::FusionPlan, what fixed::fusion_plan returns
+// (describe.hpp), the steps of evaluating an expression into a fresh tensor and the arena memory
+// they take. What fuses is decided by the inline evaluator (eval.hpp), and reported by the planner
+// (detail/.../fixed/describe.hpp), which holds a FusionPlan: hence a header of its own.
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>

@@ -9,9 +9,9 @@
 #include <tuple>
 
 #include "metagrad/detail/fixed/vjp.hpp"
-#include "metagrad/fixed/functions.hpp"
 #include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/reduce.hpp"
+#include "metagrad/functions.hpp"
 
 namespace metagrad::fixed {
 

@@ -1,7 +1,7 @@
 #pragma once
 // What the devices whose kernels run on the host (CLANG, LLVM) share, and TinyJit's replay of them:
 // HostProgram (a kernel function in this process), the launch of such a function over a range split
-// across the thread pool, and the lowering of an AST to C-style source (also used by OPENCL).
+// across the thread pool, and the runners that render an AST as C-style source (also used by OPENCL).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,11 +39,11 @@ void call_host(void* fn, void* const* ptrs, std::size_t count);
 // AST -> runner for a host device: a float32 contraction runs the runtime GEMM (runtime/gemm.hpp;
 // its program comes with the runner, `compile` builds its epilogue), anything else is rendered by
 // `render` through the codegen pipeline.
-ASTRunner lower_host(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                     const Compiled::Runtime& compile, const codegen::Opts& opts = codegen::Opts::host());
+ASTRunner host_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
+                      const Compiled::Runtime& compile, const codegen::Opts& opts = codegen::Opts::host());
 // AST -> C-style source in `lang`, through the codegen pipeline (codegen/pipeline.hpp).
-ASTRunner lower_to_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
-                          const codegen::CStyleLanguage& lang,
-                          const codegen::Opts& opts = codegen::Opts::host());
+ASTRunner cstyle_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
+                        const codegen::CStyleLanguage& lang,
+                        const codegen::Opts& opts = codegen::Opts::host());
 
 }  // namespace metagrad

@@ -9,7 +9,7 @@
 #include <boost/mp11/algorithm.hpp>
 
 #include "metagrad/fixed/expr.hpp"
-#include "metagrad/fixed/functions.hpp"
+#include "metagrad/functions.hpp"
 
 namespace metagrad::fixed::detail {
 template <class E, MovementOps M, auto Arg>

@@ -26,6 +26,7 @@
 
 #include "metagrad/detail/fixed/arena.hpp"
 #include "metagrad/detail/fixed/simd.hpp"
+#include "metagrad/detail/fixed/vec_form.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/parallel.hpp"
 

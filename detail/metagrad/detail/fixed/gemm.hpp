@@ -54,13 +54,10 @@ struct Gemm {
 #pragma GCC unroll 32
     for (int r = 0; r < Rows; ++r)
       __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * W - 1, 1);
-    // In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k: g++ keeps
-    // each r * lda in a register, as for the AOT C's tile, 89 instructions for 4 k steps; written as
-    // below, it rebuilt rows 3-5's addresses with 8 more `lea`s, and in turns the C ran 1-5% faster
-    // on Zen 3 at 512-2048 (now even). More rows are read at a5[r / 5] + (r % 5) * lda + k: three
-    // bases, each row an index register times 1 or a scale of 4 bytes. Fourteen separate row
-    // pointers do not fit x86's 16 registers, and g++ reloaded the spilled ones from the stack on
-    // every k (64 x 64: +3-5%).
+    // In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k, so that g++
+    // keeps each r * lda in a register. More rows are read at a5[r / 5] + (r % 5) * lda + k: three
+    // bases, each row an index register times 1 or a scale of 4 bytes, as fourteen row pointers do
+    // not fit x86's 16 registers (docs/gemm.md, "Measured choices in the code").
     static_assert(Rows <= 15, "Gemm::tile: three row bases of five rows each");
     const T* a5[3] = {a, a + 5 * lda, a + 10 * lda};
     auto step = [&](index_t k) {
@@ -93,10 +90,8 @@ struct Gemm {
       a += astep, b += bs;
     };
     // Four k steps a trip: a step's own instructions (a pointer and five row indices to advance, a
-    // compare) were a fifth of AVX2's 6-row step, and unrolling gained 5-10% at n = 512-2048 on Zen
-    // 3; with AVX-512's 14 rows, 2-7% at n = 256-2048 and 7% at W5's n = 10 products on Emerald
-    // Rapids. Fewer rows keep one step a trip under AVX-512: unrolled, g++ rotated an 8-row tile's
-    // accumulators through extra moves (16 x 4096 x 150: -6%), and a 7-row one lost 4%.
+    // compare) were a fifth of AVX2's 6-row step. Fewer rows keep one step a trip under AVX-512:
+    // unrolled, g++ rotated their accumulators through extra moves (docs/gemm.md, "The kernel").
 #if !defined(__AVX512F__)
 #pragma GCC unroll 4
     for (index_t k = 0; k < kc; ++k) step(k);
@@ -135,7 +130,7 @@ struct Gemm {
     }
   }
   // The smallest tile covering rows x cols: edge strips (m or n not a multiple of the tile, as
-  // W5's 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
+  // 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the same.
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
                    index_t cols, bool acc) {
     constexpr int R2 = (MR + 1) / 2, R4 = (MR + 3) / 4;
@@ -153,20 +148,15 @@ struct Gemm {
       by_rows.template operator()<1>();
   }
 
-  // Cache blocking, by default derived from the host's caches (cpu.hpp). KC is the L2's size in
-  // KiB, up to 1024: a KC x NR strip of packed B, reused by every A strip of a block, streams from
-  // the L2, and a long KC halves the passes over C, which decide large products (1024 over 512: +5%
-  // at n = 1024 on Zen 5's 1 MiB L2), but on a 512 KiB L2 (Zen 3) 1024 cost 8-10% against 512. An
-  // MC x KC block of packed A takes half the L2 up to 512 KiB, or a quarter of one of 512 KiB or
-  // less (on Zen 3, MC 60 rather than 126 gained 2-4% at n = 512-2048, more at 2 threads; on a 2 MiB
-  // L2 (Emerald Rapids), MC 126 rather than 252 gained 6-9% at n = 1000-2048). A KC x NC panel of B
-  // takes an eighth of the L3, which every core (and, in a VM, other guests) shares: a quarter (8
-  // MiB of 32) cost 10% at n = 2048 on Zen 5. NC stays at most 1024 columns: on Zen 3 (KC 512),
-  // 2048 cost 5-8% at n = 2048. Under AVX2, KC then stops at 512 (a KC x NR strip of B, 32 KiB,
-  // in L1) and MC keeps the rows of the longer KC: on Emerald Rapids' 2 MiB L2, KC 512 and MC 126
-  // rather than 1024 and 126 gained 1-3% at n = 1024-2048 and 5% at 128 x 784 x 512 at 1 thread,
-  // KC 768 less, MC 252 lost 10% at n = 512; AVX-512 keeps 1024 (512 cost 5% on Zen 5, 2-8% at n =
-  // 1024-2048 on Emerald Rapids). BEAM search (runtime/gemm) tunes them per shape.
+  // Cache blocking, by default derived from the host's caches (cpu.hpp; the measurements behind each
+  // rule are in docs/gemm.md, "Blocking from the machine it runs on"). KC is the L2's size in KiB,
+  // up to 1024: a KC x NR strip of packed B, reused by every A strip of a block, streams from the L2,
+  // and a long KC halves the passes over C, which decide large products, unless the L2 is 512 KiB
+  // or less. An MC x KC block of packed A takes half the L2 up to 512 KiB, or a quarter of one of
+  // 512 KiB or less. A KC x NC panel of B takes an eighth of the L3, which every core (and, in a VM,
+  // other guests) shares; NC stays at most 1024 columns. Under AVX2, KC then stops at 512 (a KC x NR
+  // strip of B, 32 KiB, in L1) and MC keeps the rows of the longer KC; AVX-512 keeps 1024. BEAM
+  // search (runtime/gemm) tunes them per shape.
   static constexpr std::int64_t kMaxKc = kVectorBytes == 32 ? 512 : 1024;
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
@@ -250,10 +240,8 @@ struct Gemm {
   // One or two rows of A (batch 1: a vector times a matrix) times a B whose rows are contiguous: C's
   // rows are sums of B's rows, four at a time, B read once along its rows in runs of kFewCols (no
   // packing; a B strip, packed or in place, is read down its columns, at n = 1024 a row a page apart,
-  // which no prefetcher follows). On Zen 3, 1 x 1024 x 1024 went from 0.65x OpenBLAS to 4.2x, 2 x
-  // 1024 x 1024 from 0.77x to 2.1x, 1 x 512 x 10 from 0.26x to 0.68x; with 3 or 4 rows, tiles were
-  // faster (3 x 500 x 500: 47 GFLOP/s against 34). C's kFewCols columns of a row stay in L1, and each
-  // element sums its terms in k's order, as a tile does.
+  // which no prefetcher follows); from 3 rows on, tiles are faster (docs/gemm.md). C's kFewCols
+  // columns of a row stay in L1, and each element sums its terms in k's order, as a tile does.
   static constexpr index_t kFewRows = 2, kFewCols = 4096 / sizeof(T);
   static void few_rows(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                        index_t brs, T* c, index_t ldc) {
@@ -292,9 +280,8 @@ struct Gemm {
 
   // The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride, then
   // (ahead) from memory: see tile. Packed strips past half the L2 (`next`): each strip's first tile
-  // asks the L2 for the next strip, which the hardware prefetchers had left in the L3 (on Emerald
-  // Rapids, in turns, n = 1000-2048: AVX-512 +2-4% on average at 1 thread, even to +8% at 2; AVX2
-  // even to +7%; asked into the L1, as from memory, the strips evicted A's rows: 512^3 lost 10%).
+  // asks the L2 (not the L1: there the strips evicted A's rows) for the next strip, which the
+  // hardware prefetchers had left in the L3 (docs/gemm.md, "A packed panel past half the L2").
   struct Panel {
     const T* b;
     bool direct;
@@ -307,12 +294,11 @@ struct Gemm {
   // the last strip is packed when it ends inside a vector (its loads would pass B's end).
   //
   // A is read in place, its strips unpacked, when its rows are contiguous: the tile's MR row streams
-  // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product (5% at 1024).
+  // prefetch as well as a packed strip, and packing cost a third of a 64 x 64 product.
   // Rows a multiple of 4 KiB apart would put a tile's MR row streams in one L1 set: the block's rows
   // are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack),
   // unless every part reads all of A (`whole_a`, the column split), which would copy it once a part:
-  // read in place there, 128 x 1024 x 512 at 2 threads went from 0.89x OpenBLAS to 1.04-1.15x on
-  // Emerald Rapids (AVX2 and AVX-512), 256 x 1024 x 1024 from 0.94 to 1.02.
+  // there it is read in place (docs/gemm.md, "A read in place").
   static void rows(index_t r0, index_t r1, index_t c0, index_t c1, index_t kc, index_t MC, const T* a,
                    index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc,
                    bool whole_a) {
@@ -377,10 +363,9 @@ struct Gemm {
   }
   // The tile sizes, and for the last 0 .. 2 MR - 1 rows how many of each: the cheapest sum of cycles
   // per k, max(rows, 4) a tile (under 4 rows, too few accumulators hide the FMA latency), plus one a
-  // tile for its entry and stores. With MR = 14, 8 rows are one tile rather than 4 + 4 (64 x 64: +2%),
-  // 13 are 7 + 4 + 2; with MR = 6, 5 rows are one. The last MR rows join the rest: with MR = 6, 8
-  // rows are 4 + 4 rather than 6 + 2, which on Zen 3 gained 11% at 8 x 1024 x 1024, 7% at 20 x 300 x
-  // 300 (12 + 4 + 4) and 1.5% at 128 x 784 x 512, W5's first layer (its last block 8 rows).
+  // tile for its entry and stores. With MR = 14, 8 rows are one tile rather than 4 + 4, 13 are 7 + 4
+  // + 2; with MR = 6, 5 rows are one. The last MR rows join the rest: with MR = 6, 8 rows are 4 + 4
+  // rather than 6 + 2 (docs/gemm.md, "The kernel").
   static constexpr std::array<int, 6> kSizes = {MR, MR > 8 ? 8 : 5, (MR + 1) / 2 > 4 ? (MR + 1) / 2 : 3, 4, 2,
                                                 1};
   static constexpr auto kSplit = [] {
@@ -422,11 +407,9 @@ struct Gemm {
   // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. Strips whose
   // Width elements are contiguous are copied row by row, all of them a row: each source row is read
   // whole and in order, rather than one line from each of kc rows a strip apart (at a power-of-two
-  // row stride those share one L1 set: packing was 40% of a 16 x 150 x 4096 product) or a few lines
-  // of each (eight strips a row: B rows a page apart from memory, where prefetchers stop at each
-  // page; whole rows took 8 x 4096 x 1024 from 0.63x OpenBLAS to 0.92x on Zen 3, 32 x 4096 x 1024
-  // from 0.78x to 0.97x, n = 1024 even). Otherwise each of a strip's columns is read along p, in the
-  // source's own order.
+  // row stride those share one L1 set) or a few lines of each (B rows a page apart from memory,
+  // where prefetchers stop at each page; docs/gemm.md, "The kernel"). Otherwise each of a strip's
+  // columns is read along p, in the source's own order.
   template <int Width>
   static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
     if (across == 1) {
@@ -442,7 +425,7 @@ struct Gemm {
       const T* from = src + s * across;
       if (across == 1) {  // the partial last strip of contiguous rows (n = 25): still row by row
         // Whole vectors a row, the lanes past w_end zeroed by a select (a row's zeros as a loop
-        // became a `rep stos` a row, 45% of W5's 128 x 512 x 10 product). A vector may read past
+        // became a `rep stos` a row, which dominated a 10-column product). A vector may read past
         // w_end into the next row, never past the strip's last element: the last rows go by scalars.
         const index_t end = (kc - 1) * step + w_end;
         index_t p = 0;
@@ -525,11 +508,8 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
   constexpr index_t S = sizeof(T), line = 64 / S;
   const CacheSizes& caches = host_caches();
   // k in equal steps of at most KC; where k < KC but a k x NR strip of B would overflow the L1, in as
-  // many as keep a strip there. Extra passes over C are cheap at such k, B strips from the
-  // L2 are not: on Emerald Rapids (AVX-512, 48 KiB L1), 1 thread, k = 512 in two steps rather than
-  // one took 512^3 from 0.87-1.00x OpenBLAS to 1.03-1.09x, 768^3 0.93-0.96x -> 0.99-1.06x, 1000^3
-  // 0.95-0.98x -> 1.01x, W5's 128 x 784 x 512 1.01-1.03x -> 1.07-1.10x. (At k = KC = 1024, three
-  // steps were even or 2-3% slower; AVX2's KC of 512 keeps its 32 KiB strips in L1.)
+  // many as keep a strip there: extra passes over C are cheap at such k, B strips from the L2 are
+  // not (docs/gemm.md, "Blocking from the machine it runs on").
   index_t steps = (k + KC - 1) / KC;
   if (k < KC && k * NR * S > caches.l1) steps = (k * NR * S + caches.l1 - 1) / caches.l1;
   const index_t ks = (k + steps - 1) / steps;
@@ -538,28 +518,24 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
   // in half the L2: small products (64 x 64, a conv's per-image product) pay no packing. So is B
   // where A's rows are one block (MC): each packed strip would be read by that block's tiles once,
   // one after another; unless B's rows are a multiple of 4 KiB apart and the block more than two
-  // tiles, where a strip in place shares one L1 set and each further tile reads it from the L2. On
-  // Zen 3, in place rather than packed: 8 x 2048 x 2048 0.67x OpenBLAS -> 1.11x, 12 x 4096 x 1024
-  // 0.89x -> 1.19x, 12 x 1000 x 1000 0.99x -> 1.31x, 16 x 784 x 512 1.04x -> 1.23x; but 16 x 1024
-  // x 1024 0.86x -> 0.78x.
+  // tiles, where a strip in place shares one L1 set and each further tile reads it from the L2
+  // (docs/gemm.md, "B read in place").
   const bool direct = bcs == 1 && ((ks == k && n * k * S <= caches.l2 / 2) ||
                                    (m <= MC && (brs * S % 4096 != 0 || m <= 2 * MR)));
   // B's rows all equally off a cache line: each row of a strip in place spans two lines, the second
   // also the next strip's, and once a strip's 2 ks lines pass half the L1 it is gone when that strip
   // reads it. So the first columns, up to a line, are a product of their own, and the rest's strips
-  // start on lines: 3 x 1024 x 1024 from 1.55x OpenBLAS to 2.65x, 4 x 256 x 1024 1.05x -> 1.72x (at
-  // k = 64, two products cost a quarter of 64 x 64).
+  // start on lines (docs/gemm.md, "Off a cache line"; at k = 64 two products would cost a quarter of
+  // 64 x 64, and the L1 holds the strips anyway).
   if (const index_t off = static_cast<index_t>(reinterpret_cast<std::uintptr_t>(b) % 64) / S,
       lead = line - off;
       direct && off && brs % line == 0 && ks * 2 * 64 > caches.l1 / 2 && n > lead) {
     run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
     return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk);
   }
-  // A B read in place from memory (CacheSizes::from_memory) asks for each next strip (see tile): on
-  // Zen 3, 4 x 4096 x 1024 went from 0.90x OpenBLAS to 1.53x, 6 x 2048 x 2048 from 1.59x to 2.07x,
-  // 6 x 4000 x 1000 from 1.37x to 2.96x; on Emerald Rapids (1 thread, B not in the L3), 8 x 4096 x
-  // 1024 0.91x -> 1.46x with AVX-512, 0.53x -> 0.67x with AVX2. On a B in the L2 or L3 it cost up
-  // to 20% (3 x 500 x 500 on Zen 3; 8 x 1024 x 1024 with AVX-512), so not there.
+  // A B read in place from memory (CacheSizes::from_memory) asks for each next strip (see tile); on
+  // a B in the L2 or L3 the requests cost more than they gain, so not there (docs/gemm.md, "From
+  // memory").
   const bool ahead = direct && k * n * S > caches.from_memory();
   Arena::Scope scope;
   T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
@@ -568,11 +544,9 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
   // the B panel, packed by all, is read by all, partly from other cores' caches. By columns, each
   // part packs and reads only its own B strips, with no wait for another's packing, but reads all
   // of A (in place where its rows are contiguous). So the columns where there are too few row
-  // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2, no faster than 1 thread on Emerald
-  // Rapids), or where A's rows are contiguous (read in place, even 4 KiB apart: see rows()) and at
-  // most 3/4 as many as the step has columns: at 2 threads, 128 x 784 x 512 and 256 x 512 x 1024
-  // went from 0.86-0.98x OpenBLAS to 1.05-1.19x on Emerald Rapids (AVX-512 and AVX2) and Zen 3,
-  // and m = n / 2 gained up to 10%; m = 0.7 n was even, and m = n (1000-2048) lost 5-10% by columns.
+  // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2), or where A's rows are contiguous
+  // (read in place, even 4 KiB apart: see rows()) and at most 3/4 as many as the step has columns;
+  // square products keep the rows (docs/gemm.md, "Threads").
   const bool by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)

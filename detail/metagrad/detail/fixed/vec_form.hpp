@@ -1,0 +1,59 @@
+#pragma once
+// The static path's own vector forms of the elementwise functions, for its inline evaluation
+// (eval.hpp). Each function's definition (name, arity, scalar form, backward rule, lowering) is its
+// FnTraits entry in metagrad/functions.hpp, shared with the dynamic path; what only the contiguous
+// loop needs is here: the vector forms of the expensive functions on AVX-512 (simd.hpp) and the cost
+// from which the loop writes them out by hand.
+#include <cstddef>
+#include <type_traits>
+
+#include "metagrad/detail/fixed/simd.hpp"
+#include "metagrad/functions.hpp"
+
+namespace metagrad::fixed::detail {
+
+#if defined(__AVX512F__)
+// f on a float vector; other vectors (double) lane by lane with g.
+template <class V>
+V float_vector(V x, F16 (*f)(F16), double (*g)(double)) {
+  if constexpr (std::is_same_v<V, F16>) {
+    return f(x);
+  } else {
+    for (std::size_t i = 0; i < sizeof(V) / sizeof(x[0]); ++i) x[i] = g(x[i]);
+    return x;
+  }
+}
+#endif
+
+// FnTraits::cost from which the contiguous loop writes a function's vector form out by hand.
+inline constexpr int kVectorCost = 10;
+
+// VecForm<F>::vec(v): F on a whole vector register, where simd.hpp has one (else scalar() runs
+// lane by lane, or on GCC vectors where FnTraits<F>::vector).
+template <fn::Fn F>
+struct VecForm {
+  static constexpr bool has = false;
+};
+#if defined(__AVX512F__)
+template <>
+struct VecForm<fn::Fn::EXP> {
+  static constexpr bool has = true;
+  template <class V>
+  static V vec(V x) {
+    return float_vector<V>(x, vexp, fn::FnTraits<fn::Fn::EXP>::scalar<double>);
+  }
+};
+template <>
+struct VecForm<fn::Fn::SIGMOID> {
+  static constexpr bool has = true;
+  template <class V>
+  static V vec(V x) {
+    return float_vector<V>(x, vsigmoid, fn::FnTraits<fn::Fn::SIGMOID>::scalar<double>);
+  }
+};
+#endif
+// F runs on vectors: by its scalar form, or a vector form of its own.
+template <fn::Fn F>
+inline constexpr bool vector_fn = fn::FnTraits<F>::vector || VecForm<F>::has;
+
+}  // namespace metagrad::fixed::detail

@@ -1,0 +1,2 @@
+#pragma once
+#include "metagrad/mid/a.hpp"

@@ -1,0 +1,5 @@
+#pragma once
+
+namespace metagrad::detail {
+int x;
+}

@@ -1,0 +1,2 @@
+#pragma once
+#include "metagrad/detail/util.hpp"

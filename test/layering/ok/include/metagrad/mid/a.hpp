@@ -1,0 +1,4 @@
+#pragma once
+#include <metagrad/base.hpp>
+#include "b.hpp"
+#include "stdio.h"

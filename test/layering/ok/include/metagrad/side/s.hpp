@@ -1,0 +1,3 @@
+#pragma once
+#include "metagrad/base.hpp"
+#include "t.hpp"

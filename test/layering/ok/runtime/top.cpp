@@ -1,0 +1,2 @@
+#include "metagrad/top.hpp"
+#include "mid/x.hpp"

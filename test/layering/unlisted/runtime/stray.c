@@ -1,0 +1,1 @@
+#include "metagrad/stray.hpp"
