@@ -447,33 +447,31 @@ class CUDAProgram final : public Program {
 // ---- the device ----
 
 // A kernel's runner: a contraction as the tiled SGEMM (runtime/gemm/cuda.cpp) with the kernels
-// around it, every other kernel (and a contraction METAGRAD_CUDA_GEMM=0 turns away) from lower_cuda.
-ASTRunner lower_on_gpu(const std::shared_ptr<CudaContext>& ctx, const std::shared_ptr<LazyOp>& ast,
-                       DType dt) {
+// around it, every other kernel (and a contraction METAGRAD_CUDA_GEMM=0 turns away) from cuda_runner.
+ASTRunner gpu_runner(const std::shared_ptr<CudaContext>& ctx, const std::shared_ptr<LazyOp>& ast, DType dt) {
   if (dt == dtypes::float32 && getenv_int("METAGRAD_CUDA_GEMM", 1) != 0) {
     codegen::Kernel k(ast, dt);
     if (auto plan = codegen::match_gemm(k); plan && cuda_sgemm_fits(*plan))
       return cuda_gemm_runner(
-          k, *plan, ctx->multiprocessors, lower_cuda,
+          k, *plan, ctx->multiprocessors, cuda_runner,
           [ctx](const std::string& name, const std::string& src) {
             return std::make_shared<CUDAProgram>(ctx, name, src);
           },
           [ctx](std::size_t n, DType t) { return std::make_shared<RawCUDABuffer>(ctx, n, t); });
   }
-  return lower_cuda(ast, dt);
+  return cuda_runner(ast, dt);
 }
 
 class CUDABackendImpl final : public CUDABackend {
  public:
   explicit CUDABackendImpl(const std::shared_ptr<CudaContext>& ctx)
-      : CUDABackend(
-            [ctx](std::size_t n, DType dt) { return std::make_shared<RawCUDABuffer>(ctx, n, dt); },
-            [ctx](const std::shared_ptr<LazyOp>& ast, DType dt) { return lower_on_gpu(ctx, ast, dt); },
-            [ctx](const std::string& name, const std::string& src) {
-              return std::make_shared<CUDAProgram>(ctx, name, src);
-            },
-            /*concurrent_compiles=*/true,  // NVRTC and the driver are thread-safe
-            [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
+      : CUDABackend([ctx](std::size_t n, DType dt) { return std::make_shared<RawCUDABuffer>(ctx, n, dt); },
+                    [ctx](const std::shared_ptr<LazyOp>& ast, DType dt) { return gpu_runner(ctx, ast, dt); },
+                    [ctx](const std::string& name, const std::string& src) {
+                      return std::make_shared<CUDAProgram>(ctx, name, src);
+                    },
+                    /*concurrent_compiles=*/true,  // NVRTC and the driver are thread-safe
+                    [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
         ctx_(ctx) {}
   std::string device_name() const override { return ctx_->name; }
   int arch() const override { return ctx_->arch; }
@@ -550,7 +548,7 @@ CudaImage nvrtc_compile(const std::string& name, const std::string& src, int arc
   return img;
 }
 
-ASTRunner lower_cuda(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
+ASTRunner cuda_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
   std::int64_t threads = 1;  // the dialect's thread index covers every global loop
   ASTRunner r = codegen::run_pipeline(
       ast, out_dtype,

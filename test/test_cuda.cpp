@@ -60,7 +60,7 @@ std::unique_ptr<Backend> make_render_only() {
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },
       [](const std::shared_ptr<LazyOp>& ast, DType dt) {
-        ASTRunner r = lower_cuda(ast, dt);
+        ASTRunner r = cuda_runner(ast, dt);
         rendered().push_back({r.name, r.prg, r.global_size, r.local_size});
         return r;
       },
@@ -306,7 +306,7 @@ TEST_CASE("CUDA dialect: launch sizes cover every output, with 64-bit indices wh
   const i64 n = 2147483659;
   MemBuffer in{1, dtypes::float32, ShapeTracker({n})};
   ASTRunner r =
-      lower_cuda(std::make_shared<LazyOp>(UnaryOps::EXP2, std::vector<LazySrc>{in}), dtypes::float32);
+      cuda_runner(std::make_shared<LazyOp>(UnaryOps::EXP2, std::vector<LazySrc>{in}), dtypes::float32);
   INFO(r.prg);
   CHECK(r.global_size == std::vector<i64>{n});
   CHECK(count(r.prg, "long long") >= 1);

@@ -222,7 +222,7 @@ bool cuda_sgemm_fits(const codegen::GemmPlan& p) {
 }
 
 ASTRunner cuda_gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, int multiprocessors,
-                           const GemmLower& lower, const GemmCompile& compile,
+                           const RunnerFn& lower, const GemmCompile& compile,
                            const Compiled::BufferFactory& alloc) {
   CudaSgemmShape shape = cuda_sgemm_shape(p, multiprocessors);
   std::vector<ASTRunner> kernels(shape.split > 1 ? 2 : 1);

@@ -97,7 +97,7 @@ void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector
   epilogue_->runner.launch(epi);  // counted as part of this kernel
 }
 
-GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const GemmLower& lower,
+GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const RunnerFn& lower,
                      const GemmCompile& compile) {
   GemmParts out;
   auto build = [&](const std::shared_ptr<LazyOp>& ast, DType dtype) {

@@ -36,7 +36,7 @@ bool cuda_sgemm_fits(const codegen::GemmPlan& plan);
 // and `alloc` makes the scratch buffers (C before an epilogue, gathered operands) each program
 // keeps. `lower` is the device's code generator, for the kernels around the product.
 ASTRunner cuda_gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan, int multiprocessors,
-                           const GemmLower& lower, const GemmCompile& compile,
+                           const RunnerFn& lower, const GemmCompile& compile,
                            const Compiled::BufferFactory& alloc);
 
 }  // namespace metagrad

@@ -46,7 +46,7 @@ class GemmProgram : public Program {
 };
 
 using GemmCompile = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
-using GemmLower = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
+using RunnerFn = std::function<ASTRunner(const std::shared_ptr<LazyOp>& ast, DType out_dtype)>;
 
 // The ordinary kernels around a contraction, lowered by `lower` and built by `compile` on its
 // device: the epilogue over C (when the AST has ops above the reduce) and the gathers of the
@@ -56,7 +56,7 @@ struct GemmParts {
   std::vector<ASTRunner> packs;
   std::string source;
 };
-GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& plan, const GemmLower& lower,
+GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& plan, const RunnerFn& lower,
                      const GemmCompile& compile);
 
 // "gemm_<batch>x<m>x<n>x<k>": the kernel name of a contraction on every device.

@@ -7,7 +7,7 @@
 // architecture and NVRTC version. Launches are asynchronous on the context's default stream; copies
 // to the host wait for them. See docs/cuda.md.
 //
-// This header needs no CUDA headers and is usable where no GPU is: lower_cuda renders a kernel and
+// This header needs no CUDA headers and is usable where no GPU is: cuda_runner renders a kernel and
 // nvrtc_compile compiles one (with NVRTC alone), which is how the tests check the dialect on a CPU
 // machine.
 #include <memory>
@@ -32,7 +32,11 @@ struct CudaCodegen {
 
 // AST -> CUDA C source with its launch size (global: threads in all, local: threads per block when
 // the kernel uses a block-wide reduce), without a GPU. The program is not built.
-ASTRunner lower_cuda(const std::shared_ptr<LazyOp>& ast, DType out_dtype);
+ASTRunner cuda_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype);
+[[deprecated("renamed cuda_runner")]] inline ASTRunner lower_cuda(const std::shared_ptr<LazyOp>& ast,
+                                                                  DType out_dtype) {
+  return cuda_runner(ast, out_dtype);
+}
 
 // A module image NVRTC made: a cubin for the GPU's own architecture, or PTX for the newest virtual
 // architecture NVRTC knows at or below it (the driver compiles that when it loads it).
