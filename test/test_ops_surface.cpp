@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -679,4 +680,175 @@ TEST_CASE("host-computed ops refuse a TinyJit capture, naming themselves", "[jit
   CHECK_THROWS_WITH(x.nonzero(), Contains("nonzero") && Contains("TinyJit"));
   CHECK_THROWS_WITH(i & i, Contains("bitwise_and") && Contains("TinyJit"));
   CHECK_THROWS_WITH(i % i, Contains("remainder") && Contains("TinyJit"));
+}
+
+// ---- isclose, allclose, unfold, normalize, sum and mean with a dtype -----------------------------
+
+TEST_CASE("isclose and allclose: PyTorch's rule over random cases with infinities and NaN", "[math]") {
+  std::mt19937_64 gen(4300);
+  const std::vector<double> special{kInf, -kInf, kNaN, 0.0, -0.0, 1.0};
+  auto draw = [&](i64 n, const std::vector<double>& partner) {
+    std::vector<double> v = random_values(n, gen(), -3, 3);
+    std::uniform_int_distribution<int> kind(0, 5);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      int k = kind(gen);
+      if (k == 0) v[i] = special[static_cast<std::size_t>(gen() % special.size())];
+      if (!partner.empty() && k == 1) v[i] = partner[i % partner.size()];                       // equal
+      if (!partner.empty() && k == 2) v[i] = partner[i % partner.size()] * (1 + 3e-6);          // near
+      if (!partner.empty() && k == 3) v[i] = partner[i % partner.size()] + 2e-8 * (gen() % 3);  // atol
+    }
+    return v;
+  };
+  int cases = 0;
+  for (auto [rtol, atol] : std::vector<std::pair<double, double>>{{1e-5, 1e-8}, {0, 0}, {1e-3, 0}, {0, 1e-7}})
+    for (bool equal_nan : {false, true}) {
+      std::vector<double> bv = draw(4, {}), av = draw(12, bv);
+      Tensor a(av, {3, 4}), b(bv, {4});
+      std::vector<double> want;
+      for (std::size_t i = 0; i < av.size(); ++i) {
+        double x = av[i], y = bv[i % 4], e = std::abs(x - y);
+        bool close = x == y || (equal_nan && std::isnan(x) && std::isnan(y)) ||
+                     (std::isfinite(e) && e <= atol + rtol * std::abs(y));
+        want.push_back(close);
+      }
+      INFO("rtol " << rtol << " atol " << atol << " equal_nan " << equal_nan);
+      Tensor got = a.isclose(b, rtol, atol, equal_nan);
+      REQUIRE(got.dtype() == dtypes::bool_);
+      REQUIRE(got.shape() == Dims{3, 4});
+      require_close(got.to_vector<double>(), want, 0, 0);
+      bool all = std::all_of(want.begin(), want.end(), [](double c) { return c != 0; });
+      REQUIRE(a.allclose(b, rtol, atol, equal_nan) == all);
+      ++cases;
+    }
+  REQUIRE(cases == 8);
+  // Fixed points: 1 is not close to inf, inf is close to inf, NaN only with equal_nan; the default
+  // tolerances, float32 against float64.
+  Tensor x(std::vector<double>{1, kInf, -kInf, kNaN, 1e-9, 100}, {6});
+  Tensor y(std::vector<double>{kInf, kInf, kInf, kNaN, 0, 100.0009}, {6});
+  require_close(x.isclose(y).to_vector<double>(), {0, 1, 0, 0, 1, 1}, 0, 0);
+  require_close(x.isclose(y, 1e-5, 1e-8, true).to_vector<double>(), {0, 1, 0, 1, 1, 1}, 0, 0);
+  REQUIRE(x.cast(dtypes::float32).isclose(y).dtype() == dtypes::bool_);
+  REQUIRE(Tensor({1.0f, 2.0f}).allclose(Tensor(std::vector<double>{1.000001, 2}, {2})));
+  REQUIRE_FALSE(Tensor({1.0f, 2.0f}).allclose(Tensor({1.1f, 2.0f})));
+  // Integers: the error |a - b| against atol + rtol |b|.
+  Tensor ia(std::vector<std::int32_t>{5, 7, -3, 100}, {4}), ib(std::vector<std::int32_t>{5, 8, -5, 101}, {4});
+  require_close(ia.isclose(ib).to_vector<double>(), {1, 0, 0, 0}, 0, 0);
+  require_close(ia.isclose(ib, 0, 1).to_vector<double>(), {1, 1, 0, 1}, 0, 0);
+  REQUIRE_THROWS_WITH(x.isclose(Tensor::ones({4})), Contains("isclose of (6,) and (4,)"));
+  REQUIRE_THROWS_WITH(x.isclose(y, -1), Contains("isclose") && Contains("rtol"));
+}
+
+TEST_CASE("unfold: PyTorch's windows along any dim against loops, and its gradient", "[movement]") {
+  struct Case {
+    std::vector<i64> shape;
+    i64 dim, size, step;
+  };
+  const std::vector<Case> cases{{{7}, 0, 2, 1},        {{7}, 0, 3, 3},       {{7}, -1, 2, 4},
+                                {{3, 8}, 1, 3, 2},     {{8, 3}, 0, 4, 1},    {{2, 5, 3}, 1, 5, 1},
+                                {{2, 6, 3}, -2, 1, 2}, {{4, 2, 5}, 2, 2, 3}, {{4, 2, 5}, 0, 3, 1}};
+  for (const Case& c : cases) {
+    INFO("shape " << to_string(Dims(c.shape)) << " dim " << c.dim << " size " << c.size << " step "
+                  << c.step);
+    Host h{c.shape,
+           random_values(numel_of(c.shape), 4400 + static_cast<std::uint64_t>(c.dim + c.size), -2, 2)};
+    i64 d = c.dim < 0 ? c.dim + static_cast<i64>(c.shape.size()) : c.dim;
+    std::vector<i64> out = c.shape;
+    out[static_cast<std::size_t>(d)] = (c.shape[static_cast<std::size_t>(d)] - c.size) / c.step + 1;
+    out.push_back(c.size);
+    std::vector<double> want;
+    for_each_index(out, [&](const std::vector<i64>& idx) {
+      std::vector<i64> src(idx.begin(), idx.end() - 1);
+      src[static_cast<std::size_t>(d)] = idx[static_cast<std::size_t>(d)] * c.step + idx.back();
+      want.push_back(at(h, src));
+    });
+    Tensor got = tensor_of(h).unfold(c.dim, c.size, c.step);
+    REQUIRE(got.shape() == Dims(out));
+    require_close(got.to_vector<double>(), want, 0, 0);
+  }
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].unfold(1, 3, 2); },
+                  {random_tensor({2, 7}, 4450)});
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].unfold(0, 2, 1); },
+                  {random_tensor({5, 2}, 4451)});
+  Tensor x = Tensor::ones({3, 4});
+  REQUIRE_THROWS_WITH(x.unfold(2, 2, 1), Contains("unfold of shape (3, 4)") && Contains("dim 2"));
+  REQUIRE_THROWS_WITH(x.unfold(1, 5, 1), Contains("unfold of shape (3, 4)") && Contains("size 5"));
+  REQUIRE_THROWS_WITH(x.unfold(1, 2, 0), Contains("unfold of shape (3, 4)") && Contains("step"));
+}
+
+TEST_CASE("normalize: p-norms along a dim against loops, eps, zero vectors, gradients", "[processing]") {
+  Host h = rough({3, 4, 2}, 4500);
+  for (i64 k = 0; k < 4; ++k) h.v[static_cast<std::size_t>(offset(h.shape, {1, k, 0}))] = 0;  // a zero slice
+  for (double p : {1.0, 2.0, 3.0, 0.5, kInf})
+    for (i64 dim : {1, 0, -1}) {
+      INFO("p " << p << " dim " << dim);
+      i64 d = dim < 0 ? dim + 3 : dim;
+      Host want = along(h, d, [&](std::vector<double>& row) {
+        double norm = 0;
+        for (double v : row)
+          norm = std::isinf(p) ? std::max(norm, std::abs(v)) : norm + std::pow(std::abs(v), p);
+        if (!std::isinf(p)) norm = std::pow(norm, 1 / p);
+        for (double& v : row) v /= std::max(norm, 1e-12);
+      });
+      require_close(tensor_of(h).normalize(p, dim).to_vector<double>(), want.v, 1e-12, 1e-10);
+    }
+  REQUIRE(tensor_of(h).normalize().shape() == Dims{3, 4, 2});
+  // A large eps: every slice whose norm is below it is divided by eps instead.
+  require_close(Tensor({{3.0f, 4.0f}, {0.3f, 0.4f}}).normalize(2, 1, 1).to_vector<double>(),
+                {0.6, 0.8, 0.3, 0.4}, 1e-6, 1e-6);
+  for (double p : {2.0, 1.0, 3.0, kInf}) {
+    INFO("p " << p);
+    check_gradients([p](const std::vector<Tensor>& t) { return t[0].normalize(p, 1); },
+                    {random_tensor({2, 3}, 4501, 0.2, 2)});
+  }
+  // At a zero vector the gradient is finite (1/eps), not 0 * inf.
+  Tensor z = Tensor::zeros({2, 3}, {.dtype = dtypes::float64, .requires_grad = true});
+  z.normalize(2, 1).sum().backward();
+  for (double g : z.grad->to_vector<double>()) REQUIRE(std::isfinite(g));
+  REQUIRE_THROWS_WITH(Tensor::ones({2, 3}).normalize(0),
+                      Contains("normalize of shape (2, 3)") && Contains("p"));
+  REQUIRE_THROWS_WITH(Tensor::ones({2, 3}).normalize(2, 2),
+                      Contains("normalize of shape (2, 3)") && Contains("dim 2"));
+}
+
+TEST_CASE("integer min over some axes keeps the reduced shape", "[reduce]") {
+  // It went through int64 and a select with a constant of the input's rank, which broadcast the
+  // result back to that rank: (1, 2, 1, 2).min(-1) was (1, 1, 2, 1).
+  Tensor x(std::vector<std::int32_t>{4, -3, 7, 2}, {1, 2, 1, 2});
+  for (DType dt : {dtypes::int32, dtypes::int64, dtypes::int8}) {
+    INFO(dt.name);
+    Tensor m = x.cast(dt).min(-1);
+    REQUIRE(m.shape() == Dims{1, 2, 1});
+    require_close(m.to_vector<double>(), {-3, 2}, 0, 0);
+    REQUIRE(x.cast(dt).min().shape() == Dims{});
+    REQUIRE(x.cast(dt).min().item<double>() == -3);
+    REQUIRE(x.cast(dt).min({1, 3}, true).shape() == Dims{1, 1, 1, 1});
+  }
+}
+
+TEST_CASE("sum and mean with an output dtype", "[reduce]") {
+  Tensor i(std::vector<std::int32_t>{2000000000, 2000000000, -7, 5}, {2, 2});
+  REQUIRE(i.sum().dtype() == dtypes::int64);  // the default accumulates in int64
+  REQUIRE(i.sum().item<std::int64_t>() == 3999999998);
+  Tensor s8 = Tensor(std::vector<std::int8_t>{100, 27, -100, -28}, {2, 2}).sum(1, false, dtypes::int32);
+  REQUIRE(s8.dtype() == dtypes::int32);  // int8 summed in int32: no int64, no int8 wrap
+  require_close(s8.to_vector<double>(), {127, -128}, 0, 0);
+  Tensor f = random_tensor({3, 5}, 4600).cast(dtypes::float32);
+  std::vector<double> fv = f.to_vector<double>(), want(3, 0);
+  for (std::size_t k = 0; k < fv.size(); ++k) want[k / 5] += fv[k];
+  Tensor s64 = f.sum(1, true, dtypes::float64);
+  REQUIRE(s64.dtype() == dtypes::float64);
+  REQUIRE(s64.shape() == Dims{3, 1});
+  require_close(s64.to_vector<double>(), want, 1e-13, 1e-13);
+  Tensor b = Tensor({1, 0, 1, 1}) > 0;
+  REQUIRE(b.sum(AllAxes, false, dtypes::int32).dtype() == dtypes::int32);
+  REQUIRE(b.sum(AllAxes, false, dtypes::int32).item<std::int32_t>() == 3);
+  Tensor m = i.mean(0, false, dtypes::float64);
+  REQUIRE(m.dtype() == dtypes::float64);
+  require_close(m.to_vector<double>(), {(2000000000.0 - 7) / 2, (2000000000.0 + 5) / 2}, 0, 0);
+  for (std::size_t k = 0; k < 3; ++k) want[k] /= 5;
+  require_close(f.mean(1, false, dtypes::float64).to_vector<double>(), want, 1e-13, 1e-13);
+  // Differentiable through the cast.
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].sum(0, false, dtypes::float64) * 2; },
+                  {random_tensor({3, 2}, 4601)});
+  REQUIRE_THROWS_WITH(i.mean(0, false, dtypes::int32), Contains("mean of (2, 2)") && Contains("int32"));
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "gradcheck.hpp"
 
@@ -563,4 +564,201 @@ TEST_CASE("processing errors name the op and both shapes", "[processing]") {
   REQUIRE_THROWS_WITH(x.avg_pool2d({1, 2, 3}), Contains("kernel_size (1, 2, 3)"));
   REQUIRE_THROWS_WITH(x.batchnorm({}, {}, Tensor::ones({4}), Tensor::ones({3})),
                       Contains("batchnorm: input (1, 3, 8, 8)") && Contains("mean has shape (4,)"));
+}
+
+// ---- pooling options: padding, ceil_mode, count_include_pad, dilation, indices, 1-D and 3-D ----
+namespace {
+struct PoolRef {
+  Vd avg, max, index;
+  Dims shape;
+};
+
+// PyTorch's pooling over the last n axes of x, by direct loops: output sizes by its formula, each
+// window's positions start + t d read where inside the input (padding is -inf for max, 0 for avg),
+// the avg divisor counting the positions inside the padded input (count_include_pad) or the input,
+// the max's index the first in scan order of the largest value, flat in the unpadded plane.
+PoolRef ref_pool_nd(const Vd& x, const Dims& xs, const std::vector<I>& k, const std::vector<I>& s,
+                    const std::vector<I>& d, const std::vector<I>& p, bool ceil_mode,
+                    bool count_include_pad) {
+  std::size_t n = k.size(), np = xs.size() - n;
+  std::vector<I> in(xs.begin() + static_cast<std::ptrdiff_t>(np), xs.end()), out;
+  for (std::size_t j = 0; j < n; ++j) {
+    I num = in[j] + 2 * p[j] - d[j] * (k[j] - 1) - 1;
+    I o = (ceil_mode ? (num + s[j] - 1) / s[j] : num / s[j]) + 1;
+    if (ceil_mode && (o - 1) * s[j] >= in[j] + p[j]) --o;
+    out.push_back(o);
+  }
+  I plane = 1, oplane = 1, batch = 1, kn = 1;
+  for (std::size_t j = 0; j < n; ++j) plane *= in[j], oplane *= out[j], kn *= k[j];
+  for (std::size_t i = 0; i < np; ++i) batch *= xs[i];
+  PoolRef r;
+  r.shape = Dims(std::vector<I>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(np)));
+  for (I o : out) r.shape.push_back(o);
+  for (I b = 0; b < batch; ++b)
+    for (I oi = 0; oi < oplane; ++oi) {
+      std::vector<I> o(n);
+      for (I rest = oi, j = static_cast<I>(n); j-- > 0;) o[j] = rest % out[j], rest /= out[j];
+      double sum = 0, best = -INFINITY, best_at = -1, count = 0;
+      for (I ti = 0; ti < kn; ++ti) {
+        std::vector<I> t(n);
+        for (I rest = ti, j = static_cast<I>(n); j-- > 0;) t[j] = rest % k[j], rest /= k[j];
+        bool inside = true, padded_inside = true;
+        I flat = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+          I at = o[j] * s[j] - p[j] + t[j] * d[j];
+          inside = inside && at >= 0 && at < in[j];
+          padded_inside = padded_inside && at >= -p[j] && at < in[j] + p[j];
+          flat = flat * in[j] + at;
+        }
+        if (count_include_pad ? padded_inside : inside) count += 1;
+        if (!inside) continue;
+        double v = x[static_cast<std::size_t>(b * plane + flat)];
+        sum += v;
+        if (v > best) best = v, best_at = static_cast<double>(flat);
+      }
+      r.avg.push_back(sum / count), r.max.push_back(best), r.index.push_back(best_at);
+    }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("pooling with padding, ceil_mode, count_include_pad and dilation matches direct loops, 1-D to 3-D",
+          "[processing]") {
+  std::mt19937_64 gen(4040);
+  auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
+  int checked = 0;
+  for (int c = 0; c < 36; ++c) {
+    std::size_t n = static_cast<std::size_t>(c % 3) + 1;
+    std::vector<I> k, s, d, p;
+    Dims xs{pick(1, 2), pick(1, 2)};
+    for (std::size_t j = 0; j < n; ++j) {
+      k.push_back(pick(1, n == 3 ? 2 : 3)), s.push_back(pick(1, 3)), d.push_back(c % 4 == 3 ? 2 : 1);
+      p.push_back(pick(0, k.back() / 2));
+      xs.push_back(pick(d.back() * (k.back() - 1) + 1, n == 3 ? 4 : 7));
+    }
+    bool ceil_mode = c % 2 == 1, cip = c % 5 != 0;
+    INFO("x " << to_string(xs) << " k " << to_string(Dims(k)) << " s " << to_string(Dims(s)) << " d "
+              << to_string(Dims(d)) << " p " << to_string(Dims(p)) << " ceil " << ceil_mode << " cip "
+              << cip);
+    Tensor x = random_tensor(xs, static_cast<std::uint64_t>(5000 + c));
+    PoolRef want = ref_pool_nd(vals(x), xs, k, s, d, p, ceil_mode, cip);
+    Tensor avg = n == 1   ? x.avg_pool1d(k, s, d, p, ceil_mode, cip)
+                 : n == 2 ? x.avg_pool2d(k, s, d, p, ceil_mode, cip)
+                          : x.avg_pool3d(k, s, d, p, ceil_mode, cip);
+    Tensor mx = n == 1   ? x.max_pool1d(k, s, d, p, ceil_mode)
+                : n == 2 ? x.max_pool2d(k, s, d, p, ceil_mode)
+                         : x.max_pool3d(k, s, d, p, ceil_mode);
+    auto [values, index] = n == 1   ? x.max_pool1d_with_indices(k, s, d, p, ceil_mode)
+                           : n == 2 ? x.max_pool2d_with_indices(k, s, d, p, ceil_mode)
+                                    : x.max_pool3d_with_indices(k, s, d, p, ceil_mode);
+    REQUIRE(avg.shape() == want.shape);
+    REQUIRE(mx.shape() == want.shape);
+    REQUIRE(index.shape() == want.shape);
+    REQUIRE(index.dtype() == dtypes::int64);
+    require_close(vals(avg), want.avg, 1e-12, 1e-12, "avg");
+    require_close(vals(mx), want.max, 1e-12, 1e-12, "max");
+    require_close(vals(values), want.max, 1e-12, 1e-12, "max values");
+    require_close(vals(index), want.index, 0, 0, "max indices");
+    ++checked;
+  }
+  REQUIRE(checked == 36);
+}
+
+TEST_CASE("pooling: PyTorch's values by hand, integer max, ties, and max_unpool", "[processing]") {
+  // 1x1x3x3 of 1..9, kernel 2, stride 2, padding 1, ceil_mode: windows rows {-1,0},{1,2} (plus none:
+  // a window starting at 3 = in + p is dropped). count_include_pad divides by 4 everywhere
+  // (no window reaches past the padding); without it by the real elements.
+  Tensor x = Tensor::arange(1, 10, 1, {.dtype = dtypes::float32}).reshape({1, 1, 3, 3});
+  REQUIRE(x.avg_pool2d({2, 2}, {2, 2}, {1}, {1}, true).shape() == Dims{1, 1, 2, 2});
+  require_close(vals(x.avg_pool2d({2, 2}, {2, 2}, {1}, {1}, true)), {0.25, 1.25, 2.75, 7.0}, 1e-6, 1e-6);
+  require_close(vals(x.avg_pool2d({2, 2}, {2, 2}, {1}, {1}, true, false)), {1, 2.5, 5.5, 7.0}, 1e-6, 1e-6);
+  // ceil_mode without padding: the last window hangs over the edge and divides by what it holds,
+  // in both count_include_pad modes (PyTorch: the divisor never counts the overhang).
+  require_close(vals(x.avg_pool2d({2, 2}, {2, 2}, {1}, {0}, true)), {3, 4.5, 7.5, 9}, 1e-6, 1e-6);
+  require_close(vals(x.max_pool2d({2, 2}, {2, 2}, {1}, {1}, true)), {1, 3, 7, 9}, 0, 0);
+  // Integer input: the padding is the dtype's lowest, not a wrapped -inf.
+  Tensor xi = Tensor(std::vector<std::int32_t>{-5, -7, -9, -1}, {1, 2, 2});
+  Tensor mi = xi.max_pool1d({2}, {2}, {1}, {1}, true);
+  REQUIRE(mi.dtype() == dtypes::int32);
+  require_close(vals(mi), {-5, -7, -9, -1}, 0, 0);
+  // Ties: the first in scan order.
+  Tensor tie = Tensor::ones({1, 1, 2, 4});
+  require_close(vals(tie.max_pool2d_with_indices().second), {0, 2}, 0, 0);
+
+  // max_unpool2d puts each maximum back at its index, zeros elsewhere; its output size defaults to the
+  // pooling's input size, output_size overrides it.
+  Tensor y = random_tensor({2, 3, 4, 6}, 4100);
+  auto [v, idx] = y.max_pool2d_with_indices({2, 2});
+  Tensor un = v.max_unpool2d(idx, {2, 2});
+  REQUIRE(un.shape() == y.shape());
+  Vd yv = vals(y), uv = vals(un),
+     mv = vals(y.max_pool2d({2, 2}).repeat_interleave(2, 2).repeat_interleave(2, 3));
+  for (std::size_t i = 0; i < yv.size(); ++i) REQUIRE(uv[i] == (yv[i] == mv[i] ? yv[i] : 0.0));
+  REQUIRE(v.max_unpool2d(idx, {2, 2}, {}, {1}, {0}, std::vector<I>{5, 7}).shape() == Dims{2, 3, 5, 7});
+  // 1-D and 3-D, with padding: the unpooled size is (in - 1) s - 2p + d (k - 1) + 1.
+  Tensor z = random_tensor({1, 2, 5}, 4101);
+  auto [v1, i1] = z.max_pool1d_with_indices({3}, {2}, {1}, {1});
+  Tensor u1 = v1.max_unpool1d(i1, {3}, {2}, {1}, {1});
+  REQUIRE(u1.shape() == Dims{1, 2, 5});
+  Vd zv = vals(z), u1v = vals(u1), i1v = vals(i1), v1v = vals(v1);
+  for (std::size_t i = 0; i < i1v.size(); ++i) {
+    auto at = (i / 3) * 5 + static_cast<std::size_t>(i1v[i]);
+    REQUIRE(u1v[at] == v1v[i]);
+    REQUIRE(zv[at] == v1v[i]);
+  }
+  Tensor w3 = random_tensor({1, 2, 4, 4, 4}, 4102);
+  auto [v3, i3] = w3.max_pool3d_with_indices({2});
+  REQUIRE(v3.max_unpool3d(i3, {2}).shape() == w3.shape());
+  REQUIRE(v3.max_unpool3d(i3, {2}).sum().item<double>() == Approx(v3.sum().item<double>()).epsilon(1e-12));
+}
+
+TEST_CASE("gradients of pooling with padding, ceil_mode, dilation, 1-D and 3-D, and max_unpool",
+          "[processing]") {
+  auto x = random_tensor({1, 2, 5, 4}, 4200);
+  check_gradients(
+      [](const std::vector<Tensor>& t) {
+        return t[0].avg_pool2d({3, 2}, {2, 2}, {1}, {1}, true, false);
+      },
+      {x});
+  check_gradients(
+      [](const std::vector<Tensor>& t) {
+        return t[0].avg_pool2d({3, 3}, {2, 1}, {1}, {1, 0}, true, true);
+      },
+      {x});
+  check_gradients(
+      [](const std::vector<Tensor>& t) {
+        return t[0].max_pool2d({3, 2}, {2, 2}, {1, 2}, {1}, true);
+      },
+      {x});
+  check_gradients(
+      [](const std::vector<Tensor>& t) {
+        return t[0].max_pool2d_with_indices({2, 2}, {1}, {1}, {1}).first;
+      },
+      {x});
+  check_gradients(
+      [](const std::vector<Tensor>& t) { return t[0].avg_pool1d({3}, {2}, {1}, {1}, true, false); },
+      {random_tensor({2, 7}, 4201)});
+  check_gradients([](const std::vector<Tensor>& t) { return t[0].max_pool3d({2}, {2}, {1}, {1}, true); },
+                  {random_tensor({1, 1, 3, 4, 3}, 4202)});
+  auto [v, idx] = x.max_pool2d_with_indices({2, 2});
+  check_gradients([&](const std::vector<Tensor>& t) { return t[0].max_unpool2d(idx, {2, 2}); }, {v});
+}
+
+TEST_CASE("pooling options: errors name the op and the shapes", "[processing]") {
+  Tensor x = Tensor::ones({1, 1, 4, 4});
+  REQUIRE_THROWS_WITH(x.max_pool2d({2, 2}, {}, {1}, {2}), Contains("max_pool2d: input (1, 1, 4, 4)") &&
+                                                              Contains("padding (2,)") &&
+                                                              Contains("half the kernel (2, 2)"));
+  REQUIRE_THROWS_WITH(x.avg_pool2d({2, 2}, {}, {1}, {1, 2, 3}),
+                      Contains("avg_pool2d") && Contains("padding (1, 2, 3)"));
+  REQUIRE_THROWS_WITH(Tensor::ones({4}).max_pool3d({2}), Contains("max_pool3d: input (4,)"));
+  REQUIRE_THROWS_WITH(Tensor::ones({2, 3}).avg_pool1d({4}),
+                      Contains("avg_pool1d: input (2, 3)") && Contains("(4,)"));
+  auto [v, idx] = x.max_pool2d_with_indices();
+  REQUIRE_THROWS_WITH(v.max_unpool2d(idx.reshape({1, 1, 4}), {2, 2}),
+                      Contains("max_unpool2d: input (1, 1, 2, 2), indices (1, 1, 4)"));
+  REQUIRE_THROWS_WITH(v.max_unpool2d(idx.cast(dtypes::float32), {2, 2}),
+                      Contains("max_unpool2d") && Contains("integer"));
+  // An index past the (too small) output names the op and the sizes.
+  REQUIRE_THROWS_WITH(v.max_unpool2d(idx + 20, {2, 2}), Contains("max_unpool2d") && Contains("(4, 4)"));
 }

@@ -50,6 +50,8 @@ struct Axes {
 struct Slice {
   std::optional<std::int64_t> start = {}, stop = {}, step = {};
 };
+struct LossOptions;  // below Tensor, whose handles it holds
+
 struct NewAxisT {};
 struct EllipsisT {};
 inline constexpr NewAxisT NewAxis{};
@@ -185,6 +187,9 @@ class Tensor {
   // The diagonal of the (dim1, dim2) planes, offset above (> 0) or below (< 0) the main one, as the last
   // axis.
   Tensor diagonal(std::int64_t offset = 0, std::int64_t dim1 = 0, std::int64_t dim2 = 1) const;
+  // PyTorch's Tensor.unfold: the windows of size elements, step apart, along dim, as a new last axis
+  // (dim's size becomes the number of windows, (n - size) / step + 1). A view.
+  Tensor unfold(std::int64_t dim, std::int64_t size, std::int64_t step) const;
   Tensor repeat_interleave(std::int64_t repeats, std::optional<std::int64_t> dim = {}) const;
   // int64 of this integer tensor's shape plus (num_classes): 1 at each value's index (values in range)
   Tensor one_hot(std::int64_t num_classes) const;
@@ -221,10 +226,12 @@ class Tensor {
   Tensor nonzero() const;
 
   // ---- reductions (over AllAxes unless told; see Axes) ----
-  Tensor sum(const Axes& axis = AllAxes, bool keepdim = false) const;
+  // dtype: the input cast to it first, and the result's (sum otherwise accumulates integers in int64).
+  Tensor sum(const Axes& axis = AllAxes, bool keepdim = false, std::optional<DType> dtype = {}) const;
   Tensor max(const Axes& axis = AllAxes, bool keepdim = false) const;
   Tensor min(const Axes& axis = AllAxes, bool keepdim = false) const;
-  Tensor mean(const Axes& axis = AllAxes, bool keepdim = false) const;
+  Tensor mean(const Axes& axis = AllAxes, bool keepdim = false,
+              std::optional<DType> dtype = {}) const;  // dtype floating
   Tensor std(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
   Tensor var(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
   Tensor logsumexp(const Axes& axis = AllAxes, bool keepdim = false) const;  // finite for large inputs
@@ -355,6 +362,11 @@ class Tensor {
   Tensor isinf() const;
   Tensor isfinite() const;
   Tensor logical_not() const;  // this == 0
+  // |this - other| <= atol + rtol |other| where finite, equal values (infinities), and NaN against NaN with
+  // equal_nan: bool, broadcasting (integers compared in float32, as PyTorch's default dtype). allclose:
+  // whether every element is (a realize).
+  Tensor isclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
   Tensor cast(DType dtype) const;
   Tensor contiguous() const;
 
@@ -376,17 +388,69 @@ class Tensor {
                           std::int64_t groups = 1, std::vector<std::int64_t> stride = {1},
                           std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
                           std::vector<std::int64_t> output_padding = {0}) const;
-  // Over the last two axes; stride {} is the kernel size.
+  // Pooling over the last one, two or three axes (any axes before them are batch axes), PyTorch's
+  // options in tinygrad's order. Each size is one value or one per axis; stride {} is the kernel size.
+  // padding (per axis, both sides, at most half the kernel) is -inf for max and zeros for avg, whose
+  // divisor counts it with count_include_pad (never the ceil_mode overhang). ceil_mode adds a last,
+  // partial window where one starts inside the input or its left padding.
   Tensor avg_pool2d(std::vector<std::int64_t> kernel_size = {2, 2}, std::vector<std::int64_t> stride = {},
-                    std::vector<std::int64_t> dilation = {1}) const;
+                    std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                    bool ceil_mode = false, bool count_include_pad = true) const;
   Tensor max_pool2d(std::vector<std::int64_t> kernel_size = {2, 2}, std::vector<std::int64_t> stride = {},
-                    std::vector<std::int64_t> dilation = {1}) const;
+                    std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                    bool ceil_mode = false) const;
+  Tensor avg_pool1d(std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> stride = {},
+                    std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                    bool ceil_mode = false, bool count_include_pad = true) const;
+  Tensor max_pool1d(std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> stride = {},
+                    std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                    bool ceil_mode = false) const;
+  Tensor avg_pool3d(std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> stride = {},
+                    std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                    bool ceil_mode = false, bool count_include_pad = true) const;
+  Tensor max_pool3d(std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> stride = {},
+                    std::vector<std::int64_t> dilation = {1}, std::vector<std::int64_t> padding = {0},
+                    bool ceil_mode = false) const;
+  // Max pooling's values and, as PyTorch's return_indices, the int64 flat index of each maximum in its
+  // (unpadded) input plane (h * W + w in 2-D); the first of equal maxima. The values are differentiable.
+  std::pair<Tensor, Tensor> max_pool1d_with_indices(std::vector<std::int64_t> kernel_size,
+                                                    std::vector<std::int64_t> stride = {},
+                                                    std::vector<std::int64_t> dilation = {1},
+                                                    std::vector<std::int64_t> padding = {0},
+                                                    bool ceil_mode = false) const;
+  std::pair<Tensor, Tensor> max_pool2d_with_indices(std::vector<std::int64_t> kernel_size = {2, 2},
+                                                    std::vector<std::int64_t> stride = {},
+                                                    std::vector<std::int64_t> dilation = {1},
+                                                    std::vector<std::int64_t> padding = {0},
+                                                    bool ceil_mode = false) const;
+  std::pair<Tensor, Tensor> max_pool3d_with_indices(std::vector<std::int64_t> kernel_size,
+                                                    std::vector<std::int64_t> stride = {},
+                                                    std::vector<std::int64_t> dilation = {1},
+                                                    std::vector<std::int64_t> padding = {0},
+                                                    bool ceil_mode = false) const;
+  // The inverse of max pooling with indices: zeros of the pooling's input size (or output_size: the
+  // spatial sizes), each value of this written at its index. A scatter (host loop, not inside a TinyJit
+  // step), differentiable in this.
+  Tensor max_unpool1d(const Tensor& indices, std::vector<std::int64_t> kernel_size,
+                      std::vector<std::int64_t> stride = {}, std::vector<std::int64_t> dilation = {1},
+                      std::vector<std::int64_t> padding = {0},
+                      std::optional<std::vector<std::int64_t>> output_size = {}) const;
+  Tensor max_unpool2d(const Tensor& indices, std::vector<std::int64_t> kernel_size = {2, 2},
+                      std::vector<std::int64_t> stride = {}, std::vector<std::int64_t> dilation = {1},
+                      std::vector<std::int64_t> padding = {0},
+                      std::optional<std::vector<std::int64_t>> output_size = {}) const;
+  Tensor max_unpool3d(const Tensor& indices, std::vector<std::int64_t> kernel_size,
+                      std::vector<std::int64_t> stride = {}, std::vector<std::int64_t> dilation = {1},
+                      std::vector<std::int64_t> padding = {0},
+                      std::optional<std::vector<std::int64_t>> output_size = {}) const;
   // Resizes the spatial axes (all but the first two, N and C) to size, PyTorch's F.interpolate: "nearest"
   // (floor(i * in / out)), or "linear" ("bilinear", "trilinear": the same, along every spatial axis),
   // align_corners mapping the corner pixels' centres onto each other.
   Tensor interpolate(const std::vector<std::int64_t>& size, std::string_view mode = "nearest",
                      bool align_corners = false) const;
   Tensor layernorm(const Axes& axis = -1, double eps = 1e-5) const;
+  // this / max(norm_p(this along dim), eps), PyTorch's F.normalize: p > 0 or INFINITY (the max of |x|).
+  Tensor normalize(double p = 2, std::int64_t dim = 1, double eps = 1e-12) const;
   Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
                    const Tensor& invstd) const;
   Tensor dropout(double p = 0.5) const;  // only while Tensor::training
@@ -402,9 +466,22 @@ class Tensor {
   // ---- losses ----
   // Mean negative log-likelihood of integer class labels Y (shape: this shape without the last axis).
   Tensor sparse_categorical_crossentropy(const Tensor& Y, std::int64_t ignore_index = -1) const;
-  Tensor nll_loss(const Tensor& Y) const;                    // this holds log-probabilities
-  Tensor binary_crossentropy(const Tensor& Y) const;         // this holds probabilities
+  // PyTorch's F.cross_entropy and F.nll_loss (LossOptions: weight, ignore_index, reduction,
+  // label_smoothing). The class axis is 1: this is (N, C), (N, C, d...) or (C). A target of this shape
+  // holds class probabilities (cross_entropy only); any other is class indices of this shape without the
+  // class axis, each in [0, C) or ignore_index (checked on the host, a realize). A "mean" over indices
+  // divides by the summed weights of the targets not ignored (their count without a weight); over
+  // probabilities by the number of rows (N x d...).
+  Tensor cross_entropy(const Tensor& target) const;  // this holds logits
+  Tensor cross_entropy(const Tensor& target, const LossOptions& opts) const;
+  Tensor nll_loss(const Tensor& Y) const;  // this holds log-probabilities
+  Tensor nll_loss(const Tensor& Y, const LossOptions& opts) const;
+  // Elementwise against a target of this shape; LossOptions' weight broadcasts to this, pos_weight (logits
+  // only) weighs the positive term and broadcasts with the target (one per class on the last axis).
+  Tensor binary_crossentropy(const Tensor& Y) const;  // this holds probabilities
+  Tensor binary_crossentropy(const Tensor& Y, const LossOptions& opts) const;
   Tensor binary_crossentropy_logits(const Tensor& Y) const;  // this holds logits
+  Tensor binary_crossentropy_logits(const Tensor& Y, const LossOptions& opts) const;
 
   // Broadcast this and y to one shape and dtype (numpy rules, PyTorch promotion).
   std::pair<Tensor, Tensor> broadcasted(const Tensor& y) const;
@@ -418,6 +495,16 @@ class Tensor {
   std::int64_t resolve_axis(std::int64_t axis) const;
   Dims reduced_shape(const Axes& axis) const;
   friend class GradField;
+};
+
+// The options of the losses, as PyTorch's keywords: x.cross_entropy(y, {.weight = w, .reduction = "sum"}).
+// Each loss rejects the options it does not take.
+struct LossOptions {
+  std::optional<Tensor> weight = {};  // cross_entropy, nll_loss: one per class (C,); BCE: broadcast to input
+  std::int64_t ignore_index = -100;   // a class-index target equal to it adds nothing, weighs nothing
+  std::string_view reduction = "mean";    // "none", "mean" or "sum"
+  double label_smoothing = 0;             // cross_entropy: the target mixed with uniform, in [0, 1]
+  std::optional<Tensor> pos_weight = {};  // binary_crossentropy_logits: the positive term's weight
 };
 
 // Scalars on either side. An integral scalar keeps an integer tensor's dtype; a floating one

@@ -349,6 +349,39 @@ Tensor Tensor::isfinite() const {
   return (*this - *this).eq(scalar_like(0));
 }
 Tensor Tensor::logical_not() const { return eq(scalar_like(0)); }
+
+// PyTorch's rule: equal, or a finite error within atol + rtol |other| (an infinite one is close only
+// when equal, so 1 is not close to inf), or both NaN with equal_nan. Or and and of bools are selects
+// with bool branches (c.where(c, d), c.where(d, c)): a scalar branch would promote.
+Tensor Tensor::isclose(const Tensor& other, double rtol, double atol, bool equal_nan) const {
+  if (!(rtol >= 0 && atol >= 0))
+    throw std::invalid_argument(detail::cat(
+        "isclose of ", to_string(shape()), " and ", to_string(other.shape()),
+        ": rtol and atol must be non-negative, got ", std::to_string(rtol), " and ", std::to_string(atol)));
+  auto bools = [](const Tensor& t) { return t.dtype() == dtypes::bool_ ? t.cast(dtypes::int32) : t; };
+  auto [a, b] = [&] {
+    try {
+      return bools(*this).broadcasted(bools(other));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(
+          detail::cat("isclose of ", to_string(shape()), " and ", to_string(other.shape()), ": ", e.what()));
+    }
+  }();
+  Tensor close = a.eq(b);
+  Tensor error = (a - b).abs(), bound = b.abs();
+  if (!dtypes::is_float(error.dtype()))
+    error = error.cast(dtypes::float32), bound = bound.cast(dtypes::float32);
+  Tensor finite = error.isfinite(), within = finite.where(error.le(bound * rtol + atol), finite);
+  close = close.where(close, within);
+  if (equal_nan) {
+    Tensor nan = a.isnan(), both = nan.where(b.isnan(), nan);
+    close = both.where(both, close);
+  }
+  return close;
+}
+bool Tensor::allclose(const Tensor& other, double rtol, double atol, bool equal_nan) const {
+  return isclose(other, rtol, atol, equal_nan).all().cast(dtypes::int32).item<std::int32_t>() != 0;
+}
 Tensor Tensor::cast(DType dt) const { return dt == dtype() ? *this : mlops::Cast::apply(*this, dt); }
 Tensor Tensor::contiguous() const { return mlops::Contiguous::apply(*this); }
 

@@ -28,8 +28,8 @@ V per_dim(const std::string& where, const char* what, const V& v, std::size_t n,
   return v.size() == n ? v : V(n, v[0]);
 }
 
-// tinygrad's slice: per axis [begin, end), zero-padded where the range leaves the tensor.
-Tensor slice(const Tensor& x, const PV& arg) {
+// tinygrad's slice: per axis [begin, end), padded with value where the range leaves the tensor.
+Tensor slice(const Tensor& x, const PV& arg, double value = 0) {
   PV pads, keep;
   bool padded = false;
   for (std::size_t i = 0; i < arg.size(); ++i) {
@@ -39,7 +39,7 @@ Tensor slice(const Tensor& x, const PV& arg) {
     pads.push_back({before, after});
     keep.push_back({b + before, e + before});
   }
-  return (padded ? x.pad(pads) : x).shrink(keep);
+  return (padded ? x.pad(pads, value) : x).shrink(keep);
 }
 
 // Per-side pads of the last p.size()/2 axes, last axis first as torch's F.pad: (left, right,
@@ -145,15 +145,162 @@ void check_windows(const std::string& where, const V& sizes, const V& k, const V
                                               str(d)));
 }
 
-Tensor pool2d(const char* op, const Tensor& x, const V& kernel_size, const V& stride, const V& dilation) {
-  std::string where = detail::cat(op, ": input ", to_string(x.shape()));
-  if (x.ndim() < 2)
-    throw std::invalid_argument(detail::cat(where, " needs at least 2 dimensions (..., H, W)"));
-  V k = per_dim(where, "kernel_size", kernel_size, 2, 1);
-  V s = stride.empty() ? k : per_dim(where, "stride", stride, 2, 1);
-  V d = per_dim(where, "dilation", dilation, 2, 1);
-  check_windows(where, {x.shape()[x.shape().size() - 2], x.shape()[x.shape().size() - 1]}, k, d);
-  return pool(x, k, s, d);
+// A pooling over the last n axes: kernel, stride, dilation and padding per axis, and the output
+// sizes, PyTorch's: floor (or with ceil_mode ceil) of (in + 2p - d(k-1) - 1) / s, plus 1, less a
+// last window that would start in the right padding.
+struct PoolPlan {
+  std::string where;
+  V k, s, d, p, in, out;
+  bool overhang = false;  // padding or a ceil_mode window: some window reads outside the input
+};
+
+PoolPlan pool_plan(const char* op, const Tensor& x, std::size_t n, const V& kernel_size, const V& stride,
+                   const V& dilation, const V& padding, bool ceil_mode) {
+  PoolPlan q;
+  q.where = detail::cat(op, ": input ", to_string(x.shape()));
+  if (x.ndim() < static_cast<std::int64_t>(n))
+    throw std::invalid_argument(detail::cat(q.where, " needs at least ", str(static_cast<std::int64_t>(n)),
+                                            " dimensions (..., the spatial axes)"));
+  q.k = per_dim(q.where, "kernel_size", kernel_size, n, 1);
+  q.s = stride.empty() ? q.k : per_dim(q.where, "stride", stride, n, 1);
+  q.d = per_dim(q.where, "dilation", dilation, n, 1);
+  q.p = per_dim(q.where, "padding", padding, n, 0);
+  q.in.assign(x.shape().end() - static_cast<std::ptrdiff_t>(n), x.shape().end());
+  for (std::size_t j = 0; j < n; ++j) {
+    if (q.p[j] > q.k[j] / 2)
+      throw std::invalid_argument(
+          detail::cat(q.where, ": padding ", str(padding), " must be at most half the kernel ", str(q.k)));
+    std::int64_t span = q.d[j] * (q.k[j] - 1) + 1, room = q.in[j] + 2 * q.p[j] - span;
+    if (room < 0)
+      throw std::invalid_argument(detail::cat(q.where, ": the spatial size ", str(q.in), " with padding ",
+                                              str(q.p), " is smaller than the kernel ", str(q.k),
+                                              " with dilation ", str(q.d)));
+    std::int64_t o = (ceil_mode ? (room + q.s[j] - 1) / q.s[j] : room / q.s[j]) + 1;
+    if (ceil_mode && (o - 1) * q.s[j] >= q.in[j] + q.p[j]) --o;
+    q.out.push_back(o);
+    q.overhang = q.overhang || q.p[j] > 0 || (o - 1) * q.s[j] + span > q.in[j] + 2 * q.p[j];
+  }
+  return q;
+}
+
+// The windows (..., out..., k...): the input padded with value (or cut) to exactly the span the
+// windows read, then tinygrad's pool.
+Tensor windows(const Tensor& x, const PoolPlan& q, double value) {
+  std::size_t n = q.k.size(), np = x.shape().size() - n;
+  PV arg;
+  for (std::size_t i = 0; i < np; ++i) arg.push_back({0, x.shape()[i]});
+  for (std::size_t j = 0; j < n; ++j)
+    arg.push_back({-q.p[j], -q.p[j] + (q.out[j] - 1) * q.s[j] + q.d[j] * (q.k[j] - 1) + 1});
+  return pool(slice(x, arg, value), q.k, q.s, q.d);
+}
+
+V last_axes(std::size_t n) {
+  V axes;
+  for (std::size_t j = n; j > 0; --j) axes.push_back(-static_cast<std::int64_t>(j));
+  return axes;
+}
+
+Tensor avg_pool(const char* op, const Tensor& x, std::size_t n, const V& kernel_size, const V& stride,
+                const V& dilation, const V& padding, bool ceil_mode, bool count_include_pad) {
+  PoolPlan q = pool_plan(op, x, n, kernel_size, stride, dilation, padding, ceil_mode);
+  Tensor mean = windows(x, q, 0).mean(last_axes(n));
+  if (!q.overhang) return mean;
+  // The mean over k elements, rescaled to the divisor of each window: the window's elements inside
+  // the padded input (count_include_pad) or inside the input. It factors per axis.
+  std::vector<double> factor{1};
+  for (std::size_t j = 0; j < n; ++j) {
+    std::int64_t lo = count_include_pad ? -q.p[j] : 0, hi = count_include_pad ? q.in[j] + q.p[j] : q.in[j];
+    std::vector<double> next;
+    for (double f : factor)
+      for (std::int64_t i = 0; i < q.out[j]; ++i) {
+        std::int64_t count = 0;
+        for (std::int64_t t = 0; t < q.k[j]; ++t) {
+          std::int64_t at = i * q.s[j] - q.p[j] + t * q.d[j];
+          count += at >= lo && at < hi;
+        }
+        next.push_back(f * static_cast<double>(q.k[j]) / static_cast<double>(count));
+      }
+    factor = std::move(next);
+  }
+  Tensor f = Tensor(factor, Dims(q.out), {.device = x.device(), .dtype = mean.dtype()});
+  return mean * f;
+}
+
+Tensor max_pool(const char* op, const Tensor& x, std::size_t n, const V& kernel_size, const V& stride,
+                const V& dilation, const V& padding, bool ceil_mode) {
+  PoolPlan q = pool_plan(op, x, n, kernel_size, stride, dilation, padding, ceil_mode);
+  return windows(x, q, dtypes::min_value(x.dtype())).max(last_axes(n));
+}
+
+// The maxima and the flat index (in the unpadded plane) of the first element equal to each: the
+// plane's indices pooled the same way, the largest index standing in for the padding.
+std::pair<Tensor, Tensor> max_pool_with_indices(const char* op, const Tensor& x, std::size_t n,
+                                                const V& kernel_size, const V& stride, const V& dilation,
+                                                const V& padding, bool ceil_mode) {
+  PoolPlan q = pool_plan(op, x, n, kernel_size, stride, dilation, padding, ceil_mode);
+  V axes = last_axes(n);
+  Tensor w = windows(x, q, dtypes::min_value(x.dtype()));
+  Tensor m = w.max(axes, true);
+  std::int64_t plane = 1;
+  for (std::int64_t v : q.in) plane *= v;
+  bool narrow = plane < (std::int64_t{1} << 31) - 1;
+  DType it = narrow ? dtypes::int32 : dtypes::int64;
+  double none = narrow ? 2147483647.0 : 4611686018427387904.0;  // past every index
+  Tensor index = windows(
+      Tensor::arange(static_cast<double>(plane), {.device = x.device(), .dtype = it}).reshape(q.in), q, none);
+  Tensor hit = w.eq(m);
+  if (dtypes::is_float(x.dtype())) {  // a NaN is the maximum
+    Tensor nan = w.isnan();
+    hit = nan.where(nan, hit);
+  }
+  Tensor first = hit.where(index, none).min(axes).cast(dtypes::int64);
+  V out(x.shape().begin(), x.shape().end() - static_cast<std::ptrdiff_t>(n));
+  out.insert(out.end(), q.out.begin(), q.out.end());
+  return {m.reshape(out), first};
+}
+
+// Zeros of the pooling's input size, this written at indices: a scatter along the flattened plane.
+Tensor max_unpool(const char* op, const Tensor& x, const Tensor& indices, std::size_t n, const V& kernel_size,
+                  const V& stride, const V& dilation, const V& padding, const std::optional<V>& output_size) {
+  std::string where =
+      detail::cat(op, ": input ", to_string(x.shape()), ", indices ", to_string(indices.shape()));
+  auto fail = [&](const std::string& why) { throw std::invalid_argument(detail::cat(where, ": ", why)); };
+  if (x.ndim() < static_cast<std::int64_t>(n))
+    fail(detail::cat("needs at least ", str(static_cast<std::int64_t>(n)),
+                     " dimensions (..., the spatial axes)"));
+  if (indices.shape() != x.shape()) fail("the indices must have the input's shape");
+  if (!dtypes::is_int(indices.dtype()))
+    fail(detail::cat("the indices must be integer, got ", indices.dtype().name));
+  V k = per_dim(where, "kernel_size", kernel_size, n, 1);
+  V s = stride.empty() ? k : per_dim(where, "stride", stride, n, 1);
+  V d = per_dim(where, "dilation", dilation, n, 1), p = per_dim(where, "padding", padding, n, 0);
+  V prefix(x.shape().begin(), x.shape().end() - static_cast<std::ptrdiff_t>(n)), out;
+  if (output_size) {
+    if (output_size->size() < n)
+      fail(detail::cat("output_size ", str(*output_size), " needs the spatial sizes"));
+    out.assign(output_size->end() - static_cast<std::ptrdiff_t>(n), output_size->end());
+  } else {
+    for (std::size_t j = 0; j < n; ++j)
+      out.push_back((x.shape()[prefix.size() + j] - 1) * s[j] - 2 * p[j] + d[j] * (k[j] - 1) + 1);
+  }
+  std::int64_t plane = 1;
+  for (std::int64_t v : out) {
+    if (v < 1) fail(detail::cat("the output size ", str(out), " is empty"));
+    plane *= v;
+  }
+  V flat = prefix, full = prefix;
+  flat.push_back(-1);
+  full.insert(full.end(), out.begin(), out.end());
+  V zeros = prefix;
+  zeros.push_back(plane);
+  try {
+    return Tensor::zeros(Dims(zeros), {.device = x.device(), .dtype = x.dtype()})
+        .scatter(-1, indices.reshape(flat), x.reshape(flat))
+        .reshape(full);
+  } catch (const std::out_of_range& e) {  // an index outside the output: say whose
+    throw std::out_of_range(detail::cat(where, ": output size ", str(out), ": ", e.what()));
+  }
+  return x;  // not reached
 }
 }  // namespace
 
@@ -343,11 +490,48 @@ Tensor Tensor::conv_transpose2d(const Tensor& weight, const std::optional<Tensor
   return x.conv2d(w, bias, groups, {1}, d, pads);
 }
 
-Tensor Tensor::avg_pool2d(V kernel_size, V stride, V dilation) const {
-  return pool2d("avg_pool2d", *this, kernel_size, stride, dilation).mean({-2, -1});
-}
-Tensor Tensor::max_pool2d(V kernel_size, V stride, V dilation) const {
-  return pool2d("max_pool2d", *this, kernel_size, stride, dilation).max({-2, -1});
+#define METAGRAD_POOLS(N)                                                                                 \
+  Tensor Tensor::avg_pool##N##d(V kernel_size, V stride, V dilation, V padding, bool ceil_mode,           \
+                                bool count_include_pad) const {                                           \
+    return avg_pool("avg_pool" #N "d", *this, N, kernel_size, stride, dilation, padding, ceil_mode,       \
+                    count_include_pad);                                                                   \
+  }                                                                                                       \
+  Tensor Tensor::max_pool##N##d(V kernel_size, V stride, V dilation, V padding, bool ceil_mode) const {   \
+    return max_pool("max_pool" #N "d", *this, N, kernel_size, stride, dilation, padding, ceil_mode);      \
+  }                                                                                                       \
+  std::pair<Tensor, Tensor> Tensor::max_pool##N##d_with_indices(V kernel_size, V stride, V dilation,      \
+                                                                V padding, bool ceil_mode) const {        \
+    return max_pool_with_indices("max_pool" #N "d_with_indices", *this, N, kernel_size, stride, dilation, \
+                                 padding, ceil_mode);                                                     \
+  }                                                                                                       \
+  Tensor Tensor::max_unpool##N##d(const Tensor& indices, V kernel_size, V stride, V dilation, V padding,  \
+                                  std::optional<V> output_size) const {                                   \
+    return max_unpool("max_unpool" #N "d", *this, indices, N, kernel_size, stride, dilation, padding,     \
+                      output_size);                                                                       \
+  }
+METAGRAD_POOLS(1)
+METAGRAD_POOLS(2)
+METAGRAD_POOLS(3)
+#undef METAGRAD_POOLS
+
+// The windows of one axis, as pooling's: that axis moved last, pooled, and its window count moved back.
+Tensor Tensor::unfold(std::int64_t dim, std::int64_t size, std::int64_t step) const {
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument(detail::cat("unfold of shape ", to_string(shape()), " (dim ", str(dim),
+                                            ", size ", str(size), ", step ", str(step), "): ", why));
+  };
+  if (ndim() == 0) fail("needs at least one dimension");
+  if (dim < -ndim() || dim >= ndim()) fail("dim is out of range");
+  std::int64_t d = dim < 0 ? dim + ndim() : dim;
+  if (step < 1) fail("step must be positive");
+  if (size < 1 || size > shape()[static_cast<std::size_t>(d)]) fail("size must be in [1, the dim's size]");
+  V order, back;
+  for (std::int64_t i = 0; i < ndim(); ++i)
+    if (i != d) order.push_back(i);
+  order.push_back(d);
+  for (std::int64_t i = 0; i < ndim(); ++i) back.push_back(i < d ? i : i == d ? ndim() - 1 : i - 1);
+  back.push_back(ndim());
+  return pool(permute(order), {size}, {step}, {1}).permute(back);
 }
 
 // Separable: each spatial axis resized in turn by index_select of the source rows (computed here),
@@ -408,6 +592,24 @@ Tensor Tensor::interpolate(const std::vector<std::int64_t>& size, std::string_vi
 Tensor Tensor::layernorm(const Axes& axis, double eps) const {
   Tensor y = *this - mean(axis, true);
   return y * ((y * y).mean(axis, true) + eps).pow(-0.5);
+}
+
+// The norm is clamped below at eps before its root (max(s, eps^p)^(1/p) = max(s^(1/p), eps)), so a
+// zero vector's gradient is finite (1/eps), not 0 * inf = NaN.
+Tensor Tensor::normalize(double p, std::int64_t dim, double eps) const {
+  if (!(p > 0))
+    throw std::invalid_argument(detail::cat("normalize of shape ", to_string(shape()),
+                                            ": p must be positive or INFINITY, got ", std::to_string(p)));
+  std::int64_t n = std::max<std::int64_t>(ndim(), 1);
+  if (dim < -n || dim >= n)
+    throw std::invalid_argument(
+        detail::cat("normalize of shape ", to_string(shape()), ": dim ", str(dim), " is out of range"));
+  Tensor x = dtypes::is_float(dtype()) ? *this : cast(dtypes::float32);
+  Tensor norm = std::isinf(p) ? x.abs().max(dim, true).maximum(eps)
+                : p == 1      ? x.abs().sum(dim, true).maximum(eps)
+                : p == 2      ? x.square().sum(dim, true).maximum(eps * eps).sqrt()
+                              : x.abs().pow(p).sum(dim, true).maximum(std::pow(eps, p)).pow(1 / p);
+  return x / norm;
 }
 
 // (x - mean) * weight * invstd + bias, the 1-D parameters broadcast along axis 1 (N, C, ...).

@@ -184,9 +184,9 @@ Tensor scan(const Tensor& x, std::int64_t axis, const Scan& op, const char* name
 
 Dims Tensor::reduced_shape(const Axes& axis) const { return plan(shape(), axis, "reduce").kept; }
 
-Tensor Tensor::sum(const Axes& axis, bool keepdim) const {
+Tensor Tensor::sum(const Axes& axis, bool keepdim, std::optional<DType> dt) const {
   Plan p = plan(shape(), axis, "sum");
-  Tensor ret = mlops::Sum::apply(cast(sum_dtype(dtype())), p.kept);
+  Tensor ret = mlops::Sum::apply(cast(dt ? *dt : sum_dtype(dtype())), p.kept);
   return keepdim ? ret : ret.reshape(p.out);
 }
 
@@ -200,21 +200,29 @@ Tensor Tensor::max(const Axes& axis, bool keepdim) const {
 // -max(-x). Integers narrower than int64 (and unsigned, bool) go through int64, where negating
 // never wraps; int64's own minimum, whose negation wraps, is found by a comparison.
 Tensor Tensor::min(const Axes& axis, bool keepdim) const {
-  check_nonempty(plan(shape(), axis, "min"), shape(), axis, "min");
+  Plan p = plan(shape(), axis, "min");
+  check_nonempty(p, shape(), axis, "min");
   if ((dtypes::is_int(dtype()) && dtype() != dtypes::int64) || dtype() == dtypes::bool_)
     return cast(dtypes::int64).min(axis, keepdim).cast(dtype());
-  if (dtype() == dtypes::int64) {
+  if (dtype() == dtypes::int64) {  // kept axes, so that `lowest` (this rank) broadcasts to the result
     Tensor lowest = scalar_like(dtypes::min_value(dtypes::int64));
-    Tensor has_lowest = eq(lowest).cast(dtypes::int32).max(axis, keepdim).cast(dtypes::bool_);
+    Tensor has_lowest = eq(lowest).cast(dtypes::int32).max(axis, true).cast(dtypes::bool_);
     Tensor clamped = eq(lowest).where(scalar_like(0), *this);
-    return has_lowest.where(lowest, -((-clamped).max(axis, keepdim)));
+    Tensor ret = has_lowest.where(lowest, -((-clamped).max(axis, true)));
+    return keepdim ? ret : ret.reshape(p.out);
   }
   return -((-*this).max(axis, keepdim));
 }
 
 // Integers average in float32, float16 and bfloat16 accumulate in float32. An empty reduction is 0/0 = NaN,
 // as in PyTorch.
-Tensor Tensor::mean(const Axes& axis, bool keepdim) const {
+Tensor Tensor::mean(const Axes& axis, bool keepdim, std::optional<DType> dt) const {
+  if (dt) {
+    if (!dtypes::is_float(*dt))
+      throw std::invalid_argument(
+          detail::cat("mean of ", to_string(shape()), ": dtype must be floating, got ", dt->name));
+    return cast(*dt).mean(axis, keepdim);
+  }
   Plan p = plan(shape(), axis, "mean");
   bool narrow = dtype().itemsize == 2 && dtypes::is_float(dtype());
   DType acc = dtypes::is_float(dtype()) && !narrow ? dtype() : dtypes::float32;
