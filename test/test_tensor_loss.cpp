@@ -230,10 +230,15 @@ Tensor run_ce(const CeCase& k, const std::string& op) {
 TEST_CASE("cross_entropy and nll_loss match PyTorch's definitions over random cases", "[loss]") {
   std::mt19937_64 gen(40);
   const std::vector<std::vector<std::int64_t>> shapes{{5, 4}, {3, 4, 2}, {2, 3, 2, 3}, {6}, {1, 1}};
-  int cases = 0;
+  int cases = 0, skipped = 0;
+  metagrad::test::Sampler sample;  // a third of the cases on PoCL (gradcheck.hpp)
   for (const auto& shape : shapes)
     for (bool probs : {false, true})
       for (int options = 0; options < 12; ++options) {
+        if (!sample()) {
+          ++skipped;
+          continue;
+        }
         CeCase k;
         k.shape = shape;
         k.probs = probs;
@@ -272,7 +277,8 @@ TEST_CASE("cross_entropy and nll_loss match PyTorch's definitions over random ca
         }
         ++cases;
       }
-  REQUIRE(cases == 120);
+  REQUIRE(cases + skipped == 120);
+  REQUIRE(cases >= 40);
 }
 
 TEST_CASE("cross_entropy: the mean with weights divides by the kept targets' weights", "[loss]") {

@@ -626,8 +626,13 @@ TEST_CASE("pooling with padding, ceil_mode, count_include_pad and dilation match
           "[processing]") {
   std::mt19937_64 gen(4040);
   auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
-  int checked = 0;
+  int checked = 0, skipped = 0;
+  metagrad::test::Sampler sample;  // a third of the cases on PoCL (gradcheck.hpp)
   for (int c = 0; c < 36; ++c) {
+    if (!sample()) {
+      ++skipped;
+      continue;
+    }
     std::size_t n = static_cast<std::size_t>(c % 3) + 1;
     std::vector<I> k, s, d, p;
     Dims xs{pick(1, 2), pick(1, 2)};
@@ -661,7 +666,8 @@ TEST_CASE("pooling with padding, ceil_mode, count_include_pad and dilation match
     require_close(vals(index), want.index, 0, 0, "max indices");
     ++checked;
   }
-  REQUIRE(checked == 36);
+  REQUIRE(checked + skipped == 36);
+  REQUIRE(checked >= 12);
 }
 
 TEST_CASE("pooling: PyTorch's values by hand, integer max, ties, and max_unpool", "[processing]") {
