@@ -131,13 +131,7 @@ void gpt(const std::string& dir, int steps) {
     }
     nn::optim::AdamW opt(nn::optim::decay_groups(nn::get_parameters(m), 0.1), 1e-3, 0.9, 0.99);
     std::function<Tensor(Tensor, Tensor)> run = [&](Tensor x, Tensor y) {
-      Tensor::TrainingGuard training;
-      Tensor loss = examples::loss_of(m, x, y);
-      opt.zero_grad();
-      loss.backward();
-      nn::optim::clip_grad_norm(opt.params, 1.0);
-      opt.step();
-      return loss;
+      return examples::train_step(m, opt, x, y);
     };
     TinyJit<std::function<Tensor(Tensor, Tensor)>> jit(run);
     std::vector<double> ms, losses;

@@ -157,15 +157,7 @@ struct MetaTrainer {
       : device(dev),
         m(make(dev, init)),
         opt(nn::optim::decay_groups(nn::get_parameters(m), kDecay), kLr, 0.9, 0.99) {
-    run = [this](Tensor x, Tensor y) {
-      Tensor::TrainingGuard training;
-      Tensor loss = examples::loss_of(m, x, y);
-      opt.zero_grad();
-      loss.backward();
-      nn::optim::clip_grad_norm(opt.params, 1.0);
-      opt.step();
-      return loss;
-    };
+    run = [this](Tensor x, Tensor y) { return examples::train_step(m, opt, x, y); };
     if (use_jit) jit.emplace(run);
   }
   double step(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& y) {

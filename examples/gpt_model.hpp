@@ -63,4 +63,16 @@ inline Tensor loss_of(const GPT& m, const Tensor& x, const Tensor& y) {
   return m(x).reshape({-1, m.vocab}).sparse_categorical_crossentropy(y.reshape({-1}));
 }
 
+// One training step: the loss of (x, y), its gradients clipped to a norm of 1, the optimizer's step.
+template <class Optimizer>
+Tensor train_step(const GPT& m, Optimizer& opt, const Tensor& x, const Tensor& y) {
+  Tensor::TrainingGuard training;
+  Tensor loss = loss_of(m, x, y);
+  opt.zero_grad();
+  loss.backward();
+  nn::optim::clip_grad_norm(opt.params, 1.0);
+  opt.step();
+  return loss;
+}
+
 }  // namespace examples

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -213,15 +214,22 @@ TEST_CASE("CUDA dialect: every kind of kernel compiles to PTX with clang-14, one
   }
 }
 
-TEST_CASE("CUDA dialect: every kind of kernel compiles with NVRTC, where it is installed", "[.cuda_render]") {
-  std::string version;
+namespace {
+// NVRTC's version, or nothing after printing why it is not there (the test then skips).
+std::optional<std::string> nvrtc_or_skip() {
   try {
-    version = nvrtc_version();
+    return nvrtc_version();
   } catch (const std::exception& e) {
     WARN("skipped: no NVRTC: " << e.what());
-    return;
+    return std::nullopt;
   }
-  INFO(version);
+}
+}  // namespace
+
+TEST_CASE("CUDA dialect: every kind of kernel compiles with NVRTC, where it is installed", "[.cuda_render]") {
+  std::optional<std::string> version = nvrtc_or_skip();
+  if (!version) return;
+  INFO(*version);
   std::vector<Rendered> kernels = representative_kernels();
   for (int arch : {80, 90}) {
     for (const Rendered& k : kernels) {
@@ -244,14 +252,9 @@ TEST_CASE("CUDA dialect: every kind of kernel compiles with NVRTC, where it is i
 
 TEST_CASE("CUDA dialect: the SGEMM kernel compiles with NVRTC for every operand layout and tile",
           "[.cuda_render]") {
-  std::string version;
-  try {
-    version = nvrtc_version();
-  } catch (const std::exception& e) {
-    WARN("skipped: no NVRTC: " << e.what());
-    return;
-  }
-  INFO(version);
+  std::optional<std::string> version = nvrtc_or_skip();
+  if (!version) return;
+  INFO(*version);
   for (int layout = 0; layout < 4; ++layout) {
     codegen::GemmPlan p;
     p.m = 100, p.n = 70, p.k = 33, p.ldc = 70, p.c_offset = 5;
