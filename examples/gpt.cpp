@@ -196,13 +196,7 @@ int main(int argc, char** argv) try {
   double val_loss = NAN;
   for (long step = 1; step <= o.steps; ++step) {
     auto [x, y] = batch_of(train, o.batch, o.context, rng, o.device);
-    Tensor::TrainingGuard training;
-    Tensor loss = loss_of(model, x, y);
-    opt.zero_grad();
-    loss.backward();
-    nn::optim::clip_grad_norm(opt.params, 1.0);
-    opt.step();
-    float l = loss.item<float>();
+    float l = examples::train_step(model, opt, x, y).item<float>();
     bar.draw(step, l, opt.get_lr());
     if (step % o.eval_every == 0 || step == o.steps) {
       Tensor::TrainingGuard eval(false);
