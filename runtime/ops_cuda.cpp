@@ -446,18 +446,24 @@ class CUDAProgram final : public Program {
 
 // ---- the device ----
 
+// The device's buffers and programs on `ctx`.
+Compiled::BufferFactory cuda_buffers(const std::shared_ptr<CudaContext>& ctx) {
+  return [ctx](std::size_t n, DType dt) { return std::make_shared<RawCUDABuffer>(ctx, n, dt); };
+}
+Compiled::Runtime cuda_programs(const std::shared_ptr<CudaContext>& ctx) {
+  return [ctx](const std::string& name, const std::string& src) {
+    return std::make_shared<CUDAProgram>(ctx, name, src);
+  };
+}
+
 // A kernel's runner: a contraction as the tiled SGEMM (runtime/gemm/cuda.cpp) with the kernels
 // around it, every other kernel (and a contraction METAGRAD_CUDA_GEMM=0 turns away) from cuda_runner.
 ASTRunner gpu_runner(const std::shared_ptr<CudaContext>& ctx, const std::shared_ptr<LazyOp>& ast, DType dt) {
   if (dt == dtypes::float32 && getenv_int("METAGRAD_CUDA_GEMM", 1) != 0) {
     codegen::Kernel k(ast, dt);
     if (auto plan = codegen::match_gemm(k); plan && cuda_sgemm_fits(*plan))
-      return cuda_gemm_runner(
-          k, *plan, ctx->multiprocessors, cuda_runner,
-          [ctx](const std::string& name, const std::string& src) {
-            return std::make_shared<CUDAProgram>(ctx, name, src);
-          },
-          [ctx](std::size_t n, DType t) { return std::make_shared<RawCUDABuffer>(ctx, n, t); });
+      return cuda_gemm_runner(k, *plan, ctx->multiprocessors, cuda_runner, cuda_programs(ctx),
+                              cuda_buffers(ctx));
   }
   return cuda_runner(ast, dt);
 }
@@ -465,18 +471,17 @@ ASTRunner gpu_runner(const std::shared_ptr<CudaContext>& ctx, const std::shared_
 class CUDABackendImpl final : public CUDABackend {
  public:
   explicit CUDABackendImpl(const std::shared_ptr<CudaContext>& ctx)
-      : CUDABackend([ctx](std::size_t n, DType dt) { return std::make_shared<RawCUDABuffer>(ctx, n, dt); },
-                    [ctx](const std::shared_ptr<LazyOp>& ast, DType dt) { return gpu_runner(ctx, ast, dt); },
-                    [ctx](const std::string& name, const std::string& src) {
-                      return std::make_shared<CUDAProgram>(ctx, name, src);
-                    },
-                    /*concurrent_compiles=*/true,  // NVRTC and the driver are thread-safe
-                    [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
+      : CUDABackend(
+            cuda_buffers(ctx),
+            [ctx](const std::shared_ptr<LazyOp>& ast, DType dt) { return gpu_runner(ctx, ast, dt); },
+            cuda_programs(ctx),
+            /*concurrent_compiles=*/true,  // NVRTC and the driver are thread-safe
+            [ctx](const std::string& src) { return fs::exists(image_path(*ctx, src)); }),
         ctx_(ctx) {}
   std::string device_name() const override { return ctx_->name; }
   int arch() const override { return ctx_->arch; }
   std::shared_ptr<Program> compile(const std::string& name, const std::string& src) override {
-    return std::make_shared<CUDAProgram>(ctx_, name, src);
+    return cuda_programs(ctx_)(name, src);
   }
   void synchronize() override {
     ctx_->use();

@@ -184,17 +184,22 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
     std::size_t r = looped_end() - 1;
     std::int64_t outputs = 1, L = opts.group_reduce;
     for (std::size_t d = 0; d < first_reduce; ++d) outputs *= full_shape()[d];
+    const bool f32 = ast_dtype(reduceop->src.at(0)) == dtypes::float32;
+    // Reduce axis `axis` split by g, the g part run by the group's threads: the last looped axis.
+    auto share = [&](std::size_t axis, std::int64_t g) {
+      std::vector<std::int64_t> s(full_shape().begin(), full_shape().end()), order;
+      s[axis] /= g;
+      s.insert(s.begin() + static_cast<std::ptrdiff_t>(axis) + 1, g);
+      for (std::size_t d = 0; d < s.size(); ++d)
+        if (d != axis + 1) order.push_back(static_cast<std::int64_t>(d));
+      order.push_back(static_cast<std::int64_t>(axis) + 1);
+      reshape_and_permute(s, order);
+      local_size = g;
+    };
     if (L > 0 && outputs <= 4096 && unit_reads(r) > 0 && full_shape()[r] % L == 0 &&
-        full_shape()[r] >= 16 * L && ast_dtype(reduceop->src.at(0)) == dtypes::float32) {
-      std::vector<std::int64_t> s(full_shape().begin(), full_shape().end());
-      s[r] /= L;
-      s.insert(s.begin() + static_cast<std::ptrdiff_t>(r) + 1, L);
-      reshape_and_permute(s, {});
-      local_size = L;
-      return;
-    }
-    if (L > 0 && opts.any_axis_groups && outputs <= 65536 &&
-        ast_dtype(reduceop->src.at(0)) == dtypes::float32) {
+        full_shape()[r] >= 16 * L && f32)
+      return share(r, L);
+    if (L > 0 && opts.any_axis_groups && outputs <= 65536 && f32) {
       std::int64_t total = 1;
       for (std::size_t d = first_reduce; d < looped_end(); ++d) total *= full_shape()[d];
       // The group along each axis: the largest power of two up to L that divides it, at least a warp.
@@ -208,17 +213,7 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
         if (group_of(d) > group_of(axis) ||
             (group_of(d) == group_of(axis) && unit_reads(d) > unit_reads(axis)))
           axis = d;
-      if (std::int64_t g = group_of(axis); g > 0 && total >= 64) {
-        std::vector<std::int64_t> s(full_shape().begin(), full_shape().end()), order;
-        s[axis] /= g;
-        s.insert(s.begin() + static_cast<std::ptrdiff_t>(axis) + 1, g);
-        for (std::size_t d = 0; d < s.size(); ++d)
-          if (d != axis + 1) order.push_back(static_cast<std::int64_t>(d));
-        order.push_back(static_cast<std::int64_t>(axis) + 1);  // the group's threads: the last looped axis
-        reshape_and_permute(s, order);
-        local_size = g;
-        return;
-      }
+      if (std::int64_t g = group_of(axis); g > 0 && total >= 64) return share(axis, g);
     }
     bool matmul_like =
         reduceop->op == FusedOps::MULACC && first_reduce >= 2 && outer_product(first_reduce - 2);

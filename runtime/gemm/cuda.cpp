@@ -10,23 +10,46 @@ namespace {
 
 constexpr int kThreads = 256, kDepth = 8;
 
+// Where element e (0 .. tile x 8) of a slice sits: A's row i and depth ka, B's depth kb and column
+// j, mapped so that neighbouring threads read neighbouring addresses of each operand's contiguous
+// axis. The loads and the stores into shared memory both use it.
+struct SliceMap {
+  std::string ai, ak, bk, bj;
+};
+SliceMap slice_map(const codegen::GemmPlan& p, int tile) {
+  std::string t = std::to_string(tile);
+  bool a_depth_fast = p.acs == 1, b_depth_fast = p.bcs != 1 && p.brs == 1;
+  return {a_depth_fast ? "e >> 3" : "e % " + t, a_depth_fast ? "e & 7" : "e / " + t,
+          b_depth_fast ? "e & 7" : "e / " + t, b_depth_fast ? "e >> 3" : "e % " + t};
+}
+
 // The loads of one 8-deep slice starting at depth `k0` (an expression) into registers: each thread
-// `loads` elements of A's T x 8 tile and of B's 8 x T tile, mapped so that neighbouring threads
-// read neighbouring addresses of the operand's contiguous axis.
+// `loads` elements of A's T x 8 tile and of B's 8 x T tile.
 std::string slice_loads(const codegen::GemmPlan& p, int tile, int loads, const std::string& k0) {
-  std::string t = std::to_string(tile), ai = p.acs == 1 ? "e >> 3" : "e % " + t,
-              ak = p.acs == 1 ? "e & 7" : "e / " + t;
-  bool b_depth_fast = p.bcs != 1 && p.brs == 1;
-  std::string bk = b_depth_fast ? "e & 7" : "e / " + t, bj = b_depth_fast ? "e >> 3" : "e % " + t;
+  SliceMap m = slice_map(p, tile);
   std::ostringstream o;
   o << "    #pragma unroll\n    for (int q = 0; q < " << loads << "; ++q) {\n"
-    << "      const int e = t + q * " << kThreads << ", i = " << ai << ", ka = " << ak << ", kb = " << bk
-    << ", j = " << bj << ", ks = " << k0 << ";\n"
+    << "      const int e = t + q * " << kThreads << ", i = " << m.ai << ", ka = " << m.ak
+    << ", kb = " << m.bk << ", j = " << m.bj << ", ks = " << k0 << ";\n"
     << "      ra[q] = m0 + i < M && ks + ka < kend ? a[(long long)(m0 + i) * " << p.ars
     << "LL + (long long)(ks + ka) * " << p.acs << "LL] : 0.f;\n"
     << "      rb[q] = ks + kb < kend && n0 + j < N ? b[(long long)(ks + kb) * " << p.brs
     << "LL + (long long)(n0 + j) * " << p.bcs << "LL] : 0.f;\n"
     << "    }\n";
+  return o.str();
+}
+
+// The batch index z's digits (innermost axis first), each stepping the operands' pointers a and b
+// (`operands`) and c (`result`) by its strides.
+std::string batch_walk(const codegen::GemmPlan& p, bool operands, bool result) {
+  std::ostringstream o;
+  for (std::size_t d = p.batch.size(); d-- > 0;) {
+    const auto& l = p.batch[d];
+    o << "  at = z % " << l.size << "; z /= " << l.size << ";";
+    if (operands) o << " a += at * " << l.a << "LL; b += at * " << l.b << "LL;";
+    if (result) o << " c += at * " << l.c << "LL;";
+    o << "\n";
+  }
   return o.str();
 }
 
@@ -47,8 +70,8 @@ std::string fragment(const char* v, const char* s, const char* id, int tile, int
 }
 
 // C for an epilogue (slot 0), gathered operands (slots 1, 2) and the parts of a split product
-// (slot 3), kept by the program: launches are
-// ordered on the device's stream, so one buffer per slot serves every call.
+// (slot 3), kept by the program: launches are ordered on the device's stream, so one buffer per
+// slot serves every call.
 class CudaGemmProgram final : public Program {
  public:
   // `kernels`: the product, then (split along the depth) the sum of its parts.
@@ -94,12 +117,6 @@ class CudaGemmProgram final : public Program {
   std::vector<std::shared_ptr<RawBuffer>> scratch_;
 };
 
-std::int64_t batch_of(const codegen::GemmPlan& p) {
-  std::int64_t batch = 1;
-  for (const auto& l : p.batch) batch *= l.size;
-  return batch;
-}
-
 std::int64_t blocks(std::int64_t n, int tile) { return (n + tile - 1) / tile; }
 
 }  // namespace
@@ -120,13 +137,7 @@ std::string cuda_sgemm_source(const std::string& name, const codegen::GemmPlan& 
   else
     o << "c += " << p.c_offset << "LL;\n";
   if (!p.batch.empty()) o << "  long long z = blockIdx.z / " << shape.split << ", at;\n";
-  for (std::size_t d = p.batch.size(); d-- > 0;) {
-    const auto& l = p.batch[d];
-    o << "  at = z % " << l.size << "; z /= " << l.size << "; a += at * " << l.a << "LL; b += at * " << l.b
-      << "LL;";
-    if (!split) o << " c += at * " << l.c << "LL;";
-    o << "\n";
-  }
+  o << batch_walk(p, true, !split);
   o << "  __shared__ __align__(16) float as[" << kDepth << "][" << tile + 4 << "], bs[" << kDepth << "]["
     << tile + 4 << "];\n"
     << "  const int t = threadIdx.x, tx = t % 16, ty = t / 16, m0 = blockIdx.y * " << tile
@@ -139,14 +150,9 @@ std::string cuda_sgemm_source(const std::string& name, const codegen::GemmPlan& 
     << "  for (int k0 = kbeg; k0 < kend; k0 += " << kDepth << ") {\n"
     << "    #pragma unroll\n    for (int q = 0; q < " << loads << "; ++q) {\n"
     << "      const int e = t + q * " << kThreads << ";\n";
-  {  // the stores use the loads' mapping
-    std::string t = std::to_string(tile);
-    bool b_depth_fast = p.bcs != 1 && p.brs == 1;
-    o << "      as[" << (p.acs == 1 ? "e & 7" : "e / " + t) << "][" << (p.acs == 1 ? "e >> 3" : "e % " + t)
-      << "] = ra[q];\n"
-      << "      bs[" << (b_depth_fast ? "e & 7" : "e / " + t) << "]["
-      << (b_depth_fast ? "e >> 3" : "e % " + t) << "] = rb[q];\n";
-  }
+  const SliceMap m = slice_map(p, tile);
+  o << "      as[" << m.ak << "][" << m.ai << "] = ra[q];\n"
+    << "      bs[" << m.bk << "][" << m.bj << "] = rb[q];\n";
   o << "    }\n    __syncthreads();\n"
     << "    if (k0 + " << kDepth << " < kend) {\n"
     << slice_loads(p, tile, loads, "k0 + " + std::to_string(kDepth)) << "    }\n"
@@ -174,15 +180,13 @@ std::string cuda_sgemm_sum_source(const std::string& name, const codegen::GemmPl
   o << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") " << name
     << "(float* __restrict__ c, const float* __restrict__ part) {\n"
     << "  const long long idx = blockIdx.x * " << kThreads << "LL + threadIdx.x;\n"
-    << "  if (idx >= " << mn * batch_of(p) << "LL) return;\n"
+    << "  if (idx >= " << mn * p.batch_count() << "LL) return;\n"
     << "  long long z = idx / " << mn << "LL, ij = idx % " << mn << "LL, at;\n"
     << "  const float* q = part + z * " << shape.split * mn << "LL + ij;\n"
     << "  float s = 0.f;\n"
     << "  for (int t = 0; t < " << shape.split << "; ++t) s += q[t * " << mn << "LL];\n"
-    << "  c += " << p.c_offset << "LL;\n";
-  for (std::size_t d = p.batch.size(); d-- > 0;)
-    o << "  at = z % " << p.batch[d].size << "; z /= " << p.batch[d].size << "; c += at * " << p.batch[d].c
-      << "LL;\n";
+    << "  c += " << p.c_offset << "LL;\n"
+    << batch_walk(p, false, true);
   o << "  (void)at;\n  c[ij / " << p.n << " * " << p.ldc << "LL + ij % " << p.n << "] = s;\n}\n";
   return o.str();
 }
@@ -194,13 +198,13 @@ CudaSgemmShape cuda_sgemm_shape(const codegen::GemmPlan& p, int multiprocessors)
   // an idle multiprocessor does nothing at all).
   for (int tile : {128, 64, 32}) {
     shape.tile = tile;
-    if (blocks(p.m, tile) * blocks(p.n, tile) * batch_of(p) >= multiprocessors) return shape;
+    if (blocks(p.m, tile) * blocks(p.n, tile) * p.batch_count() >= multiprocessors) return shape;
   }
   // Too few tiles still (a weight gradient: 128 x 128 over 2048 tokens): the depth is split too,
   // in parts of at least 128.
-  std::int64_t tiles = blocks(p.m, 32) * blocks(p.n, 32) * batch_of(p);
+  std::int64_t tiles = blocks(p.m, 32) * blocks(p.n, 32) * p.batch_count();
   std::int64_t parts =
-      std::min<std::int64_t>({p.k / 128, (multiprocessors + tiles - 1) / tiles, 64, 65535 / batch_of(p)});
+      std::min<std::int64_t>({p.k / 128, (multiprocessors + tiles - 1) / tiles, 64, 65535 / p.batch_count()});
   if (parts >= 2) {
     shape.depth = (p.k + parts - 1) / parts;
     shape.depth = (shape.depth + kDepth - 1) / kDepth * kDepth;
@@ -211,14 +215,14 @@ CudaSgemmShape cuda_sgemm_shape(const codegen::GemmPlan& p, int multiprocessors)
 
 std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> cuda_sgemm_launch(const codegen::GemmPlan& p,
                                                                                   CudaSgemmShape shape) {
-  return {{blocks(p.n, shape.tile) * kThreads, blocks(p.m, shape.tile), batch_of(p) * shape.split},
+  return {{blocks(p.n, shape.tile) * kThreads, blocks(p.m, shape.tile), p.batch_count() * shape.split},
           {kThreads, 1, 1}};
 }
 
 bool cuda_sgemm_fits(const codegen::GemmPlan& p) {
   // Worth the tiles (a dot product or a matrix-vector product is a reduce), and within CUDA's
   // grid whatever the shape: 65535 blocks along y and z.
-  return p.m >= 32 && p.n >= 32 && blocks(p.m, 64) <= 65535 && batch_of(p) <= 65535;
+  return p.m >= 32 && p.n >= 32 && blocks(p.m, 64) <= 65535 && p.batch_count() <= 65535;
 }
 
 ASTRunner cuda_gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, int multiprocessors,
@@ -235,7 +239,7 @@ ASTRunner cuda_gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p,
     ASTRunner& sum = kernels[1];
     sum.name = product.name + "_sum";
     sum.prg = cuda_sgemm_sum_source(sum.name, p, shape);
-    sum.global_size = {blocks(p.m * p.n * batch_of(p), kThreads) * kThreads}, sum.local_size = {kThreads};
+    sum.global_size = {blocks(p.m * p.n * p.batch_count(), kThreads) * kThreads}, sum.local_size = {kThreads};
     sum.clprg = compile(sum.name, sum.prg);
   }
   ASTRunner r;  // the kernel as DEBUG and the caches see it: the product with its parts

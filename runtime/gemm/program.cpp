@@ -52,8 +52,7 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const 
   c += p.c_offset;
   const float* a = operand(p.a, p.a_pack, bufs) + p.a_offset;
   const float* b = operand(p.b, p.b_pack, bufs) + p.b_offset;
-  std::int64_t count = 1;
-  for (const auto& l : p.batch) count *= l.size;
+  const std::int64_t count = p.batch_count();
   // Batch indices [i0, i1): each product's offsets from its index, innermost batch axis last.
   auto run = [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
@@ -131,17 +130,14 @@ GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const
 }
 
 std::string gemm_name(const codegen::GemmPlan& p) {
-  std::int64_t batch = 1;
-  for (const auto& l : p.batch) batch *= l.size;
   auto str = [](std::int64_t v) { return std::to_string(v); };
-  return detail::cat("gemm_", str(batch), "x", str(p.m), "x", str(p.n), "x", str(p.k));
+  return detail::cat("gemm_", str(p.batch_count()), "x", str(p.m), "x", str(p.n), "x", str(p.k));
 }
 
 ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
                       const GemmCompile& compile) {
   ASTRunner r;
-  std::int64_t batch = 1;
-  for (const auto& l : p.batch) batch *= l.size;
+  const std::int64_t batch = p.batch_count();
   auto str = [](std::int64_t v) { return std::to_string(v); };
   r.name = gemm_name(p);
   r.prg =

@@ -23,8 +23,13 @@ struct GemmPlan {
   struct Loop {
     std::int64_t size, a, b, c;  // a batch axis: its size and the three strides
   };
-  std::vector<Loop> batch;  // outermost first
-  bool epilogue = false;    // the AST has ops above the reduce
+  std::vector<Loop> batch;            // outermost first
+  std::int64_t batch_count() const {  // products in all: the batch axes' sizes multiplied
+    std::int64_t n = 1;
+    for (const Loop& l : batch) n *= l.size;
+    return n;
+  }
+  bool epilogue = false;  // the AST has ops above the reduce
   // An operand no single strided view reads (a permuted reshape: attention's head merge) is first
   // gathered through its views into a contiguous buffer of `shape` (the kernel's full shape, 1 on
   // the axes it is constant along), which the product then reads.
