@@ -4,7 +4,7 @@
 // batches (random tokens: the step's cost does not depend on the text), in turns, at 1 and 2 threads.
 // Prints the median ms/step of each, and its ratio to libtorch's at the same thread count.
 //
-//   bench_gpt [--steps=N] [--rounds=N] [--shape=char|gpt2|gpt2small] [--check] [--memory]
+//   bench_gpt [--steps=N] [--rounds=N] [--shape=char|gpt2|gpt2small] [--check] [--memory] [--text[=N]]
 //
 // --shape=gpt2: GPT-2 small's layer shapes (width 768, 12 heads) in 2 blocks, context 256, batch 2:
 // products of 512 x 768 x 3072 where the character GPT's are 2048 x 128 x 512. --shape=gpt2small:
@@ -18,6 +18,10 @@
 // 1 thread: 3 warm-up steps, then `steps` steps whose peak resident set (VmHWM, reset after the
 // warm-up) less the resident set before the model was built it prints, and for metagrad the most
 // bytes its buffers (pooled free ones not counted) held at once during those steps.
+// --text=N (600 if no N) trains as examples/gpt does, on its text (Debian's fortunes) with its learning
+// rate schedule (cosine from 3e-3 to 3e-4 after a warm-up), in metagrad (eager on DEVICE, LLVM if
+// unset) and in libtorch from the same weights on the same windows, at 2 threads: the validation
+// loss of each every 100 steps (the same 4 validation batches) and the wall time of each.
 #include <dlfcn.h>
 #include <torch/torch.h>
 
@@ -37,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "../examples/char_text.hpp"
 #include "../examples/gpt_model.hpp"
 
 using namespace metagrad;
@@ -103,23 +108,23 @@ struct TorchTrainer {
   TorchGPT m;
   torch::optim::AdamW opt;
   std::vector<torch::Tensor> all;
-  explicit TorchTrainer(const nn::StateDict& sd)
+  explicit TorchTrainer(const nn::StateDict& sd, double lr = kLr)
       : m(sd),
         opt(std::vector<
                 torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(
                                                        m.decay, std::make_unique<torch::optim::AdamWOptions>(
-                                                                    torch::optim::AdamWOptions(kLr)
+                                                                    torch::optim::AdamWOptions(lr)
                                                                         .betas({0.9, 0.99})
                                                                         .eps(1e-8)
                                                                         .weight_decay(kDecay))),
                                                    torch::optim::OptimizerParamGroup(
                                                        m.no_decay,
                                                        std::make_unique<torch::optim::AdamWOptions>(
-                                                           torch::optim::AdamWOptions(kLr)
+                                                           torch::optim::AdamWOptions(lr)
                                                                .betas({0.9, 0.99})
                                                                .eps(1e-8)
                                                                .weight_decay(0)))},
-            torch::optim::AdamWOptions(kLr)) {
+            torch::optim::AdamWOptions(lr)) {
     all = m.decay;
     all.insert(all.end(), m.no_decay.begin(), m.no_decay.end());
   }
@@ -132,6 +137,15 @@ struct TorchTrainer {
     torch::nn::utils::clip_grad_norm_(all, 1.0);
     opt.step();
     return loss.item<double>();
+  }
+  void set_lr(double lr) {
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  }
+  double loss(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& y) {
+    torch::NoGradGuard no_grad;
+    auto xt = torch::from_blob(const_cast<std::int64_t*>(x.data()), {B, T}, torch::kInt64);
+    auto yt = torch::from_blob(const_cast<std::int64_t*>(y.data()), {B * T}, torch::kInt64);
+    return torch::nn::functional::cross_entropy(m.forward(xt).view({-1, V}), yt).item<double>();
   }
 };
 
@@ -153,10 +167,10 @@ struct MetaTrainer {
     nn::load_state_dict(g, moved);
     return g;
   }
-  MetaTrainer(const std::string& dev, const nn::StateDict& init, bool use_jit)
+  MetaTrainer(const std::string& dev, const nn::StateDict& init, bool use_jit, double lr = kLr)
       : device(dev),
         m(make(dev, init)),
-        opt(nn::optim::decay_groups(nn::get_parameters(m), kDecay), kLr, 0.9, 0.99) {
+        opt(nn::optim::decay_groups(nn::get_parameters(m), kDecay), lr, 0.9, 0.99) {
     run = [this](Tensor x, Tensor y) { return examples::train_step(m, opt, x, y); };
     if (use_jit) jit.emplace(run);
   }
@@ -164,7 +178,58 @@ struct MetaTrainer {
     Tensor xt(x, {B, T}, {.device = device}), yt(y, {B, T}, {.device = device});
     return (jit ? (*jit)(xt, yt) : run(xt, yt)).item<double>();
   }
+  double loss(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& y) {
+    Tensor::NoGradGuard no_grad;
+    Tensor::TrainingGuard eval(false);
+    Tensor xt(x, {B, T}, {.device = device}), yt(y, {B, T}, {.device = device});
+    return examples::loss_of(m, xt, yt).item<double>();
+  }
 };
+
+// examples/gpt's run (its text, learning rate schedule, validation batches) in metagrad and libtorch.
+int text_run(const nn::StateDict& init, long steps) {
+  const examples::SplitText text(examples::load_text("/usr/share/games/fortunes"));
+  constexpr double lr = 3e-3;
+  const long warmup = std::min(100L, steps / 10 + 1);
+  setenv("THREADS", "2", 1);
+  metagrad::fixed::set_threads(2);
+  torch_threads(2);
+  std::string dev = getenv("DEVICE", "LLVM");
+  MetaTrainer mg(dev, init, false, lr);
+  nn::optim::CosineWarmup sched(mg.opt, warmup, steps, lr, lr / 10);
+  TorchTrainer tt(init, lr);
+  std::printf(
+      "bench_gpt --text: examples/gpt's run (fortunes, %zu training characters; batch %ld, context %ld; "
+      "cosine learning rate %.0e -> %.0e after %ld warm-up steps), 2 threads\n",
+      text.train.size(), B, T, lr, lr / 10, warmup);
+  std::printf("%6s  %26s  %26s\n", "step", ("metagrad " + dev + " eager: val loss").c_str(),
+              "libtorch 1.13: val loss");
+  std::mt19937_64 rng(1337);
+  double mg_s = 0, tt_s = 0;
+  auto val = [&](auto& trainer) {
+    std::mt19937_64 r(7);  // the same validation batches each time, as examples/gpt draws them
+    double s = 0;
+    for (int i = 0; i < 4; ++i) {
+      auto [x, y] = examples::windows(text.val, B, T, r);
+      s += trainer.loss(x, y);
+    }
+    return s / 4;
+  };
+  for (long step = 1; step <= steps; ++step) {
+    auto [x, y] = examples::windows(text.train, B, T, rng);
+    auto t0 = std::chrono::steady_clock::now();
+    mg.step(x, y);
+    auto t1 = std::chrono::steady_clock::now();
+    tt.step(x, y);
+    auto t2 = std::chrono::steady_clock::now();
+    mg_s += std::chrono::duration<double>(t1 - t0).count();
+    tt_s += std::chrono::duration<double>(t2 - t1).count();
+    if (step % 100 == 0 || step == steps) std::printf("%6ld  %26.4f  %26.4f\n", step, val(mg), val(tt));
+    tt.set_lr(sched.step());
+  }
+  std::printf("%6s  %24.1f s  %24.1f s\n", "time", mg_s, tt_s);
+  return 0;
+}
 
 struct Batches {
   std::vector<std::vector<std::int64_t>> x, y;
@@ -234,6 +299,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) try {
   long steps = 5, rounds = 4;
   bool check = false, memory = false;
+  long text_steps = 0;
   std::string memory_config, shape_flag;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -245,6 +311,8 @@ int main(int argc, char** argv) try {
       check = true;
     else if (a == "--memory")
       memory = true;
+    else if (a == "--text" || a.rfind("--text=", 0) == 0)
+      text_steps = a.size() > 7 ? std::atol(a.c_str() + 7) : 600;
     else if (a.rfind("--memory-of=", 0) == 0)
       memory_config = a.substr(12);
     else if (a == "--shape=gpt2")
@@ -253,7 +321,8 @@ int main(int argc, char** argv) try {
       B = 4, T = 64, C = 768, H = 12, N = 12, V = 50257, shape_flag = " " + a;
     else if (a != "--shape=char") {
       std::fprintf(stderr,
-                   "usage: %s [--steps=N] [--rounds=N] [--shape=char|gpt2|gpt2small] [--check] [--memory]\n",
+                   "usage: %s [--steps=N] [--rounds=N] [--shape=char|gpt2|gpt2small] [--check] [--memory] "
+                   "[--text[=N]]\n",
                    argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -272,6 +341,7 @@ int main(int argc, char** argv) try {
     GPT g(T, C, H, N, V);
     for (const auto& [k, t] : nn::get_state_dict(g)) init.add(k, t.detach().realize());
   }
+  if (text_steps > 0) return text_run(init, text_steps);
   Batches data(static_cast<int>(std::max(10L, steps)));
   if (!memory_config.empty()) return memory_of(memory_config, init, data, steps);
   if (memory) {  // each configuration in a process of its own: resident sets do not mix

@@ -15,14 +15,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <metagrad/metagrad.hpp>
 #include <metagrad/runtime/threadpool.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "char_text.hpp"
 #include "flags.hpp"
 #include "gpt_model.hpp"
 
@@ -57,46 +56,10 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// ---- the text: printable ASCII and newlines, one token per character ----
-
-int encode(unsigned char c) { return c == '\n' ? 0 : c >= 32 && c < 127 ? c - 31 : -1; }
-char decode(std::int64_t t) { return t == 0 ? '\n' : static_cast<char>(t + 31); }
-
-std::vector<std::int64_t> load_text(const std::string& path) {
-  std::vector<std::filesystem::path> files;
-  if (std::filesystem::is_directory(path)) {
-    for (const auto& e : std::filesystem::directory_iterator(path))
-      if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().extension() != ".u8")
-        files.push_back(e.path());
-    std::sort(files.begin(), files.end());  // one order on every machine
-  } else {
-    files.push_back(path);
-  }
-  std::vector<std::int64_t> out;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (char c : s) {
-      int t = encode(static_cast<unsigned char>(c == '\t' ? ' ' : c));
-      if (t >= 0) out.push_back(t);
-    }
-  }
-  if (out.size() < 10000)
-    throw std::runtime_error("gpt: " + path +
-                             " holds too little text (install Debian's fortunes: tools/setup.sh)");
-  return out;
-}
-
 // Random windows of the text: inputs and the next characters, (batch, context) each.
 std::pair<Tensor, Tensor> batch_of(const std::vector<std::int64_t>& text, long b, long t,
                                    std::mt19937_64& rng, const std::string& device) {
-  std::uniform_int_distribution<std::size_t> at(0, text.size() - static_cast<std::size_t>(t) - 2);
-  std::vector<std::int64_t> x, y;
-  for (long i = 0; i < b; ++i) {
-    std::size_t s = at(rng);
-    x.insert(x.end(), text.begin() + static_cast<long>(s), text.begin() + static_cast<long>(s) + t);
-    y.insert(y.end(), text.begin() + static_cast<long>(s) + 1, text.begin() + static_cast<long>(s) + t + 1);
-  }
+  auto [x, y] = examples::windows(text, b, t, rng);
   return {Tensor(x, {b, t}, {.device = device}), Tensor(y, {b, t}, {.device = device})};
 }
 
@@ -117,7 +80,7 @@ std::string generate(const GPT& m, long n, double temperature, long top_k, const
     Tensor last = (logits * Tensor(pick, {1, m.context, 1}, {.device = device})).sum(1);
     std::int64_t next = nn::sample(last, temperature, top_k).item<std::int64_t>();
     ctx.push_back(next);
-    out += decode(next);
+    out += examples::decode(next);
   }
   return out;
 }
@@ -164,10 +127,9 @@ int main(int argc, char** argv) try {
     return 0;
   }
 
-  std::vector<std::int64_t> text = load_text(o.data);
-  std::size_t split = text.size() * 9 / 10;
-  std::vector<std::int64_t> train(text.begin(), text.begin() + static_cast<long>(split)),
-      val(text.begin() + static_cast<long>(split), text.end());
+  std::vector<std::int64_t> text = examples::load_text(o.data);
+  const examples::SplitText split(text);
+  const std::vector<std::int64_t>&train = split.train, &val = split.val;
   GPT model(o.context, o.width, o.heads, o.blocks);
   std::vector<Tensor> params = nn::get_parameters(model);
   std::int64_t count = 0;

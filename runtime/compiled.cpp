@@ -124,7 +124,15 @@ void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels
     }
     if (notice) {
       std::size_t from_disk = 0;
-      for (const Job& j : jobs) from_disk += !j.failed && !j.r.clprg && on_disk_ && on_disk_(j.r.prg);
+      // A kernel whose program came with its code generation (a contraction) is from the cache
+      // when every kernel it builds is.
+      auto cached = [&](const ASTRunner& r) {
+        if (!r.clprg) return on_disk_(r.prg);
+        for (const std::string* src : r.clprg->parts())
+          if (!on_disk_(*src)) return false;
+        return true;
+      };
+      for (const Job& j : jobs) from_disk += !j.failed && on_disk_ && cached(j.r);
       notice(jobs.size(), from_disk);
     }
   };

@@ -192,11 +192,15 @@ TEST_CASE("debug cache child process", "[.][debug]") {
   if (!device) return;  // only as a child of the test below
   Device::DEFAULT = device;
   std::mt19937 gen(31);
-  // Elementwise work, reductions and a softmax (no GEMM: its epilogue is compiled with its code).
+  // Elementwise work, reductions and a softmax; products, one with an epilogue (the GEMM's kernel
+  // is its epilogue) and one without (nothing to compile: from the cache on every run).
   for (int r = 0; r < 3; ++r) {
     Tensor a = input(gen, {7 + r, 13}), b = input(gen, {7 + r, 13});
     ((a * b + 1).relu().sum(1) + a.max(1)).realize();
     (a.softmax(-1) * b - a.exp()).realize();
+    Tensor x = input(gen, {40 + r, 48}), w = input(gen, {48, 36});
+    ((x.matmul(w) + 1).relu()).realize();
+    x.matmul(w).realize();
   }
 }
 

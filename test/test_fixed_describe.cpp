@@ -103,6 +103,17 @@ TEST_CASE("fixed::describe: the arena's peak is the evaluation's, with reduction
   reductions_and_pools<4, 33, 65>(rng);
 }
 
+TEST_CASE("fixed::describe: a long column sum's scratch rows, on the stack or in the arena", "[fixed]") {
+  std::mt19937 rng(9);
+  // Each output row adds 100 input rows in halves: 4 levels of 600 columns, past the stack's 1024.
+  auto x = random_tensor<float, 2, 100, 600>(rng);
+  auto p = exact(x.template sum<1>(fx::keepdim));
+  CHECK(lines_with(p, Step::SCRATCH, "scratch rows of the halves") == 1);
+  CHECK(p.arena_bytes >= 4 * 600 * sizeof(float));
+  auto q = exact(x.template sum<1, 2>(fx::keepdim));  // rows of lanes, in halves: no scratch rows
+  CHECK(q.arena_bytes == 0);
+}
+
 TEST_CASE("fixed::describe: matmul operands read in place or evaluated, each with its shapes", "[fixed]") {
   std::mt19937 rng(8);
   auto x = random_tensor<float, 4, 3>(rng);

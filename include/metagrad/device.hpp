@@ -41,6 +41,10 @@ class Program {
   // fn(buffer pointers..., int64 start, int64 end), which TinyJit's replay calls directly through
   // run_host (runtime/host_program.hpp); other programs return null.
   virtual void* host_function() const { return nullptr; }
+  // The sources of the kernels a program made at code generation builds and runs besides its
+  // runner's own source (a contraction's epilogue and gathers; on CUDA the product too): where
+  // DEBUG=1 looks them up in the disk cache.
+  virtual std::vector<const std::string*> parts() const { return {}; }
   std::int64_t op_estimate = 0;  // lets a CPU program run small kernels on one thread
 };
 

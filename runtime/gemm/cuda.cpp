@@ -81,6 +81,11 @@ class CudaGemmProgram final : public Program {
         kernels_(std::move(kernels)),
         parts_(std::move(parts)),
         alloc_(std::move(alloc)) {}
+  std::vector<const std::string*> parts() const override {
+    std::vector<const std::string*> out = parts_of(parts_.epilogue, parts_.packs);
+    for (const ASTRunner& k : kernels_) out.push_back(&k.prg);
+    return out;
+  }
 
   void operator()(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                   const std::vector<RawBuffer*>& bufs) override {

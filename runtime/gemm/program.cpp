@@ -129,6 +129,15 @@ GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const
   return out;
 }
 
+std::vector<const std::string*> parts_of(const std::optional<GemmEpilogue>& epilogue,
+                                         const std::vector<ASTRunner>& packs) {
+  std::vector<const std::string*> out;
+  if (epilogue) out.push_back(&epilogue->runner.prg);
+  for (const ASTRunner& p : packs) out.push_back(&p.prg);
+  return out;
+}
+std::vector<const std::string*> GemmProgram::parts() const { return parts_of(epilogue_, packs_); }
+
 std::string gemm_name(const codegen::GemmPlan& p) {
   auto str = [](std::int64_t v) { return std::to_string(v); };
   return detail::cat("gemm_", str(p.batch_count()), "x", str(p.m), "x", str(p.n), "x", str(p.k));

@@ -1,6 +1,7 @@
 """bench/plot on the sample tables beside this file: it exits 0, writes a PNG and an SVG that
 parses as XML, draws one bar per figure the tables hold against a limit, and prints each bar's
-fraction of the limit as the tables give it (recomputed here from the raw cells)."""
+fraction of the limit as the tables give it (recomputed here from the raw cells); two runs give each
+bar the median and spread of their fractions; a bar above its limit is refused."""
 import os
 import re
 import struct
@@ -97,4 +98,29 @@ with tempfile.TemporaryDirectory() as d:
     bad = subprocess.run([sys.executable, plot, gemm, "-o", stem], capture_output=True, text=True)
     if bad.returncode == 0 or "no bench_workloads output" not in bad.stderr:
         fail("without a workloads table it should refuse: %s" % bad.stderr)
-print("bench/plot check: %d workloads drawn, PNG %dx%d, SVG well-formed" % (len(want), width, height))
+    # Two runs: each bar the median of the runs' fractions (each against its own run's limit), the
+    # spread printed; the second run's W1 2^24 limit is higher, so metagrad's fraction there drops.
+    sample = open(workloads).read()
+    row = next(l for l in sample.splitlines() if l.startswith("W1 a*b+c 2^24"))
+    second = os.path.join(d, "second.txt")
+    open(second, "w").write(sample.replace(row, row.replace("21.3/30.2", "21.3/33.2", 1)))
+    two = subprocess.run([sys.executable, plot, workloads, second, gemm, "-o", stem], capture_output=True, text=True)
+    if two.returncode != 0:
+        fail("two runs: exit %d: %s" % (two.returncode, two.stderr))
+    line = next(l for l in two.stdout.splitlines() if l.startswith("W1 a*b+c 2^24"))
+    m = re.search(r"metagrad ([0-9.]+) \[([0-9.]+)-([0-9.]+)\]", line)
+    lo, hi = want["W1 a*b+c 2^24"]["metagrad"] * 30.2 / 33.2, want["W1 a*b+c 2^24"]["metagrad"]
+    if not m or abs(float(m.group(2)) - lo) > 6e-4 or abs(float(m.group(3)) - hi) > 6e-4 \
+            or abs(float(m.group(1)) - (lo + hi) / 2) > 6e-4:
+        fail("two runs: want median %.3f [%.3f-%.3f], printed: %s" % ((lo + hi) / 2, lo, hi, line))
+    if "median of 2 runs" not in open(stem + ".svg").read():
+        fail("two runs: the title does not say the bars are medians of 2 runs")
+    # A bar above its limit (Eigen's column sums at 1.3x the bandwidth measured beside them) is refused.
+    row = next(l for l in sample.splitlines() if l.startswith("W3b sum axis 0"))
+    above = os.path.join(d, "above.txt")
+    open(above, "w").write(sample.replace(row, row.replace("17.8/17.9", "17.8/40.0", 1)))
+    bad = subprocess.run([sys.executable, plot, above, "-o", stem + "_above"], capture_output=True, text=True)
+    if bad.returncode == 0 or "W3b sum axis 0 Eigen" not in bad.stderr or os.path.exists(stem + "_above.png"):
+        fail("a bar above its limit should be refused, naming it: rc %d, %s" % (bad.returncode, bad.stderr))
+print("bench/plot check: %d workloads drawn, PNG %dx%d, SVG well-formed; two runs give medians and spread; a bar above its limit is refused"
+      % (len(want), width, height))

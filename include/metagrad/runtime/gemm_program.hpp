@@ -35,6 +35,7 @@ class GemmProgram : public Program {
   const codegen::GemmPlan& plan() const { return plan_; }
   const std::optional<GemmEpilogue>& epilogue() const { return epilogue_; }
   const std::vector<ASTRunner>& packs() const { return packs_; }
+  std::vector<const std::string*> parts() const override;
 
  private:
   void products(float* c, const std::vector<RawBuffer*>& bufs) const;
@@ -58,6 +59,10 @@ struct GemmParts {
 };
 GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& plan, const RunnerFn& lower,
                      const GemmCompile& compile);
+
+// The sources of an epilogue and gathers (Program::parts).
+std::vector<const std::string*> parts_of(const std::optional<GemmEpilogue>& epilogue,
+                                         const std::vector<ASTRunner>& packs);
 
 // "gemm_<batch>x<m>x<n>x<k>": the kernel name of a contraction on every device.
 std::string gemm_name(const codegen::GemmPlan& plan);

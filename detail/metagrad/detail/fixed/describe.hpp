@@ -310,13 +310,19 @@ struct Runs<op::Reduce<R, Axes>> {  // one loop over the input, bound as reduce.
   template <class E>
   static void run(Planner& p, const E& e, int depth) {
     using C = mp::mp_front<typename E::children_types>;
-    constexpr Dims in = C::shape::dims;
-    constexpr View out_view = View(E::shape::dims).expand(in);
-    constexpr Dims I = iteration_shape(
-        in, concat<plan<mp::mp_list<>, C>::count + 1>(plan<mp::mp_list<>, C>::views, Views<1>{out_view}));
-    p.step(depth, PlanStep::LOOP,
-           metagrad::to_string(in) + " over " + metagrad::to_string(I) + " (reducing)");
-    p.bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(nth_child<0>(e), depth + 1);
+    using L = ReduceLoop<R, typename E::shape, C>;
+    p.step(
+        depth, PlanStep::LOOP,
+        metagrad::to_string(L::in) + " over " + metagrad::to_string(L::I) + " (reducing" +
+            (L::halves ? ", each output's " + std::to_string(L::each) + " rows in halves" : std::string()) +
+            ")");
+    p.bind<typename L::Moves>(nth_child<0>(e), depth + 1);
+    if constexpr (L::scratch_in_arena) {
+      using T = typename E::value_type;
+      Planner::Scope scope{p};
+      p.step(depth + 1, PlanStep::SCRATCH, "scratch rows of the halves", rounded<T>(L::scratch));
+      p.alloc<T>(L::scratch);
+    }
   }
 };
 template <>

@@ -130,43 +130,94 @@ constexpr index_t halving_levels(index_t n) {
   return k;
 }
 
+// How Materialise<Reduce> walks C into the output shape S, and fixed::describe with it: the
+// iteration shape I, the output's view ov over it, and for sums whose outputs each take more than
+// kFanIn outer positions (`halves`) an order (the reduced outer axes after the kept ones) in which
+// each output's positions are one run of `each`, added in halves.
+template <ReduceOps R, class S, class C>
+struct ReduceLoop {
+  static constexpr Dims in = C::shape::dims;
+  static constexpr View out_view = View(S::dims).expand(in);  // input position -> output index
+  static constexpr Dims I0 = iteration_shape(
+      in, concat<plan<mp::mp_list<>, C>::count + 1>(plan<mp::mp_list<>, C>::views, Views<1>{out_view}));
+  static constexpr std::size_t rank = I0.size();
+  static constexpr index_t n = I0[rank - 1];
+  static constexpr View ov0 = *out_view.reshape(I0);
+  static constexpr Dims P = [] {
+    Dims p;
+    for (bool reduced : {false, true})
+      for (std::size_t d = 0; d + 1 < rank; ++d)
+        if ((ov0.strides[d] == 0) == reduced) p.push_back(static_cast<index_t>(d));
+    p.push_back(static_cast<index_t>(rank - 1));
+    return p;
+  }();
+  static constexpr index_t each = [] {
+    index_t k = 1;
+    for (std::size_t d = 0; d + 1 < rank; ++d) k *= ov0.strides[d] == 0 ? ov0.shape[d] : 1;
+    return k;
+  }();
+  static constexpr bool halves = R == ReduceOps::SUM && each > kFanIn;
+  static constexpr bool permuted = halves && [] {
+    for (std::size_t d = 0; d < P.size(); ++d)
+      if (P[d] != static_cast<index_t>(d)) return true;
+    return false;
+  }();
+  static constexpr Dims I = permuted ? View(I0).permute(P).shape : I0;
+  static constexpr View ov = permuted ? ov0.permute(P) : ov0;
+  static constexpr bool along_rows = ov.strides[rank - 1] == 0 && n > 1;  // the innermost axis reduced
+  // Sums in halves of input rows into rows of outputs: scratch rows for every column, on the stack
+  // up to 1024 elements, else in the arena.
+  static constexpr index_t scratch = halves && !along_rows ? halving_levels(each) * n : 0;
+  static constexpr bool scratch_in_arena = scratch > 1024;
+  using Moves =
+      std::conditional_t<permuted,
+                         mp::mp_list<op::Move<MovementOps::RESHAPE, I0>, op::Move<MovementOps::PERMUTE, P>>,
+                         mp::mp_list<op::Move<MovementOps::RESHAPE, I0>>>;
+};
+
 template <ReduceOps R, Dims Axes>
 struct Materialise<op::Reduce<R, Axes>> {
   template <class T, class C>
   static void run(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
     using S = typename Expr<op::Reduce<R, Axes>, C>::shape;
-    constexpr Dims in = C::shape::dims;
-    constexpr View out_view = View(S::dims).expand(in);  // input position -> output index
-    constexpr Dims I = iteration_shape(
-        in, concat<plan<mp::mp_list<>, C>::count + 1>(plan<mp::mp_list<>, C>::views, Views<1>{out_view}));
-    constexpr std::size_t rank = I.size();
-    constexpr index_t n = I[rank - 1];
-    constexpr View ov = *out_view.reshape(I);
+    using L = ReduceLoop<R, S, C>;
+    constexpr Dims I = L::I;
+    constexpr View ov = L::ov;
+    constexpr std::size_t rank = L::rank;
+    constexpr index_t n = L::n, each = L::each;
+    constexpr bool halves = L::halves;
     std::fill(out, out + S::size, reduce_identity<R, T>());
     Ctx ctx;
-    auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e.kids.k0, ctx);
-    constexpr index_t outer = outer_count<I>;
+    auto b = bind<typename L::Moves>(e.kids.k0, ctx);
+    constexpr index_t outer = outer_count<I>, outputs = outer / (each ? each : 1);
     constexpr bool par = C::shape::size >= kParallelElements;
-    if constexpr (ov.strides[rank - 1] == 0 && n > 1) {  // along the innermost axis: lanes, then one sum
-      // Does every outer position have its own output (no outer axis is reduced)?
-      constexpr bool own_rows = [](const View& v) {
-        for (std::size_t d = 0; d + 1 < rank; ++d)
-          if (v.strides[d] == 0) return false;
-        return true;
-      }(ov);
+    // The output that outer position o (of I) adds into.
+    auto output_at = [&](index_t o) {
+      index_t at = 0;
+      for_outer<I>(o, o + 1, [&](index_t, const index_t* pos) { at = offset_of<ov, rank>(pos, 0); });
+      return at;
+    };
+    if constexpr (L::along_rows) {  // along the innermost axis: lanes, then one sum
       auto rows = [&](index_t lo, index_t hi) {
         for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
           T& o = out[offset_of<ov, rank>(pos, 0)];
           o = combine<R>(o, reduce_lanes<R, rank>(b, pos, 0, n));
         });
       };
-      if constexpr (R == ReduceOps::SUM && S::size == 1 && outer > kFanIn) {  // many row sums, one output
+      if constexpr (halves) {  // many row sums meet in each output
         auto add = [&](index_t lo, index_t hi, T* dst, index_t) {
           for_outer<I>(lo, hi,
                        [&](index_t, const index_t* pos) { *dst += reduce_lanes<R, rank>(b, pos, 0, n); });
         };
-        T scratch[halving_levels(outer)];
-        sum_halves(out, index_t{1}, index_t{1}, 0, outer, scratch, add);
+        auto sums = [&](index_t lo, index_t hi) {
+          T scratch[halving_levels(each)];
+          for (index_t k = lo; k < hi; ++k)
+            sum_halves(out + output_at(k * each), 1, 1, k * each, (k + 1) * each, scratch, add);
+        };
+        if constexpr (par && outputs > 1)
+          parallel_for(outputs, 1, std::max<index_t>(1, kParallelElements / 2 / (each * n)), sums);
+        else
+          sums(0, outputs);
       } else if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
         T part[kMaxThreads];
         int parts = std::min(kMaxThreads, parts_for(n, kParallelElements / 2));
@@ -178,7 +229,7 @@ struct Materialise<op::Reduce<R, Axes>> {
         T acc = part[0];
         for (int p = 1; p < parts; ++p) acc = combine<R>(acc, part[p]);
         out[0] = combine<R>(out[0], acc);
-      } else if constexpr (par && own_rows && outer > 1) {  // output rows
+      } else if constexpr (par && each == 1 && outer > 1) {  // output rows
         parallel_for(outer, 1, std::max<index_t>(1, kParallelElements / 2 / n), rows);
       } else {
         rows(0, outer);
@@ -191,32 +242,29 @@ struct Materialise<op::Reduce<R, Axes>> {
             row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
         });
       };
-      // Every outer axis reduced: the rows all meet in one row of outputs. A sum then adds them in
-      // halves (sum_halves), a run of columns at a time.
-      constexpr bool one_row = [](const View& v) {
-        for (std::size_t d = 0; d + 1 < rank; ++d)
-          if (v.strides[d] != 0) return false;
-        return true;
-      }(ov);
-      auto col_halves = [&](T* scratch, index_t lo, index_t hi) {
-        const index_t s = ov.strides[rank - 1];
-        auto add = [&](index_t from, index_t to, T* row, index_t stride) {
-          for_outer<I>(from, to, [&](index_t, const index_t* pos) {
-            for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
-          });
-        };
-        sum_halves(out + lo * s, s, hi - lo, 0, outer, scratch + lo * halving_levels(outer), add);
-      };
-      if constexpr (R == ReduceOps::SUM && one_row && outer > kFanIn) {
+      if constexpr (halves) {  // each output row adds many input rows: in halves, a run of columns at a time
+        constexpr index_t s = ov.strides[rank - 1], levels = halving_levels(each);
         // Scratch rows for every column, taken here: a thread of the pool may first get columns
         // after the warm-up, and its own arena would then allocate.
         Arena::Scope scope;
-        T* scratch = Arena::local().alloc<T>(static_cast<std::size_t>(halving_levels(outer) * n));
-        auto col_range = [&](index_t lo, index_t hi) { col_halves(scratch, lo, hi); };
-        if constexpr (par)
-          parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), col_range);
-        else
-          col_range(0, n);
+        T on_stack[L::scratch_in_arena ? 1 : L::scratch];
+        T* scratch =
+            L::scratch_in_arena ? Arena::local().alloc<T>(static_cast<std::size_t>(L::scratch)) : on_stack;
+        for (index_t k = 0; k < outputs; ++k) {
+          T* dst = out + output_at(k * each);
+          auto col_range = [&](index_t lo, index_t hi) {
+            auto add = [&](index_t from, index_t to, T* row, index_t stride) {
+              for_outer<I>(from, to, [&](index_t, const index_t* pos) {
+                for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
+              });
+            };
+            sum_halves(dst + lo * s, s, hi - lo, k * each, (k + 1) * each, scratch + lo * levels, add);
+          };
+          if constexpr (par)
+            parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / each), col_range);
+          else
+            col_range(0, n);
+        }
       } else if constexpr (par) {  // column ranges
         parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), cols);
       } else {
