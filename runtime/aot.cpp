@@ -30,7 +30,10 @@ namespace {
 const char* header_type(DType d) {
   if (d == dtypes::bool_ || d == dtypes::uint8) return "uint8_t";
   if (d == dtypes::int8) return "int8_t";
+  if (d == dtypes::int16) return "int16_t";
+  if (d == dtypes::uint16) return "uint16_t";
   if (d == dtypes::int32) return "int32_t";
+  if (d == dtypes::uint32) return "uint32_t";
   if (d == dtypes::int64) return "int64_t";
   if (d == dtypes::float16 || d == dtypes::bfloat16) return "uint16_t";
   return d == dtypes::float32 ? "float" : "double";

@@ -42,8 +42,14 @@ double element_as_double(const std::byte* p, DType dt, std::size_t i) {
       return reinterpret_cast<const std::int8_t*>(p)[i];
     case dtypes::uint8.priority:
       return reinterpret_cast<const std::uint8_t*>(p)[i];
+    case dtypes::int16.priority:
+      return reinterpret_cast<const std::int16_t*>(p)[i];
+    case dtypes::uint16.priority:
+      return reinterpret_cast<const std::uint16_t*>(p)[i];
     case dtypes::int32.priority:
       return reinterpret_cast<const std::int32_t*>(p)[i];
+    case dtypes::uint32.priority:
+      return reinterpret_cast<const std::uint32_t*>(p)[i];
     case dtypes::int64.priority:
       return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
     case dtypes::float16.priority:
@@ -74,8 +80,17 @@ void write_from_double(RawBuffer& buf, const std::vector<double>& v) {
     case dtypes::uint8.priority:
       put(static_cast<std::uint8_t*>(nullptr));
       break;
+    case dtypes::int16.priority:
+      put(static_cast<std::int16_t*>(nullptr));
+      break;
+    case dtypes::uint16.priority:
+      put(static_cast<std::uint16_t*>(nullptr));
+      break;
     case dtypes::int32.priority:
       put(static_cast<std::int32_t*>(nullptr));
+      break;
+    case dtypes::uint32.priority:
+      put(static_cast<std::uint32_t*>(nullptr));
       break;
     case dtypes::int64.priority:
       put(static_cast<std::int64_t*>(nullptr));

@@ -31,8 +31,14 @@ std::int64_t wrap_to(DType dt, std::int64_t v) {
       return static_cast<std::int8_t>(v);
     case dtypes::uint8.priority:
       return static_cast<std::uint8_t>(v);
+    case dtypes::int16.priority:
+      return static_cast<std::int16_t>(v);
+    case dtypes::uint16.priority:
+      return static_cast<std::uint16_t>(v);
     case dtypes::int32.priority:
       return static_cast<std::int32_t>(v);
+    case dtypes::uint32.priority:
+      return static_cast<std::uint32_t>(v);
     default:
       return v;
   }
@@ -42,7 +48,7 @@ std::int64_t wrap_to(DType dt, std::int64_t v) {
 // toward zero, saturate to the dtype's range, NaN gives 0 (Rust's `as`, LLVM's fptosi.sat).
 std::int64_t saturate_to(DType dt, double v) {
   if (std::isnan(v)) return 0;
-  double lo = dtypes::min_value(dt), hi_excl = dtypes::is_unsigned(dt) ? 256 : -lo;  // int8: [-128, 128)
+  double lo = dtypes::min_value(dt), hi_excl = dtypes::limit(dt);  // int8: [-128, 128)
   if (v <= lo) return static_cast<std::int64_t>(lo);
   if (v >= hi_excl)
     return dt == dtypes::int64 ? std::numeric_limits<std::int64_t>::max()

@@ -106,3 +106,27 @@ TEST_CASE("fixed elementwise hlops agree with the dynamic path and finite differ
   REQUIRE(i.ceil().eval()[0] == -3);
   REQUIRE_THROWS_AS(v.celu(0), std::invalid_argument);
 }
+
+TEST_CASE("fixed var, var_mean, std_mean agree with the dynamic path and finite differences", "[fixed]") {
+  std::mt19937 rng(2040);
+  auto x = random_tensor<float, 4, 13>(rng, -2, 2);
+  metagrad::Tensor xd = dynamic(x);
+  for (std::int64_t c : {0, 1, 2}) {
+    INFO("correction " << c);
+    auto [v, m] = fx::var_mean<1>(x, c);
+    auto [dv, dm] = xd.var_mean(1, false, c);
+    same(fx::eval(v), dv, "var_mean: var");
+    same(fx::eval(m), dm, "var_mean: mean");
+    auto [s, m0] = fx::std_mean<0>(x, c);
+    auto [ds, dm0] = xd.std_mean(0, false, c);
+    same(fx::eval(s), ds, "std_mean: std");
+    same(fx::eval(m0), dm0, "std_mean: mean");
+    same(fx::eval(fx::var<0, 1>(x, c).reshape<1>()), xd.var({0, 1}, false, c).reshape({1}), "var, both axes");
+  }
+  auto x64 = fx::eval(x.cast<double>());
+  auto r = random_tensor<double, 13>(rng);
+  auto [v, m] = fx::std_mean<0>(x64, 1);
+  check_fd(((v + m * 2.0) * r).sum(), x64);
+  auto [v1, m1] = fx::var_mean<1>(x64, 0);
+  check_fd((v1 * m1).sum(), x64);
+}

@@ -3,6 +3,7 @@
 // float64 loop written here, its gradient against finite differences, its bad arguments by name. The
 // tags put them in the device suites ([reduce], [movement], [processing]).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -851,4 +852,164 @@ TEST_CASE("sum and mean with an output dtype", "[reduce]") {
   check_gradients([](const std::vector<Tensor>& t) { return t[0].sum(0, false, dtypes::float64) * 2; },
                   {random_tensor({3, 2}, 4601)});
   REQUIRE_THROWS_WITH(i.mean(0, false, dtypes::int32), Contains("mean of (2, 2)") && Contains("int32"));
+}
+
+// ---- var_mean, std_mean ----------------------------------------------------------------------------
+
+TEST_CASE("var_mean and std_mean: PyTorch's pairs with correction, against loops, gradients", "[reduce]") {
+  Host h = rough({3, 4, 2}, 80);
+  Sampler sample;  // a third of the cases on PoCL (gradcheck.hpp)
+  const std::vector<std::vector<i64>> axis_sets{{0, 1, 2}, {1}, {0, 2}, {2}};
+  for (std::size_t s = 0; s < axis_sets.size(); ++s)
+    for (i64 correction : {0, 1, 2})
+      for (bool keepdim : {false, true}) {
+        if (!sample()) continue;
+        const std::vector<i64>& ax = axis_sets[s];
+        INFO("axes set " << s << ", correction " << correction << (keepdim ? ", keepdim" : ""));
+        // float64 loops: each element's group is its index with the reduced axes at 0
+        std::vector<i64> kept = h.shape;
+        for (i64 a : ax) kept[std::size_t(a)] = 1;
+        std::vector<double> sum(std::size_t(numel_of(kept))), sq(sum.size());
+        i64 n = numel_of(h.shape) / numel_of(kept);
+        auto group = [&](std::vector<i64> i) {
+          for (i64 a : ax) i[std::size_t(a)] = 0;
+          return std::size_t(offset(kept, i));
+        };
+        for_each_index(h.shape, [&](const std::vector<i64>& i) { sum[group(i)] += at(h, i); });
+        for (double& v : sum) v /= double(n);
+        for_each_index(h.shape, [&](const std::vector<i64>& i) {
+          double d = at(h, i) - sum[group(i)];
+          sq[group(i)] += d * d;
+        });
+        std::vector<double> var, sd;
+        for (double q : sq) var.push_back(q / double(n - correction)), sd.push_back(std::sqrt(var.back()));
+        Axes axes = s == 0 ? Axes(AllAxes) : Axes(ax);
+        auto [v, m] = tensor_of(h).var_mean(axes, keepdim, correction);
+        auto [d, m2] = tensor_of(h).std_mean(axes, keepdim, correction);
+        Tensor want_shape = tensor_of(h).sum(axes, keepdim);
+        CHECK(v.shape() == want_shape.shape());
+        CHECK(m.shape() == want_shape.shape());
+        CHECK(d.shape() == want_shape.shape());
+        require_close(v.to_vector<double>(), var, 1e-12, 1e-12);
+        require_close(d.to_vector<double>(), sd, 1e-12, 1e-12);
+        require_close(m.to_vector<double>(), sum, 1e-12, 1e-12);
+        require_close(m2.to_vector<double>(), sum, 1e-12, 1e-12);
+      }
+  for (bool use_std : {false, true})
+    check_gradients(
+        [&](const std::vector<Tensor>& x) {
+          auto [a, b] = use_std ? x[0].std_mean({0, 2}, false, 0) : x[0].var_mean({0, 2}, false, 0);
+          return Tensor::stack({a, b});
+        },
+        {random_tensor({3, 4, 2}, 81)});
+  CHECK_THROWS_WITH(Tensor::ones({2, 3}).var_mean(2), Contains("var_mean") && Contains("(2, 3)"));
+}
+
+// ---- bitcast ---------------------------------------------------------------------------------------
+
+TEST_CASE("bitcast: the same bytes as another dtype of the same size, against bit patterns", "[math]") {
+  std::vector<float> f{1.0f, -0.0f, INFINITY, 0.5f, -2.75f, 1e-45f};
+  Tensor ft(f, {2, 3});
+  std::vector<std::int32_t> bits;
+  for (float x : f) bits.push_back(std::bit_cast<std::int32_t>(x));
+  CHECK(bits[0] == 0x3f800000);
+  Tensor it = ft.bitcast(dtypes::int32);
+  CHECK(it.dtype() == dtypes::int32);
+  CHECK(it.shape() == Dims{2, 3});
+  CHECK(it.to_vector<std::int32_t>() == bits);
+  std::vector<float> back = it.bitcast(dtypes::float32).to_vector<float>();
+  for (std::size_t i = 0; i < f.size(); ++i) CHECK(std::bit_cast<std::int32_t>(back[i]) == bits[i]);
+  // A view is read in its own (logical) order; the input's producer fuses as usual.
+  std::vector<std::int32_t> tb;
+  for (std::size_t c = 0; c < 3; ++c)
+    for (std::size_t r = 0; r < 2; ++r) tb.push_back(std::bit_cast<std::int32_t>(f[r * 3 + c] * 2));
+  CHECK((ft * 2).transpose().bitcast(dtypes::int32).to_vector<std::int32_t>() == tb);
+  std::vector<double> d{1.0, -3.5, -0.0};
+  std::vector<std::int64_t> dbits;
+  for (double x : d) dbits.push_back(std::bit_cast<std::int64_t>(x));
+  CHECK(Tensor(d, {3}).bitcast(dtypes::int64).to_vector<std::int64_t>() == dbits);
+  CHECK(Tensor(std::vector<std::int8_t>{-1, 5, -128}, {3}).bitcast(dtypes::uint8).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{255, 5, 128});
+  // float16 -> bfloat16: the 16 bits of 1.0h (0x3c00) read as a bfloat16 are 0x3c00 << 16 as a float32.
+  float h = Tensor(std::vector<float>{1}, {1})
+                .cast(dtypes::float16)
+                .bitcast(dtypes::bfloat16)
+                .cast(dtypes::float32)
+                .item<float>();
+  CHECK(std::bit_cast<std::uint32_t>(h) == 0x3c000000u);
+  CHECK_THROWS_WITH(ft.bitcast(dtypes::int64),
+                    Contains("bitcast") && Contains("float32") && Contains("int64"));
+  CHECK_THROWS_WITH(Tensor::ones({2}, {.dtype = dtypes::bool_}).bitcast(dtypes::uint8),
+                    Contains("bitcast") && Contains("bool"));
+}
+
+// ---- int16, uint16, uint32 -------------------------------------------------------------------------
+
+TEST_CASE("int16, uint16, uint32: promotion, saturating and wrapping casts, arithmetic, on the device",
+          "[math]") {
+  // numpy's (and tinygrad's) lattice: a signed and an unsigned integer give the narrowest signed one
+  // holding both.
+  STATIC_REQUIRE(promote_types(dtypes::uint32, dtypes::int32) == dtypes::int64);
+  STATIC_REQUIRE(promote_types(dtypes::uint8, dtypes::int8) == dtypes::int16);
+  STATIC_REQUIRE(promote_types(dtypes::uint16, dtypes::int16) == dtypes::int32);
+  STATIC_REQUIRE(promote_types(dtypes::int16, dtypes::uint8) == dtypes::int16);
+  STATIC_REQUIRE(promote_types(dtypes::uint32, dtypes::uint8) == dtypes::uint32);
+  STATIC_REQUIRE(promote_types(dtypes::int64, dtypes::uint32) == dtypes::int64);
+  STATIC_REQUIRE(promote_types(dtypes::uint32, dtypes::float16) == dtypes::float16);
+  STATIC_REQUIRE(promote_types(dtypes::bool_, dtypes::uint16) == dtypes::uint16);
+  STATIC_REQUIRE(promote_types(dtypes::int16, dtypes::int32) == dtypes::int32);
+  using u32 = std::uint32_t;
+  Tensor u(std::vector<u32>{0, 1, 4294967295u, 2147483648u, 7}, {5});
+  CHECK(u.dtype() == dtypes::uint32);
+  CHECK(u.to_vector<u32>() == std::vector<u32>{0, 1, 4294967295u, 2147483648u, 7});
+  CHECK((u + 0).to_vector<double>() == std::vector<double>{0, 1, 4294967295.0, 2147483648.0, 7});
+  // Floats saturate to the range, truncating, NaN giving 0 (the rule every device follows).
+  Tensor f(std::vector<float>{-1.5f, NAN, 3.7f, 5e9f, INFINITY, 65535.9f, -40000, 40000}, {8});
+  CHECK((f + 0).cast(dtypes::uint32).to_vector<u32>() ==
+        std::vector<u32>{0, 0, 3, 4294967295u, 4294967295u, 65535, 0, 40000});
+  CHECK((f + 0).cast(dtypes::uint16).to_vector<std::uint16_t>() ==
+        std::vector<std::uint16_t>{0, 0, 3, 65535, 65535, 65535, 0, 40000});
+  CHECK((f + 0).cast(dtypes::int16).to_vector<std::int16_t>() ==
+        std::vector<std::int16_t>{-1, 0, 3, 32767, 32767, 32767, -32768, 32767});
+  // Integers wrap, as C's conversions.
+  Tensor w(std::vector<std::int64_t>{-1, 65536 + 5, (std::int64_t(1) << 32) + 7, 40000}, {4});
+  CHECK((w + 0).cast(dtypes::uint32).to_vector<u32>() == std::vector<u32>{4294967295u, 65541, 7, 40000});
+  CHECK((w + 0).cast(dtypes::uint16).to_vector<std::uint16_t>() ==
+        std::vector<std::uint16_t>{65535, 5, 7, 40000});
+  CHECK((w + 0).cast(dtypes::int16).to_vector<std::int16_t>() == std::vector<std::int16_t>{-1, 5, 7, -25536});
+  // Arithmetic wraps modulo 2^32, comparisons and max are unsigned, sums accumulate in int64.
+  Tensor a(std::vector<u32>{4294967295u, 3, 2147483648u}, {3}), b(std::vector<u32>{1, 5, 2}, {3});
+  CHECK((a + b).dtype() == dtypes::uint32);
+  CHECK((a + b).to_vector<u32>() == std::vector<u32>{0, 8, 2147483650u});
+  CHECK((b - a).to_vector<u32>() == std::vector<u32>{2, 2, 2147483650u});
+  CHECK((a * b).to_vector<u32>() == std::vector<u32>{4294967295u, 15, 0});
+  CHECK((a > b).cast(dtypes::int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 0, 1});
+  CHECK(a.max().item<double>() == 4294967295.0);
+  CHECK(a.min().item<double>() == 3.0);
+  CHECK(a.sum().dtype() == dtypes::int64);
+  CHECK(a.sum().item<std::int64_t>() == 4294967295ll + 3 + 2147483648ll);
+  CHECK((a + Tensor(std::vector<std::int32_t>{-1, 0, 0}, {3})).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{4294967294ll, 3, 2147483648ll});
+  CHECK(a.div(b, "floor").to_vector<u32>() == std::vector<u32>{4294967295u, 0, 1073741824u});
+  CHECK((a >> 31).to_vector<u32>() == std::vector<u32>{1, 0, 1});
+  Tensor s(std::vector<std::int16_t>{-32768, 32767, 5}, {3}), t(std::vector<std::int16_t>{-1, 1, 7}, {3});
+  CHECK((s + t).to_vector<std::int16_t>() == std::vector<std::int16_t>{32767, -32768, 12});
+  CHECK((s * t).to_vector<std::int16_t>() == std::vector<std::int16_t>{-32768, 32767, 35});
+  Tensor h(std::vector<std::uint16_t>{65535, 2, 300}, {3});
+  CHECK((h + h).to_vector<std::uint16_t>() == std::vector<std::uint16_t>{65534, 4, 600});
+  CHECK(h.max().item<double>() == 65535.0);
+  CHECK((h.cast(dtypes::float32) + 0.5f).to_vector<float>() == std::vector<float>{65535.5f, 2.5f, 300.5f});
+  // Bit patterns through bitcast.
+  Tensor bits = Tensor(std::vector<float>{1.0f, -0.0f, -2.0f}, {3}).bitcast(dtypes::uint32);
+  CHECK(bits.to_vector<u32>() == std::vector<u32>{0x3f800000u, 0x80000000u, 0xc0000000u});
+  CHECK(bits.bitcast(dtypes::int32).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{0x3f800000, std::int32_t(0x80000000u), std::int32_t(0xc0000000u)});
+  CHECK(Tensor(std::vector<float>{1, -2}, {2})
+            .cast(dtypes::float16)
+            .bitcast(dtypes::uint16)
+            .to_vector<std::uint16_t>() == std::vector<std::uint16_t>{0x3c00, 0xc000});
+  CHECK(Tensor(std::vector<std::uint16_t>{0x3c00, 0xc000}, {2})
+            .bitcast(dtypes::int16)
+            .to_vector<std::int16_t>() == std::vector<std::int16_t>{0x3c00, -16384});
+  CHECK_THROWS_WITH(bits.bitcast(dtypes::int16), Contains("uint32") && Contains("int16"));
 }

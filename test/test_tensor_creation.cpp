@@ -175,20 +175,27 @@ TEST_CASE("cast to bool is x != 0, fractions and NaN included (numpy, PyTorch)",
 TEST_CASE("promote_types: the PyTorch table", "[creation]") {
   STATIC_REQUIRE(promote_types(dtypes::int32, dtypes::float32) == dtypes::float32);
   STATIC_REQUIRE(promote_types(dtypes::bool_, dtypes::int32) == dtypes::int32);
-  STATIC_REQUIRE(promote_types(dtypes::int8, dtypes::uint8) == dtypes::int32);
-  STATIC_REQUIRE(promote_types(dtypes::uint8, dtypes::int8) == dtypes::int32);
+  STATIC_REQUIRE(promote_types(dtypes::int8, dtypes::uint8) == dtypes::int16);
+  STATIC_REQUIRE(promote_types(dtypes::uint8, dtypes::int8) == dtypes::int16);
   STATIC_REQUIRE(promote_types(dtypes::int64, dtypes::float16) == dtypes::float16);
   STATIC_REQUIRE(promote_types(dtypes::float16, dtypes::float64) == dtypes::float64);
   STATIC_REQUIRE(promote_types(dtypes::bool_, dtypes::bool_) == dtypes::bool_);
   // the whole table against the rule: floats beat ints beat bool; within a kind the wider wins;
-  // a signed and an unsigned byte meet in int32, float16 and bfloat16 in float32
+  // a signed and an unsigned integer meet in the narrowest signed one holding both (numpy's rule),
+  // float16 and bfloat16 in float32
   auto rank = [](DType d) { return d.kind == 'b' ? 0 : d.kind == 'f' ? 2 : 1; };
   for (DType a : dtypes::all)
     for (DType b : dtypes::all) {
       INFO(a.name << " + " << b.name);
       DType want = rank(a) != rank(b) ? (rank(a) > rank(b) ? a : b) : (a.itemsize >= b.itemsize ? a : b);
-      if (rank(a) == 1 && rank(b) == 1 && a.itemsize == b.itemsize && a.kind != b.kind) want = dtypes::int32;
-      if (rank(a) == 2 && a.itemsize == 2 && b.itemsize == 2 && !(a == b)) want = dtypes::float32;
+      if (rank(a) == 1 && rank(b) == 1 && a.kind != b.kind) {
+        DType sg = a.kind == 'i' ? a : b, un = a.kind == 'u' ? a : b;
+        want = sg.itemsize > un.itemsize ? sg
+               : un.itemsize == 1        ? dtypes::int16
+               : un.itemsize == 2        ? dtypes::int32
+                                         : dtypes::int64;
+      }
+      if (rank(a) == 2 && rank(b) == 2 && a.itemsize == 2 && b.itemsize == 2 && !(a == b)) want = dtypes::float32;
       REQUIRE(promote_types(a, b) == want);
       REQUIRE(promote_types(a, b) == promote_types(b, a));
       Tensor x = Tensor::ones({2}, {.dtype = a}), y = Tensor::ones({2}, {.dtype = b});

@@ -627,7 +627,7 @@ TEST_CASE("binary ops: dtype promotion", "[math]") {
   REQUIRE((i32 + f64).dtype() == dtypes::float64);
   REQUIRE((f32 + f64).dtype() == dtypes::float64);
   REQUIRE((i32 + i64t).dtype() == dtypes::int64);
-  REQUIRE((i8 + u8).dtype() == dtypes::int32);
+  REQUIRE((i8 + u8).dtype() == dtypes::int16);
   REQUIRE((b + i32).dtype() == dtypes::int32);
   REQUIRE((i32 * 2).dtype() == dtypes::int32);
   REQUIRE((2 * i32).dtype() == dtypes::int32);

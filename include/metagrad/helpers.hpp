@@ -11,7 +11,8 @@
 
 namespace metagrad {
 
-// A scalar type. `priority` orders promotion (bool < ints < floats); `kind` is 'b', 'i', 'u' or 'f'.
+// A scalar type. `priority` names it (and orders bool < ints < floats for the first nine, the seed's;
+// promote_types decides between integers by kind and size); `kind` is 'b', 'i', 'u' or 'f'.
 struct DType {
   int priority;
   int itemsize;
@@ -30,7 +31,12 @@ inline constexpr DType bfloat16{8, 2, "bfloat16", 'f'};  // float32's range, 8 b
 inline constexpr DType float16{9, 2, "float16", 'f'};
 inline constexpr DType float32{10, 4, "float32", 'f'};
 inline constexpr DType float64{11, 8, "float64", 'f'};
-inline constexpr DType all[] = {bool_, int8, uint8, int32, int64, float16, bfloat16, float32, float64};
+// tinygrad's other integers (uint64 is not among them here: the CPU device computes integers in int64).
+inline constexpr DType int16{12, 2, "int16", 'i'};
+inline constexpr DType uint16{13, 2, "uint16", 'u'};
+inline constexpr DType uint32{14, 4, "uint32", 'u'};
+inline constexpr DType all[] = {bool_,    int8,    uint8,   int32, int64,  float16,
+                                bfloat16, float32, float64, int16, uint16, uint32};
 
 constexpr bool is_float(DType d) { return d.kind == 'f'; }
 constexpr bool is_int(DType d) { return d.kind == 'i' || d.kind == 'u'; }
@@ -40,27 +46,44 @@ constexpr double min_value(DType d) {
   switch (d.priority) {
     case int8.priority:
       return -128;
+    case int16.priority:
+      return -32768;
     case int32.priority:
       return -2147483648.0;
     case int64.priority:
       return -9223372036854775808.0;
     case bool_.priority:
     case uint8.priority:
+    case uint16.priority:
+    case uint32.priority:
       return 0;
     default:
       return -__builtin_inf();
   }
 }
+// One past the largest value of an integer dtype: a power of two every float holds (int64: 2^63).
+constexpr double limit(DType d) {
+  double m = 1;
+  for (int b = 0; b < d.itemsize * 8 - (d.kind == 'u' ? 0 : 1); ++b) m *= 2;
+  return d == bool_ ? 2 : m;
+}
 }  // namespace dtypes
 
 // The result type of a binary op on a and b, as PyTorch and tinygrad promote:
-// int + float -> float, bool + int -> int, and the wider of two of a kind. int8 + uint8 -> int32,
+// int + float -> float, bool + int -> int, and the wider of two of a kind. A signed and an unsigned
+// integer give the narrowest signed one holding both (int8 + uint8 -> int16, int32 + uint32 -> int64);
 // float16 + bfloat16 -> float32 (neither holds the other).
 constexpr DType promote_types(DType a, DType b) {
-  if ((a == dtypes::int8 && b == dtypes::uint8) || (a == dtypes::uint8 && b == dtypes::int8))
-    return dtypes::int32;
   if ((a == dtypes::float16 && b == dtypes::bfloat16) || (a == dtypes::bfloat16 && b == dtypes::float16))
     return dtypes::float32;
+  if (dtypes::is_int(a) && dtypes::is_int(b)) {
+    if (a.kind == b.kind) return a.itemsize >= b.itemsize ? a : b;
+    DType s = a.kind == 'i' ? a : b, u = a.kind == 'u' ? a : b;
+    if (s.itemsize > u.itemsize) return s;
+    return u.itemsize == 1 ? dtypes::int16 : u.itemsize == 2 ? dtypes::int32 : dtypes::int64;
+  }
+  if (dtypes::is_float(a) != dtypes::is_float(b)) return dtypes::is_float(a) ? a : b;
+  if (a == dtypes::bool_ || b == dtypes::bool_) return a == dtypes::bool_ ? b : a;
   return a.priority >= b.priority ? a : b;
 }
 
@@ -129,6 +152,18 @@ struct dtype_of_t<std::int8_t> {
 template <>
 struct dtype_of_t<std::uint8_t> {
   static constexpr DType value = dtypes::uint8;
+};
+template <>
+struct dtype_of_t<std::int16_t> {
+  static constexpr DType value = dtypes::int16;
+};
+template <>
+struct dtype_of_t<std::uint16_t> {
+  static constexpr DType value = dtypes::uint16;
+};
+template <>
+struct dtype_of_t<std::uint32_t> {
+  static constexpr DType value = dtypes::uint32;
 };
 template <>
 struct dtype_of_t<std::int32_t> {

@@ -2,6 +2,7 @@
 // Tensor (the seed's tensor.py): the familiar class, lazy through LazyBuffer, differentiable
 // through mlops. A Tensor is a handle: copies share one state (data, grad, autograd context), the
 // way Python references do, so an optimizer and a model see the same parameters.
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -56,7 +57,21 @@ struct NewAxisT {};
 struct EllipsisT {};
 inline constexpr NewAxisT NewAxis{};
 inline constexpr EllipsisT Ellipsis{};
-using Index = std::variant<std::int64_t, Slice, NewAxisT, EllipsisT>;
+class Tensor;
+// The variant's alternatives are numpy's basic indexing. A Tensor entry (`tensor` set) is PyTorch's
+// advanced indexing (see operator[]): an integer tensor picks elements, a bool one is a mask over as many
+// axes as it has. The tensor is held beside the variant, not in it, so that the variant stays trivially
+// copyable (a non-trivial alternative makes GCC 12 warn, maybe-uninitialized, at every copy of an Index).
+struct Index : std::variant<std::int64_t, Slice, NewAxisT, EllipsisT> {
+  using Basic = std::variant<std::int64_t, Slice, NewAxisT, EllipsisT>;
+  std::shared_ptr<const Tensor> tensor;  // a Tensor entry; null for the basic ones
+  template <std::integral I>
+  Index(I i) : Basic(static_cast<std::int64_t>(i)) {}  // NOLINT: implicit, as the entries of t[{...}]
+  Index(Slice s) : Basic(s) {}                         // NOLINT
+  Index(NewAxisT n) : Basic(n) {}                      // NOLINT
+  Index(EllipsisT e) : Basic(e) {}                     // NOLINT
+  Index(const Tensor& t);                              // NOLINT
+};
 
 class Tensor {
  public:
@@ -168,7 +183,22 @@ class Tensor {
   Tensor pad2d(const std::vector<std::int64_t>& padding,
                double value = 0) const;  // (left, right, top, bottom)
   Tensor shrink(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg) const;
+  // numpy's basic indexing (integers, Slice, NewAxis, Ellipsis) gives a view. With Tensor entries it is
+  // PyTorch's advanced indexing, a copy: the integer tensors broadcast together (shape B), negative values
+  // count from the end, a value out of range throws (naming the value, the dimension and the shape); a bool
+  // tensor is a mask over as many axes, the same as theirs (its nonzero() coordinates, a realize). B
+  // replaces the indexed axes where they are adjacent, else goes first. Integers are basic, applied first
+  // (PyTorch's rule, not numpy's: x[{0, Slice{}, i}] keeps B last). An index_select of the offsets, so
+  // O(result) host loops (a realize of the indices) and a scatter-add gradient.
   Tensor operator[](const std::vector<Index>& index) const;
+  // Writes through a subscript (advanced or basic): a copy of this with values (broadcast to this[index]'s
+  // shape, cast to this dtype) at the elements this[index] reads, added with accumulate (repeated elements
+  // summing), else written (the last of repeated ones stays). Gradients: to values from the elements
+  // written (that stayed), to this from the elements not overwritten (all with accumulate).
+  Tensor index_put(const std::vector<Index>& index, const Tensor& values, bool accumulate = false) const;
+  // In place (Python's x[index] = values): this becomes index_put's result for every copy of the handle
+  // (as PyTorch, a leaf that requires grad cannot be written in place: use index_put).
+  Tensor& index_put_(const std::vector<Index>& index, const Tensor& values, bool accumulate = false);
   template <std::integral I>  // a template, so that t[{}] is the empty subscript, not t[0]
   Tensor operator[](I i) const {
     return (*this)[std::vector<Index>{static_cast<std::int64_t>(i)}];
@@ -234,6 +264,12 @@ class Tensor {
               std::optional<DType> dtype = {}) const;  // dtype floating
   Tensor std(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
   Tensor var(const Axes& axis = AllAxes, bool keepdim = false, std::int64_t correction = 1) const;
+  // PyTorch's torch.var_mean and torch.std_mean: (var, mean) and (std, mean) over the same axes, from one
+  // mean.
+  std::pair<Tensor, Tensor> var_mean(const Axes& axis = AllAxes, bool keepdim = false,
+                                     std::int64_t correction = 1) const;
+  std::pair<Tensor, Tensor> std_mean(const Axes& axis = AllAxes, bool keepdim = false,
+                                     std::int64_t correction = 1) const;
   Tensor logsumexp(const Axes& axis = AllAxes, bool keepdim = false) const;  // finite for large inputs
   Tensor softmin(std::int64_t axis = -1) const;                              // softmax(-this)
   Tensor any(const Axes& axis = AllAxes, bool keepdim = false) const;        // bool: some element != 0
@@ -368,6 +404,9 @@ class Tensor {
   Tensor isclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
   bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
   Tensor cast(DType dtype) const;
+  // The same bytes read as dtype, of the same itemsize (float32 <-> int32 ...; sizes that differ are an
+  // error naming both dtypes). A copy on the host (LoadOps::CUSTOM, not inside a TinyJit step); no gradient.
+  Tensor bitcast(DType dtype) const;
   Tensor contiguous() const;
 
   // ---- processing ----

@@ -116,7 +116,7 @@ std::string unary_math(const AluArgs& a, const char* fn) {
 std::string int_limit(const CStyleLanguage& lang, DType d, bool max) {
   if (!max) return lang.literal(dtypes::min_value(d), d);
   if (d == dtypes::int64) return detail::cat("9223372036854775807", lang.int64_suffix);
-  return d == dtypes::uint8 ? "255" : std::to_string(static_cast<long long>(-dtypes::min_value(d)) - 1);
+  return std::to_string(static_cast<long long>(dtypes::limit(d)) - 1);
 }
 
 // Float to an integer saturates and NaN gives 0, as on every device (a plain C cast is undefined
@@ -129,7 +129,7 @@ std::string cast(const AluArgs& a) {
   if (a.out == dtypes::bfloat16) return detail::cat("mg_bf2f(mg_f2bf(", to, "))");
   if (!dtypes::is_float(a.in) || dtypes::is_float(a.out)) return to;
   const std::string& x = a.v[0];
-  double lo = dtypes::min_value(a.out), hi = a.out == dtypes::uint8 ? 256 : -lo;
+  double lo = dtypes::min_value(a.out), hi = dtypes::limit(a.out);
   return detail::cat("(", x, "!=", x, "?0:", x, "<=", a.lang.literal(lo, a.in), "?",
                      int_limit(a.lang, a.out, false), ":", x, ">=", a.lang.literal(hi, a.in), "?",
                      int_limit(a.lang, a.out, true), ":", to, ")");
@@ -239,8 +239,8 @@ const CStyleLanguage& c_language() {
     l.prelude = kMaxMacro +
                 integer_helpers("static inline ", "long long", "long long", "unsigned long long", "0ULL") +
                 kPreludeC;
-    l.types = {"_Bool",          "signed char",    "unsigned char", "int",   "long long",
-               "unsigned short", "unsigned short", "float",         "double"};
+    l.types = {"_Bool",          "signed char", "unsigned char", "int",   "long long",      "unsigned short",
+               "unsigned short", "float",       "double",        "short", "unsigned short", "unsigned int"};
     l.int64_suffix = "LL";
     l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";
     l.nan32 = "__builtin_nanf(\"\")", l.nan64 = "__builtin_nan(\"\")";
@@ -270,7 +270,8 @@ const CStyleLanguage& opencl_language() {
     l.local_prefix = "__local ", l.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";
     l.wide_counters = false;  // C's are 64-bit: a reduction over 2^31 elements must not wrap
     // Bools are stored as uchar but compute as bool (true + true must stay true).
-    l.types = {"uchar", "char", "uchar", "int", "long", "half", "ushort", "float", "double"};
+    l.types = {"uchar",  "char",  "uchar",  "int",   "long",   "half",
+               "ushort", "float", "double", "short", "ushort", "uint"};
     l.bool_compute = "bool";
     l.int64_suffix = "L";
     l.inf32 = l.inf64 = "INFINITY", l.nan32 = l.nan64 = "NAN";

@@ -57,7 +57,11 @@ struct Renderer {
       case dtypes::int8.priority:
       case dtypes::uint8.priority:
         return b.getInt8Ty();
+      case dtypes::int16.priority:
+      case dtypes::uint16.priority:
+        return b.getInt16Ty();
       case dtypes::int32.priority:
+      case dtypes::uint32.priority:
         return b.getInt32Ty();
       case dtypes::int64.priority:
         return b.getInt64Ty();

@@ -3,11 +3,13 @@
 // PyTorch's). Integers are exact, so they run on the host in int64 (the kernel language has no
 // integer division, remainder or bit operation): both sides are realized, the values computed
 // eagerly and stored in the promoted dtype, wrapping as C++ does; a 0 divisor is an error here, at
-// the call, rather than a trap in a kernel.
+// the call, rather than a trap in a kernel. bitcast reads the bytes as another dtype.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
 
+#include "metagrad/runtime/lib.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {
@@ -40,7 +42,10 @@ Tensor on_host(const char* who, const Tensor& x, const Tensor& y,
   };
   if (dt == dtypes::int8) return as(std::int8_t{});
   if (dt == dtypes::uint8) return as(std::uint8_t{});
+  if (dt == dtypes::int16) return as(std::int16_t{});
+  if (dt == dtypes::uint16) return as(std::uint16_t{});
   if (dt == dtypes::int32) return as(std::int32_t{});
+  if (dt == dtypes::uint32) return as(std::uint32_t{});
   if (dt == dtypes::bool_) return as(std::uint8_t{}).cast(dtypes::bool_);
   return as(std::int64_t{});
 }
@@ -155,7 +160,7 @@ Tensor shift(const char* who, const Tensor& x, const Tensor& y, bool left) {
       throw std::invalid_argument(detail::cat(who, ": shift by ", std::to_string(b), " is outside [0, ",
                                               std::to_string(bits(dt)), ") (", operands(x, y), ")"));
     // Left: the bits that leave the dtype are dropped (the narrowing wraps); right: the sign repeats,
-    // and an unsigned value (uint8, as int64 here) has none.
+    // and an unsigned value (zero-extended into int64 here) has none.
     return left ? static_cast<std::int64_t>(static_cast<std::uint64_t>(a) << b) : a >> b;
   });
 }
@@ -170,5 +175,28 @@ Tensor operator^(const Tensor& x, const Tensor& y) { return x.bitwise_xor(y); }
 Tensor operator~(const Tensor& x) { return x.bitwise_not(); }
 Tensor operator<<(const Tensor& x, const Tensor& y) { return x.lshift(y); }
 Tensor operator>>(const Tensor& x, const Tensor& y) { return x.rshift(y); }
+
+// A CUSTOM load copying the realized bytes through the host: no kernel renders a reinterpretation, and the
+// bytes are the same on every device (each stores its dtypes as the host does).
+Tensor Tensor::bitcast(DType dt) const {
+  if (dt.itemsize != dtype().itemsize || dt == dtypes::bool_ || dtype() == dtypes::bool_)
+    throw std::invalid_argument(
+        detail::cat("bitcast: ", dtype().name, " (", std::to_string(dtype().itemsize),
+                    " bytes) cannot be read as ", dt.name, " (", std::to_string(dt.itemsize), " bytes)",
+                    dt == dtypes::bool_ || dtype() == dtypes::bool_ ? ": bool has no bit pattern of its own"
+                                                                    : ": the sizes differ",
+                    ", shape ", to_string(shape())));
+  if (dt == dtype()) return detach();
+  if (CaptureLog::active)
+    throw std::logic_error(detail::cat("bitcast: ", to_string(*this),
+                                       " is copied on the host, which a TinyJit step cannot replay"));
+  auto arg = std::make_shared<const CustomArg>(CustomArg{[](RawBuffer& o, const std::vector<RawBuffer*>& in) {
+    std::vector<std::byte> b(in[0]->nbytes());
+    in[0]->copyout(b.data());
+    o.copyin(b.data());
+  }});
+  return Tensor(
+      LazyBuffer::loadop(LoadOps::CUSTOM, shape(), dt, device(), arg, {lazydata.get()->contiguous()}), false);
+}
 
 }  // namespace metagrad

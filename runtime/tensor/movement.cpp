@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "metagrad/tensor.hpp"
+#include "subscript.hpp"
 
 namespace metagrad {
 
@@ -273,10 +274,14 @@ Tensor Tensor::pad2d(const std::vector<std::int64_t>& padding, double value) con
   return pad(grow, value).shrink(keep);
 }
 
-namespace {
-[[noreturn]] void index_error(const Tensor& t, const std::string& why) {
+namespace subscript {
+void index_error(const Tensor& t, const std::string& why) {
   throw std::invalid_argument(detail::cat("indexing a tensor of shape ", to_string(t.shape()), ": ", why));
 }
+}  // namespace subscript
+
+namespace {
+using subscript::index_error;
 
 // The index with its Ellipsis (or, without one, the end) filled with full slices: one integer or
 // slice per dimension of t, new axes where they were.
@@ -302,13 +307,10 @@ std::vector<Index> expand_ellipsis(const Tensor& t, const std::vector<Index>& in
   return idx;
 }
 
-// What an integer or a slice takes from dimension d of t: `count` elements from `start`, `step`
-// apart. A slice follows Python's slice.indices: out-of-range bounds clamp, negative ones count
-// from the end.
-struct Taken {
-  std::int64_t start = 0, step = 1, count = 0;
-};
-Taken taken(const Tensor& t, const Index& i, std::size_t d) {
+}  // namespace
+
+// A slice follows Python's slice.indices (subscript.hpp).
+subscript::Taken subscript::taken(const Tensor& t, const Index& i, std::size_t d) {
   std::int64_t n = t.shape()[d];
   if (const auto* e = std::get_if<std::int64_t>(&i)) {
     if (*e < -n || *e >= n)
@@ -337,6 +339,7 @@ Taken taken(const Tensor& t, const Index& i, std::size_t d) {
   return {start, step < 0 ? -a : a, count};
 }
 
+namespace {
 // Every steps[k]-th element of axis k of x, from the first, counts[k] of them: pad to
 // count * step (where the tensor ends first), reshape to (count, step) and keep column 0.
 Tensor every_step(const Tensor& x, const Shape& steps, const Shape& counts) {
@@ -355,6 +358,7 @@ Tensor every_step(const Tensor& x, const Shape& steps, const Shape& counts) {
 // numpy basic indexing. Each dimension becomes shrink -> flip (negative step) -> for |step| > 1,
 // every_step; a final reshape drops integer-indexed axes and inserts the new ones.
 Tensor Tensor::operator[](const std::vector<Index>& index) const {
+  if (subscript::advanced(index)) return subscript::advanced_read(*this, index);
   PadArg bounds;                     // the shrink
   std::vector<std::int64_t> flips;   // dimensions walked backwards
   Shape steps, counts, final_shape;  // |step| and element count per dimension
@@ -364,7 +368,7 @@ Tensor Tensor::operator[](const std::vector<Index>& index) const {
       final_shape.push_back(1);
       continue;
     }
-    auto [start, step, count] = taken(*this, i, d);
+    auto [start, step, count] = subscript::taken(*this, i, d);
     if (std::holds_alternative<Slice>(i)) final_shape.push_back(count);
     // count * |step| elements from start where the tensor has them, so every_step pads only at
     // its end

@@ -241,6 +241,17 @@ Tensor Tensor::var(const Axes& axis, bool keepdim, std::int64_t correction) cons
   Tensor d = *this - mean(axis, true);
   return (d * d).sum(axis, keepdim) / std::max<std::int64_t>(p.n - correction, 0);
 }
+// One mean for both (PyTorch's var_mean, std_mean), the kept-axes mean reshaped where keepdim is off.
+std::pair<Tensor, Tensor> Tensor::var_mean(const Axes& axis, bool keepdim, std::int64_t correction) const {
+  Plan p = plan(shape(), axis, "var_mean");
+  Tensor m = mean(axis, true), d = *this - m;
+  Tensor v = (d * d).sum(axis, keepdim) / std::max<std::int64_t>(p.n - correction, 0);
+  return {v, keepdim ? m : m.reshape(p.out)};
+}
+std::pair<Tensor, Tensor> Tensor::std_mean(const Axes& axis, bool keepdim, std::int64_t correction) const {
+  auto [v, m] = var_mean(axis, keepdim, correction);
+  return {v.sqrt(), m};
+}
 
 // max + log(sum(exp(x - max))), the max detached (the result does not depend on it) and taken as
 // 0 where it is infinite, so all -inf gives -inf and a +inf gives +inf, not NaN.

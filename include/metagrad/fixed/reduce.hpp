@@ -1,9 +1,13 @@
 #pragma once
-// Reductions over compile-time axis lists (sum, max, min, mean; keepdim as on the dynamic path),
+// Reductions over compile-time axis lists (sum, max, min, mean, var and the var_mean and std_mean pairs;
+// keepdim as on the dynamic path),
 // softmax and log_softmax, and their inline evaluation: a reduction is materialised once into a
 // temporary (so an elementwise op that broadcasts it back never recomputes it), accumulating along
 // the innermost axis in 256 bytes of independent lanes, which the compiler keeps in vector registers.
 // Large ones are split across threads as parallel.hpp describes.
+#include <cstdint>
+#include <utility>
+
 #include "metagrad/detail/fixed/reduce.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/movement.hpp"
@@ -53,6 +57,25 @@ auto ExprBase<D>::mean(keepdim_t) const {
   using T = typename D::value_type;
   return self().template sum<A...>(keepdim) * (T(1) / T(detail::reduced_count<expr_t<D>, A...>()));
 }
+// The variance over axes A... with Bessel's correction (divided by n - correction, n the reduced count),
+// as Tensor::var, and PyTorch's pairs with the mean (Tensor::var_mean, std_mean): one mean for both,
+// composed from static ops, so the gradients are the core rules'.
+template <index_t... A, Operand X>
+auto var(const X& x, std::int64_t correction = 1) {
+  using T = typename expr_t<X>::value_type;
+  constexpr auto n = static_cast<std::int64_t>(detail::reduced_count<expr_t<X>, A...>());
+  auto d = x - x.template mean<A...>(keepdim);
+  return (d * d).template sum<A...>() * (T(1) / T(n - correction > 0 ? n - correction : 0));
+}
+template <index_t... A, Operand X>
+auto var_mean(const X& x, std::int64_t correction = 1) {
+  return std::pair{var<A...>(x, correction), x.template mean<A...>()};
+}
+template <index_t... A, Operand X>
+auto std_mean(const X& x, std::int64_t correction = 1) {
+  return std::pair{var<A...>(x, correction).sqrt(), x.template mean<A...>()};
+}
+
 // x - max, exponentiated, normalised: the dynamic path's _softmax.
 template <class D>
 template <index_t Axis>
