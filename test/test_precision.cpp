@@ -133,13 +133,14 @@ TEST_CASE("sums: the static path's sums of 2^20 to 2^31 elements agree with floa
   for (std::size_t c = 0; c < 4; ++c)
     require_rel(rs.data()[c], double(row.data()[c]) * double(i64{1} << 25), "fx: expanded column sums");
   // kept and reduced outer axes mixed: each output's terms are not one run of rows
-  fx::Tensor<float, 2, 4> mid = big->reshape<2, n / 8, 4>().sum<1>();  // the innermost axis kept
+  fx::Tensor<float, 2, 4> mid = big->reshape<2, n / 8, 4>().sum<1>();    // the innermost axis kept
   fx::Tensor<float, 2> alt = big->reshape<n / 64, 2, 32>().sum<0, 2>();  // the innermost axis reduced
   for (std::size_t o = 0; o < 2; ++o) {
     for (std::size_t c = 0; c < 4; ++c) {
       double want = 0;
       for (std::size_t i = o * (r.size() / 2) + c; i < (o + 1) * (r.size() / 2); i += 4) want += r[i];
-      require_rel(mid.data()[o * 4 + c], want, "fx: sum<1> of (2, 2^21, 4), output " + std::to_string(o * 4 + c));
+      require_rel(mid.data()[o * 4 + c], want,
+                  "fx: sum<1> of (2, 2^21, 4), output " + std::to_string(o * 4 + c));
     }
     double want = 0;
     for (std::size_t i = 0; i < r.size(); ++i)
