@@ -130,6 +130,11 @@ constexpr index_t halving_levels(index_t n) {
   return k;
 }
 
+// A small reduction's input is small too (eval.hpp's small_tree): no threads, and scratch only
+// past kFanIn rows, in a Scope of its own.
+template <ReduceOps R, Dims Axes>
+struct small_op<op::Reduce<R, Axes>> : std::true_type {};
+
 template <ReduceOps R, Dims Axes>
 struct Materialise<op::Reduce<R, Axes>> {
   template <class T, class C>
