@@ -5,7 +5,9 @@
 // stay on one thread, which is what Eigen gives a user). After Google Benchmark's own table it prints
 // each row's figure, the ratio to Eigen and (W1 2^24) to triad, and the target, per thread count.
 // 1-thread rows are timed in CPU time, 2-thread rows in wall time (the workers' time counts).
-// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad' or 'W1_20.*1t';
+// The Small_ rows (2x2 to 8x8: product, a + b, full sum, an elementwise chain) set fx::Tensor
+// beside Eigen's fixed-size Matrix, one thread, and print ns per call and Eigen's time over ours.
+// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad', 'W1_20.*1t' or 'Small_';
 // medians: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true)
 #include <benchmark/benchmark.h>
 

@@ -181,8 +181,8 @@ struct BLeaf {
   const T* p;
 };
 template <class T, View V, index_t N>
-struct BOwn {  // a small materialised node's values, inside the bound tree: no arena
-  T v[N];
+struct BOwn {   // a small materialised node's values, inside the bound tree: no arena
+  T v[N] = {};  // zeroed: g++ cannot always see that the materialisation writes every element
 };
 template <class T>
 struct BConst {
@@ -288,20 +288,20 @@ auto guarded(B b) {
 }
 
 template <class Ops, class E>
-auto bind(const E& e, Ctx& ctx);
+METAGRAD_INLINE auto bind(const E& e, Ctx& ctx);
 // A Map's children bound left to right (braces order the calls), one overload per arity.
 template <class Ops, Fn F, class A>
-auto bind_map(const Expr<op::Map<F>, A>& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind_map(const Expr<op::Map<F>, A>& e, Ctx& ctx) {
   return BMap<F, decltype(bind<Ops>(e.kids.k0, ctx))>{{bind<Ops>(e.kids.k0, ctx)}};
 }
 template <class Ops, Fn F, class A, class B>
-auto bind_map(const Expr<op::Map<F>, A, B>& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind_map(const Expr<op::Map<F>, A, B>& e, Ctx& ctx) {
   using BA = decltype(bind<Ops>(e.kids.k0, ctx));
   using BB = decltype(bind<Ops>(e.kids.k1, ctx));
   return BMap<F, BA, BB>{{bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx)}};
 }
 template <class Ops, Fn F, class A, class B, class C>
-auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
   using BA = decltype(bind<Ops>(e.kids.k0, ctx));
   using BB = decltype(bind<Ops>(e.kids.k1, ctx));
   using BC = decltype(bind<Ops>(e.kids.k2, ctx));
@@ -309,8 +309,10 @@ auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
       {bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx), bind<Ops>(e.kids.k2, ctx)}};
 }
 
+// Inline all the way down: the bound tree is then registers and pointers the loop reads, with no
+// call between (a materialised node's work is a call of its own where it is big).
 template <class Ops, class E>
-auto bind(const E& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind(const E& e, Ctx& ctx) {
   using T = typename E::value_type;
   using S = typename E::shape;
   if constexpr (kind<E>::leaf || materialised<E>) {
@@ -481,6 +483,9 @@ METAGRAD_INLINE void loop(const B& b, T* __restrict dst, index_t lo, index_t hi)
     }
   }
   if constexpr (R == 1) {
+    // Left a loop for the vectoriser (which turns selects such as relu's into blends): a small
+    // one unrolled first, inside a caller's loop, leaves branches the straight-line vectoriser cannot.
+#pragma GCC unroll 1
     for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
   } else {
     for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
@@ -562,8 +567,9 @@ constexpr bool small_tree() {
     return small_trees<typename E::children_types>::value;
 }
 
-// A small expression: its loop inline, into a local array (so an operand that is the destination,
-// read through any view, is read whole before it is written), then copied to out.
+// A small expression: its loop inline, straight into out where no leaf reads it, else into a local
+// array (so the destination, read through any view, is read whole before it is written) copied to
+// out after.
 template <class E>
 METAGRAD_INLINE void assign_small(typename E::value_type* out, const E& e) {
   using T = typename E::value_type;
@@ -574,7 +580,8 @@ METAGRAD_INLINE void assign_small(typename E::value_type* out, const E& e) {
   constexpr index_t range = I.size() == 1 ? I[0] : outer_count<I>;
   Ctx ctx{out};
   auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
-  alignas(kVectorBytes) T tmp[S::size ? S::size : 1];
+  if (!ctx.reads_out) return loop<I>(b, out, 0, range);
+  alignas(kVectorBytes) T tmp[S::size ? S::size : 1] = {};
   loop<I>(b, tmp, 0, range);
   std::copy(tmp, tmp + S::size, out);
 }

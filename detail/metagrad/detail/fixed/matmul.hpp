@@ -115,7 +115,7 @@ struct SmallOperand<E, true> {
   static constexpr View view = View(E::shape::dims);
   explicit SmallOperand(const E& e) : p(v) { assign(v, e); }
   SmallOperand(const SmallOperand&) = delete;
-  T v[E::shape::size];
+  T v[E::shape::size] = {};  // zeroed: g++ cannot always see that assign writes every element
   const T* p;
 };
 
