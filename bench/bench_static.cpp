@@ -5,7 +5,9 @@
 // stay on one thread, which is what Eigen gives a user). After Google Benchmark's own table it prints
 // each row's figure, the ratio to Eigen and (W1 2^24) to triad, and the target, per thread count.
 // 1-thread rows are timed in CPU time, 2-thread rows in wall time (the workers' time counts).
-// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad' or 'W1_20.*1t';
+// The Small_ rows (2x2 to 8x8: product, a + b, full sum, an elementwise chain) set fx::Tensor
+// beside Eigen's fixed-size Matrix, one thread, and print ns per call and Eigen's time over ours.
+// Run: build/bench/bench_static   (a selection: --benchmark_filter='W4|Triad', 'W1_20.*1t' or 'Small_';
 // medians: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true)
 #include <benchmark/benchmark.h>
 
@@ -171,6 +173,74 @@ void W4Eigen(benchmark::State& s) {
   set_rate(s, 2.0 * N * N * N);
 }
 
+// Small shapes, as a user holds them: fx::Tensor (in-object storage) next to Eigen's fixed-size
+// Matrix (row-major, as fx), both on the stack. Each call reads its inputs from memory (the escaped
+// pointers and the memory clobber forbid hoisting) and writes its result there; Eigen products are
+// noalias(), its best. `rate` is calls per ns.
+enum SmallOp { kMatmul, kAdd, kSum, kChain };
+template <index_t N>
+using EigenN = Eigen::Matrix<float, N, N, N == 1 ? Eigen::ColMajor : Eigen::RowMajor>;
+template <index_t N, class M>
+void fill(M& m, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (index_t i = 0; i < N * N; ++i) m.data()[i] = u(rng);
+}
+template <index_t N, SmallOp Op>
+void SmallStatic(benchmark::State& s) {
+  fx::Tensor<float, N, N> a, b, c, out;
+  fx::Tensor<float> total;
+  fill<N>(a, 1), fill<N>(b, 2), fill<N>(c, 3);
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(a.data()), benchmark::DoNotOptimize(b.data()),
+        benchmark::DoNotOptimize(c.data());
+    if constexpr (Op == kMatmul)
+      out = fx::matmul(a, b);
+    else if constexpr (Op == kAdd)
+      out = a + b;
+    else if constexpr (Op == kSum)
+      total = a.sum();
+    else
+      out = ((a * b + c) * 0.5f - a).relu();
+    benchmark::DoNotOptimize(out.data()), benchmark::DoNotOptimize(total.data());
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 1.0);
+}
+template <index_t N, SmallOp Op>
+void SmallEigen(benchmark::State& s) {
+  EigenN<N> a, b, c, out;
+  float total = 0;
+  fill<N>(a, 1), fill<N>(b, 2), fill<N>(c, 3);
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(a.data()), benchmark::DoNotOptimize(b.data()),
+        benchmark::DoNotOptimize(c.data());
+    if constexpr (Op == kMatmul)
+      out.noalias() = a * b;
+    else if constexpr (Op == kAdd)
+      out = a + b;
+    else if constexpr (Op == kSum)
+      total = a.sum();
+    else
+      out = ((a.array() * b.array() + c.array()) * 0.5f - a.array()).max(0.f).matrix();
+    benchmark::DoNotOptimize(out.data()), benchmark::DoNotOptimize(&total);
+    benchmark::ClobberMemory();
+  }
+  set_rate(s, 1.0);
+}
+template <index_t N, SmallOp Op>
+void small_row(const char* op) {
+  std::string name = std::string("Small_") + op + "_" + std::to_string(N);
+  benchmark::RegisterBenchmark((name + "/static/1t").c_str(), SmallStatic<N, Op>)
+      ->Unit(benchmark::kNanosecond);
+  benchmark::RegisterBenchmark((name + "/Eigen/1t").c_str(), SmallEigen<N, Op>)->Unit(benchmark::kNanosecond);
+}
+template <index_t N>
+void small_rows() {
+  small_row<N, kMatmul>("matmul"), small_row<N, kAdd>("add"), small_row<N, kSum>("sum"),
+      small_row<N, kChain>("chain");
+}
+
 // The static results must equal Eigen's before either is timed (this build's ISA paths: AVX-512
 // exp, sigmoid and streaming stores are not what the test binary runs).
 bool same(const float* a, const float* b, index_t n, double tol, const char* what) {
@@ -255,6 +325,7 @@ int main(int argc, char** argv) {
   row("W4_512/Eigen", W4Eigen<512>, ms);
   row("W4_1024/static", W4Static<1024>, ms);
   row("W4_1024/Eigen", W4Eigen<1024>, ms);
+  small_rows<2>(), small_rows<3>(), small_rows<4>(), small_rows<8>();
   benchmark::Initialize(&argc, argv);
   if (!verify()) return 1;
   Collect collect;
@@ -291,6 +362,19 @@ int main(int argc, char** argv) {
                   xt > 0 ? std::to_string(xt).substr(0, 4).c_str() : "-", target.c_str(),
                   met ? "met" : "NOT met");
     }
+  }
+  if (collect.rate.count("Small_add_2/static/1t") || collect.rate.count("Small_matmul_3/static/1t")) {
+    std::printf("\nsmall shapes, float, 1 thread: fx::Tensor vs Eigen::Matrix<float, N, N, RowMajor>\n");
+    std::printf("%-18s %9s %9s %8s  %s\n", "op", "static ns", "Eigen ns", "xEigen", "target");
+    for (const char* op : {"matmul", "add", "sum", "chain"})
+      for (int n : {2, 3, 4, 8}) {
+        std::string key = std::string("Small_") + op + "_" + std::to_string(n);
+        double st = get(key + "/static/1t"), ei = get(key + "/Eigen/1t");
+        if (st == 0 || ei == 0) continue;
+        std::printf("%-18s %9.2f %9.2f %8.2f  >= 1.0x Eigen: %s\n",
+                    (std::string(op) + " " + std::to_string(n) + "x" + std::to_string(n)).c_str(), 1 / st,
+                    1 / ei, st / ei, st >= ei ? "met" : "NOT met");
+      }
   }
   benchmark::Shutdown();
 }

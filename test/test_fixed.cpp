@@ -47,18 +47,20 @@ static_assert(iter<decltype(std::declval<fx::Tensor<float, 3, 2>>().permute<1, 0
               metagrad::Dims{2, 3});
 }  // namespace
 
-TEST_CASE("fixed::Tensor has value semantics and aligned heap storage", "[fixed]") {
-  fx::Tensor<float, 3, 4> a;
+TEST_CASE("fixed::Tensor has value semantics and aligned storage", "[fixed]") {
+  fx::Tensor<float, 3, 4> a;  // in the object: 48 bytes, 16-aligned
   for (float x : a) REQUIRE(x == 0);
-  REQUIRE(reinterpret_cast<std::uintptr_t>(a.data()) % 64 == 0);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(a.data()) % 16 == 0);
+  auto heap = std::make_unique<fx::Tensor<float, 64, 64>>();  // on the heap, a cache line aligned
+  REQUIRE(reinterpret_cast<std::uintptr_t>(heap->data()) % 64 == 0);
   for (index_t i = 0; i < a.size; ++i) a[i] = float(i);
   fx::Tensor<float, 3, 4> b = a;  // deep copy
   REQUIRE(b.data() != a.data());
   b(1, 2) = -1;
   REQUIRE(a(1, 2) == 6);
   REQUIRE(b[6] == -1);
-  const float* p = b.data();
-  fx::Tensor<float, 3, 4> c = std::move(b);  // cheap: the storage moves
+  const float* p = heap->data();
+  fx::Tensor<float, 64, 64> c = std::move(*heap);  // cheap: the storage moves
   REQUIRE(c.data() == p);
   fx::Tensor<int32_t, 2> i{7, 8};
   REQUIRE((i(0) == 7 && i(1) == 8));
@@ -435,4 +437,93 @@ TEST_CASE("fixed evaluation allocates nothing once its arena has grown", "[fixed
   std::uint64_t before = metagrad::test::allocations();
   for (int i = 0; i < 5; ++i) step();
   REQUIRE(metagrad::test::allocations() == before);
+}
+
+// Tensors up to detail::kInlineBytes hold their values in the object (as Eigen's fixed-size
+// matrices), bigger ones on the heap: sizes, where the values are, and what a move does.
+static_assert(sizeof(fx::Tensor<float, 3, 3>) == 9 * sizeof(float));  // as Eigen::Matrix3f
+static_assert(sizeof(fx::Tensor<float, 4, 4>) == 64 && alignof(fx::Tensor<float, 4, 4>) == 64);
+static_assert(fx::Tensor<float, 32, 32>::in_object && !fx::Tensor<float, 32, 33>::in_object);
+static_assert(fx::Tensor<double, 32, 16>::in_object && !fx::Tensor<double, 32, 17>::in_object);
+static_assert(sizeof(fx::Tensor<float, 32, 33>) == sizeof(float*));
+
+TEST_CASE("fixed small tensors: in the object, copied on move; big ones on the heap, moved by pointer",
+          "[fixed][small]") {
+  std::mt19937 rng(21);
+  auto a = random_tensor<float, 3, 3>(rng);
+  REQUIRE(static_cast<const void*>(a.data()) == static_cast<const void*>(&a));  // the values are the object
+  fx::Tensor<float, 3, 3> moved = std::move(a), copy = moved;
+  REQUIRE(moved.data() != a.data());
+  copy[0] += 1;
+  for (index_t i = 0; i < 9; ++i) REQUIRE(moved[i] == a[i]);  // a move of an in-object tensor copies
+  REQUIRE(copy[0] == moved[0] + 1);
+  auto big = random_tensor<float, 40, 40>(rng);
+  const float* p = big.data();
+  fx::Tensor<float, 40, 40> taken = std::move(big);
+  REQUIRE(taken.data() == p);  // the heap buffer changes hands
+  fx::Tensor<float, 2, 2> zeros;
+  for (float x : zeros) REQUIRE(x == 0);
+}
+
+// 2x2 to 8x8 products, sums and elementwise chains allocate nothing (the in-object storage, and the
+// small evaluation path: no arena, no threads, no GEMM packing), counted by the replaced global
+// operator new (test_alloc_count.cpp); their values checked against loops.
+template <index_t N>
+void small_no_alloc() {
+  std::mt19937 rng(30 + N);
+  auto a = random_tensor<float, N, N>(rng), b = random_tensor<float, N, N>(rng),
+       c = random_tensor<float, N, N>(rng);
+  auto x = random_tensor<float, 2, N, N>(rng);
+  std::uint64_t before = metagrad::test::allocations();
+  fx::Tensor<float, N, N> prod = fx::matmul(a, b);
+  fx::Tensor<float, N, N> sum = a + b;
+  fx::Tensor<float> total = a.sum();
+  fx::Tensor<float, N> rows = a.template sum<1>();
+  fx::Tensor<float, N, N> chain = ((a * b + c) * 0.5f - a).relu();
+  fx::Tensor<float, N, N> mixed =
+      fx::matmul(a + b, c.transpose()) + a.template max<0>(fx::keepdim);  // operand evaluated
+  fx::Tensor<float, 2, N, N> batched = fx::matmul(x, b);
+  fx::Tensor<float, N, N> inplace = a;
+  inplace = fx::matmul(inplace, b);  // reads its destination: evaluated first, then copied
+  fx::Tensor<float, N, N> alias = a;
+  alias = alias.transpose() + alias;  // reads it through another view
+  REQUIRE(metagrad::test::allocations() == before);
+
+  auto at = [](const auto& t, index_t i, index_t j) { return double(t[i * N + j]); };
+  for (index_t i = 0; i < N; ++i) {
+    double rs = 0;
+    for (index_t j = 0; j < N; ++j) {
+      double p = 0, m = 0, bp0 = 0, bp1 = 0, colmax = -1e30;
+      for (index_t k = 0; k < N; ++k) {
+        p += at(a, i, k) * at(b, k, j);
+        m += (at(a, i, k) + at(b, i, k)) * at(c, j, k);
+        bp0 += double(x[i * N + k]) * at(b, k, j);
+        bp1 += double(x[N * N + i * N + k]) * at(b, k, j);
+        colmax = std::max(colmax, at(a, k, j));
+      }
+      double tol = 1e-5 * (1 + std::abs(p)) * N;
+      REQUIRE(at(prod, i, j) == Approx(p).margin(tol));
+      REQUIRE(at(inplace, i, j) == Approx(p).margin(tol));
+      REQUIRE(at(mixed, i, j) == Approx(m + colmax).margin(1e-5 * N * 8));
+      REQUIRE(double(batched[i * N + j]) == Approx(bp0).margin(1e-5 * N * 8));
+      REQUIRE(double(batched[N * N + i * N + j]) == Approx(bp1).margin(1e-5 * N * 8));
+      REQUIRE(at(sum, i, j) == float(at(a, i, j) + at(b, i, j)));
+      REQUIRE(at(alias, i, j) == float(at(a, j, i) + at(a, i, j)));
+      REQUIRE(
+          at(chain, i, j) ==
+          Approx(std::max(0.0, (at(a, i, j) * at(b, i, j) + at(c, i, j)) * 0.5 - at(a, i, j))).margin(1e-6));
+      rs += at(a, i, j);
+    }
+    REQUIRE(double(rows[i]) == Approx(rs).margin(1e-5));
+  }
+  double all = 0;
+  for (float v : a) all += v;
+  REQUIRE(double(total[0]) == Approx(all).margin(1e-4));
+}
+TEST_CASE("fixed small products, sums and elementwise chains allocate nothing (2x2 to 8x8)",
+          "[fixed][small]") {
+  small_no_alloc<2>();
+  small_no_alloc<3>();
+  small_no_alloc<4>();
+  small_no_alloc<8>();
 }

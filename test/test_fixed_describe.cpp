@@ -24,7 +24,7 @@ template <class E>
 Arena observed(const E& e) {
   Arena a;
   std::thread([&] {
-    fx::TensorOf<E> t = e;
+    [[maybe_unused]] fx::TensorOf<E> t = e;
     a.peak = fx::detail::Arena::local().capacity();
     a.blocks = fx::detail::Arena::local().allocations();
   }).join();
@@ -116,20 +116,34 @@ TEST_CASE("fixed::describe: a long column sum's scratch rows, on the stack or in
 
 TEST_CASE("fixed::describe: matmul operands read in place or evaluated, each with its shapes", "[fixed]") {
   std::mt19937 rng(8);
-  auto x = random_tensor<float, 4, 3>(rng);
-  auto w = random_tensor<float, 3, 5>(rng);
-  auto b = random_tensor<float, 5>(rng);
+  auto x = random_tensor<float, 40, 30>(rng);  // 4.8 KB and more: the blocked GEMM, through the arena
+  auto w = random_tensor<float, 30, 50>(rng);
+  auto b = random_tensor<float, 50>(rng);
   auto p = bounded((fx::matmul(x, w) + b).relu());
   CHECK(p.count(Step::MATERIALISE) == 1);
-  REQUIRE(lines_with(p, Step::MATERIALISE, "MatMul (4, 3) @ (3, 5) -> (4, 5)") == 1);
+  REQUIRE(lines_with(p, Step::MATERIALISE, "MatMul (40, 30) @ (30, 50) -> (40, 50)") == 1);
   CHECK(p.count(Step::IN_PLACE) == 2);
   CHECK(p.count(Step::KERNEL) == 1);
-  CHECK(p.arena_bytes == 128);  // the product's 80 bytes, as the arena rounds them
+  CHECK(p.arena_bytes == 8000);  // the product's 8000 bytes, a multiple of the arena's 64
   auto q = bounded(fx::matmul(w.transpose(), (x * 2.f).transpose()).sum());
-  CHECK(lines_with(q, Step::IN_PLACE, "Move PERMUTE (1, 0): (3, 5) -> (5, 3)") == 1);
-  CHECK(lines_with(q, Step::MATERIALISE, "MatMul (5, 3) @ (3, 4) -> (5, 4)") == 1);
-  CHECK(lines_with(q, Step::SCRATCH, "operand evaluated in its own order: (4, 3)") == 1);
-  CHECK(lines_with(q, Step::MATERIALISE, "Reduce SUM over (0, 1): (5, 4) -> (1, 1)") == 1);
+  CHECK(lines_with(q, Step::IN_PLACE, "Move PERMUTE (1, 0): (30, 50) -> (50, 30)") == 1);
+  CHECK(lines_with(q, Step::MATERIALISE, "MatMul (50, 30) @ (30, 40) -> (50, 40)") == 1);
+  CHECK(lines_with(q, Step::SCRATCH, "operand evaluated in its own order: (40, 30)") == 1);
+  CHECK(lines_with(q, Step::MATERIALISE, "Reduce SUM over (0, 1): (50, 40) -> (1, 1) [on the stack]") == 1);
+
+  // Small products (every operand and the result at most 4 KiB): no arena, no packing, no GEMM.
+  auto xs = random_tensor<float, 4, 3>(rng);
+  auto ws = random_tensor<float, 3, 5>(rng);
+  auto bs = random_tensor<float, 5>(rng);
+  auto s = exact((fx::matmul(xs, ws) + bs).relu());
+  REQUIRE(lines_with(s, Step::MATERIALISE, "MatMul (4, 3) @ (3, 5) -> (4, 5) [on the stack]") == 1);
+  CHECK(s.count(Step::IN_PLACE) == 2);
+  CHECK(lines_with(s, Step::KERNEL, "small matmul") == 1);
+  CHECK(s.arena_bytes == 0);
+  auto sq = exact(fx::matmul(ws.transpose(), (xs * 2.f).transpose()).sum());
+  CHECK(lines_with(sq, Step::IN_PLACE, "Move PERMUTE (1, 0): (3, 5) -> (5, 3)") == 1);
+  CHECK(lines_with(sq, Step::SCRATCH, "operand evaluated: (3, 4) [on the stack]") == 1);
+  CHECK(sq.arena_bytes == 0);
 }
 
 TEST_CASE("fixed::describe: the gradients of fixed::grad, gates and convolutions included", "[fixed]") {
@@ -156,8 +170,9 @@ TEST_CASE("fixed::describe: the gradients of fixed::grad, gates and convolutions
     auto w = random_tensor<float, 3, 5>(rng);
     auto b = random_tensor<float, 5>(rng);
     auto g = fx::grad((fx::matmul(x, w) + b).relu().sum(), w, b);
-    auto pw = bounded(fx::get<0>(g));
+    auto pw = exact(fx::get<0>(g));  // small: no packing
     CHECK(lines_with(pw, Step::MATERIALISE, "MatMul (3, 4) @ (4, 5) -> (3, 5)") == 1);
+    CHECK(lines_with(pw, Step::KERNEL, "small matmul") == 1);
     CHECK(lines_with(pw, Step::IN_PLACE, "Move PERMUTE (1, 0): (4, 3) -> (3, 4)") == 1);
     auto pb = exact(fx::get<1>(g));
     CHECK(lines_with(pb, Step::MATERIALISE, "Reduce SUM over (0,): (4, 5) -> (1, 5)") == 1);

@@ -231,8 +231,8 @@ template <>
 struct FnTraits<Fn::RELU> : Simple {
   static constexpr const char* name = "relu";
   template <class X>
-  static X scalar(X x) {  // the dynamic MAX(x, 0): NaN passes, -0 gives +0
-    return X(x > X{} || x != x ? x : X{});
+  static X scalar(X x) {              // the dynamic MAX(x, 0): NaN passes, -0 gives +0
+    return X(!(x <= X{}) ? x : X{});  // one compare (NaN compares false): a select, vectorised
   }
   template <class X>
   static auto forward(const X& x) {

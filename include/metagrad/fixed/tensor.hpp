@@ -1,8 +1,10 @@
 #pragma once
 // fixed::Tensor<T, Dims...>: a dense row-major array whose shape is part of its type.
-// Storage is always on the heap, 64-byte aligned, so big tensors never sit on the stack and a move
-// is a pointer swap; copies are deep (value semantics, as Eigen). A training loop keeps its tensors
-// and assigns into them (`w = w - lr * g`), which reuses their storage: no allocation per step.
+// Up to 4 KiB (detail::kInlineBytes) the values live inside the object, as an Eigen fixed-size
+// matrix's: no allocation, and small expressions evaluate in a plain loop the compiler unrolls.
+// Bigger tensors are on the heap, 64-byte aligned, so they never sit on the stack and a move is a
+// pointer swap. Copies are deep either way (value semantics, as Eigen). A training loop keeps its
+// tensors and assigns into them (`w = w - lr * g`), which reuses their storage: no allocation per step.
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
@@ -27,38 +29,28 @@ class Tensor : public ExprBase<Tensor<T, D...>> {
   static constexpr std::size_t rank = shape::rank;
   static constexpr index_t size = shape::size;
 
-  Tensor() : p_(allocate()) { std::fill_n(p_, size, T{}); }  // zeros
-  Tensor(std::initializer_list<T> values) : p_(allocate()) {
+  Tensor() = default;  // zeros
+  Tensor(std::initializer_list<T> values) : s_(detail::uninitialized) {
     if (static_cast<index_t>(values.size()) != size)
       throw std::invalid_argument("fixed::Tensor: " + std::to_string(values.size()) + " values for " +
                                   std::to_string(size) + " elements");
-    std::copy(values.begin(), values.end(), p_);
+    std::copy(values.begin(), values.end(), data());
   }
   static Tensor full(T value) {
-    Tensor t(uninitialized);
-    std::fill_n(t.p_, size, value);
+    Tensor t(detail::uninitialized);
+    std::fill_n(t.data(), size, value);
     return t;
   }
   static Tensor from(const T* values) {  // `size` values, row-major
-    Tensor t(uninitialized);
-    std::copy(values, values + size, t.p_);
+    Tensor t(detail::uninitialized);
+    std::copy(values, values + size, t.data());
     return t;
   }
   template <Operand E>
-  requires(!std::is_same_v<E, Tensor>) Tensor(const E& e) : p_(allocate()) {  // NOLINT: as Eigen
+  requires(!std::is_same_v<E, Tensor>) Tensor(const E& e) : s_(detail::uninitialized) {  // NOLINT: as Eigen
     *this = e;
   }
 
-  Tensor(const Tensor& o) : p_(allocate()) { std::copy(o.p_, o.p_ + size, p_); }
-  Tensor(Tensor&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  Tensor& operator=(const Tensor& o) {
-    if (this != &o) std::copy(o.p_, o.p_ + size, p_);
-    return *this;
-  }
-  Tensor& operator=(Tensor&& o) noexcept {
-    std::swap(p_, o.p_);
-    return *this;
-  }
   template <Operand E>
   requires(!std::is_same_v<E, Tensor>) Tensor& operator=(const E& e) {
     using X = expr_t<E>;
@@ -68,7 +60,7 @@ class Tensor : public ExprBase<Tensor<T, D...>> {
                                err::assign, shape, typename X::shape);
     static_assert(std::is_same_v<typename X::value_type, T>,
                   "fixed: assignment: the expression's element type differs from the tensor's: cast<T>() it");
-    if constexpr (same && std::is_same_v<typename X::value_type, T>) detail::assign(p_, e.expr());
+    if constexpr (same && std::is_same_v<typename X::value_type, T>) detail::assign(data(), e.expr());
     return *this;
   }
   template <class E>
@@ -79,37 +71,33 @@ class Tensor : public ExprBase<Tensor<T, D...>> {
   requires BinaryOperands<Tensor, E> Tensor& operator*=(const E& e) { return *this = *this * e; }
   template <class E>
   requires BinaryOperands<Tensor, E> Tensor& operator/=(const E& e) { return *this = *this / e; }
-  ~Tensor() { ::operator delete (p_, std::align_val_t{64}); }
+  // Where the values are: inside the object (a copy on move), or on the heap.
+  static constexpr bool in_object = detail::inline_size<T>(size);
 
-  T* data() { return p_; }
-  const T* data() const { return p_; }
-  T* begin() { return p_; }
-  T* end() { return p_ + size; }
-  const T* begin() const { return p_; }
-  const T* end() const { return p_ + size; }
-  T& operator[](index_t i) { return p_[i]; }  // flat, row-major
-  const T& operator[](index_t i) const { return p_[i]; }
+  T* data() { return s_.data(); }
+  const T* data() const { return s_.data(); }
+  T* begin() { return data(); }
+  T* end() { return data() + size; }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size; }
+  T& operator[](index_t i) { return data()[i]; }  // flat, row-major
+  const T& operator[](index_t i) const { return data()[i]; }
   template <class... I>
-  requires(sizeof...(I) == rank) T& operator()(I... i) { return p_[flat(i...)]; }
+  requires(sizeof...(I) == rank) T& operator()(I... i) { return data()[flat(i...)]; }
   template <class... I>
-  requires(sizeof...(I) == rank) const T& operator()(I... i) const { return p_[flat(i...)]; }
+  requires(sizeof...(I) == rank) const T& operator()(I... i) const { return data()[flat(i...)]; }
 
-  auto expr() const { return Expr<op::Leaf<T, shape>>(op::Leaf<T, shape>{p_}); }
+  auto expr() const { return Expr<op::Leaf<T, shape>>(op::Leaf<T, shape>{data()}); }
 
  private:
-  struct uninitialized_t {};
-  static constexpr uninitialized_t uninitialized{};
-  explicit Tensor(uninitialized_t) : p_(allocate()) {}
-  static T* allocate() {
-    return static_cast<T*>(::operator new (sizeof(T) * (size ? size : 1), std::align_val_t{64}));
-  }
+  explicit Tensor(detail::uninitialized_t) : s_(detail::uninitialized) {}
   template <class... I>
   static index_t flat(I... i) {
     index_t idx[] = {static_cast<index_t>(i)..., 0}, f = 0;
     for (std::size_t k = 0; k < rank; ++k) f = f * shape::dims[k] + idx[k];
     return f;
   }
-  T* p_;
+  detail::Storage<T, size> s_;
 };
 
 // The tensor type an operand evaluates to.

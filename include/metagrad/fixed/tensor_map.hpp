@@ -1,12 +1,16 @@
 #pragma once
 // fx::TensorMap<T, Dims...>: a fixed::Tensor's view of memory it does not own (a pointer, a
-// std::span of static extent, a Tensor, or the data of an Eigen::Map / fixed-size Eigen matrix),
-// row-major, read and write, copying nothing: an operand like a Tensor (its expression is a Leaf
-// over the user's memory), and assigning an expression to it evaluates into that memory, as
-// Eigen::Map. TensorMap<const T, ...> only reads. As with expressions, the memory must outlive it.
+// std::span of static extent, a row-major std::mdspan of static extents where the library has one,
+// a Tensor, or an Eigen object through fixed/eigen.hpp), row-major, read and write, copying nothing:
+// an operand like a Tensor (its expression is a Leaf over the user's memory), and assigning an
+// expression to it evaluates into that memory, as Eigen::Map. TensorMap<const T, ...> only reads. As with
+// expressions, the memory must outlive it.
 #include <cstddef>
 #include <span>
 #include <type_traits>
+#if __has_include(<mdspan>)
+#include <mdspan>
+#endif
 
 #include "metagrad/fixed/tensor.hpp"
 
@@ -26,6 +30,20 @@ class TensorMap : public ExprBase<TensorMap<T, D...>> {
     static_assert(N != std::dynamic_extent && static_cast<index_t>(N) == size,
                   "fixed::TensorMap: the span's static extent must be the shape's element count");
   }
+#if defined(__cpp_lib_mdspan)
+  template <class E, class A>
+  TensorMap(std::mdspan<T, E, std::layout_right, A> s) : p_(s.data_handle()) {  // NOLINT: as a span
+    static_assert(
+        E::rank_dynamic() == 0 && E::rank() == rank &&
+            [] {
+              constexpr index_t d[] = {D..., 0};
+              for (std::size_t i = 0; i < rank; ++i)
+                if (static_cast<index_t>(E::static_extent(i)) != d[i]) return false;
+              return true;
+            }(),
+        "fixed::TensorMap: the mdspan's static extents must be the shape");
+  }
+#endif
   TensorMap(Tensor<value_type, D...>& t) : p_(t.data()) {}  // NOLINT: as Eigen::Ref
   TensorMap(const Tensor<value_type, D...>& t) requires std::is_const_v<T> : p_(t.data()) {}  // NOLINT
   TensorMap(const TensorMap&) = default;

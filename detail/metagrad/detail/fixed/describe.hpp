@@ -206,10 +206,14 @@ class Planner {
       bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, depth + 1);
     }
   }
-  // A node evaluated into a temporary of its own.
+  // A node evaluated into a temporary of its own: in the arena, or (a small one, eval.hpp's BOwn
+  // and matmul.hpp's SmallOperand) an array on the stack.
   template <class E>
-  void assign_temp(const E& e, int depth, const char* why) {
-    temp<E>(depth, PlanStep::SCRATCH, std::string(why) + " " + shape<E>());
+  void assign_temp(const E& e, int depth, const char* why, bool stack = false) {
+    if (stack)
+      step(depth, PlanStep::SCRATCH, std::string(why) + " " + shape<E>() + " [on the stack]");
+    else
+      temp<E>(depth, PlanStep::SCRATCH, std::string(why) + " " + shape<E>());
     assign(e, depth + 1, false);
   }
 
@@ -220,7 +224,10 @@ class Planner {
     if constexpr (kind<E>::leaf) {
       step(depth, PlanStep::READ, name_of(e));
     } else if constexpr (materialised<E>) {
-      temp<E>(depth, PlanStep::MATERIALISE, name_of(e));
+      if constexpr (inline_size<typename E::value_type>(E::shape::size))
+        step(depth, PlanStep::MATERIALISE, name_of(e) + " [on the stack]");
+      else
+        temp<E>(depth, PlanStep::MATERIALISE, name_of(e));
       Runs<typename E::op_type>::run(*this, e, depth + 1);
     } else if constexpr (kind<E>::gate) {
       step(depth, e.op.on ? PlanStep::INLINE : PlanStep::SKIPPED, name_of(e));
@@ -238,7 +245,9 @@ class Planner {
     using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
     if constexpr (plan<Ops, E>::split) {  // a reshape no view expresses: its child evaluated first
       step(depth, PlanStep::INLINE, name_of(e) + " (reads a temporary)");
-      assign_temp(nth_child<0>(e), depth + 1, "evaluated for the reshape:");
+      using C = std::remove_cvref_t<decltype(nth_child<0>(e))>;
+      assign_temp(nth_child<0>(e), depth + 1,
+                  "evaluated for the reshape:", inline_size<typename C::value_type>(C::shape::size));
     } else {
       step(depth, PlanStep::INLINE, name_of(e));
       bind<Ops2>(nth_child<0>(e), depth + 1);
@@ -329,10 +338,25 @@ template <>
 struct Runs<op::MatMul> {
   template <class E>
   static void run(Planner& p, const E& e, int depth) {
+    using A = mp::mp_at_c<typename E::children_types, 0>;
+    using B = mp::mp_at_c<typename E::children_types, 1>;
     Planner::Scope scope{p};
-    p.operand(nth_child<0>(e), depth);
-    p.operand(nth_child<1>(e), depth);
-    p.gemm(depth);
+    if constexpr (small_product<A, B>) {  // matmul.hpp's small_matmul
+      small_operand(p, nth_child<0>(e), depth);
+      small_operand(p, nth_child<1>(e), depth);
+      p.step(depth, PlanStep::KERNEL, "small matmul (unrolled loops, no packing)");
+    } else {
+      p.operand(nth_child<0>(e), depth);
+      p.operand(nth_child<1>(e), depth);
+      p.gemm(depth);
+    }
+  }
+  template <class X>
+  static void small_operand(Planner& p, const X& x, int depth) {
+    if constexpr (strided<X>::exists)
+      p.operand(x, depth);
+    else
+      p.assign_temp(x, depth, "operand evaluated:", true);
   }
 };
 template <index_t S, index_t P>

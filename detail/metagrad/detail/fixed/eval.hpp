@@ -14,6 +14,9 @@
 //    Views are template arguments. 4. Loop: outer axes by an odometer, the innermost axis a plain
 //    loop whose body the compiler inlines and vectorises. A large loop is cut into contiguous
 //    ranges (the flat range of a 1-D loop, else outer rows), one per thread (parallel.hpp).
+// Small expressions (every node at most kInlineBytes, tensor.hpp) skip the arena and the threads:
+// a materialised node keeps its values inside the bound tree (BOwn), and the loop runs inline into
+// a local array copied to the destination, which the compiler unrolls and keeps in registers.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -26,6 +29,7 @@
 
 #include "metagrad/detail/fixed/arena.hpp"
 #include "metagrad/detail/fixed/simd.hpp"
+#include "metagrad/detail/fixed/tensor.hpp"
 #include "metagrad/detail/fixed/vec_form.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/parallel.hpp"
@@ -176,6 +180,10 @@ template <class T, View V>
 struct BLeaf {
   const T* p;
 };
+template <class T, View V, index_t N>
+struct BOwn {   // a small materialised node's values, inside the bound tree: no arena
+  T v[N] = {};  // zeroed: g++ cannot always see that the materialisation writes every element
+};
 template <class T>
 struct BConst {
   T v;
@@ -224,6 +232,10 @@ METAGRAD_INLINE T get(const BLeaf<T, V>& b, const index_t* pos, index_t j) {
   else
     return valid_at<V, R>(pos, j) ? b.p[offset_of<V, R>(pos, j)] : T(0);
 }
+template <std::size_t R, class T, View V, index_t N>
+METAGRAD_INLINE T get(const BOwn<T, V, N>& b, const index_t* pos, index_t j) {
+  return get<R>(BLeaf<T, V>{b.v}, pos, j);
+}
 template <std::size_t R, class T>
 METAGRAD_INLINE T get(const BConst<T>& b, const index_t*, index_t) {
   return b.v;
@@ -266,7 +278,7 @@ struct Ctx {
 template <class Op>
 struct Materialise;
 template <class E>
-void assign(typename E::value_type* out, const E& e);
+METAGRAD_INLINE void assign(typename E::value_type* out, const E& e);
 
 // b masked by the pads in Ops (for constants and elementwise nodes only: a movement node's view
 // may not exist). Called only below a pad: elsewhere bind returns b itself, one function fewer.
@@ -276,20 +288,20 @@ auto guarded(B b) {
 }
 
 template <class Ops, class E>
-auto bind(const E& e, Ctx& ctx);
+METAGRAD_INLINE auto bind(const E& e, Ctx& ctx);
 // A Map's children bound left to right (braces order the calls), one overload per arity.
 template <class Ops, Fn F, class A>
-auto bind_map(const Expr<op::Map<F>, A>& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind_map(const Expr<op::Map<F>, A>& e, Ctx& ctx) {
   return BMap<F, decltype(bind<Ops>(e.kids.k0, ctx))>{{bind<Ops>(e.kids.k0, ctx)}};
 }
 template <class Ops, Fn F, class A, class B>
-auto bind_map(const Expr<op::Map<F>, A, B>& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind_map(const Expr<op::Map<F>, A, B>& e, Ctx& ctx) {
   using BA = decltype(bind<Ops>(e.kids.k0, ctx));
   using BB = decltype(bind<Ops>(e.kids.k1, ctx));
   return BMap<F, BA, BB>{{bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx)}};
 }
 template <class Ops, Fn F, class A, class B, class C>
-auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
   using BA = decltype(bind<Ops>(e.kids.k0, ctx));
   using BB = decltype(bind<Ops>(e.kids.k1, ctx));
   using BC = decltype(bind<Ops>(e.kids.k2, ctx));
@@ -297,23 +309,28 @@ auto bind_map(const Expr<op::Map<F>, A, B, C>& e, Ctx& ctx) {
       {bind<Ops>(e.kids.k0, ctx), bind<Ops>(e.kids.k1, ctx), bind<Ops>(e.kids.k2, ctx)}};
 }
 
+// Inline all the way down: the bound tree is then registers and pointers the loop reads, with no
+// call between (a materialised node's work is a call of its own where it is big).
 template <class Ops, class E>
-auto bind(const E& e, Ctx& ctx) {
+METAGRAD_INLINE auto bind(const E& e, Ctx& ctx) {
   using T = typename E::value_type;
   using S = typename E::shape;
   if constexpr (kind<E>::leaf || materialised<E>) {
     constexpr View v = *apply_moves<Ops>(View(S::dims));
-    const T* p;
     if constexpr (kind<E>::leaf) {
-      p = e.op.data;
+      const T* p = e.op.data;
       ctx.reads_out = ctx.reads_out || p == ctx.out;
       ctx.alias = ctx.alias || (p == ctx.out && !v.contiguous);
+      return BLeaf<T, v>{p};
+    } else if constexpr (inline_size<T>(S::size)) {
+      BOwn<T, v, S::size> own;
+      Materialise<typename E::op_type>::run(own.v, e);
+      return own;
     } else {
       T* tmp = Arena::local().alloc<T>(S::size);
       Materialise<typename E::op_type>::run(tmp, e);
-      p = tmp;
+      return BLeaf<T, v>{tmp};
     }
-    return BLeaf<T, v>{p};
   } else if constexpr (kind<E>::constant) {
     if constexpr (has_pad<Ops>)
       return guarded<Ops, S, T>(BConst<T>{e.op.value});
@@ -334,10 +351,16 @@ auto bind(const E& e, Ctx& ctx) {
     using Ops2 = mp::mp_push_front<Ops, typename E::op_type>;
     if constexpr (plan<Ops, E>::split) {  // a reshape no view expresses: evaluate C first
       using U = typename C::value_type;
-      U* tmp = Arena::local().alloc<U>(C::shape::size);
-      assign(tmp, e.kids.k0);
       constexpr View v = *apply_moves<Ops2>(View(C::shape::dims));
-      return BLeaf<U, v>{tmp};
+      if constexpr (inline_size<U>(C::shape::size)) {
+        BOwn<U, v, C::shape::size> own;
+        assign(own.v, e.kids.k0);
+        return own;
+      } else {
+        U* tmp = Arena::local().alloc<U>(C::shape::size);
+        assign(tmp, e.kids.k0);
+        return BLeaf<U, v>{tmp};
+      }
     } else {
       return bind<Ops2>(e.kids.k0, ctx);
     }
@@ -377,6 +400,8 @@ template <class T, View V>
 struct vector_form<BLeaf<T, V>>
     : std::bool_constant<std::is_floating_point_v<T> && V.ndim() == 1 && V.mask.empty() &&
                          (V.strides[0] == 0 || V.strides[0] == 1)> {};
+template <class T, View V, index_t N>
+struct vector_form<BOwn<T, V, N>> : vector_form<BLeaf<T, V>> {};
 template <class T>
 struct vector_form<BConst<T>> : std::is_floating_point<T> {};
 template <class T, class C>
@@ -399,6 +424,10 @@ METAGRAD_INLINE auto vget(const BLeaf<T, V>& b, index_t j) {
     return simd<T>::splat(b.p[V.offset]);
   else
     return simd<T>::load(b.p + V.offset + j);
+}
+template <class T, View V, index_t N>
+METAGRAD_INLINE auto vget(const BOwn<T, V, N>& b, index_t j) {
+  return vget(BLeaf<T, V>{b.v}, j);
 }
 template <class T>
 METAGRAD_INLINE auto vget(const BConst<T>& b, index_t) {
@@ -433,9 +462,9 @@ inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place lo
 
 // Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I, written from dst on (where
 // element or row lo goes). dst is restrict: the expression never reads it (the compiler then needs
-// no overlap checks), and one kernel per expression serves every caller.
+// no overlap checks).
 template <Dims I, class B, class T>
-METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, index_t hi) {
+METAGRAD_INLINE void loop(const B& b, T* __restrict dst, index_t lo, index_t hi) {
   constexpr std::size_t R = I.size();
   constexpr index_t n = I[R - 1];
   if constexpr (R == 1 && vector_form<B>::value) {
@@ -454,6 +483,9 @@ METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, i
     }
   }
   if constexpr (R == 1) {
+    // Left a loop for the vectoriser (which turns selects such as relu's into blends): a small
+    // one unrolled first, inside a caller's loop, leaves branches the straight-line vectoriser cannot.
+#pragma GCC unroll 1
     for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
   } else {
     for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
@@ -461,6 +493,11 @@ METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, i
       for (index_t j = 0; j < n; ++j) row[j] = get<R>(b, pos, j);
     });
   }
+}
+// The loop as one kernel per expression, whichever callers it has.
+template <Dims I, class B, class T>
+METAGRAD_NOINLINE void assign_range(const B& b, T* __restrict dst, index_t lo, index_t hi) {
+  loop<I>(b, dst, lo, hi);
 }
 // The whole loop into out, split across threads when it is big enough (parallel.hpp). In place:
 // the expression reads out, each element at its own position only, and a row of the loop fits in
@@ -507,8 +544,50 @@ bool reads(const E& e, const void* p) {
     return reads(e.kids.k0, p) || reads(e.kids.k1, p) || reads(e.kids.k2, p);
 }
 
+// Can e be evaluated with neither the arena nor the threads? Every node small, and every
+// materialised op one whose small case takes neither (small_op, specialised by reduce.hpp and
+// matmul.hpp).
+template <class Op>
+struct small_op : std::false_type {};
 template <class E>
-void assign(typename E::value_type* out, const E& e) {
+constexpr bool small_tree();
+template <class L>
+struct small_trees;
+template <class... C>
+struct small_trees<mp::mp_list<C...>> : std::bool_constant<(small_tree<C>() && ...)> {};
+template <class E>
+constexpr bool small_tree() {
+  if constexpr (!inline_size<typename E::value_type>(E::shape::size))
+    return false;
+  else if constexpr (kind<E>::leaf || kind<E>::constant)
+    return true;
+  else if constexpr (materialised<E> && !small_op<typename E::op_type>::value)
+    return false;
+  else
+    return small_trees<typename E::children_types>::value;
+}
+
+// A small expression: its loop inline, straight into out where no leaf reads it, else into a local
+// array (so the destination, read through any view, is read whole before it is written) copied to
+// out after.
+template <class E>
+METAGRAD_INLINE void assign_small(typename E::value_type* out, const E& e) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  if constexpr (materialised<E>)  // a small product or reduction straight into out, when it may be
+    if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);
+  constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
+  constexpr index_t range = I.size() == 1 ? I[0] : outer_count<I>;
+  Ctx ctx{out};
+  auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+  if (!ctx.reads_out) return loop<I>(b, out, 0, range);
+  alignas(kVectorBytes) T tmp[S::size ? S::size : 1] = {};
+  loop<I>(b, tmp, 0, range);
+  std::copy(tmp, tmp + S::size, out);
+}
+
+template <class E>
+void assign_big(typename E::value_type* out, const E& e) {
   using T = typename E::value_type;
   using S = typename E::shape;
   Arena::Scope scope;
@@ -522,6 +601,14 @@ void assign(typename E::value_type* out, const E& e) {
   T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
   run_assign<I>(b, tmp, false);
   std::copy(tmp, tmp + S::size, out);
+}
+
+template <class E>
+METAGRAD_INLINE void assign(typename E::value_type* out, const E& e) {
+  if constexpr (small_tree<E>())
+    assign_small(out, e);
+  else
+    assign_big(out, e);
 }
 
 }  // namespace metagrad::fixed::detail

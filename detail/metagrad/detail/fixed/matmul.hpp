@@ -1,6 +1,9 @@
 #pragma once
 // The internals of fixed/matmul.hpp: the MatMul node, its operands read in place or evaluated, and
 // its materialisation by the blocked kernel (gemm.hpp).
+#include <cmath>
+#include <type_traits>
+
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/gemm.hpp"
@@ -88,10 +91,88 @@ const typename E::value_type* operand_data(const E& e) {
   }
 }
 
+// a * b + c, fused where the ISA has FMA (ISO C++ mode does not contract), as the GEMM's tile.
+template <class T>
+METAGRAD_INLINE T madd(T a, T b, T c) {
+#if defined(__FMA__) || defined(__AVX512F__)
+  if constexpr (std::is_floating_point_v<T>) return std::fma(a, b, c);
+#endif
+  return a * b + c;
+}
+
+// A small operand (kInlineBytes): read in place where it is strided, else evaluated into an array
+// of its own, row-major, on the stack.
+template <class E, bool Own = !strided<E>::exists>
+struct SmallOperand {
+  using T = typename E::value_type;
+  static constexpr View view = strided<E>::view;
+  explicit SmallOperand(const E& e) : p(strided<E>::data(e)) {}
+  const T* p;
+};
+template <class E>
+struct SmallOperand<E, true> {
+  using T = typename E::value_type;
+  static constexpr View view = View(E::shape::dims);
+  explicit SmallOperand(const E& e) : p(v) { assign(v, e); }
+  SmallOperand(const SmallOperand&) = delete;
+  T v[E::shape::size] = {};  // zeroed: g++ cannot always see that assign writes every element
+  const T* p;
+};
+
+// Products whose operands and result are all small: every size a constant, the loops plain (a row
+// of C accumulated in registers, row of B by row of B), which the compiler unrolls and vectorises:
+// no arena, no packing, no threads, no call into the GEMM.
+template <class T, class A, class B>
+METAGRAD_INLINE void small_matmul(T* __restrict out, const A& a, const B& b) {
+  constexpr Dims da = A::shape::dims, db = B::shape::dims;
+  constexpr std::size_t ra = da.size(), rb = db.size();
+  constexpr index_t m = da[ra - 2], k = da[ra - 1], n = db[rb - 1];
+  constexpr index_t batch = A::shape::size / (m * k ? m * k : 1);
+  SmallOperand<A> oa(a);
+  SmallOperand<B> ob(b);
+  constexpr View va = SmallOperand<A>::view, vb = SmallOperand<B>::view;
+  for (index_t bi = 0; bi < batch; ++bi) {
+    index_t sa = va.offset, sb = vb.offset;
+    for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
+      index_t i = static_cast<index_t>(rest) % da[d];
+      rest /= static_cast<std::size_t>(da[d]);
+      sa += i * va.strides[d];
+      if constexpr (rb == ra) sb += i * vb.strides[d];
+    }
+    const T* pa = oa.p + sa;
+    const T* pb = ob.p + sb;
+    for (index_t i = 0; i < m; ++i) {
+      T acc[n ? n : 1] = {};
+      for (index_t p = 0; p < k; ++p) {
+        T x = pa[i * va.strides[ra - 2] + p * va.strides[ra - 1]];
+        for (index_t j = 0; j < n; ++j)
+          acc[j] = madd(x, pb[p * vb.strides[rb - 2] + j * vb.strides[rb - 1]], acc[j]);
+      }
+      for (index_t j = 0; j < n; ++j) out[(bi * m + i) * n + j] = acc[j];
+    }
+  }
+}
+
+template <class A, class B>
+inline constexpr bool small_product =
+    inline_size<typename A::value_type>(A::shape::size) &&
+    inline_size<typename A::value_type>(B::shape::size) &&
+    inline_size<typename A::value_type>(node<op::MatMul, A, B>::shape::size);
+
+template <>
+struct small_op<op::MatMul> : std::true_type {};  // when small, small_matmul: no arena
+
 template <>
 struct Materialise<op::MatMul> {
   template <class T, class A, class B>
-  static void run(T* out, const Expr<op::MatMul, A, B>& e) {
+  METAGRAD_INLINE static void run(T* out, const Expr<op::MatMul, A, B>& e) {
+    if constexpr (small_product<A, B>)
+      return small_matmul(out, fixed::child<0>(e), fixed::child<1>(e));
+    else
+      run_gemm(out, e);
+  }
+  template <class T, class A, class B>
+  static void run_gemm(T* out, const Expr<op::MatMul, A, B>& e) {
     constexpr Dims da = A::shape::dims, db = B::shape::dims;
     constexpr std::size_t ra = da.size(), rb = db.size();
     constexpr index_t m = da[ra - 2], k = da[ra - 1], n = db[rb - 1];

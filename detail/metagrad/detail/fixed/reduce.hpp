@@ -110,6 +110,35 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
   return acc[0];
 }
 
+// A row of N <= kLanes elements: one per lane, then the lanes pairwise, as reduce_lanes would (its
+// other lanes hold the identity, which changes nothing), but without zeroing and combining all
+// kLanes levels: a few instructions for a small tensor's row.
+template <ReduceOps R, std::size_t Rank, index_t N, class B>
+METAGRAD_INLINE auto reduce_few(const B& b, const index_t* pos) {
+  using T = decltype(get<Rank>(b, pos, 0));
+  constexpr index_t top = [] {
+    index_t w = 1;
+    while (w < N) w *= 2;
+    return w;
+  }();
+  T acc[N];
+  for (index_t l = 0; l < N; ++l) acc[l] = get<Rank>(b, pos, l);
+#pragma GCC unroll 16
+  for (index_t w = top / 2; w > 0; w /= 2) {
+    const index_t pairs = std::min(w, N - w);
+#pragma GCC unroll 64
+    for (index_t l = 0; l < pairs; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+  }
+  return acc[0];
+}
+template <ReduceOps R, std::size_t Rank, index_t N, class B>
+METAGRAD_INLINE auto reduce_row(const B& b, const index_t* pos) {
+  if constexpr (N <= kLanes<decltype(get<Rank>(b, pos, 0))>)
+    return reduce_few<R, Rank, N>(b, pos);
+  else
+    return reduce_lanes<R, Rank>(b, pos, 0, N);
+}
+
 // A sum over outer positions [lo, hi) that all meet in the same `width` outputs (at stride `stride`
 // in dst): in halves, each half into its own scratch row and then added, down to runs of kFanIn
 // positions that `add(lo, hi, row)` adds in order; so no output takes more than kFanIn terms in a
@@ -175,10 +204,27 @@ struct ReduceLoop {
                          mp::mp_list<op::Move<MovementOps::RESHAPE, I0>>>;
 };
 
+// A small reduction's input is small too (eval.hpp's small_tree): no threads; scratch rows (past kFanIn
+// rows into an output) on the stack.
+template <ReduceOps R, Dims Axes>
+struct small_op<op::Reduce<R, Axes>> : std::true_type {};
+
 template <ReduceOps R, Dims Axes>
 struct Materialise<op::Reduce<R, Axes>> {
+  // Inline where small (eval.hpp's small_tree), one call elsewhere.
   template <class T, class C>
-  static void run(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
+  METAGRAD_INLINE static void run(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
+    if constexpr (small_tree<Expr<op::Reduce<R, Axes>, C>>())
+      loops(out, e);
+    else
+      call(out, e);
+  }
+  template <class T, class C>
+  static void call(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
+    loops(out, e);
+  }
+  template <class T, class C>
+  METAGRAD_INLINE static void loops(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
     using S = typename Expr<op::Reduce<R, Axes>, C>::shape;
     using L = ReduceLoop<R, S, C>;
     constexpr Dims I = L::I;
@@ -201,13 +247,12 @@ struct Materialise<op::Reduce<R, Axes>> {
       auto rows = [&](index_t lo, index_t hi) {
         for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
           T& o = out[offset_of<ov, rank>(pos, 0)];
-          o = combine<R>(o, reduce_lanes<R, rank>(b, pos, 0, n));
+          o = combine<R>(o, reduce_row<R, rank, n>(b, pos));
         });
       };
       if constexpr (halves) {  // many row sums meet in each output
         auto add = [&](index_t lo, index_t hi, T* dst, index_t) {
-          for_outer<I>(lo, hi,
-                       [&](index_t, const index_t* pos) { *dst += reduce_lanes<R, rank>(b, pos, 0, n); });
+          for_outer<I>(lo, hi, [&](index_t, const index_t* pos) { *dst += reduce_row<R, rank, n>(b, pos); });
         };
         auto sums = [&](index_t lo, index_t hi) {
           T scratch[halving_levels(each)];
