@@ -206,14 +206,9 @@ int text_run(const nn::StateDict& init, long steps) {
               "libtorch 1.13: val loss");
   std::mt19937_64 rng(1337);
   double mg_s = 0, tt_s = 0;
-  auto val = [&](auto& trainer) {
-    std::mt19937_64 r(7);  // the same validation batches each time, as examples/gpt draws them
-    double s = 0;
-    for (int i = 0; i < 4; ++i) {
-      auto [x, y] = examples::windows(text.val, B, T, r);
-      s += trainer.loss(x, y);
-    }
-    return s / 4;
+  auto val = [&](auto& trainer) {  // examples/gpt's validation batches
+    return examples::validation_loss(text.val, B, T,
+                                     [&](const auto& x, const auto& y) { return trainer.loss(x, y); });
   };
   for (long step = 1; step <= steps; ++step) {
     auto [x, y] = examples::windows(text.train, B, T, rng);

@@ -142,17 +142,14 @@ int main(int argc, char** argv) try {
   nn::optim::AdamW opt(nn::optim::decay_groups(params, 0.1), o.lr, 0.9, 0.99);
   nn::optim::CosineWarmup sched(opt, std::min(100L, o.steps / 10 + 1), std::max(o.steps, 1L), o.lr,
                                 o.lr / 10);
-  std::mt19937_64 rng(static_cast<std::uint64_t>(o.seed)), val_rng(7);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(o.seed));
   auto evaluate = [&] {
     Tensor::NoGradGuard no_grad;
-    double s = 0;
-    const int n = 4;
-    std::mt19937_64 r = val_rng;  // the same validation batches each time
-    for (int i = 0; i < n; ++i) {
-      auto [x, y] = batch_of(val, o.batch, o.context, r, o.device);
-      s += loss_of(model, x, y).item<float>();
-    }
-    return s / n;
+    return examples::validation_loss(val, o.batch, o.context, [&](const auto& x, const auto& y) {
+      return loss_of(model, Tensor(x, {o.batch, o.context}, {.device = o.device}),
+                     Tensor(y, {o.batch, o.context}, {.device = o.device}))
+          .item<float>();
+    });
   };
   Progress bar{o.steps};
   double val_loss = NAN;
