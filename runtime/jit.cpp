@@ -211,6 +211,7 @@ void JitCore::capture_from(std::vector<CacheEntry> ran, const CaptureLog& log,
 void JitCore::prepare_replay() {
   bound_.clear(), uses_.assign(captured_->slots.size(), {}), launches_.clear(), ptrs_.clear(), outs_.clear();
   ops_ = mem_ = 0;
+  graph_.reset(), stale_.clear(), is_stale_.assign(captured_->kernels.size(), false);
   // Kernels replay as direct calls (host functions on pointers that bind() keeps current, other
   // programs on their buffers); DEBUG >= 2 (per-kernel timing) goes through ASTRunner::exec.
   const bool direct = getenv_int("DEBUG") < 2;
@@ -231,6 +232,9 @@ void JitCore::prepare_replay() {
       uses_[s].emplace_back(k, j);
     }
   }
+  // A step of device programs only (no host functions) may replay as one graph where the device has them.
+  try_graph_ = direct && getenv_int("METAGRAD_JIT_GRAPH", 1) != 0 &&
+               std::none_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.fn; });
   // Each state's current value (the next-value slot's buffer, now) moves to its read slot.
   for (const auto& u : captured_->state) {
     auto cur = captured_->slots[u.write].buf, old = captured_->slots[u.read].buf;
@@ -284,11 +288,28 @@ void JitCore::plan_memory() {
   }
 }
 
+// The graph brought up to date with the kernels whose buffers changed (a new one where an update
+// cannot take them), then launched; false where the device makes no graphs.
+bool JitCore::launch_graph() {
+  CapturedStep& c = *captured_;
+  auto launch = [&](std::size_t k) { c.kernels[k].runner.launch(bound_[k]); };
+  for (std::size_t k : stale_) {
+    is_stale_[k] = false;
+    if (graph_ && !graph_->update(k, [&] { launch(k); })) graph_.reset();
+  }
+  stale_.clear();
+  if (!graph_) graph_ = Device::get(c.device).graph(c.kernels.size(), launch);
+  if (!graph_) return try_graph_ = false;
+  graph_->launch();
+  return true;
+}
+
 void JitCore::bind(std::size_t slot, const std::shared_ptr<RawBuffer>& buf) {
   captured_->slots[slot].buf = buf;
   void* p = nullptr;
   for (auto [k, j] : uses_[slot]) {
     bound_[k][j] = buf.get();
+    if (graph_ && !is_stale_[k]) is_stale_[k] = true, stale_.push_back(k);
     if (launches_.empty() || !launches_[k].fn) continue;
     if (!p) p = host_pointer(captured_->device.c_str(), buf.get());
     ptrs_[launches_[k].first + j] = p;
@@ -328,6 +349,9 @@ std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
                                    ") was replaced outside the step; make a new TinyJit"));
   if (launches_.empty()) {
     for (std::size_t k = 0; k < c.kernels.size(); ++k) c.kernels[k].runner.exec(bound_[k]);
+  } else if (try_graph_ && launch_graph()) {
+    GlobalCounters::kernel_count += static_cast<std::int64_t>(launches_.size());
+    GlobalCounters::global_ops += ops_, GlobalCounters::global_mem += mem_;
   } else {
     for (const Launch& l : launches_) {
       if (l.fn)

@@ -555,3 +555,35 @@ TEST_CASE("CUDA: TinyJit replays captured CUDA kernels", "[.cuda]") {
   REQUIRE(jit.captured());
   CHECK(!jit.captured()->kernels.empty());
 }
+
+TEST_CASE("CUDA: TinyJit replays a training step as one graph, new inputs and updated weights each call",
+          "[.cuda]") {
+  if (!cuda()) return;
+  // The same SGD steps on CPU (eager) and on CUDA under TinyJit: the graph's nodes must follow the
+  // new input buffers, the weight's two alternating buffers and the product's scratch.
+  for (int graph : {1, 0}) {
+    INFO("METAGRAD_JIT_GRAPH=" << graph);
+    setenv("METAGRAD_JIT_GRAPH", graph ? "1" : "0", 1);
+    Tensor w_cpu = cpu_rnd({64, 48}, 3), w = w_cpu.to("CUDA").realize();
+    auto step = [](Tensor& weight, const Tensor& x) {
+      Tensor loss = (x.matmul(weight).relu() - 0.5).square().mean();
+      Tensor g = x.transpose().matmul(((x.matmul(weight).relu() - 0.5) * 2.0 / 48.0 / 40.0) *
+                                      (x.matmul(weight) > 0).cast(dtypes::float32));
+      weight.assign(weight - g * 0.1);
+      return loss;
+    };
+    TinyJit jit([&](const Tensor& x) { return std::vector<Tensor>{step(w, x)}; });
+    for (unsigned call = 0; call < 6; ++call) {
+      Tensor x = cpu_rnd({40, 64}, 100 + call);
+      Tensor want = step(w_cpu, x);
+      w_cpu.realize();
+      std::vector<Tensor> got = jit(x.to("CUDA").realize());
+      require_close(got[0].to_vector<double>(), want.to_vector<double>(), 1e-4, 1e-4,
+                    "loss of call " + std::to_string(call));
+      require_close(w.to_vector<double>(), w_cpu.to_vector<double>(), 1e-4, 1e-4,
+                    "weight after call " + std::to_string(call));
+      if (call >= 2) CHECK(jit.graphed() == (graph == 1));
+    }
+  }
+  unsetenv("METAGRAD_JIT_GRAPH");
+}

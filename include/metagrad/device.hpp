@@ -17,6 +17,18 @@
 
 namespace metagrad {
 
+// A captured step's launches recorded once and replayed by the device as one unit (a CUDA graph):
+// one submission for the whole step instead of one per kernel.
+class LaunchGraph {
+ public:
+  virtual ~LaunchGraph() = default;
+  // Runs every launch as last recorded, in order.
+  virtual void launch() = 0;
+  // Records kernel k's launches again (its buffers changed): false when they differ from the graph's
+  // in more than their buffers, and the graph must be made again.
+  virtual bool update(std::size_t k, const std::function<void()>& launches) = 0;
+};
+
 // What every device provides to the scheduler.
 class Backend {
  public:
@@ -27,6 +39,13 @@ class Backend {
   virtual void exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) = 0;
   // Whether kernels are compiled programs (which TinyJit can capture and replay).
   virtual bool compiled() const { return false; }
+  // The launches that launches(k) makes for k < kernels, recorded (not run) as one graph; null where
+  // the device has no such thing (TinyJit then replays kernel by kernel).
+  virtual std::unique_ptr<LaunchGraph> graph(std::size_t kernels,
+                                             const std::function<void(std::size_t)>& launches) {
+    (void)kernels, (void)launches;
+    return nullptr;
+  }
 };
 
 // A compiled kernel, the seed's Runtime: built from a name and source, called with the buffers

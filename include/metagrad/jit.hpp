@@ -77,6 +77,8 @@ class JitCore {
   // The capture, once the second call has made it.
   const CapturedStep* captured() const { return captured_ ? &*captured_ : nullptr; }
   int calls() const { return calls_; }
+  // Whether the last replay ran as one device graph (CUDA) rather than kernel by kernel.
+  bool graphed() const { return graph_ != nullptr; }
 
  private:
   std::vector<Tensor> run(const Fn& fn, const std::vector<Tensor>& inputs, bool capture);
@@ -103,6 +105,13 @@ class JitCore {
   };
   std::vector<Launch> launches_;
   std::vector<void*> ptrs_;
+  // A device that records launches (CUDA) replays the step as one graph; bind() notes the kernels
+  // whose buffers changed since, which are recorded again before the next replay.
+  std::unique_ptr<LaunchGraph> graph_;
+  bool try_graph_ = false;
+  std::vector<std::size_t> stale_;
+  std::vector<bool> is_stale_;
+  bool launch_graph();
   std::int64_t ops_ = 0, mem_ = 0;   // the step's GlobalCounters estimates
   std::vector<LazyBufferPtr> outs_;  // per output, the LazyBuffer the last replay returned
 };
@@ -131,6 +140,7 @@ class TinyJit {
   }
   const CapturedStep* captured() const { return core_.captured(); }
   int calls() const { return core_.calls(); }
+  bool graphed() const { return core_.graphed(); }
 
  private:
   template <std::size_t... I>

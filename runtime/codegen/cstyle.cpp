@@ -212,8 +212,12 @@ static inline unsigned short mg_f2bf(float f) { unsigned int x; __builtin_memcpy
 )";
 
 // After kMaxMacro and the integer helpers (prelude.hpp); OpenCL's index math is 32-bit.
+// Half loads, stores and roundings keep a NaN's sign and payload (quieted) as the host does: a GPU
+// driver's vload_half / vstore_half may make every NaN one canonical NaN (NVIDIA's does).
 const char* kPreludeCL =
-    R"(inline float mg_rh(float f) { ushort h; vstore_half(f, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
+    R"(inline float mg_rh(float f) { uint x = as_uint(f); if ((x & 0x7fffffffu) > 0x7f800000u) return as_float((x | 0x400000u) & 0xffffe000u); ushort h; vstore_half(f, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
+inline float mg_lh(size_t i, const __global half* p) { ushort h = ((const __global ushort*)p)[i]; if ((h & 0x7fffu) > 0x7c00u) return as_float(((uint)(h & 0x8000u) << 16) | 0x7fc00000u | ((uint)(h & 0x3ffu) << 13)); return vload_half(i, p); }
+inline void mg_sh(float f, size_t i, __global half* p) { uint x = as_uint(f); if ((x & 0x7fffffffu) > 0x7f800000u) ((__global ushort*)p)[i] = (ushort)(((x >> 16) & 0x8000u) | 0x7e00u | ((x >> 13) & 0x3ffu)); else vstore_half(f, i, p); }
 inline float mg_bf2f(ushort h) { return as_float((uint)h << 16); }
 inline ushort mg_f2bf(float f) { uint x = as_uint(f); return (ushort)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : (x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
 )";
@@ -275,7 +279,7 @@ const CStyleLanguage& opencl_language() {
     l.bool_compute = "bool";
     l.int64_suffix = "L";
     l.inf32 = l.inf64 = "INFINITY", l.nan32 = l.nan64 = "NAN";
-    l.half_load = "vload_half({1},{0})", l.half_store = "vstore_half({2},{1},{0});";
+    l.half_load = "mg_lh({1},{0})", l.half_store = "mg_sh({2},{1},{0});";
     l.half_round = "mg_rh({0})";
     return l;
   }();
