@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "eigen_mlp.hpp"
+#include "machine_limits.hpp"
 
 namespace {
 
@@ -130,100 +131,12 @@ std::vector<Row> rows() {
 // ---------------------------------------------------------------------------------------------
 // L1, L2: the machine's limits, measured by the parent with std::thread.
 
-__attribute__((target("avx2,fma"))) void triad_kernel(float* a, const float* b, const float* c, float s,
-                                                      std::size_t n) {
-  __m256 vs = _mm256_set1_ps(s);
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(a + i, _mm256_fmadd_ps(vs, _mm256_loadu_ps(c + i), _mm256_loadu_ps(b + i)));
-  for (; i < n; ++i) a[i] = b[i] + s * c[i];
-}
-
-__attribute__((target("avx2,fma"))) void copy_kernel(float* a, const float* b, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(a + i, _mm256_loadu_ps(b + i));
-  for (; i < n; ++i) a[i] = b[i];
-}
-
-// W1 by hand, o = a*b + c: the in-cache limit of W1 at 2^20 (4 streams, as W1 moves them).
-__attribute__((target("avx2,fma"))) void fma4_kernel(float* o, const float* a, const float* b, const float* c,
-                                                     std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(o + i,
-                     _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), _mm256_loadu_ps(c + i)));
-  for (; i < n; ++i) o[i] = a[i] * b[i] + c[i];
-}
-
-__attribute__((target("avx2,fma"))) float read_kernel(const float* a, std::size_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-  std::size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
-    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
-    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
-    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
-    s4 = _mm256_add_ps(s4, _mm256_loadu_ps(a + i + 32));
-    s5 = _mm256_add_ps(s5, _mm256_loadu_ps(a + i + 40));
-    s6 = _mm256_add_ps(s6, _mm256_loadu_ps(a + i + 48));
-    s7 = _mm256_add_ps(s7, _mm256_loadu_ps(a + i + 56));
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)),
-                           _mm256_add_ps(_mm256_add_ps(s4, s5), _mm256_add_ps(s6, s7)));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, s);
-  float r = 0;
-  for (float x : lanes) r += x;
-  for (; i < n; ++i) r += a[i];
-  return r;
-}
-
-// 12 independent accumulators (FMA latency 4 x 2 pipes needs >= 8): 12 FMAs of 8 lanes per trip.
-__attribute__((target("avx2,fma"))) float fma_kernel_avx2(long iters) {
-  __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-  __m256 a0 = _mm256_set1_ps(0.0f), a1 = _mm256_set1_ps(0.1f), a2 = _mm256_set1_ps(0.2f),
-         a3 = _mm256_set1_ps(0.3f), a4 = _mm256_set1_ps(0.4f), a5 = _mm256_set1_ps(0.5f),
-         a6 = _mm256_set1_ps(0.6f), a7 = _mm256_set1_ps(0.7f), a8 = _mm256_set1_ps(0.8f),
-         a9 = _mm256_set1_ps(0.9f), a10 = _mm256_set1_ps(1.0f), a11 = _mm256_set1_ps(1.1f);
-  for (long i = 0; i < iters; ++i) {
-    a0 = _mm256_fmadd_ps(a0, m, c);
-    a1 = _mm256_fmadd_ps(a1, m, c);
-    a2 = _mm256_fmadd_ps(a2, m, c);
-    a3 = _mm256_fmadd_ps(a3, m, c);
-    a4 = _mm256_fmadd_ps(a4, m, c);
-    a5 = _mm256_fmadd_ps(a5, m, c);
-    a6 = _mm256_fmadd_ps(a6, m, c);
-    a7 = _mm256_fmadd_ps(a7, m, c);
-    a8 = _mm256_fmadd_ps(a8, m, c);
-    a9 = _mm256_fmadd_ps(a9, m, c);
-    a10 = _mm256_fmadd_ps(a10, m, c);
-    a11 = _mm256_fmadd_ps(a11, m, c);
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, s);
-  return lanes[0] + lanes[7];
-}
-
-// The same in AVX-512 (16 lanes), the limit wherever metagrad's GEMM runs AVX-512 kernels.
-__attribute__((target("avx512f"))) float fma_kernel_avx512(long iters) {
-  __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f), a[12];
-  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(0.1f * static_cast<float>(j));
-  for (long i = 0; i < iters; ++i)
-#pragma GCC unroll 12
-    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
-  __m512 s = a[0];
-  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, s);
-  return lanes[0] + lanes[15];
-}
 // The FMA peak is measured in the widest ISA metagrad's GEMM uses (METAGRAD_ISA=avx2 lowers it).
 bool wide_fma() { return metagrad::gemm::isa() == metagrad::gemm::Isa::avx512; }
 const double kFmaFlopsPerIter = 12 * 2 * (wide_fma() ? 16 : 8);
-float fma_kernel(long iters) { return wide_fma() ? fma_kernel_avx512(iters) : fma_kernel_avx2(iters); }
+float fma_kernel(long iters) {
+  return wide_fma() ? limits::fma_peak_avx512(iters) : limits::fma_peak_avx2(iters);
+}
 
 // Runs body(begin, end) on `threads` std::threads over [0, n) split in 64-element-aligned chunks,
 // `passes` times each; seconds for all.
@@ -257,6 +170,29 @@ double median_pass(int threads, std::size_t n, const F& body) {
   return per[kReps / 2];
 }
 
+// The fastest form of each limit kernel on `threads` threads over these arrays (machine_limits.hpp).
+limits::TriadFn fastest_triad(int threads, float* a, const float* b, const float* c, std::size_t n) {
+  return limits::fastest(limits::triad_kernels(), [&](limits::TriadFn f) {
+    return run_threads(threads, n, 1,
+                       [&](std::size_t s, std::size_t e) { f(a + s, b + s, c + s, 3.0f, e - s); });
+  });
+}
+limits::ReadFn fastest_read(int threads, const float* a, std::size_t n) {
+  return limits::fastest(limits::read_kernels(), [&](limits::ReadFn f) {
+    return run_threads(threads, n, 1, [&](std::size_t s, std::size_t e) {
+      float r = f(a + s, e - s);
+      benchmark::DoNotOptimize(r);
+    });
+  });
+}
+limits::Fma4Fn fastest_fma4(int threads, float* o, const float* a, const float* b, const float* c,
+                            std::size_t n) {
+  return limits::fastest(limits::fma4_kernels(), [&](limits::Fma4Fn f) {
+    return run_threads(threads, n, 16,
+                       [&](std::size_t s, std::size_t e) { f(o + s, a + s, b + s, c + s, e - s); });
+  });
+}
+
 struct Limits {
   std::size_t l3_bytes = 0, n = 0;
   double triad[2]{}, copy[2]{}, read[2]{}, w1_cache[2]{}, peak[2]{};  // [threads - 1]
@@ -281,23 +217,35 @@ Limits measure_limits() {
   for (int t = 1; t <= 2; ++t) {
     std::fprintf(stderr, "[limits] %d thread%s: triad, copy, read over %zu MiB arrays; FMA peak\n", t,
                  t == 1 ? "" : "s", L.n * sizeof(float) >> 20);
-    auto triad = [&](std::size_t s, std::size_t e) {
-      triad_kernel(a.data() + s, b.data() + s, c.data() + s, 3.0f, e - s);
-    };
-    auto copy = [&](std::size_t s, std::size_t e) { copy_kernel(a.data() + s, b.data() + s, e - s); };
-    auto read = [&](std::size_t s, std::size_t e) {
-      float r = read_kernel(b.data() + s, e - s);
-      benchmark::DoNotOptimize(r);
-    };
     double n = static_cast<double>(L.n);
-    L.triad[t - 1] = 12 * n / median_pass(t, L.n, triad) * 1e-9;
-    L.copy[t - 1] = 8 * n / median_pass(t, L.n, copy) * 1e-9;
-    L.read[t - 1] = 4 * n / median_pass(t, L.n, read) * 1e-9;
+    auto per_pass = [&](std::size_t len, const auto& body) { return median_pass(t, len, body); };
+    limits::TriadFn triad = fastest_triad(t, a.data(), b.data(), c.data(), L.n);
+    L.triad[t - 1] =
+        12 * n /
+        per_pass(L.n, [&](std::size_t s,
+                          std::size_t e) { triad(a.data() + s, b.data() + s, c.data() + s, 3.0f, e - s); }) *
+        1e-9;
+    L.copy[t - 1] =
+        8 * n /
+        per_pass(L.n, [&](std::size_t s,
+                          std::size_t e) { limits::copy_avx2(a.data() + s, b.data() + s, e - s); }) *
+        1e-9;
+    limits::ReadFn read = fastest_read(t, b.data(), L.n);
+    L.read[t - 1] = 4 * n /
+                    per_pass(L.n,
+                             [&](std::size_t s, std::size_t e) {
+                               float r = read(b.data() + s, e - s);
+                               benchmark::DoNotOptimize(r);
+                             }) *
+                    1e-9;
     std::size_t nc = 1 << 20;  // in cache: W1 at 2^20
-    auto w1 = [&](std::size_t s, std::size_t e) {
-      fma4_kernel(a.data() + s, b.data() + s, c.data() + s, c.data() + nc + s, e - s);
-    };
-    L.w1_cache[t - 1] = 16 * static_cast<double>(nc) / median_pass(t, nc, w1) * 1e-9;
+    limits::Fma4Fn w1 = fastest_fma4(t, a.data(), b.data(), c.data(), c.data() + nc, nc);
+    L.w1_cache[t - 1] = 16 * static_cast<double>(nc) /
+                        per_pass(nc,
+                                 [&](std::size_t s, std::size_t e) {
+                                   w1(a.data() + s, b.data() + s, c.data() + s, c.data() + nc + s, e - s);
+                                 }) *
+                        1e-9;
     long iters = 1 << 20;
     auto fma = [&](std::size_t, std::size_t) {
       float r = fma_kernel(iters);
@@ -478,9 +426,10 @@ class Child {
     double n = static_cast<double>(la_->size());
     return {"limit",
             [this]() -> Op {
-              return [a = la_, b = lb_, c = lc_, t = threads_] {
+              limits::TriadFn k = fastest_triad(threads_, la_->data(), lb_->data(), lc_->data(), la_->size());
+              return [a = la_, b = lb_, c = lc_, t = threads_, k] {
                 run_threads(t, a->size(), 1, [&](std::size_t s, std::size_t e) {
-                  triad_kernel(a->data() + s, b->data() + s, c->data() + s, 3.0f, e - s);
+                  k(a->data() + s, b->data() + s, c->data() + s, 3.0f, e - s);
                 });
               };
             },
@@ -491,10 +440,12 @@ class Child {
     return {"limit",
             [this, n]() -> Op {
               auto v = std::make_shared<std::vector<float>>(4 * n, 1.0f);
-              return [v, n, t = threads_] {
+              float* q = v->data();
+              limits::Fma4Fn k = fastest_fma4(threads_, q, q + n, q + 2 * n, q + 3 * n, n);
+              return [v, n, t = threads_, k] {
                 float* p = v->data();
                 run_threads(t, n, kPasses, [&](std::size_t s, std::size_t e) {
-                  fma4_kernel(p + s, p + n + s, p + 2 * n + s, p + 3 * n + s, e - s);
+                  k(p + s, p + n + s, p + 2 * n + s, p + 3 * n + s, e - s);
                 });
               };
             },
@@ -505,9 +456,10 @@ class Child {
     double n = static_cast<double>(lb_->size());
     return {"limit",
             [this]() -> Op {
-              return [b = lb_, t = threads_] {
+              limits::ReadFn k = fastest_read(threads_, lb_->data(), lb_->size());
+              return [b = lb_, t = threads_, k] {
                 run_threads(t, b->size(), 1, [&](std::size_t s, std::size_t e) {
-                  float r = read_kernel(b->data() + s, e - s);
+                  float r = k(b->data() + s, e - s);
                   benchmark::DoNotOptimize(r);
                 });
               };
