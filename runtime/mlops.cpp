@@ -126,6 +126,7 @@ const char* Map<F>::name() const {
   return n.c_str();
 }
 template struct Map<Fn::EXP>;
+template struct Map<Fn::EXP2>;
 template struct Map<Fn::LOG>;
 template struct Map<Fn::SIN>;
 template struct Map<Fn::RELU>;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <regex>
 #include <set>
@@ -224,5 +225,59 @@ TEST_CASE("static where is a select: the branch not taken never reaches value or
     double want = x[i] > 0 ? 2 * std::log(double(x[i])) : x[i] < 0 ? 1 / double(x[i]) : 0;
     REQUIRE(close(v[i], want, 1e-5, 1e-5));
     REQUIRE(close(g[i], y[i] > 0 ? 1 / double(y[i]) : 1, 1e-5, 1e-6));
+  }
+}
+
+// eval.hpp's vector loops: the contiguous 1-D loop and, for loops of higher rank, each row when every
+// leaf reads along it at stride 1 or 0 (a bias down the rows, a column broadcast along them). Both
+// agree with the scalar form lane by lane, tails included, in every rank.
+TEST_CASE("static vector loops over rows with broadcast operands agree with the scalar form", "[fixed]") {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-6.f, 6.f);
+  auto fill = [&](auto& t) {
+    for (float& v : t) v = u(rng);
+  };
+  auto check = [](const auto& got, const auto& want_at, const char* what) {
+    for (index_t i = 0; i < std::remove_cvref_t<decltype(got)>::size; ++i) {
+      float want = want_at(i);
+      INFO(what << " at " << i << ": " << got[i] << " vs " << want);
+      REQUIRE(std::abs(got[i] - want) <= 1e-6f * std::max(1.f, std::abs(want)));
+    }
+  };
+  fx::Tensor<float, 7, 37> x;
+  fx::Tensor<float, 37> bias;
+  fx::Tensor<float, 7, 1> col;
+  fill(x), fill(bias), fill(col);
+  auto f = [](float v) { return std::exp2(v) / (1 + std::exp2(-v)) + std::exp(v * 0.5f); };
+  fx::Tensor<float, 7, 37> rows =
+      (x + bias).exp2() / (1.f + (-(x + bias)).exp2()) + ((x + bias) * 0.5f).exp();
+  check(
+      rows, [&](index_t i) { return f(x[i] + bias[i % 37]); }, "rows with a bias");
+  fx::Tensor<float, 7, 37> cols = (x * col).sigmoid() + (col - x).exp2();
+  check(
+      cols,
+      [&](index_t i) {
+        float a = x[i] * col[i / 37], b = col[i / 37] - x[i];
+        return 1 / (1 + std::exp(-a)) + std::exp2(b);
+      },
+      "a column broadcast along the rows");
+  fx::Tensor<float, 3, 5, 40> x3;
+  fx::Tensor<float, 40> b3;
+  fill(x3), fill(b3);
+  fx::Tensor<float, 3, 5, 40> r3 = (x3 + b3).exp2();
+  check(
+      r3, [&](index_t i) { return std::exp2(x3[i] + b3[i % 40]); }, "rank 3");
+  // 2^n exactly at every integer n whose power a float holds, NaN and infinities as std::exp2.
+  fx::Tensor<float, 300> n;
+  for (index_t i = 0; i < 300; ++i) n[i] = static_cast<float>(i - 160);
+  n[0] = std::numeric_limits<float>::quiet_NaN(), n[1] = std::numeric_limits<float>::infinity();
+  n[2] = -std::numeric_limits<float>::infinity();
+  fx::Tensor<float, 300> p = n.exp2();
+  for (index_t i = 0; i < 300; ++i) {
+    INFO("exp2(" << n[i] << ") = " << p[i]);
+    if (std::isnan(n[i]))
+      REQUIRE(std::isnan(p[i]));
+    else
+      REQUIRE(p[i] == std::exp2(n[i]));
   }
 }

@@ -114,7 +114,7 @@ TEST_CASE("function traits: arity and comparison are properties of each entry, n
      ...);
   }
   (std::make_integer_sequence<int, metagrad::fn::kFnCount>{});
-  CHECK(unary == 12);
+  CHECK(unary == 13);
   CHECK(binary == 11);
   CHECK(ternary == 1);
 }

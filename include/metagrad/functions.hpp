@@ -56,6 +56,7 @@ enum class Fn : std::uint8_t {
   ATAN,
   ASIN,
   ACOS,
+  EXP2,
   ADD,
   SUB,
   MUL,
@@ -179,6 +180,25 @@ struct FnTraits<Fn::EXP> : Transcendental {
     return std::tuple{when<0>(n, [&] { return n.out() * g; })};
   }
   static auto lower(const auto& x) { return x.exp(); }
+};
+// 2^x: the primitive under exp and sigmoid. Exact at integers (a power of two, not e^(x ln 2)
+// rounded twice), on every device and in the static path's vector form.
+template <>
+struct FnTraits<Fn::EXP2> : Transcendental {
+  static constexpr const char* name = "exp2";
+  template <class X>
+  static X scalar(X x) {
+    return std::exp2(x);
+  }
+  template <class X>
+  static auto forward(const X& x) {
+    return x.exp2();
+  }
+  template <class N, class G>
+  static auto grad(const N& n, const G& g) {
+    return std::tuple{when<0>(n, [&] { return n.out() * std::numbers::ln2 * g; })};
+  }
+  static auto lower(const auto& x) { return x.exp2(); }
 };
 template <>
 struct FnTraits<Fn::LOG> : Transcendental {

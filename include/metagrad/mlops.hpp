@@ -60,6 +60,7 @@ struct Map final : FunctionImpl<Map<F>, fn::FnTraits<F>::arity> {
   extern template struct Map<F>;   \
   using Name = Map<F>;
 METAGRAD_MAP_MLOP(Exp, fn::Fn::EXP)
+METAGRAD_MAP_MLOP(Exp2, fn::Fn::EXP2)
 METAGRAD_MAP_MLOP(Log, fn::Fn::LOG)
 METAGRAD_MAP_MLOP(Sin, fn::Fn::SIN)
 METAGRAD_MAP_MLOP(Relu, fn::Fn::RELU)

@@ -190,11 +190,7 @@ Tensor Tensor::neg() const { return *this * -1; }
 Tensor Tensor::log() const { return mlops::Log::apply(floating(*this)); }
 Tensor Tensor::log2() const { return hlops::log2(*this); }
 Tensor Tensor::exp() const { return mlops::Exp::apply(floating(*this)); }
-// 2^x through Pow: exact where exp(x ln 2) would round twice.
-Tensor Tensor::exp2() const {
-  Tensor x = floating(*this);
-  return x.scalar_like(2).pow(x);
-}
+Tensor Tensor::exp2() const { return mlops::Exp2::apply(floating(*this)); }
 Tensor Tensor::relu() const { return mlops::Relu::apply(*this); }
 Tensor Tensor::sin() const { return mlops::Sin::apply(floating(*this)); }
 Tensor Tensor::cos() const { return hlops::cos(floating(*this)); }

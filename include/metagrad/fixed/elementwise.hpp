@@ -197,7 +197,7 @@ auto ExprBase<D>::abs() const {
 }
 template <class D>
 auto ExprBase<D>::exp2() const {
-  return pow(2, self());
+  return detail::unary<Fn::EXP2>(self());
 }
 template <class D>
 auto ExprBase<D>::rsqrt() const {

@@ -458,6 +458,58 @@ METAGRAD_INLINE auto vget(const BMap<F, A, B, C>& b, index_t j) {
   return vapply<F>(vget(b.c.k0, j), vget(b.c.k1, j), vget(b.c.k2, j));
 }
 
+// ---- each row of a loop of rank R > 1 per vector, where every leaf reads along the row at stride
+// 1 or 0 (a row-major matrix, a bias broadcast down the rows): each leaf's row offset from the
+// outer position, then the row as the 1-D loop above ----
+template <std::size_t R, class B>
+struct vector_rows : std::false_type {};
+template <std::size_t R, class T, View V>
+struct vector_rows<R, BLeaf<T, V>>
+    : std::bool_constant<std::is_floating_point_v<T> && V.ndim() == R && V.mask.empty() &&
+                         (V.strides[R - 1] == 0 || V.strides[R - 1] == 1)> {};
+template <std::size_t R, class T, View V, index_t N>
+struct vector_rows<R, BOwn<T, V, N>> : vector_rows<R, BLeaf<T, V>> {};
+template <std::size_t R, class T>
+struct vector_rows<R, BConst<T>> : std::is_floating_point<T> {};
+template <std::size_t R, class T, class C>
+struct vector_rows<R, BGate<T, C>> : vector_rows<R, C> {};
+template <std::size_t R, Fn F, class... C>
+struct vector_rows<R, BMap<F, C...>> : std::bool_constant<vector_fn<F> && (vector_rows<R, C>::value && ...)> {
+};
+
+template <std::size_t R, class T, View V>
+METAGRAD_INLINE auto vget_row(const BLeaf<T, V>& b, const index_t* pos, index_t j) {
+  if constexpr (V.strides[R - 1] == 0)
+    return simd<T>::splat(b.p[offset_of<V, R>(pos, 0)]);
+  else
+    return simd<T>::load(b.p + offset_of<V, R>(pos, j));
+}
+template <std::size_t R, class T, View V, index_t N>
+METAGRAD_INLINE auto vget_row(const BOwn<T, V, N>& b, const index_t* pos, index_t j) {
+  return vget_row<R>(BLeaf<T, V>{b.v}, pos, j);
+}
+template <std::size_t R, class T>
+METAGRAD_INLINE auto vget_row(const BConst<T>& b, const index_t*, index_t) {
+  return simd<T>::splat(b.v);
+}
+template <std::size_t R, class T, class C>
+METAGRAD_INLINE auto vget_row(const BGate<T, C>& b, const index_t* pos, index_t j) {
+  if (b.on) return vget_row<R>(b.c, pos, j);
+  return simd<T>::splat(T(0));
+}
+template <std::size_t R, Fn F, class A>
+METAGRAD_INLINE auto vget_row(const BMap<F, A>& b, const index_t* pos, index_t j) {
+  return vapply<F>(vget_row<R>(b.c.k0, pos, j));
+}
+template <std::size_t R, Fn F, class A, class B>
+METAGRAD_INLINE auto vget_row(const BMap<F, A, B>& b, const index_t* pos, index_t j) {
+  return vapply<F>(vget_row<R>(b.c.k0, pos, j), vget_row<R>(b.c.k1, pos, j));
+}
+template <std::size_t R, Fn F, class A, class B, class C>
+METAGRAD_INLINE auto vget_row(const BMap<F, A, B, C>& b, const index_t* pos, index_t j) {
+  return vapply<F>(vget_row<R>(b.c.k0, pos, j), vget_row<R>(b.c.k1, pos, j), vget_row<R>(b.c.k2, pos, j));
+}
+
 inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place loop (a buffer in L1)
 
 // Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I, written from dst on (where
@@ -487,6 +539,14 @@ METAGRAD_INLINE void loop(const B& b, T* __restrict dst, index_t lo, index_t hi)
     // one unrolled first, inside a caller's loop, leaves branches the straight-line vectoriser cannot.
 #pragma GCC unroll 1
     for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
+  } else if constexpr (std::is_floating_point_v<T> && vector_rows<R, B>::value && vector_math<B>::value) {
+    // (only with expensive functions, as the 1-D loop: the compiler vectorises cheap rows alone)
+    constexpr index_t W = simd<T>::W, body = n / W * W;
+    for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
+      T* __restrict row = dst + (o - lo) * n;
+      for (index_t j = 0; j < body; j += W) simd<T>::store(row + j, vget_row<R>(b, pos, j));
+      for (index_t j = body; j < n; ++j) row[j] = get<R>(b, pos, j);
+    });
   } else {
     for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
       T* __restrict row = dst + (o - lo) * n;

@@ -109,6 +109,19 @@ inline __m512 clamp(__m512 x, float lo, float hi) {
   return _mm512_maskz_max_ps(kAll, _mm512_set1_ps(lo), _mm512_maskz_min_ps(kAll, _mm512_set1_ps(hi), x));
 }
 inline F16 vexp(F16 x) { return vexp_clamped(clamp((__m512)x, -104.f, 89.f)); }
+// 2^x = 2^n e^(f ln 2), n = round(x) and f = x - n exact: at integers e^0 = 1, so 2^n exactly.
+inline F16 vexp2(F16 x) {
+  __m512 c = clamp((__m512)x, -152.f, 129.f);
+  __m512 n = _mm512_maskz_roundscale_ps(kAll, c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_sub_ps(c, n);
+  __m512 r =
+      _mm512_fmadd_ps(f, _mm512_set1_ps(0.693359375f), _mm512_mul_ps(f, _mm512_set1_ps(-2.12194440e-4f)));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  for (float k :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f, 1.f, 1.f})
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
+  return (F16)_mm512_maskz_scalef_ps(kAll, p, n);
+}
 // 1 / (1 + e^-x) with the reciprocal from rcp14 and one Newton step (~1 ulp).
 inline F16 vsigmoid(F16 x) {
   __m512 c = clamp((__m512)x, -87.f, 88.f);  // e^-c stays finite: 1 + e^-c has a reciprocal

@@ -44,6 +44,14 @@ struct VecForm<fn::Fn::EXP> {
   }
 };
 template <>
+struct VecForm<fn::Fn::EXP2> {
+  static constexpr bool has = true;
+  template <class V>
+  static V vec(V x) {
+    return float_vector<V>(x, vexp2, fn::FnTraits<fn::Fn::EXP2>::scalar<double>);
+  }
+};
+template <>
 struct VecForm<fn::Fn::SIGMOID> {
   static constexpr bool has = true;
   template <class V>

@@ -1,0 +1,251 @@
+// The character GPT of examples/gpt (2 blocks, width 128, 4 heads, context 64, vocabulary 96) trained
+// on the static path: the model as fx expressions cut at the values read more than once (fx::cut),
+// its gradients from fx::grad, gradient clipping at 1 and AdamW with decay groups written as fx
+// expressions. Beside it the dynamic path's TinyJit step of the same model (examples/gpt_model.hpp)
+// from the same weights on the same batches (random tokens, batch 4): ms/step of each, and how far the
+// losses are apart.
+//
+//   bench_static_gpt [--steps=N] [--check] [--static-only]
+//
+// --check: 4 steps, exit status 1 where a loss differs from the dynamic path's by more than 1e-5
+// relative (the ctest bench_static_gpt_losses). --static-only: the static path alone (for a profiler).
+// THREADS sets both paths' threads (default: all).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../examples/gpt_model.hpp"
+#include "metagrad/fixed.hpp"
+#include "metagrad/runtime/threadpool.hpp"
+
+namespace {
+
+namespace fx = metagrad::fixed;
+using fx::index_t;
+using metagrad::Tensor;
+constexpr index_t B = 4, T = 64, C = 128, H = 4, D = C / H, V = examples::kVocab, N = 2;
+constexpr double kLr = 1e-3, kB1 = 0.9, kB2 = 0.99, kEps = 1e-8, kDecay = 0.1;
+
+// nn::Linear's layout: weight (out, in), y = x W^T + b.
+template <index_t Out, index_t In>
+struct Linear {
+  fx::Tensor<float, Out, In> w;
+  fx::Tensor<float, Out> b;
+};
+
+struct Block {
+  fx::Tensor<float, C> ln1_w, ln1_b, ln2_w, ln2_b;
+  Linear<C, C> q, k, v, out;  // the rows of MultiheadAttention's in_proj, and its out_proj
+  Linear<4 * C, C> fc;
+  Linear<C, 4 * C> proj;
+};
+
+struct Model {
+  fx::Tensor<float, V, C> wte;
+  fx::Tensor<float, T, C> wpe;
+  Block blocks[N];
+  fx::Tensor<float, C> lnf_w, lnf_b;
+  fx::Tensor<float, V, C> head;
+};
+
+template <class X, index_t Out, index_t In>
+auto linear(const X& x, const Linear<Out, In>& l) {
+  return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
+}
+
+template <class X>
+auto block(const X& x, const Block& p) {
+  auto h = fx::cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
+  auto heads = [&](const auto& l) {
+    return linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>();
+  };
+  auto o = fx::scaled_dot_product_attention<true>(heads(p.q), heads(p.k), heads(p.v))
+               .template permute<0, 2, 1, 3>()
+               .template reshape<B, T, C>();
+  auto x2 = fx::cut(x + linear(o, p.out));
+  auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
+  return fx::cut(x2 + linear(linear(h2, p.fc).gelu(), p.proj));
+}
+
+template <class Idx, class Lab>
+auto loss_of(const Model& m, const Idx& idx, const Lab& labels) {
+  auto x = fx::cut(fx::embedding(m.wte, idx) + m.wpe);
+  auto y = block(block(x, m.blocks[0]), m.blocks[1]);
+  auto logits = fx::matmul(fx::layernorm(y, m.lnf_w, m.lnf_b), m.head.template permute<1, 0>());
+  return fx::sparse_categorical_crossentropy(logits, labels);
+}
+
+// Every parameter, in one order for the gradients, the optimizer state and the weights' names.
+auto params(Model& m) {
+  auto blk = [](Block& b) {
+    return std::tie(b.ln1_w, b.ln1_b, b.q.w, b.q.b, b.k.w, b.k.b, b.v.w, b.v.b, b.out.w, b.out.b, b.ln2_w,
+                    b.ln2_b, b.fc.w, b.fc.b, b.proj.w, b.proj.b);
+  };
+  return std::tuple_cat(std::tie(m.wte, m.wpe), blk(m.blocks[0]), blk(m.blocks[1]),
+                        std::tie(m.lnf_w, m.lnf_b, m.head));
+}
+
+// Each parameter's AdamW moments.
+template <class... P>
+struct Moments {
+  std::tuple<std::remove_cvref_t<P>...> m, v;  // zero-initialised
+};
+
+// One training step on the static path: the loss (before the update).
+template <class Idx, class Lab, class... P>
+double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, const Lab& labels) {
+  fx::Tape tape;
+  auto loss = loss_of(model, idx, labels);
+  return std::apply(
+      [&](auto&... p) {
+        auto g = fx::grad(loss, p...);
+        double sq = 0;
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          ((sq += static_cast<double>((get<I>(g) * get<I>(g)).sum().eval()[0])), ...);
+        }
+        (std::index_sequence_for<P...>{});
+        const float coef = static_cast<float>(std::min(1.0, 1.0 / (std::sqrt(sq) + 1e-6)));
+        const float bias1 = static_cast<float>(1 - std::pow(kB1, t)),
+                    bias2 = static_cast<float>(1 - std::pow(kB2, t));
+        auto update = [&](auto& w, auto& m, auto& v, const auto& grad) {
+          using W = std::remove_cvref_t<decltype(w)>;
+          W gc = grad * coef;
+          m = m * float(kB1) + gc * float(1 - kB1);
+          v = v * float(kB2) + gc * gc * float(1 - kB2);
+          const float wd = W::shape::rank >= 2 ? float(kDecay) : 0.f;  // decay_groups: matrices decay
+          w = w - ((m / bias1) / ((v / bias2).sqrt() + float(kEps)) + w * wd) * float(kLr);
+        };
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          (update(p, std::get<I>(st.m), std::get<I>(st.v), get<I>(g)), ...);
+        }
+        (std::index_sequence_for<P...>{});
+        return static_cast<double>(g.loss());
+      },
+      params(model));
+}
+
+// The static model's weights from the dynamic one's state dict (in_proj split into q, k, v).
+void copy_weights(const examples::GPT& dyn, Model& m) {
+  std::map<std::string, std::vector<float>> sd;
+  for (const auto& [name, t] : metagrad::nn::get_state_dict(dyn)) sd[name] = t.to_vector<float>();
+  auto take = [&](const std::string& name, auto& dst, std::size_t offset = 0) {
+    auto it = sd.find(name);
+    if (it == sd.end()) throw std::runtime_error("bench_static_gpt: no weight " + name);
+    std::size_t n = static_cast<std::size_t>(std::remove_cvref_t<decltype(dst)>::shape::size);
+    if (offset + n > it->second.size())
+      throw std::runtime_error("bench_static_gpt: " + name + " is too small");
+    std::copy_n(it->second.begin() + static_cast<std::ptrdiff_t>(offset), n, dst.begin());
+  };
+  take("wte.weight", m.wte), take("wpe.weight", m.wpe);
+  for (int i = 0; i < N; ++i) {
+    std::string p = "blocks." + std::to_string(i) + ".";
+    Block& b = m.blocks[i];
+    take(p + "ln1.weight", b.ln1_w), take(p + "ln1.bias", b.ln1_b), take(p + "ln2.weight", b.ln2_w);
+    take(p + "ln2.bias", b.ln2_b);
+    Linear<C, C>* qkv[] = {&b.q, &b.k, &b.v};
+    for (std::size_t j = 0; j < 3; ++j) {
+      take(p + "attn.in_proj_weight", qkv[j]->w, j * C * C);
+      take(p + "attn.in_proj_bias", qkv[j]->b, j * C);
+    }
+    take(p + "attn.out_proj.weight", b.out.w), take(p + "attn.out_proj.bias", b.out.b);
+    take(p + "fc.weight", b.fc.w), take(p + "fc.bias", b.fc.b);
+    take(p + "proj.weight", b.proj.w), take(p + "proj.bias", b.proj.b);
+  }
+  take("ln_f.weight", m.lnf_w), take("ln_f.bias", m.lnf_b), take("head.weight", m.head);
+}
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 12;
+  bool check = false, static_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--steps=", 8) == 0)
+      steps = std::max(4, std::atoi(argv[i] + 8));
+    else if (std::strcmp(argv[i], "--check") == 0)
+      check = true, steps = 4;
+    else if (std::strcmp(argv[i], "--static-only") == 0)
+      static_only = true;
+    else
+      return std::fprintf(stderr, "usage: bench_static_gpt [--steps=N] [--check] [--static-only]\n"), 2;
+  }
+  std::mt19937_64 g(7);
+  std::uniform_int_distribution<std::int64_t> tok(0, V - 1);
+  std::vector<std::vector<std::int64_t>> xs(static_cast<std::size_t>(steps)), ys(xs.size());
+  for (std::size_t s = 0; s < xs.size(); ++s)
+    for (index_t i = 0; i < B * T; ++i) xs[s].push_back(tok(g)), ys[s].push_back(tok(g));
+
+  // The dynamic path: TinyJit on the default device.
+  Tensor::manual_seed(1337);
+  examples::GPT dyn(T, C, H, N);
+  auto model = std::make_unique<Model>();
+  copy_weights(dyn, *model);
+  metagrad::nn::optim::AdamW opt(metagrad::nn::optim::decay_groups(metagrad::nn::get_parameters(dyn), kDecay),
+                                 kLr, kB1, kB2, kEps);
+  std::function<Tensor(Tensor, Tensor)> run = [&](Tensor x, Tensor y) {
+    return examples::train_step(dyn, opt, x, y);
+  };
+  metagrad::TinyJit<std::function<Tensor(Tensor, Tensor)>> jit(run);
+  std::vector<double> dyn_loss, dyn_ms;
+  for (std::size_t s = 0; s < (static_only ? 0 : xs.size()); ++s) {
+    auto t0 = Clock::now();
+    Tensor x(xs[s], {B, T}), y(ys[s], {B, T});
+    dyn_loss.push_back(jit(x, y).item<double>());
+    dyn_ms.push_back(ms_since(t0));
+  }
+
+  // The static path, from the same weights on the same batches.
+  auto moments =
+      std::apply([](auto&... p) { return std::make_unique<Moments<decltype(p)...>>(); }, params(*model));
+  auto idx = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
+  auto labels = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
+  std::vector<double> st_loss, st_ms;
+  for (std::size_t s = 0; s < xs.size(); ++s) {
+    auto t0 = Clock::now();
+    std::copy(xs[s].begin(), xs[s].end(), idx->begin());
+    std::copy(ys[s].begin(), ys[s].end(), labels->begin());
+    st_loss.push_back(static_step(*model, *moments, static_cast<long>(s) + 1, *idx, *labels));
+    st_ms.push_back(ms_since(t0));
+  }
+
+  if (static_only) {
+    std::printf("static path (fx::grad) %.2f ms/step\n",
+                median(std::vector<double>(st_ms.begin() + 1, st_ms.end())));
+    return 0;
+  }
+  double worst = 0;
+  if (metagrad::getenv_int("DEBUG") >= 1)
+    for (std::size_t s = 0; s < xs.size(); ++s)
+      std::printf("step %zu: static %.9f dynamic %.9f\n", s, st_loss[s], dyn_loss[s]);
+  for (std::size_t s = 0; s < xs.size(); ++s)
+    worst = std::max(worst, std::abs(st_loss[s] - dyn_loss[s]) / std::abs(dyn_loss[s]));
+  std::vector<double> dyn_warm(dyn_ms.begin() + 3, dyn_ms.end()), st_warm(st_ms.begin() + 1, st_ms.end());
+  std::printf("GPT %ld blocks, width %ld, %ld heads, context %ld, batch %ld; %d steps, %d threads\n", long{N},
+              long{C}, long{H}, long{T}, long{B}, steps, metagrad::thread_count());
+  std::printf("  static path (fx::grad)      %8.2f ms/step\n", median(st_warm));
+  std::printf("  dynamic TinyJit on %-7s  %8.2f ms/step   static/dynamic speed-up %.2fx\n",
+              metagrad::Device::DEFAULT.c_str(), median(dyn_warm), median(dyn_warm) / median(st_warm));
+  std::printf("  losses %.5f .. %.5f; static vs dynamic at most %.2g relative (want <= 1e-5)\n",
+              dyn_loss.front(), dyn_loss.back(), worst);
+  return check && !(worst <= 1e-5) ? 1 : 0;
+}
