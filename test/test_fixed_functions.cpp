@@ -267,6 +267,20 @@ TEST_CASE("static vector loops over rows with broadcast operands agree with the 
   fx::Tensor<float, 3, 5, 40> r3 = (x3 + b3).exp2();
   check(
       r3, [&](index_t i) { return std::exp2(x3[i] + b3[i % 40]); }, "rank 3");
+  // Selects on bool tensors read along the row (a causal mask's rows; a mask per row broadcast).
+  fx::Tensor<bool, 7, 37> mask;
+  fx::Tensor<bool, 7, 1> row_mask;
+  for (index_t i = 0; i < mask.size; ++i) mask[i] = rng() % 2;
+  for (index_t i = 0; i < row_mask.size; ++i) row_mask[i] = rng() % 2;
+  fx::Tensor<float, 7, 37> sel =
+      fx::where(mask, (x + bias).exp(), -(x * 0.25f).exp2()) + fx::where(row_mask, x.sigmoid(), 1.f);
+  check(
+      sel,
+      [&](index_t i) {
+        float a = mask[i] ? std::exp(x[i] + bias[i % 37]) : -std::exp2(x[i] * 0.25f);
+        return a + (row_mask[i / 37] ? 1 / (1 + std::exp(-x[i])) : 1.f);
+      },
+      "selects on bool masks");
   // 2^n exactly at every integer n whose power a float holds, NaN and infinities as std::exp2.
   fx::Tensor<float, 300> n;
   for (index_t i = 0; i < 300; ++i) n[i] = static_cast<float>(i - 160);

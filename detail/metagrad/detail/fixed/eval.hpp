@@ -477,6 +477,13 @@ template <std::size_t R, Fn F, class... C>
 struct vector_rows<R, BMap<F, C...>> : std::bool_constant<vector_fn<F> && (vector_rows<R, C>::value && ...)> {
 };
 
+// A select on a bool tensor read along the row (a causal mask): the bools widened to lane masks.
+template <std::size_t R, View V, class X, class Y>
+struct vector_rows<R, BMap<Fn::WHERE, BLeaf<bool, V>, X, Y>>
+    : std::bool_constant<V.ndim() == R && V.mask.empty() &&
+                         (V.strides[R - 1] == 0 || V.strides[R - 1] == 1) && vector_rows<R, X>::value &&
+                         vector_rows<R, Y>::value> {};
+
 template <std::size_t R, class T, View V>
 METAGRAD_INLINE auto vget_row(const BLeaf<T, V>& b, const index_t* pos, index_t j) {
   if constexpr (V.strides[R - 1] == 0)
@@ -508,6 +515,16 @@ METAGRAD_INLINE auto vget_row(const BMap<F, A, B>& b, const index_t* pos, index_
 template <std::size_t R, Fn F, class A, class B, class C>
 METAGRAD_INLINE auto vget_row(const BMap<F, A, B, C>& b, const index_t* pos, index_t j) {
   return vapply<F>(vget_row<R>(b.c.k0, pos, j), vget_row<R>(b.c.k1, pos, j), vget_row<R>(b.c.k2, pos, j));
+}
+template <std::size_t R, View V, class X, class Y>
+METAGRAD_INLINE auto vget_row(const BMap<Fn::WHERE, BLeaf<bool, V>, X, Y>& b, const index_t* pos, index_t j) {
+  auto x = vget_row<R>(b.c.k1, pos, j), y = vget_row<R>(b.c.k2, pos, j);
+  using Lane = std::conditional_t<sizeof(x[0]) == 8, std::int64_t, std::int32_t>;
+  using Mask = typename simd<Lane>::V;  // as many lanes as x, each as wide
+  Mask c;
+  const bool* p = b.c.k0.p + offset_of<V, R>(pos, V.strides[R - 1] == 0 ? 0 : j);
+  for (int i = 0; i < simd<Lane>::W; ++i) c[i] = p[V.strides[R - 1] == 0 ? 0 : i];
+  return c != 0 ? x : y;
 }
 
 inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place loop (a buffer in L1)
