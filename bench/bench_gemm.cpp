@@ -369,7 +369,7 @@ int main() {
               metagrad::gemm::to_string(metagrad::gemm::isa()).c_str(),
               metagrad::gemm::to_string(metagrad::gemm::best_isa()).c_str());
   auto bk = metagrad::gemm::default_blocking();
-  const auto& caches = fx::host_caches();
+  const auto& caches = metagrad::cpu::host_caches();
   std::printf("caches L1d %lld KiB, L2 %lld KiB, L3 %lld MiB; default blocking MC %lld KC %lld NC %lld\n",
               static_cast<long long>(caches.l1 >> 10), static_cast<long long>(caches.l2 >> 10),
               static_cast<long long>(caches.l3 >> 20), static_cast<long long>(bk.mc),

@@ -1,8 +1,10 @@
-// The AOT library's GEMM as C text: fixed/gemm.hpp's design (B packed in KC x NR strips or read in
+// The AOT library's GEMM as C text: cpu/gemm.hpp's design (B packed in KC x NR strips or read in
 // place, A read in place or packed in MR-row strips, an MR x NR register tile of two vectors per row)
 // in GNU C vector extensions, the tile's accumulators spelled out so that every C compiler keeps them
-// in registers. Threads only where the caller asks for them (NAME_set_threads): each runs a part of
-// C as a product of its own, with its own packing buffers.
+// in registers. Its rules (the tile's size, the blocking, k's steps, B in place, the split over
+// threads) are the C++ kernel's own text, detail/metagrad/detail/cpu/gemm_plan.h, pasted first.
+// Threads only where the caller asks for them (NAME_set_threads): each runs a part of C as a product
+// of its own, with its own packing buffers.
 #include "aot_gemm.hpp"
 
 #include <algorithm>
@@ -16,8 +18,8 @@ namespace {
 // P_tile<mr>: an mr x P_NR tile from a packed A strip (row r at a[r], the strip's row stride P_MR);
 // P_itile<mr>: from A's own rows (row r at a + r * lda, contiguous along k), addressed from a base
 // every five rows (fourteen row pointers would not fit x86's registers; for six, compilers keep each
-// r * lda in a register, as fixed/gemm.hpp's tile spells it); P_atile<mr>: as P_itile, B in place
-// from memory, asking each k step for the lines of the next strip's row (`ahead`, as fixed/gemm.hpp's
+// r * lda in a register, as cpu/gemm.hpp's tile spells it); P_atile<mr>: as P_itile, B in place
+// from memory, asking each k step for the lines of the next strip's row (`ahead`, as cpu/gemm.hpp's
 // tile). C's tile is asked for before the k loop, which hides its misses; accumulate, then store
 // whole or through a temporary at an edge.
 enum class Tile { packed, in_place, ahead };
@@ -51,7 +53,7 @@ std::string tile_fn(int mr, Tile kind) {
       ahead ? ", const float* ahead" : "", ") {\n", decl, ";\n  float t[", n(mr), "][P_NR];\n",
       in_place ? bases : "  (void)lda;\n", pre,
       mr >= 12 ? "#pragma GCC unroll 4\n"
-               : "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as fixed/gemm.hpp's tile
+               : "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as cpu/gemm.hpp's tile
       "  for (int64_t p = 0; p < kc; ++p, ", in_place ? "" : "a += P_MR, ", "b += bs) {\n",
       ahead
           ? "    for (int l = 0; l < (P_NR + 15) / 16; ++l) __builtin_prefetch(ahead + P_NR - 1 - 16 * l);\n"
@@ -66,32 +68,21 @@ std::string tile_fn(int mr, Tile kind) {
 constexpr const char* kSource = R"(
 #include <pthread.h>
 #include <stdlib.h>
-#if defined(__AVX512F__)
-#define P_VB 64
-#define P_MR 14
-#elif defined(__AVX__)
-#define P_VB 32
-#define P_MR 6
-#else
-#define P_VB 16
-#define P_MR 6
-#endif
+/* The vector width, the register tile, the cache blocking and k's steps: the plan above, for
+   floats, from this machine's caches (P_L1 .. P_L3). */
+#define P_VB METAGRAD_GEMM_VECTOR_BYTES
+#define P_MR METAGRAD_GEMM_MR(P_VB)
 #define P_W (P_VB / 4)
-#define P_NR (2 * P_W)
+#define P_NR (METAGRAD_GEMM_NV * P_W)
 #define P_MIN(x, y) ((x) < (y) ? (x) : (y))
 #define P_CLAMP(x, lo, hi) ((x) < (lo) ? (lo) : (x) > (hi) ? (hi) : (x))
 #define P_UP(x, q) (((x) + (q) - 1) / (q) * (q))
-/* Cache blocking as metagrad's: P_K0 the L2's size in KiB (up to 1024), an MC x P_K0 block of A
-   in half of the L2 up to 512 KiB (a quarter of one of 512 KiB or less), KC P_K0 but at most 512
-   under AVX2, a KC x NC panel of B in an eighth of L3, NC at most 1024. */
-#define P_K0 P_CLAMP(P_L2 / 1024 / 16 * 16, 128, 1024)
-#define P_KC P_MIN(P_K0, P_VB == 32 ? 512 : 1024)
-#define P_MC P_CLAMP((P_L2 <= 524288L ? P_L2 / 4 : P_MIN(P_L2 / 2, 524288L)) / (P_K0 * 4) / P_MR * P_MR, P_MR, 4096 / P_MR * P_MR)
-#define P_NC P_CLAMP(P_L3 / 8 / (P_KC * 4) / P_NR * P_NR, P_NR, 1024 / P_NR * P_NR)
-/* k's steps: of at most KC, and where k < KC but a k x NR strip of B would overflow the L1, as many
-   as keep a strip there (as metagrad's C++ kernel) */
-#define P_STEPS(k) \
-  ((k) < P_KC && (k) * P_NR * 4 > P_L1 ? ((k) * P_NR * 4 + P_L1 - 1) / P_L1 : ((k) + P_KC - 1) / P_KC)
+#define P_KC METAGRAD_GEMM_KC(P_L2, P_VB)
+#define P_MC METAGRAD_GEMM_MC(P_L2, 4, P_MR)
+#define P_NC METAGRAD_GEMM_NC(P_L3, P_KC, 4, P_NR)
+#define P_FAR METAGRAD_GEMM_FROM_MEMORY(P_L3)
+#define P_FEWCOLS (METAGRAD_GEMM_FEW_BYTES / 4)
+#define P_STEPS(k) mg_gemm_steps(k, P_KC, P_NR, 4, P_L1)
 typedef float P_v __attribute__((vector_size(P_VB)));
 #define P_ASIZE (P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16))
 #define P_BSIZE (P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX))
@@ -195,14 +186,13 @@ static void P_block(const P_part* t) {
   int64_t jc, pc, ic, jr;
   /* k in equal steps (P_STEPS). B in place: its last strip is packed where it ends inside a
      vector, and where its rows are all equally off a cache line, the columns up to the first line
-     are a product of their own once a strip's 2 ks lines pass half the L1 (as metagrad's C++ kernel:
-     each row of a strip would span two lines, the second gone when the next strip reads it). A read
-     in place where its rows are contiguous; a multiple of 4 KiB apart (its MR row streams would share
-     one L1 set), a block's rows are copied first to rows a cache line more than kc apart. */
+     are a product of their own (mg_gemm_lead). A read in place where its rows are contiguous; a
+     multiple of 4 KiB apart (its MR row streams would share one L1 set), a block's rows are copied
+     first to rows a cache line more than kc apart (mg_gemm_padded_row). */
   const int64_t steps = P_STEPS(k), ks = (k + steps - 1) / steps;
-  const int direct = t->direct, alias = acs == 1 && !t->whole_a && ars * 4 % 4096 == 0;
-  const int64_t off = (int64_t)((uintptr_t)b % 64) / 4, lead = 16 - off;
-  if (direct && off && brs % 16 == 0 && ks * 128 > P_L1 / 2 && n > lead) {
+  const int direct = t->direct, alias = mg_gemm_copy_a(ars, acs, t->whole_a, 4);
+  const int64_t lead = mg_gemm_lead(direct, (int64_t)((uintptr_t)b % 64) / 4, n, brs, ks, 4, P_L1);
+  if (lead) {
     P_part head = *t, rest = *t;
     head.n = lead, rest.n = n - lead, rest.b = b + lead, rest.c = c + lead;
     P_block(&head);
@@ -219,7 +209,7 @@ static void P_block(const P_part* t) {
         const float* ablock = a + ic * ars + pc * acs;
         int64_t lda = acs == 1 ? ars : 0, r;
         if (alias) {
-          lda = P_UP(kc, 16) + (P_UP(kc, 16) * 4 % 4096 == 0 ? 16 : 0);
+          lda = mg_gemm_padded_row(kc, 4);
           for (r = 0; r < mc; ++r) __builtin_memcpy(apack + r * lda, ablock + r * ars, sizeof(float) * kc);
           ablock = apack;
         } else if (!lda) {
@@ -233,14 +223,14 @@ static void P_block(const P_part* t) {
     }
 }
 /* One or two rows of A (batch 1) times a B whose rows are contiguous, as metagrad's C++ kernel does
-   it: C's rows are sums of B's rows, four at a time, B read once along its rows in runs of 1024
+   it: C's rows are sums of B's rows, four at a time, B read once along its rows in runs of P_FEWCOLS
    columns, not down its columns in strips (at n = 1024 a row a page apart, which no prefetcher
    follows). On the caller's thread: it is bound by reading B. */
 static void P_few(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs, const float* b,
                   int64_t brs, float* c, int64_t ldc) {
   int64_t j0, j1, i, p, j, q;
-  for (j0 = 0; j0 < n; j0 += 1024) {
-    j1 = P_MIN(n, j0 + 1024);
+  for (j0 = 0; j0 < n; j0 += P_FEWCOLS) {
+    j1 = P_MIN(n, j0 + P_FEWCOLS);
     for (i = 0; i < m; ++i)
       for (j = j0; j < j1; ++j) c[i * ldc + j] = 0.f;
     for (p = 0; p < k; p += 4)
@@ -290,14 +280,10 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
   const int64_t rstrips = (m + P_MR - 1) / P_MR, cstrips = (P_MIN(n, P_NC) + P_NR - 1) / P_NR,
                 nstrips = (n + P_NR - 1) / P_NR;
   int64_t parts = P_MIN(P_threads, m * n * k >> 22), p, i, j;
-  const int by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * P_MIN(n, P_NC));
-  /* B read in place where its rows are contiguous and either one step covers k (P_STEPS) and all of
-     it sits in half the L2 (small products pay no packing), or A's rows are one block (each packed
-     strip would be read once, by that block's tiles in turn), unless B's rows are a multiple of 4 KiB
-     apart and the block more than two tiles (a strip in place shares one L1 set). In place from
-     memory (more than P_FAR bytes, CacheSizes::from_memory), each tile asks for the next strip ahead. */
-  const int direct = bcs == 1 && ((P_STEPS(k) == 1 && k * n * 4 <= P_L2 / 2) ||
-                                  (m <= P_MC && (brs * 4 % 4096 != 0 || m <= 2 * P_MR)));
+  const int by_rows = mg_gemm_by_rows(parts, m, P_MIN(n, P_NC), rstrips, cstrips, acs);
+  /* B read in place (mg_gemm_direct); from memory (more than P_FAR bytes), each tile asks for the
+     next strip ahead. */
+  const int direct = mg_gemm_direct(m, n, k, brs, bcs, P_STEPS(k), P_MC, P_MR, 4, P_L2);
   P_part part[P_TMAX];
   pthread_t thread[P_TMAX];
   int started[P_TMAX];
@@ -305,7 +291,7 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
     for (i = 0; i < m; ++i)
       for (j = 0; j < n; ++j) c[i * ldc + j] = 0.f;
   if (m == 0 || n == 0 || k == 0) return;
-  if (m <= 2 && bcs == 1) {
+  if (m <= METAGRAD_GEMM_FEW_ROWS && bcs == 1) {
     P_few(m, n, k, a, ars, acs, b, brs, c, ldc);
     return;
   }
@@ -318,7 +304,7 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
     float* buf = p ? (float*)(P_traw[p] + 64 - (uintptr_t)P_traw[p] % 64) : 0;
     t->k = k, t->ars = ars, t->acs = acs, t->brs = brs, t->bcs = bcs, t->ldc = ldc;
     t->whole_a = !by_rows && parts > 1; /* one part copies A's aliased rows, as the C++ kernel's does */
-    t->direct = direct, t->ahead = direct && k * n * 4 > P_FAR;
+    t->direct = direct, t->ahead = mg_gemm_ahead(direct, k, n, 4, P_FAR);
     t->ap = p ? buf : P_apack, t->bp = p ? buf + P_ASIZE : P_bpack;
     if (by_rows) {
       i = rstrips * p / parts * P_MR, j = P_MIN(m, rstrips * (p + 1) / parts * P_MR);
@@ -345,20 +331,26 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-std::string gemm_c_source(const std::string& prefix, GemmExtent max, const fixed::CacheSizes& caches) {
-  std::string s = detail::cat("/* ", prefix,
-                              "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n",
-                              "#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ",
-                              std::to_string(caches.l2), "L\n#define P_L3 ", std::to_string(caches.l3),
-                              "L\n#define P_FAR ", std::to_string(caches.from_memory()), "L\n#define P_MMAX ",
-                              std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
-                              std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
-                              std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
+// detail/metagrad/detail/cpu/gemm_plan.h's text (CMakeLists.txt reads it at build time)
+constexpr const char* kPlan =
+#include "gemm_plan_text.inc"  // (a generated file: build/generated/)
+    ;
+
+std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::CacheSizes& caches) {
+  std::string s =
+      detail::cat("#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ", std::to_string(caches.l2),
+                  "L\n#define P_L3 ", std::to_string(caches.l3), "L\n#define P_MMAX ",
+                  std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
+                  std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
+                  std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
   for (int r : {14, 8, 6, 4, 2, 1})
     replace_all(s, "P_TILE" + std::to_string(r) + "\n",
                 tile_fn(r, Tile::packed) + tile_fn(r, Tile::in_place) + tile_fn(r, Tile::ahead));
   replace_all(s, "P_", prefix + "_");
-  return s;
+  // The plan first, untouched by the prefix: its names are static or macros, the same in every library.
+  return detail::cat("/* ", prefix,
+                     "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n", kPlan,
+                     s);
 }
 
 }  // namespace metagrad::aot

@@ -1,10 +1,10 @@
 #pragma once
-// The matrix product an AOT library carries (runtime/aot_gemm.cpp): fixed/gemm.hpp's design
+// The matrix product an AOT library carries (runtime/aot_gemm.cpp): cpu/gemm.hpp's design
 // written out as C, since the library links only libc and libm.
 #include <cstdint>
 #include <string>
 
-#include "metagrad/fixed/cpu.hpp"
+#include "metagrad/cpu/caches.hpp"
 
 namespace metagrad::aot {
 
@@ -18,6 +18,6 @@ struct GemmExtent {
 // C (m x n, row stride ldc) = A B with A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
 // Its register tile is picked by the C compiler's target (AVX-512, AVX, else SSE vectors); its cache
 // blocking is derived from `caches` (the generating machine's).
-std::string gemm_c_source(const std::string& prefix, GemmExtent max, const fixed::CacheSizes& caches);
+std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::CacheSizes& caches);
 
 }  // namespace metagrad::aot

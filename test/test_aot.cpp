@@ -16,8 +16,8 @@
 #include <regex>
 
 #include "metagrad/aot.hpp"
-#include "metagrad/fixed/cpu.hpp"
-#include "metagrad/fixed/gemm.hpp"
+#include "metagrad/cpu/caches.hpp"
+#include "metagrad/cpu/gemm.hpp"
 #include "metagrad/runtime/gemm.hpp"
 
 using namespace metagrad;
@@ -149,7 +149,7 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
                         {2, 30, 7, true, false, 0},
                         {12, 1024, 300, false, false, 0},
                         {9, 1000, 600, false, false, 0},
-                        {6, 1024, fixed::host_caches().from_memory() / 4096 + 1, false, false, 0}};
+                        {6, 1024, cpu::host_caches().from_memory() / 4096 + 1, false, false, 0}};
   for (std::size_t form = 0; form < std::size(forms); ++form) {
     const auto [m, n, k, ta, tb, batch] = forms[form];
     INFO("form " << form << ": m " << m << ", n " << n << ", k " << k);
@@ -349,18 +349,18 @@ TEST_CASE("AOT: the C GEMM's cache blocking is the library's for every vector wi
         REQUIRE(read);
         long mc = 0, kc = 0, nc = 0;
         REQUIRE(std::sscanf(out.data(), "%ld %ld %ld", &mc, &kc, &nc) == 3);
-        return fixed::GemmBlocking{mc, kc, nc};
+        return cpu::GemmBlocking{mc, kc, nc};
       };
-  auto same = [](const fixed::GemmBlocking& got, const fixed::GemmBlocking& want) {
+  auto same = [](const cpu::GemmBlocking& got, const cpu::GemmBlocking& want) {
     INFO("C: MC " << got.mc << " KC " << got.kc << " NC " << got.nc << "; library: MC " << want.mc << " KC "
                   << want.kc << " NC " << want.nc);
     REQUIRE(got == want);
   };
-  const fixed::CacheSizes& host = fixed::host_caches();
+  const cpu::CacheSizes& host = cpu::host_caches();
   // Other machines' caches, below, for this unit's own vector width (one of the targets: it runs here).
-  const gemm::Isa unit = fixed::detail::kVectorBytes == 64   ? gemm::Isa::avx512
-                         : fixed::detail::kVectorBytes == 32 ? gemm::Isa::avx2
-                                                             : gemm::Isa::generic;
+  const gemm::Isa unit = cpu::detail::kVectorBytes == 64   ? gemm::Isa::avx512
+                         : cpu::detail::kVectorBytes == 32 ? gemm::Isa::avx2
+                                                           : gemm::Isa::generic;
   std::string own;
   for (const auto& [flags, isa] : c_targets()) {
     INFO("compiled with `" << flags << "`");
@@ -374,7 +374,7 @@ TEST_CASE("AOT: the C GEMM's cache blocking is the library's for every vector wi
                         {1280 << 10, 24 << 20},
                         {64 << 10, 1 << 20}}) {
     INFO("L2 " << l2 << ", L3 " << l3);
-    same(c_blocking(own, l2, l3), fixed::detail::Gemm<float>::blocking({32 << 10, l2, l3}));
+    same(c_blocking(own, l2, l3), cpu::detail::Gemm<float>::blocking({32 << 10, l2, l3}));
   }
   std::filesystem::remove_all(dir);
 }

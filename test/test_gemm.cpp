@@ -22,8 +22,8 @@
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
 #include "kernel_sources.hpp"
-#include "metagrad/fixed/cpu.hpp"
-#include "metagrad/fixed/gemm.hpp"
+#include "metagrad/cpu/caches.hpp"
+#include "metagrad/cpu/gemm.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/metagrad.hpp"
 #include "metagrad/runtime/gemm.hpp"
@@ -163,7 +163,7 @@ TEST_CASE("gemm: B read in place by one block of A's rows: rows 4 KiB apart, off
   // a time) or 4000 bytes (in place); k past a strip whose two lines a row outgrow half the L1, with
   // B's rows off a cache line by every amount (the first columns a product of their own); and a B
   // larger than CacheSizes::from_memory(), read in place (each tile asking for the next strip)
-  const i64 from_memory = fixed::host_caches().from_memory() / 4000 + 1;
+  const i64 from_memory = cpu::host_caches().from_memory() / 4000 + 1;
   for (gemm::Isa isa : isas())
     for (int t = 0; t < 16; ++t) {
       Case c = random_case(g, 2);
@@ -189,7 +189,7 @@ TEST_CASE("gemm: a packed panel of B past half the L2 (each strip's first tile a
           "[gemm]") {
   std::mt19937 g(2048);
   std::uniform_int_distribution<i64> extra(1, 40);
-  const i64 l2 = fixed::host_caches().l2;
+  const i64 l2 = cpu::host_caches().l2;
   for (gemm::Isa isa : isas())
     for (int t = 0; t < 3; ++t) {
       // more rows than a block of A (B packed, not read in place), k one step (or two), and n's
@@ -243,7 +243,7 @@ TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", 
                       {1, 800},
                       {2, 400},
                       {12, 600},
-                      {5, fixed::host_caches().from_memory() / 6000 + 1}}) {
+                      {5, cpu::host_caches().from_memory() / 6000 + 1}}) {
     Case c{m, 1500, k, false, false, 0, 0, 0, 0, {}, {}, {}};
     c.a.resize(static_cast<std::size_t>(m * k)), c.b.resize(static_cast<std::size_t>(1500 * k)),
         c.c.resize(static_cast<std::size_t>(m * 1500));
@@ -466,15 +466,15 @@ TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of
     return 0;
   };
   for (int level = 1; level <= 4; ++level)
-    CHECK(metagrad::fixed::detail::sysfs_cache(level) == expected(level));
+    CHECK(metagrad::cpu::detail::sysfs_cache(level) == expected(level));
   auto path = std::filesystem::temp_directory_path() / "metagrad_read_word_test";
   std::ofstream(path) << "  12345678901234567890 tail\n";
   char w[8];
-  REQUIRE(metagrad::fixed::detail::read_word(path.c_str(), w, sizeof w));
+  REQUIRE(metagrad::cpu::detail::read_word(path.c_str(), w, sizeof w));
   CHECK(std::string(w) == "1234567");  // at most n - 1 characters
   std::filesystem::remove(path);
-  CHECK_FALSE(metagrad::fixed::detail::read_word(path.c_str(), w, sizeof w));
-  const auto& c = metagrad::fixed::host_caches();
+  CHECK_FALSE(metagrad::cpu::detail::read_word(path.c_str(), w, sizeof w));
+  const auto& c = metagrad::cpu::host_caches();
   CHECK(c.l1 >= 4096);
   CHECK(c.l2 >= c.l1);
 }
@@ -517,13 +517,13 @@ TEST_CASE("fixed: a unit built without ISA flags runs its products on the widest
 
 // A static unit linked against the library (this one, through metagrad::metagrad's
 // METAGRAD_PREBUILT) calls the library's copies of the GEMM for its ISA and of the thread pool
-// rather than compiling its own (fixed/gemm.hpp, fixed/parallel.hpp): the functions it calls live
+// rather than compiling its own (cpu/gemm.hpp, cpu/parallel.hpp): the functions it calls live
 // in libmetagrad, not in this program.
 TEST_CASE("fixed: a unit linked against the library calls the library's GEMM and thread pool", "[gemm]") {
 #ifndef METAGRAD_FIXED_GEMM_PREBUILT
   FAIL("METAGRAD_PREBUILT did not reach this unit, or no library copy has its ISA");
 #endif
-  namespace d = metagrad::fixed::detail;
+  namespace d = metagrad::cpu::detail;
   for (void* f : {reinterpret_cast<void*>(&d::Gemm<float>::run),
                   reinterpret_cast<void*>(&d::Gemm<double>::run), reinterpret_cast<void*>(&d::Pool::get)}) {
     Dl_info info{};

@@ -92,17 +92,17 @@ void check(const std::string& what, const Fn& f, const std::vector<Tensor>& inpu
   require_close(got.to_vector<double>(), want.to_vector<double>(), atol * scale, rtol * scale, what);
 }
 
-Tensor cpu(const std::vector<double>& v, const Dims& shape, DType dt = dtypes::float32) {
+Tensor host_tensor(const std::vector<double>& v, const Dims& shape, DType dt = dtypes::float32) {
   return Tensor(v, shape, {.device = "CPU"}).cast(dt);
 }
 Tensor rnd(const Dims& shape, std::uint64_t seed, DType dt = dtypes::float32, double lo = -2, double hi = 2) {
-  return cpu(random_values(prod(shape), seed, lo, hi), shape, dt);
+  return host_tensor(random_values(prod(shape), seed, lo, hi), shape, dt);
 }
 // Integers in [lo, hi] (as doubles), for integer and bool dtypes and exact float checks.
 Tensor rnd_int(const Dims& shape, std::uint64_t seed, DType dt, double lo, double hi) {
   std::vector<double> v = random_values(prod(shape), seed, lo, hi + 1);
   for (double& x : v) x = std::floor(x);
-  return cpu(v, shape, dt);
+  return host_tensor(v, shape, dt);
 }
 Tensor binary(BinaryOps op, const Tensor& a, const Tensor& b) {
   return Tensor(a.lazydata->e(op, b.lazydata));
@@ -175,21 +175,22 @@ TEST_CASE("LLVM: every dtype", "[llvm]") {
     }
   }
   // Wrapping arithmetic and the edges of integer division.
-  Tensor big = cpu({2147483647, -2147483648.0, 7, -7, -2147483648.0, 5}, {6}, dtypes::int32);
-  Tensor d = cpu({1, -1, 0, 2, -1, -3}, {6}, dtypes::int32);
+  Tensor big = host_tensor({2147483647, -2147483648.0, 7, -7, -2147483648.0, 5}, {6}, dtypes::int32);
+  Tensor d = host_tensor({1, -1, 0, 2, -1, -3}, {6}, dtypes::int32);
   check("int32 wrap", [](auto& x) { return binary(BinaryOps::ADD, x[0], x[0]); }, {big});
   check("int32 div edges", [](auto& x) { return binary(BinaryOps::DIV, x[0], x[1]); }, {big, d});
   check("int32 negative pow", [](auto& x) { return binary(BinaryOps::POW, x[0], x[1]); },
-        {cpu({1, -1, -1, 2, 0, 3}, {6}, dtypes::int32), cpu({-3, -3, -2, -1, 0, 3}, {6}, dtypes::int32)});
+        {host_tensor({1, -1, -1, 2, 0, 3}, {6}, dtypes::int32),
+         host_tensor({-3, -3, -2, -1, 0, 3}, {6}, dtypes::int32)});
   check("int8 wrap", [](auto& x) { return binary(BinaryOps::MUL, x[0], x[0]); },
-        {cpu({100, -128, 127, 16}, {4}, dtypes::int8)});
+        {host_tensor({100, -128, 127, 16}, {4}, dtypes::int8)});
   check("uint8 div", [](auto& x) { return binary(BinaryOps::DIV, x[0], x[1]); },
-        {cpu({255, 200, 7, 0}, {4}, dtypes::uint8), cpu({2, 0, 255, 3}, {4}, dtypes::uint8)});
+        {host_tensor({255, 200, 7, 0}, {4}, dtypes::uint8), host_tensor({2, 0, 255, 3}, {4}, dtypes::uint8)});
   check("bool arithmetic",
         [](auto& x) { return binary(BinaryOps::ADD, x[0], x[1]) + binary(BinaryOps::SUB, x[0], x[1]); },
-        {cpu({0, 0, 1, 1}, {4}, dtypes::bool_), cpu({0, 1, 0, 1}, {4}, dtypes::bool_)});
+        {host_tensor({0, 0, 1, 1}, {4}, dtypes::bool_), host_tensor({0, 1, 0, 1}, {4}, dtypes::bool_)});
   check("int32 max of negatives", [](auto& x) { return x[0].max(); },
-        {cpu({-5, -3, -9}, {3}, dtypes::int32)});
+        {host_tensor({-5, -3, -9}, {3}, dtypes::int32)});
 }
 
 TEST_CASE("LLVM: casts between every pair of dtypes", "[llvm]") {
@@ -200,18 +201,18 @@ TEST_CASE("LLVM: casts between every pair of dtypes", "[llvm]") {
   for (DType from : dtypes::all)
     for (DType to : dtypes::all) {
       std::string n = detail::cat(from.name, " -> ", to.name);
-      check(n, [to](auto& x) { return x[0].cast(to); }, {cpu(whole, {10}, from)});
+      check(n, [to](auto& x) { return x[0].cast(to); }, {host_tensor(whole, {10}, from)});
       if (dtypes::is_float(from) && to != dtypes::bool_ && (to != dtypes::int8 && to != dtypes::uint8))
-        check(n + " (fractions)", [to](auto& x) { return x[0].cast(to); }, {cpu(frac, {10}, from)});
+        check(n + " (fractions)", [to](auto& x) { return x[0].cast(to); }, {host_tensor(frac, {10}, from)});
     }
   check("float -> int saturates, NaN is 0", [](auto& x) { return x[0].cast(dtypes::int64); },
-        {cpu({kNaN, kInf, -kInf, 1e30, -1e30, 3.7}, {6}, dtypes::float32)});
+        {host_tensor({kNaN, kInf, -kInf, 1e30, -1e30, 3.7}, {6}, dtypes::float32)});
   // Inside a kernel float16 computes in float: the product is not rounded to half before the cast.
   check(
       "float16 rounding", [](auto& x) { return (x[0].cast(dtypes::float16) * 3).cast(dtypes::float32); },
-      {cpu({0.1, 1.0 / 3, 1000.7, 70000, 1e-6, -2.2}, {6})}, 200);
+      {host_tensor({0.1, 1.0 / 3, 1000.7, 70000, 1e-6, -2.2}, {6})}, 200);
   check("float16 in and out", [](auto& x) { return x[0].cast(dtypes::float16) * 3; },
-        {cpu({0.1, 1.0 / 3, 1000.7, 70000, 1e-6, -2.2}, {6})});
+        {host_tensor({0.1, 1.0 / 3, 1000.7, 70000, 1e-6, -2.2}, {6})});
 }
 
 TEST_CASE("LLVM: reductions over each axis and in full", "[llvm]") {
@@ -279,8 +280,8 @@ TEST_CASE("LLVM: non-contiguous inputs and negative index math", "[llvm]") {
 
 TEST_CASE("LLVM: NaN and inf behave", "[llvm]") {
   if (!have_llvm()) return;
-  Tensor a = cpu({kNaN, 1, -kInf, kInf, 0, -0.0, 3, kNaN}, {8});
-  Tensor b = cpu({2, kNaN, 5, -kInf, 0, 1, kInf, kNaN}, {8});
+  Tensor a = host_tensor({kNaN, 1, -kInf, kInf, 0, -0.0, 3, kNaN}, {8});
+  Tensor b = host_tensor({2, kNaN, 5, -kInf, 0, 1, kInf, kNaN}, {8});
   auto bin = [](BinaryOps op) { return [op](auto& x) { return binary(op, x[0], x[1]); }; };
   for (DType dt : {dtypes::float32, dtypes::float64, dtypes::float16}) {
     std::string n = dt.name;
@@ -292,7 +293,8 @@ TEST_CASE("LLVM: NaN and inf behave", "[llvm]") {
     check(n + " max reduce with NaN", [](auto& t) { return t[0].reshape({2, 4}).max(1); }, {x});
     check(n + " sum with inf", [](auto& t) { return t[0].reshape({4, 2}).sum(1); }, {y});
   }
-  check("1/0 and 0/0", [](auto& t) { return t[0] / t[1]; }, {cpu({1, -1, 0}, {3}), cpu({0, 0, 0}, {3})});
+  check("1/0 and 0/0", [](auto& t) { return t[0] / t[1]; },
+        {host_tensor({1, -1, 0}, {3}), host_tensor({0, 0, 0}, {3})});
   check("relu of NaN", [](auto& t) { return t[0].relu(); }, {a});
 }
 

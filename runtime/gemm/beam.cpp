@@ -20,7 +20,8 @@
 #include <tuple>
 #include <vector>
 
-#include "metagrad/fixed/parallel.hpp"
+#include "metagrad/cpu/caches.hpp"
+#include "metagrad/cpu/parallel.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/runtime/disk_cache.hpp"
 #include "metagrad/runtime/gemm.hpp"
@@ -51,7 +52,7 @@ std::string cpu_id() {
       model = line;
       break;
     }
-  const auto& c = fixed::host_caches();
+  const auto& c = cpu::host_caches();
   return stable_hash(model + " " + std::to_string(c.l1) + " " + std::to_string(c.l2) + " " +
                      std::to_string(c.l3));
 }
@@ -170,7 +171,7 @@ GemmBlocking search(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa, int
 
 GemmBlocking choose_blocking(std::int64_t m, std::int64_t n, std::int64_t k, Isa isa) {
   static const int width = static_cast<int>(getenv_int("BEAM", 0));
-  Key key{static_cast<int>(isa), m, n, k, fixed::threads()};
+  Key key{static_cast<int>(isa), m, n, k, cpu::threads()};
   Store& s = store();
   {
     std::lock_guard lock(s.mu);

@@ -2,7 +2,7 @@
 
 #include <unordered_map>
 
-#include "metagrad/fixed/parallel.hpp"
+#include "metagrad/cpu/parallel.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/runtime/gemm.hpp"
 #include "metagrad/runtime/host_program.hpp"  // host_pointer
@@ -68,9 +68,8 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const 
   // A product too small to split over threads (attention's 64 x 64 x 32 per head) would run every
   // batch index on one core: the batch is split instead, each part at least one split product's work.
   const std::int64_t macs = p.m * p.n * p.k;
-  if (count > 1 && macs < fixed::detail::kParallelMacs)
-    fixed::detail::parallel_for(
-        count, 1, (fixed::detail::kParallelMacs + macs - 1) / std::max<std::int64_t>(macs, 1), run);
+  if (count > 1 && macs < cpu::kParallelMacs)
+    cpu::parallel_for(count, 1, (cpu::kParallelMacs + macs - 1) / std::max<std::int64_t>(macs, 1), run);
   else
     run(0, count);
 }

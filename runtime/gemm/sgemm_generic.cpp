@@ -1,5 +1,5 @@
 // The generic kernel (flags set in CMakeLists.txt). It is also the copy that units built without
-// ISA flags call (fixed/gemm.hpp): it hands their products to the widest copy the CPU runs.
+// ISA flags call (cpu/gemm.hpp): it hands their products to the widest copy the CPU runs.
 #define METAGRAD_GEMM_FORWARD 1
 #include "sgemm_isa.inc"
 
@@ -17,12 +17,12 @@ std::int64_t widened_products() { return widened.load(std::memory_order_relaxed)
 #if defined(__x86_64__)
 namespace gemm {
 // The wider copies' entry points (sgemm_isa.inc), compiled with their ISA's flags.
-#define METAGRAD_GEMM_DECLARE(ns)                                                                       \
-  namespace ns {                                                                                        \
-  template <class T>                                                                                    \
-  void run_static(fixed::index_t m, fixed::index_t n, fixed::index_t k, const T* a, fixed::index_t ars, \
-                  fixed::index_t acs, const T* b, fixed::index_t brs, fixed::index_t bcs, T* c,         \
-                  fixed::index_t ldc, const GemmBlocking* bk);                                          \
+#define METAGRAD_GEMM_DECLARE(ns)                                                                           \
+  namespace ns {                                                                                            \
+  template <class T>                                                                                        \
+  void run_static(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t ars,             \
+                  std::int64_t acs, const T* b, std::int64_t brs, std::int64_t bcs, T* c, std::int64_t ldc, \
+                  const GemmBlocking* bk);                                                                  \
   }
 METAGRAD_GEMM_DECLARE(avx)
 METAGRAD_GEMM_DECLARE(avx512)
@@ -30,7 +30,7 @@ METAGRAD_GEMM_DECLARE(avx512)
 }  // namespace gemm
 #endif
 
-namespace fixed::detail::METAGRAD_FIXED_ISA {  // (the header's declaration: base)
+namespace cpu::detail::METAGRAD_CPU_ISA {  // (the header's declaration: base)
 
 template <class T>
 bool run_on_widest_isa(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
@@ -58,5 +58,5 @@ template bool run_on_widest_isa<double>(index_t, index_t, index_t, const double*
                                         const double*, index_t, index_t, double*, index_t,
                                         const GemmBlocking&);
 
-}  // namespace fixed::detail::METAGRAD_FIXED_ISA
+}  // namespace cpu::detail::METAGRAD_CPU_ISA
 }  // namespace metagrad

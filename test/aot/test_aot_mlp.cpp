@@ -35,7 +35,7 @@ struct HostWeights {
         b2(randn(rng, kOut, 0.1f)) {}
 };
 
-Tensor cpu(const std::vector<float>& v, const Dims& shape, bool grad = false) {
+Tensor host_tensor(const std::vector<float>& v, const Dims& shape, bool grad = false) {
   return Tensor(v, shape, {.device = "CPU", .requires_grad = grad});
 }
 
@@ -47,8 +47,9 @@ TEST_CASE("AOT forward equals the inline static forward and the dynamic forward 
     HostWeights w(rng);
     std::vector<float> x = randn(rng, kBatch * kIn), out(static_cast<std::size_t>(kBatch * kOut));
     aot_mlp_forward(x.data(), w.w1.data(), w.b1.data(), w.w2.data(), w.b2.data(), out.data());
-    Tensor want = forward(cpu(x, {kBatch, kIn}), cpu(w.w1, {kIn, kHidden}), cpu(w.b1, {kHidden}),
-                          cpu(w.w2, {kHidden, kOut}), cpu(w.b2, {kOut}));
+    Tensor want =
+        forward(host_tensor(x, {kBatch, kIn}), host_tensor(w.w1, {kIn, kHidden}),
+                host_tensor(w.b1, {kHidden}), host_tensor(w.w2, {kHidden, kOut}), host_tensor(w.b2, {kOut}));
     check_close(out, want.to_vector<float>());
     // The static model, evaluated inline on the same weights.
     aot_mlp::Weights sw{
@@ -72,9 +73,9 @@ TEST_CASE("AOT SGD steps follow the dynamic SGD steps on CPU: loss and every wei
       float loss = -1;
       aot_mlp_step(x.data(), y.data(), lr, aot.w1.data(), aot.b1.data(), aot.w2.data(), aot.b2.data(), &loss);
 
-      Tensor w1 = cpu(dyn.w1, {kIn, kHidden}, true), b1 = cpu(dyn.b1, {kHidden}, true),
-             w2 = cpu(dyn.w2, {kHidden, kOut}, true), b2 = cpu(dyn.b2, {kOut}, true);
-      Tensor l = forward(cpu(x, {kBatch, kIn}), w1, b1, w2, b2)
+      Tensor w1 = host_tensor(dyn.w1, {kIn, kHidden}, true), b1 = host_tensor(dyn.b1, {kHidden}, true),
+             w2 = host_tensor(dyn.w2, {kHidden, kOut}, true), b2 = host_tensor(dyn.b2, {kOut}, true);
+      Tensor l = forward(host_tensor(x, {kBatch, kIn}), w1, b1, w2, b2)
                      .sparse_categorical_crossentropy(Tensor(y, {kBatch}, {.device = "CPU"}));
       l.backward();
       REQUIRE(loss == Approx(l.item<float>()).epsilon(1e-4));

@@ -1,5 +1,5 @@
 #pragma once
-// The runtime's matrix product: the static path's blocked kernel (fixed/gemm.hpp) compiled once per
+// The runtime's matrix product: the shared CPU layer's blocked kernel (cpu/gemm.hpp) compiled once per
 // ISA into the library and chosen by CPUID, or by env METAGRAD_ISA=generic|avx2|avx512 (to see
 // what an AVX2-only processor gets, on an AVX-512 one). The compiled devices run every float32
 // contraction kernel through it (codegen/gemm.hpp finds them).
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "metagrad/fixed/gemm.hpp"
+#include "metagrad/cpu/gemm.hpp"
 
 namespace metagrad::gemm {
 
@@ -19,7 +19,7 @@ std::string to_string(Isa isa);
 Isa best_isa();  // the widest this CPU runs
 Isa isa();  // the one in use: METAGRAD_ISA if set (std::runtime_error if the CPU lacks it), else best_isa()
 
-using fixed::GemmBlocking;
+using cpu::GemmBlocking;
 
 // C (m x n, row stride ldc) = A B, A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
 struct Problem {
@@ -41,7 +41,7 @@ GemmBlocking choose_blocking(std::int64_t m, std::int64_t n, std::int64_t k, Isa
 GemmBlocking default_blocking(Isa isa = gemm::isa());
 
 // Static-path products that units built without ISA flags handed from the library's baseline copy
-// to a wider one the CPU runs (fixed/gemm.hpp), in this process.
+// to a wider one the CPU runs (cpu/gemm.hpp), in this process.
 std::int64_t widened_products();
 
 // Whether the host devices run contractions through the GEMM: yes unless env METAGRAD_GEMM=0.

@@ -11,7 +11,7 @@
 
 #include <boost/mp11/algorithm.hpp>
 
-#include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/detail/fixed/grad.hpp"
 
 namespace metagrad::fixed::detail::ad {

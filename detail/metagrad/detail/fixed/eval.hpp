@@ -27,8 +27,7 @@
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
 
-#include "metagrad/detail/fixed/arena.hpp"
-#include "metagrad/detail/fixed/simd.hpp"
+#include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/detail/fixed/tensor.hpp"
 #include "metagrad/detail/fixed/vec_form.hpp"
 #include "metagrad/fixed/elementwise.hpp"

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 #include "metagrad/fixed/eval.hpp"
-#include "metagrad/fixed/gemm.hpp"
 
 namespace metagrad::fixed {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/fixed/eval.hpp"
 #include "metagrad/fixed/movement.hpp"
 

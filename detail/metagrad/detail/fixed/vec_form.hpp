@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "metagrad/detail/fixed/simd.hpp"
+#include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/functions.hpp"
 
 namespace metagrad::fixed::detail {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <new>
 
-namespace metagrad::fixed::detail {
+namespace metagrad::cpu::detail {
 
 class Arena {
  public:
@@ -87,4 +87,4 @@ class Arena {
   int depth_ = 0;
 };
 
-}  // namespace metagrad::fixed::detail
+}  // namespace metagrad::cpu::detail

@@ -4,9 +4,10 @@
 // for the processor it runs on rather than the one it was tuned on.
 #include <cstdint>
 
-#include "metagrad/detail/fixed/cpu.hpp"
+#include "metagrad/detail/cpu/caches.hpp"
+#include "metagrad/detail/cpu/gemm_plan.h"
 
-namespace metagrad::fixed {
+namespace metagrad::cpu {
 
 struct CacheSizes {
   std::int64_t l1 = 32 << 10, l2 = 512 << 10, l3 = 8 << 20;  // bytes: L1d and L2 per core, L3 in all
@@ -14,7 +15,7 @@ struct CacheSizes {
   // which every core shares, and of at most 64 MiB of it, since a virtual machine shares its host's
   // L3 with other guests (an Emerald Rapids guest reads 300 MiB of it, and a 16 MiB B there is
   // read at memory's speed).
-  std::int64_t from_memory() const { return (l3 < (64 << 20) ? l3 : 64 << 20) / 8; }
+  std::int64_t from_memory() const { return METAGRAD_GEMM_FROM_MEMORY(l3); }
 };
 
 // The host's caches, read on first use.
@@ -29,4 +30,4 @@ inline const CacheSizes& host_caches() {
   return c;
 }
 
-}  // namespace metagrad::fixed
+}  // namespace metagrad::cpu

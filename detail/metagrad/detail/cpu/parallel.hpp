@@ -1,7 +1,8 @@
 #pragma once
-// Threads for inline evaluation: one process-wide pool of persistent workers, header-only.
+// The internals of cpu/parallel.hpp: one process-wide pool of persistent workers, header-only, which
+// the static path's kernels, the runtime's host kernels and the GEMM share.
 //
-// Size: env THREADS (as the dynamic path) else every core; fixed::set_threads(n) changes it.
+// Size: env THREADS (as the dynamic path) else every core; cpu::set_threads(n) changes it.
 // Dispatch is a function pointer and a void* (no allocation): the caller publishes the job by
 // bumping a generation counter, then every thread, the caller included, claims parts until none is
 // left: first those of its own contiguous range (thread t of T owns parts [tP/T, (t+1)P/T), so the
@@ -19,7 +20,7 @@
 // per-element results do not depend on which thread computes them), each above a size threshold:
 //   elementwise (eval.hpp)  the flat range (1-D loops; ranges start on 64-byte boundaries) or the
 //                           outer rows; bitwise the same as one thread.
-//   matmul (gemm.hpp)       rows of C, in whole MR-row strips, each part packing its own A blocks
+//   matmul (cpu/gemm.hpp)   rows of C, in whole MR-row strips, each part packing its own A blocks
 //                           after the shared B panel is packed by all; bitwise the same.
 //   reductions (reduce.hpp) along the innermost axis: output rows (W3a); everything into one
 //                           value: one partial per part, combined in part order (W3c: deterministic
@@ -34,9 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "metagrad/detail/fixed/arena.hpp"
+#include "metagrad/detail/cpu/arena.hpp"
 
-namespace metagrad::fixed::detail {
+namespace metagrad::cpu::detail {
 
 inline constexpr int kMaxThreads = 64;
 inline constexpr int kPartsPerThread = 4;  // parts per thread where the split is free to choose
@@ -254,4 +255,4 @@ void parallel_for(std::int64_t n, std::int64_t align, std::int64_t grain, F&& f)
   });
 }
 
-}  // namespace metagrad::fixed::detail
+}  // namespace metagrad::cpu::detail

@@ -11,26 +11,22 @@
 #include <immintrin.h>
 #endif
 
+#include "metagrad/detail/cpu/gemm_plan.h"  // METAGRAD_GEMM_VECTOR_BYTES
+
 #if defined(__AVX512F__)
-#define METAGRAD_FIXED_ISA avx512
+#define METAGRAD_CPU_ISA avx512
 #elif defined(__AVX__)
-#define METAGRAD_FIXED_ISA avx
+#define METAGRAD_CPU_ISA avx
 #else
-#define METAGRAD_FIXED_ISA base
+#define METAGRAD_CPU_ISA base
 #endif
 
-namespace metagrad::fixed::detail {
+namespace metagrad::cpu::detail {
 // Code whose shape depends on the ISA lives in an ISA-named inline namespace, so TUs built for
 // different ISAs never share (ODR-merge) each other's version.
-inline namespace METAGRAD_FIXED_ISA {
+inline namespace METAGRAD_CPU_ISA {
 
-#if defined(__AVX512F__)
-inline constexpr int kVectorBytes = 64;
-#elif defined(__AVX__)
-inline constexpr int kVectorBytes = 32;
-#else
-inline constexpr int kVectorBytes = 16;
-#endif
+inline constexpr int kVectorBytes = METAGRAD_GEMM_VECTOR_BYTES;
 
 template <class T>
 struct simd {
@@ -159,5 +155,5 @@ inline void stream_fence() {
 #endif
 }
 
-}  // namespace METAGRAD_FIXED_ISA
-}  // namespace metagrad::fixed::detail
+}  // namespace METAGRAD_CPU_ISA
+}  // namespace metagrad::cpu::detail

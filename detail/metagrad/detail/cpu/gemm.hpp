@@ -1,19 +1,20 @@
 #pragma once
-// The internals of fixed/gemm.hpp: the blocking, the register tiles, the packing and the loops
-// around them, in an ISA-named namespace (simd.hpp).
+// The internals of cpu/gemm.hpp: the register tiles, the packing and the loops around them, in an
+// ISA-named namespace (simd.hpp); the rules they follow (blocking, steps, B in place, the split over
+// threads) are gemm_plan.h's, which AOT libraries carry as C.
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <utility>
 
-#include "metagrad/detail/fixed/arena.hpp"
-#include "metagrad/detail/fixed/simd.hpp"
-#include "metagrad/fixed/cpu.hpp"
-#include "metagrad/fixed/parallel.hpp"
-#include "metagrad/fixed/shape.hpp"
+#include "metagrad/cpu/caches.hpp"
+#include "metagrad/cpu/parallel.hpp"
+#include "metagrad/detail/cpu/arena.hpp"
+#include "metagrad/detail/cpu/gemm_plan.h"
+#include "metagrad/detail/cpu/simd.hpp"
 
-namespace metagrad::fixed {
+namespace metagrad::cpu {
 
 // GEMM cache blocking (see Gemm::blocking): rows of A, the reduce and columns of B per block.
 struct GemmBlocking {
@@ -22,16 +23,17 @@ struct GemmBlocking {
 };
 
 namespace detail {
-inline namespace METAGRAD_FIXED_ISA {
+using index_t = std::int64_t;
 
-// Register tile rows: MR x 2 accumulators in 28 of AVX-512's 32 registers, 12 of AVX's 16.
-inline constexpr int kTileRows = kVectorBytes == 64 ? 14 : 6;
+inline namespace METAGRAD_CPU_ISA {
+
+inline constexpr int kTileRows = METAGRAD_GEMM_MR(kVectorBytes);  // (gemm_plan.h)
 
 template <class T>
 struct Gemm {
   using V = typename simd<T>::V;
   static constexpr int W = simd<T>::W;
-  static constexpr int MR = kTileRows, NV = 2, NR = NV * W;
+  static constexpr int MR = kTileRows, NV = METAGRAD_GEMM_NV, NR = NV * W;
   static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
   // One Rows x Nv*W tile of C (+)= packed A strip (kc x MR) times a B strip (kc x NR, row p at
@@ -148,26 +150,15 @@ struct Gemm {
       by_rows.template operator()<1>();
   }
 
-  // Cache blocking, by default derived from the host's caches (cpu.hpp; the measurements behind each
-  // rule are in docs/gemm.md, "Blocking from the machine it runs on"). KC is the L2's size in KiB,
-  // up to 1024: a KC x NR strip of packed B, reused by every A strip of a block, streams from the L2,
-  // and a long KC halves the passes over C, which decide large products, unless the L2 is 512 KiB
-  // or less. An MC x KC block of packed A takes half the L2 up to 512 KiB, or a quarter of one of
-  // 512 KiB or less. A KC x NC panel of B takes an eighth of the L3, which every core (and, in a VM,
-  // other guests) shares; NC stays at most 1024 columns. Under AVX2, KC then stops at 512 (a KC x NR
-  // strip of B, 32 KiB, in L1) and MC keeps the rows of the longer KC; AVX-512 keeps 1024. BEAM
-  // search (runtime/gemm) tunes them per shape.
-  static constexpr std::int64_t kMaxKc = kVectorBytes == 32 ? 512 : 1024;
+  // Cache blocking, by default derived from the host's caches (caches.hpp), by gemm_plan.h's rules
+  // (docs/gemm.md, "Blocking from the machine it runs on"). BEAM search (runtime/gemm) tunes them
+  // per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
-    auto fit = [](std::int64_t bytes, std::int64_t unit, std::int64_t step, std::int64_t lo,
-                  std::int64_t hi) { return std::clamp<std::int64_t>(bytes / unit / step * step, lo, hi); };
     constexpr std::int64_t S = sizeof(T);
     GemmBlocking b;
-    const std::int64_t kc = fit(c.l2, 1024, 16, 128, 1024);
-    b.mc = fit(c.l2 <= (512 << 10) ? c.l2 / 4 : std::min<std::int64_t>(c.l2 / 2, 512 << 10), kc * S, MR, MR,
-               4096 / MR * MR);
-    b.kc = std::min(kc, kMaxKc);
-    b.nc = fit(c.l3 / 8, b.kc * S, NR, NR, 1024);
+    b.mc = METAGRAD_GEMM_MC(c.l2, S, MR);
+    b.kc = METAGRAD_GEMM_KC(c.l2, kVectorBytes);
+    b.nc = METAGRAD_GEMM_NC(c.l3, b.kc, S, NR);
     return b;
   }
   static const GemmBlocking& host_blocking() {
@@ -242,7 +233,7 @@ struct Gemm {
   // packing; a B strip, packed or in place, is read down its columns, at n = 1024 a row a page apart,
   // which no prefetcher follows); from 3 rows on, tiles are faster (docs/gemm.md). C's kFewCols
   // columns of a row stay in L1, and each element sums its terms in k's order, as a tile does.
-  static constexpr index_t kFewRows = 2, kFewCols = 4096 / sizeof(T);
+  static constexpr index_t kFewRows = METAGRAD_GEMM_FEW_ROWS, kFewCols = METAGRAD_GEMM_FEW_BYTES / sizeof(T);
   static void few_rows(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                        index_t brs, T* c, index_t ldc) {
     constexpr index_t U = 4;
@@ -303,7 +294,7 @@ struct Gemm {
                    index_t ars, index_t acs, const Panel& B, T* ap, T* edge, T* c, index_t ldc, bool acc,
                    bool whole_a) {
     const bool arows = acs == 1,
-               alias = arows && !whole_a && (ars * static_cast<index_t>(sizeof(T))) % 4096 == 0;
+               alias = plan::mg_gemm_copy_a(ars, acs, whole_a, static_cast<index_t>(sizeof(T)));
     const index_t lda = alias ? padded_row(kc) : ars;
     for (index_t ic = r0; ic < r1; ic += MC) {
       const index_t mc = std::min(MC, r1 - ic);
@@ -399,9 +390,7 @@ struct Gemm {
   // A row copied for the tile: kc rounded up to a cache line, plus one line when that is a multiple
   // of 4 KiB (the MR rows then fall in different L1 sets).
   static constexpr index_t padded_row(index_t kc) {
-    constexpr index_t line = 64 / sizeof(T);
-    const index_t r = (kc + line - 1) / line * line;
-    return r * static_cast<index_t>(sizeof(T)) % 4096 == 0 ? r + line : r;
+    return plan::mg_gemm_padded_row(kc, static_cast<index_t>(sizeof(T)));
   }
 
   // dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. Strips whose
@@ -505,38 +494,27 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
   if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
   const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
                 NC = std::max<index_t>(bk.nc / NR, 1) * NR;
-  constexpr index_t S = sizeof(T), line = 64 / S;
+  constexpr index_t S = sizeof(T);
   const CacheSizes& caches = host_caches();
-  // k in equal steps of at most KC; where k < KC but a k x NR strip of B would overflow the L1, in as
-  // many as keep a strip there: extra passes over C are cheap at such k, B strips from the L2 are
-  // not (docs/gemm.md, "Blocking from the machine it runs on").
-  index_t steps = (k + KC - 1) / KC;
-  if (k < KC && k * NR * S > caches.l1) steps = (k * NR * S + caches.l1 - 1) / caches.l1;
-  const index_t ks = (k + steps - 1) / steps;
+  // k in equal steps of at most KC (docs/gemm.md, "Blocking from the machine it runs on")
+  const index_t steps = plan::mg_gemm_steps(k, KC, NR, S, caches.l1), ks = (k + steps - 1) / steps;
   const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
-  // B read in place, unpacked, where its rows are contiguous, one step covers k and all of it sits
-  // in half the L2: small products (64 x 64, a conv's per-image product) pay no packing. So is B
-  // where A's rows are one block (MC): each packed strip would be read by that block's tiles once,
-  // one after another; unless B's rows are a multiple of 4 KiB apart and the block more than two
-  // tiles, where a strip in place shares one L1 set and each further tile reads it from the L2
-  // (docs/gemm.md, "B read in place").
-  const bool direct = bcs == 1 && ((ks == k && n * k * S <= caches.l2 / 2) ||
-                                   (m <= MC && (brs * S % 4096 != 0 || m <= 2 * MR)));
-  // B's rows all equally off a cache line: each row of a strip in place spans two lines, the second
-  // also the next strip's, and once a strip's 2 ks lines pass half the L1 it is gone when that strip
-  // reads it. So the first columns, up to a line, are a product of their own, and the rest's strips
-  // start on lines (docs/gemm.md, "Off a cache line"; at k = 64 two products would cost a quarter of
-  // 64 x 64, and the L1 holds the strips anyway).
-  if (const index_t off = static_cast<index_t>(reinterpret_cast<std::uintptr_t>(b) % 64) / S,
-      lead = line - off;
-      direct && off && brs % line == 0 && ks * 2 * 64 > caches.l1 / 2 && n > lead) {
+  // B read in place (docs/gemm.md, "B read in place"): small products (64 x 64, a conv's per-image
+  // product) pay no packing.
+  const bool direct = plan::mg_gemm_direct(m, n, k, brs, bcs, steps, MC, MR, S, caches.l2);
+  // B's rows all equally off a cache line: the first columns, up to a line, a product of their own
+  // (docs/gemm.md, "Off a cache line"; at k = 64 two products would cost a quarter of 64 x 64, and
+  // the L1 holds the strips anyway).
+  if (const index_t lead =
+          plan::mg_gemm_lead(direct, static_cast<index_t>(reinterpret_cast<std::uintptr_t>(b) % 64) / S, n,
+                             brs, ks, S, caches.l1)) {
     run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
     return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk);
   }
   // A B read in place from memory (CacheSizes::from_memory) asks for each next strip (see tile); on
   // a B in the L2 or L3 the requests cost more than they gain, so not there (docs/gemm.md, "From
   // memory").
-  const bool ahead = direct && k * n * S > caches.from_memory();
+  const bool ahead = plan::mg_gemm_ahead(direct, k, n, S, caches.from_memory());
   Arena::Scope scope;
   T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
   const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
@@ -547,7 +525,7 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
   // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2), or where A's rows are contiguous
   // (read in place, even 4 KiB apart: see rows()) and at most 3/4 as many as the step has columns;
   // square products keep the rows (docs/gemm.md, "Threads").
-  const bool by_rows = rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
+  const bool by_rows = plan::mg_gemm_by_rows(parts, m, ncmax, rstrips, cstrips, acs);
   const index_t apack = std::min(MC, rstrips * MR) * padded_row(ks),
                 ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
   T* ap = Arena::local().alloc<T>(parts * ablock);
@@ -601,6 +579,6 @@ extern template struct Gemm<float>;
 extern template struct Gemm<double>;
 #endif
 
-}  // namespace METAGRAD_FIXED_ISA
+}  // namespace METAGRAD_CPU_ISA
 }  // namespace detail
-}  // namespace metagrad::fixed
+}  // namespace metagrad::cpu

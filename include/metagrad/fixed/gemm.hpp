@@ -1,8 +1,0 @@
-#pragma once
-// The matmul kernel of both paths: C = A B for strided A (m x k) and B (k x n), row-major C, blocked
-// as GotoBLAS and BLIS do. Panels of B (KC x NR strips) and A (MC x KC, MR-row strips) are packed
-// into arena memory (A is read in place where its rows are contiguous); a register tile of MR rows x NV
-// vectors (detail/.../simd.hpp) accumulates with FMA. The static path instantiates it for the ISA it is
-// compiled for; the runtime library compiles it once per ISA (generic, AVX2, AVX-512) and picks one by CPUID
-// (runtime/gemm/).
-#include "metagrad/detail/fixed/gemm.hpp"
