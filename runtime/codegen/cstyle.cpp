@@ -348,7 +348,7 @@ struct Renderer {
                                                                   : lang.reduce_attribute;
     src += detail::cat(lang.kernel_prefix, "void ", k.name, "(");
     auto buffer = [&](std::size_t i) {
-      return detail::cat(lang.buffer_prefix, i ? "const " : "", lang.type(k.buf_dtypes[i]), "*");
+      return detail::cat(lang.buffer_prefix, written(k, i) ? "" : "const ", lang.type(k.buf_dtypes[i]), "*");
     };
     bool array = lang.range_arguments && k.buf_dtypes.size() > kMaxBufferArguments;
     if (array) src += "void* const* restrict args";

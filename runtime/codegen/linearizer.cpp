@@ -303,6 +303,20 @@ struct Linearizer {
     out.name = k.name();
     out.buf_dtypes.push_back(k.out_dtype);
     for (const MemBuffer& b : k.bufs) out.buf_dtypes.push_back(b.dtype);
+    // A multi-store (ast.hpp): each source into its buffer, at the output's index (every output
+    // of one is contiguous in the output's shape).
+    std::vector<std::pair<LazySrc, std::size_t>> stores{{k.ast, 0}};
+    if (is_multi_store(*k.ast)) {
+      const Dims& to = std::get<Dims>(k.ast->arg);
+      stores.clear();
+      for (std::size_t i = 0; i < k.ast->src.size(); ++i) {
+        auto j = static_cast<std::size_t>(to[i]);
+        stores.emplace_back(k.ast->src[i], j);
+        if (j == 0) continue;
+        if (out.buf_dtypes.size() <= j) out.buf_dtypes.resize(j + 1, k.out_dtype);
+        out.buf_dtypes[j] = ast_dtype(k.ast->src[i]);
+      }
+    }
     out.op_estimate = k.op_estimate;
     out.reassociate = k.reassociate;
     loop_vars.assign(k.shape_len(), Node(0));
@@ -310,10 +324,12 @@ struct Linearizer {
     std::vector<Dims> out_positions = upcast_positions(false);
     std::vector<int> reduced = reduce(out_positions);
     for (std::size_t o = 0; o < out_positions.size(); ++o) {
-      int v = ast(k.ast, out_positions[o], reduced[o]);
       auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
       if (k.local_size) valid = Node::ands({valid, loop_vars[reduce_end()] < Node(1)});
-      push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
+      for (const auto& [src, j] : stores) {
+        int v = ast(src, out_positions[o], reduced[o]);
+        push(UOp{UOps::STORE, out.buf_dtypes[j], {v}, UnaryOps::NOOP, static_cast<int>(j), idx, valid});
+      }
     }
     close_loops(0);
   }
@@ -325,6 +341,13 @@ LinearizedKernel linearize(const Kernel& k) {
   Linearizer l{k, {}, {}, {}, {}, {}, 0};
   l.run();
   return std::move(l.out);
+}
+
+bool written(const LinearizedKernel& k, std::size_t i) {
+  if (i == 0) return true;
+  for (const UOp& u : k.uops)
+    if (u.uop == UOps::STORE && u.buf == static_cast<int>(i)) return true;
+  return false;
 }
 
 std::string to_string(const UOp& u) {

@@ -61,17 +61,15 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::realize(const std::vector<Tensor>& extra) {
-  // Each list in one schedule (a cold step's kernels compile together), the states first: a
-  // parameter's update then reads them as buffers, not as expressions it would have to recompute
-  // (Adam's v / (1 - b2^t) is read twice by the update: a kernel of its own if it were unrealized).
-  auto all = [](std::initializer_list<const std::vector<Tensor>*> lists) {
-    std::vector<LazyBufferPtr> bufs;
-    for (const auto* list : lists)
-      for (const Tensor& t : *list) bufs.push_back(t.lazydata);
-    LazyBuffer::realize_all(bufs);
-  };
-  all({&extra});
-  all({&params, &buffers});
+  // One schedule (a cold step's kernels compile together), the states first. A realize's targets
+  // are read, never recomputed, by the kernels that need them, and an elementwise kernel that reads
+  // a state of its shape computes and stores it as well (the scheduler's multi-output kernels):
+  // Adam's parameter, m and v are one kernel.
+  std::vector<LazyBufferPtr> bufs;
+  for (const std::vector<Tensor>* list : {&extra, static_cast<const std::vector<Tensor>*>(&params),
+                                          static_cast<const std::vector<Tensor>*>(&buffers)})
+    for (const Tensor& t : *list) bufs.push_back(t.lazydata);
+  LazyBuffer::realize_all(bufs);
 }
 
 double Optimizer::get_lr() const { return lr.item<double>(); }
