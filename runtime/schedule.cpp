@@ -74,7 +74,9 @@ struct AstBuilder {
   // The realize's other targets: computed anyway, so read, never recomputed inline (merge_stores
   // may then make the reading kernel compute and store them).
   const std::unordered_set<const LazyBuffer*>* targets = nullptr;
+  bool rows = false;  // reduces read back over the axes they reduced may be inlined (a row kernel)
   bool has_reduce = false;
+  std::size_t row_reduces = 0;
   // Ops on the path from the kernel's root to the node being built. A kernel fuses at most
   // kMaxFusedDepth levels: past them a source is a leaf, realized first by a kernel of its own, so a
   // chain of 10^6 ops runs in pieces and no walk of a kernel's AST (this one, codegen's, the
@@ -97,6 +99,8 @@ struct AstBuilder {
     if (room && base == b && is_elementwise(*b) && b->device == consumer.device &&
         (b->live_children() <= 1 || cheap_to_recompute(*b)))
       return build(b->op, above);
+    if (room && rows && above.empty())  // (before pushable_views: a one-row reduce is one element)
+      if (auto r = broadcast_reduce(*b)) return *r;
     if (auto through = room ? pushable_views(*b, above) : std::nullopt) return build(base->op, *through);
     if (room && base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
         b->live_children() <= 1)
@@ -124,6 +128,63 @@ struct AstBuilder {
       if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
         return kernel_op(FusedOps::MULACC, (*m)->src, op.arg);
     return kernel_op(op.op, std::move(s), op.arg);
+  }
+
+  // b computes a reduce's result: the reduce, or elementwise work on it (each step read by nothing
+  // else).
+  static bool reduce_result(const LazyBuffer& b, int level = 0) {
+    if (is_reduce(b)) return true;
+    if (!is_elementwise(b) || level > 8) return false;
+    std::vector<const GraphOp*> stack{b.op.get()};
+    while (!stack.empty()) {
+      const GraphOp* o = stack.back();
+      stack.pop_back();
+      for (const GraphSrc& x : o->src) {
+        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
+          stack.push_back(op->get());
+        } else if (const LazyBufferPtr& s = std::get<LazyBufferPtr>(x);
+                   s->base() == s && s->live_children() <= 1 && reduce_result(*s, level + 1)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // A reduce read back, through one expanding view, over the axes it reduced (softmax's max and
+  // sum, LayerNorm's mean and variance) that nothing else reads: computed in this kernel, a row
+  // kernel (codegen/kernel.hpp), as MovementOps::EXPAND of the reduce. Rows of at most 4096
+  // elements (one accumulator chain, as the linearizer's kChainLimit).
+  std::optional<LazySrc> broadcast_reduce(LazyBuffer& b) {
+    if (!b.is_view() || b.live_children() > 1) return std::nullopt;
+    LazyBufferPtr r = b.base();
+    if (!reduce_result(*r) || r->device != consumer.device || r->live_children() > 1) return std::nullopt;
+    for (LazyBufferPtr v = b.shared_from_this(); v != r; v = std::get<LazyBufferPtr>(v->op->src[0]))
+      if (v->live_children() > 1) return std::nullopt;
+    Dims in = b.shape(), out = r->shape();
+    if (b.st.views().size() != 1 || in.size() != out.size()) return std::nullopt;
+    const View& v = b.st.views()[0];
+    if (!v.mask.empty() || v.offset != 0) return std::nullopt;
+    Dims strides = strides_for_shape(out);
+    std::int64_t n = 1;
+    for (std::size_t d = 0; d < in.size(); ++d) {
+      if (in[d] == 1) continue;
+      if (out[d] == 1) {
+        if (v.strides[d] != 0) return std::nullopt;
+        n *= in[d];
+      } else if (v.strides[d] != strides[d]) {
+        return std::nullopt;
+      }
+    }
+    if (n > 4096 || n < 2) return std::nullopt;
+    bool saved = has_reduce;
+    has_reduce = false;  // (the reduce it reads is inlined below the EXPAND)
+    ++depth;
+    LazySrc red = build_op(*r->op, {});
+    --depth;
+    has_reduce = saved;
+    ++row_reduces;
+    return kernel_op(MovementOps::EXPAND, {red}, in);
   }
 
   // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
@@ -216,11 +277,42 @@ std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBuff
 }
 
 // Fills p.ast (and p.leaves, p.deps) with the kernel that computes `op` into p.buf.
+// A row kernel's reduces (codegen/kernel.hpp) all reduce one shape to one shape, each read back
+// over that shape, and what the kernel stores has one of the two shapes.
+bool row_kernel_ok(const LazyOp& ast, const Dims& out) {
+  std::optional<Dims> in, red;
+  bool ok = true;
+  std::vector<const LazyOp*> stack{&ast};
+  while (!stack.empty() && ok) {
+    const LazyOp* o = stack.back();
+    stack.pop_back();
+    if (o->op.type == OpType::Reduce || o->op == FusedOps::MULACC) {
+      Dims i = ast_shape(o->src.at(0)), r = std::get<Dims>(o->arg);
+      if (!in) in = i, red = r;
+      ok = *in == i && *red == r;
+    }
+    if (o->op == MovementOps::EXPAND) ok = ok && (!in || std::get<Dims>(o->arg) == *in);
+    for (const LazySrc& x : o->src)
+      if (auto* sub = std::get_if<std::shared_ptr<LazyOp>>(&x)) stack.push_back(sub->get());
+  }
+  return ok && in && (out == *in || out == *red);
+}
+
 void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op,
                  const std::unordered_set<const LazyBuffer*>* targets) {
-  AstBuilder builder{*p.buf, p.deps, targets, false, 0, {}, {}};
-  p.ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
-  p.leaves = number_leaves(*p.ast, builder.inputs);
+  // Row kernels on compiled devices only (the interpreter evaluates one reduce a kernel).
+  static thread_local std::unordered_map<std::string, bool> compiled;
+  auto [it, fresh] = compiled.emplace(p.buf->device, false);
+  if (fresh) it->second = dynamic_cast<Compiled*>(&Device::get(p.buf->device)) != nullptr;
+  for (bool rows : {it->second, false}) {
+    std::vector<LazyBufferPtr> deps = p.deps;
+    AstBuilder builder{*p.buf, deps, targets, rows, false, 0, 0, {}, {}};
+    auto ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
+    if (builder.row_reduces && !row_kernel_ok(*ast, p.buf->shape())) continue;
+    p.ast = std::move(ast), p.deps = std::move(deps);
+    p.leaves = number_leaves(*p.ast, builder.inputs);
+    return;
+  }
 }
 
 Plan make_plan(const LazyBufferPtr& b, const std::unordered_set<const LazyBuffer*>* targets = nullptr) {
@@ -453,12 +545,26 @@ void absorb(Plan& p, Plan& q) {
   std::vector<LazyBufferPtr> inputs = p.leaves;
   std::vector<std::size_t> p_index(p.leaves.size() + 1), q_index(q.leaves.size() + 1);
   for (std::size_t i = 0; i <= p.leaves.size(); ++i) p_index[i] = i;
+  // (a kernel buffer has one ShapeTracker in codegen: one index per buffer and views)
+  auto views_of = [](const LazyOp& ast, std::size_t n) {
+    std::vector<std::optional<ShapeTracker>> st(n + 1);
+    std::vector<bool> mixed(n + 1, false);
+    for_each_leaf(ast, [&](const MemBuffer& m) {
+      if (st[m.index] && !(*st[m.index] == m.st)) mixed[m.index] = true;
+      st[m.index] = m.st;
+    });
+    for (std::size_t i = 0; i <= n; ++i)
+      if (mixed[i]) st[i].reset();
+    return st;
+  };
+  auto p_st = views_of(*p.ast, p.leaves.size()), q_st = views_of(*q.ast, q.leaves.size());
   for (std::size_t i = 0; i < q.leaves.size(); ++i) {
     LazyBufferPtr base = q.leaves[i]->base();
-    auto it =
-        std::find_if(inputs.begin(), inputs.end(), [&](const LazyBufferPtr& b) { return b->base() == base; });
-    if (it == inputs.end()) it = inputs.insert(inputs.end(), q.leaves[i]);
-    q_index[i + 1] = static_cast<std::size_t>(it - inputs.begin()) + 1;
+    std::size_t k = 0;
+    for (; k < p.leaves.size(); ++k)
+      if (p.leaves[k]->base() == base && p_st[k + 1] && q_st[i + 1] && *p_st[k + 1] == *q_st[i + 1]) break;
+    if (k == p.leaves.size()) k = inputs.size(), inputs.push_back(q.leaves[i]);
+    q_index[i + 1] = k + 1;
   }
   Replacements by;
   for (std::size_t l = 0; l < p.leaves.size(); ++l)
@@ -492,7 +598,7 @@ void absorb(Plan& p, Plan& q) {
 // kernels read is computed by the first of them that can. Compiled devices only (the interpreter
 // runs one output).
 void merge_stores(std::vector<Plan>& order) {
-  constexpr std::size_t kMaxBuffers = 24;  // kernel buffers, outputs included
+  constexpr std::size_t kMaxBuffers = 32;  // kernel buffers, outputs included (host kernels' arguments)
   std::unordered_map<std::string, bool> compiled;
   auto mergeable = [&](const Plan& p) {
     if (!scheduler::runs_kernel(p) || has_reduce(*p.ast)) return false;
@@ -511,42 +617,57 @@ void merge_stores(std::vector<Plan>& order) {
       if (d.get() == y) return true;
     return r.from && r.from->base().get() == y;
   };
+  // Per input buffer, the mergeable kernels that read it (siblings: kernels of one shape that share
+  // an input, an optimizer's updates of parameters of one shape, are one kernel too).
+  std::unordered_map<const LazyBuffer*, std::vector<std::size_t>> readers;
+  auto note_reads = [&](std::size_t i) {
+    for (const LazyBufferPtr& l : order[i].leaves) {
+      auto& r = readers[l->base().get()];
+      if (r.empty() || r.back() != i) r.push_back(i);
+    }
+  };
   bool any = false;
   for (std::size_t i = 0; i < order.size(); ++i) {
     Plan& p = order[i];
     if (!mergeable(p)) continue;
+    // p takes q's work when nothing between them reads what q stores and p reads it whole, if at all.
+    auto try_absorb = [&](std::size_t j) {
+      Plan& q = order[j];
+      if (j >= i || gone[j] || !mergeable(q) || q.buf->device != p.buf->device ||
+          q.buf->shape() != p.buf->shape() ||
+          (!is_multi_store(*q.ast) && ast_dtype(LazySrc(q.ast)) != q.buf->dtype) ||
+          p.leaves.size() + q.leaves.size() + p.stores.size() + q.stores.size() + 2 > kMaxBuffers ||
+          p.stores.size() + q.stores.size() + 2 > kMaxDims ||  // (a multi-store's arg is a Dims)
+          depth_of(LazySrc(p.ast)) + depth_of(LazySrc(q.ast)) > AstBuilder::kMaxFusedDepth)
+        return false;
+      auto q_out = stores_of(q);
+      auto stored_by_q = [&](const LazyBuffer* b) {
+        return std::any_of(q_out.begin(), q_out.end(), [&](const auto& o) { return o.first.get() == b; });
+      };
+      bool whole = true;  // every read of what q stores in order, at the element written
+      for_each_leaf(*p.ast, [&](const MemBuffer& m) {
+        if (stored_by_q(p.leaves[m.index - 1]->base().get()))
+          whole = whole && m.st.contiguous() && m.st.shape() == p.buf->shape();
+      });
+      if (!whole) return false;
+      for (std::size_t k = j + 1; k < i; ++k)
+        for (const auto& o : q_out)
+          if (!gone[k] && reads(order[k], o.first.get())) return false;
+      absorb(p, q);
+      gone[j] = any = true;
+      for (const LazyBufferPtr& b : p.stores) at[b.get()] = i;
+      return true;
+    };
     for (bool merged = true; merged;) {
       merged = false;
-      for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l) {
-        const LazyBuffer* y = p.leaves[l]->base().get();
-        auto it = at.find(y);
-        if (it == at.end() || it->second >= i || gone[it->second]) continue;
-        std::size_t j = it->second;
-        Plan& q = order[j];
-        if (!mergeable(q) || q.buf->device != p.buf->device || q.buf->shape() != p.buf->shape() ||
-            (!is_multi_store(*q.ast) && ast_dtype(LazySrc(q.ast)) != q.buf->dtype) ||
-            p.leaves.size() + q.leaves.size() + p.stores.size() + q.stores.size() + 2 > kMaxBuffers ||
-            p.stores.size() + q.stores.size() + 2 > kMaxDims ||  // (a multi-store's arg is a Dims)
-            depth_of(LazySrc(p.ast)) + depth_of(LazySrc(q.ast)) > AstBuilder::kMaxFusedDepth)
-          continue;
-        auto q_out = stores_of(q);
-        auto stored_by_q = [&](const LazyBuffer* b) {
-          return std::any_of(q_out.begin(), q_out.end(), [&](const auto& o) { return o.first.get() == b; });
-        };
-        bool whole = true;  // every read of what q stores in order, at the element written
-        for_each_leaf(*p.ast, [&](const MemBuffer& m) {
-          if (stored_by_q(p.leaves[m.index - 1]->base().get()))
-            whole = whole && m.st.contiguous() && m.st.shape() == p.buf->shape();
-        });
-        bool between = false;
-        for (std::size_t k = j + 1; k < i && !between; ++k)
-          for (const auto& o : q_out) between = between || (!gone[k] && reads(order[k], o.first.get()));
-        if (!whole || between) continue;
-        absorb(p, q);
-        gone[j] = merged = any = true;
-        for (const LazyBufferPtr& b : p.stores) at[b.get()] = i;
-      }
+      for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l)  // what p reads
+        if (auto it = at.find(p.leaves[l]->base().get()); it != at.end()) merged = try_absorb(it->second);
+      for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l)  // what reads what p reads
+        if (auto it = readers.find(p.leaves[l]->base().get()); it != readers.end())
+          for (std::size_t j : it->second)
+            if (j < i && (merged = try_absorb(j))) break;
     }
+    note_reads(i);
   }
   if (!any) return;
   std::size_t w = 0;

@@ -53,6 +53,8 @@ struct Linearizer {
     if (auto* b = std::get_if<MemBuffer>(&s)) return load(b->index, pos);
     const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
     if (&op == k.reduceop) return reduced;
+    if (k.rows && (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC)) return row_reduce(op);
+    if (k.rows && op.op == MovementOps::EXPAND) return ast(op.src.at(0), pos, reduced);
     if (op.op == LoadOps::CONST) {
       const ConstArg& c = std::get<ConstArg>(op.arg);
       return constant(c.value, c.dtype);
@@ -299,6 +301,77 @@ struct Linearizer {
     return reduced;
   }
 
+  // ---- row kernels (Kernel::rows) ----
+  std::map<std::string, int> row_values;  // a reduce's value at the current global position, by key
+
+  // The reduces under s, each computed (before any loop that reads it opens).
+  void row_reduces_in(const LazySrc& s) {
+    auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s);
+    if (!o) return;
+    const LazyOp& op = **o;
+    if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
+      row_reduce(op);
+      return;
+    }
+    for (const LazySrc& x : op.src) row_reduces_in(x);
+  }
+
+  // A reduce of a row kernel: one loop over the looped reduce axes, an accumulator per position of
+  // the upcast ones (combined pairwise after the loop), once per global position (equal reduces,
+  // by their AST, once).
+  int row_reduce(const LazyOp& r) {
+    DType acc_dt = ast_dtype(r.src.at(0));
+    std::string key = ast_key(r, acc_dt);
+    if (auto it = row_values.find(key); it != row_values.end()) return it->second;
+    for (const LazySrc& x : r.src) row_reduces_in(x);
+    bool is_max = r.op == ReduceOps::MAX;
+    Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
+    std::vector<Dims> positions = upcast_positions(true);
+    std::vector<int> accs;
+    for (std::size_t i = 0; i < positions.size(); ++i)
+      accs.push_back(push(UOp{
+          UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, is_max ? dtypes::min_value(acc_dt) : 0.0}));
+    std::size_t outer = open.size(), looped_end = k.shape_len() - k.upcasted;
+    for (std::size_t d = k.first_reduce; d < looped_end; ++d)
+      open_axis(d, "ridx" + std::to_string(d - k.first_reduce) + "_" + std::to_string(loop_count++), false);
+    for (std::size_t i = 0; i < positions.size(); ++i) {
+      int v;
+      if (r.op == FusedOps::MULACC)
+        v = push(UOp{UOps::ALU,
+                     acc_dt,
+                     {ast(r.src[0], positions[i], -1), ast(r.src[1], positions[i], -1)},
+                     BinaryOps::MUL});
+      else
+        v = ast(r.src[0], positions[i], -1);
+      push(UOp{UOps::ACC, acc_dt, {accs[i], v}, update});
+    }
+    close_loops(outer);
+    for (std::size_t d = k.first_reduce; d < looped_end; ++d) loop_vars[d] = 0;
+    seen.clear();  // values made inside the loop are out of scope after it
+    return row_values[key] = combine(accs, acc_dt, update);
+  }
+
+  void run_rows() {
+    open_global_loops();
+    row_reduces_in(k.ast);
+    std::size_t outer = open.size();
+    // A full-shaped output: one more loop over the reduce axes; a reduced one: one store.
+    bool full = prod(k.output_shape) == prod(k.full_shape());
+    if (full)
+      for (std::size_t d = k.first_reduce; d < k.shape_len() - k.upcasted; ++d)
+        open_axis(d, "sidx" + std::to_string(d - k.first_reduce), false);
+    Dims origin;
+    for (std::size_t j = 0; j < k.upcasted; ++j) origin.push_back(0);
+    std::vector<Dims> positions = full ? upcast_positions(true) : std::vector<Dims>{origin};
+    for (const Dims& pos : positions) {
+      int v = ast(k.ast, pos, -1);
+      auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(pos));
+      push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
+    }
+    close_loops(outer);
+    close_loops(0);
+  }
+
   void run() {
     out.name = k.name();
     out.buf_dtypes.push_back(k.out_dtype);
@@ -320,6 +393,7 @@ struct Linearizer {
     out.op_estimate = k.op_estimate;
     out.reassociate = k.reassociate;
     loop_vars.assign(k.shape_len(), Node(0));
+    if (k.rows) return run_rows();
     open_global_loops();
     std::vector<Dims> out_positions = upcast_positions(false);
     std::vector<int> reduced = reduce(out_positions);
@@ -338,7 +412,7 @@ struct Linearizer {
 }  // namespace
 
 LinearizedKernel linearize(const Kernel& k) {
-  Linearizer l{k, {}, {}, {}, {}, {}, 0};
+  Linearizer l{k, {}, {}, {}, {}, {}, 0, {}};
   l.run();
   return std::move(l.out);
 }

@@ -43,6 +43,11 @@ class Kernel {
 
   std::shared_ptr<LazyOp> ast;
   const LazyOp* reduceop = nullptr;  // the single reduce (ReduceOps or MULACC), if any
+  // A row kernel (the scheduler's broadcast reduces: softmax, LayerNorm): reduces of one shape read
+  // back over the axes they reduced, as MovementOps::EXPAND nodes. Per position of the global axes
+  // each reduce is a loop over the reduce axes (after those it reads), then, when the output has
+  // the full shape, one more loop stores it. reduceop stays null (no GEMM, no reduce heuristics).
+  bool rows = false;
   DType out_dtype;
   std::vector<MemBuffer> bufs;    // inputs: bufs[i] is kernel buffer i + 1 (0 is the output)
   std::vector<ShapeTracker> sts;  // sts[0] output, sts[i + 1] for bufs[i]; all over full_shape
