@@ -171,13 +171,17 @@ Opts Opts::host() {
 }
 
 void Kernel::hand_coded_optimizations(const Opts& opts) {
-  // A row kernel: 8 positions of the last reduce axis a trip, so its reduces keep 8 partial
-  // accumulators and every loop runs on vectors of 8.
-  // Its float sums may then be reassociated, as a sum along memory's (the code generator vectorizes).
+  // A row kernel: loops the code generator vectorizes, its float sums reassociable (the linearizer
+  // splits a max's loop into 8 partial maxima itself).
   if (rows) {
-    if (shape_len() > first_reduce && full_shape().back() % 8 == 0 && full_shape().back() >= 16) {
-      upcast(shape_len() - 1, 8);
-      reassociate = dtypes::is_float(ast_dtype(any_reduce(*ast)->src.at(0)));
+    std::vector<const LazyOp*> stack{ast.get()};
+    while (!stack.empty()) {
+      const LazyOp* o = stack.back();
+      stack.pop_back();
+      if (o->op == ReduceOps::SUM || o->op == FusedOps::MULACC)
+        reassociate = reassociate || dtypes::is_float(ast_dtype(o->src.at(0)));
+      for (const LazySrc& x : o->src)
+        if (auto* sub = std::get_if<std::shared_ptr<LazyOp>>(&x)) stack.push_back(sub->get());
     }
     return;
   }

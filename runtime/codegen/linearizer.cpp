@@ -316,9 +316,10 @@ struct Linearizer {
     for (const LazySrc& x : op.src) row_reduces_in(x);
   }
 
-  // A reduce of a row kernel: one loop over the looped reduce axes, an accumulator per position of
-  // the upcast ones (combined pairwise after the loop), once per global position (equal reduces,
-  // by their AST, once).
+  // A reduce of a row kernel, once per global position (equal reduces, by their AST, once): a loop
+  // nest over the reduce axes into one accumulator. A sum's additions may be reassociated (the code
+  // generator's loop vectorizer keeps partial sums in vector lanes); a max, which may not, takes 8
+  // neighbours of the last axis a trip into 8 partial maxima, combined pairwise.
   int row_reduce(const LazyOp& r) {
     DType acc_dt = ast_dtype(r.src.at(0));
     std::string key = ast_key(r, acc_dt);
@@ -326,27 +327,30 @@ struct Linearizer {
     for (const LazySrc& x : r.src) row_reduces_in(x);
     bool is_max = r.op == ReduceOps::MAX;
     Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
-    std::vector<Dims> positions = upcast_positions(true);
+    std::size_t last = k.shape_len() - 1;
+    std::int64_t n = k.full_shape()[last], lanes = is_max && n % 8 == 0 && n >= 16 ? 8 : 1;
     std::vector<int> accs;
-    for (std::size_t i = 0; i < positions.size(); ++i)
+    for (std::int64_t i = 0; i < lanes; ++i)
       accs.push_back(push(UOp{
           UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, is_max ? dtypes::min_value(acc_dt) : 0.0}));
-    std::size_t outer = open.size(), looped_end = k.shape_len() - k.upcasted;
-    for (std::size_t d = k.first_reduce; d < looped_end; ++d)
-      open_axis(d, "ridx" + std::to_string(d - k.first_reduce) + "_" + std::to_string(loop_count++), false);
-    for (std::size_t i = 0; i < positions.size(); ++i) {
+    std::size_t outer = open.size();
+    std::string tag = "_" + std::to_string(loop_count++);
+    for (std::size_t d = k.first_reduce; d < last; ++d)
+      open_axis(d, "ridx" + std::to_string(d - k.first_reduce) + tag, false);
+    std::string name = "ridx" + std::to_string(last - k.first_reduce) + tag;
+    Node var = symbolic::Variable(name, 0, n / lanes - 1);
+    open_loop(name, n / lanes, false);
+    for (std::int64_t i = 0; i < lanes; ++i) {
+      loop_vars[last] = var * lanes + Node(i);
       int v;
       if (r.op == FusedOps::MULACC)
-        v = push(UOp{UOps::ALU,
-                     acc_dt,
-                     {ast(r.src[0], positions[i], -1), ast(r.src[1], positions[i], -1)},
-                     BinaryOps::MUL});
+        v = push(UOp{UOps::ALU, acc_dt, {ast(r.src[0], {}, -1), ast(r.src[1], {}, -1)}, BinaryOps::MUL});
       else
-        v = ast(r.src[0], positions[i], -1);
-      push(UOp{UOps::ACC, acc_dt, {accs[i], v}, update});
+        v = ast(r.src[0], {}, -1);
+      push(UOp{UOps::ACC, acc_dt, {accs[static_cast<std::size_t>(i)], v}, update});
     }
     close_loops(outer);
-    for (std::size_t d = k.first_reduce; d < looped_end; ++d) loop_vars[d] = 0;
+    for (std::size_t d = k.first_reduce; d < k.shape_len(); ++d) loop_vars[d] = 0;
     seen.clear();  // values made inside the loop are out of scope after it
     return row_values[key] = combine(accs, acc_dt, update);
   }
@@ -355,19 +359,14 @@ struct Linearizer {
     open_global_loops();
     row_reduces_in(k.ast);
     std::size_t outer = open.size();
-    // A full-shaped output: one more loop over the reduce axes; a reduced one: one store.
+    // A full-shaped output: one more loop nest over the reduce axes; a reduced one: one store.
     bool full = prod(k.output_shape) == prod(k.full_shape());
     if (full)
-      for (std::size_t d = k.first_reduce; d < k.shape_len() - k.upcasted; ++d)
+      for (std::size_t d = k.first_reduce; d < k.shape_len(); ++d)
         open_axis(d, "sidx" + std::to_string(d - k.first_reduce), false);
-    Dims origin;
-    for (std::size_t j = 0; j < k.upcasted; ++j) origin.push_back(0);
-    std::vector<Dims> positions = full ? upcast_positions(true) : std::vector<Dims>{origin};
-    for (const Dims& pos : positions) {
-      int v = ast(k.ast, pos, -1);
-      auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(pos));
-      push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
-    }
+    int v = ast(k.ast, {}, -1);
+    auto [idx, valid] = k.sts[0].expr_idxs(idxs_at({}));
+    push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
     close_loops(outer);
     close_loops(0);
   }
