@@ -343,7 +343,8 @@ struct Renderer {
   // `void NAME(buffers..., long long start, long long end) {` and the groups' local memory.
   void signature() {
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
-    if (reduces)
+    // (a row kernel's loops are its elementwise work's too: left to the loop vectorizer)
+    if (reduces && !k.rows)
       src += k.reassociate && !lang.reassociate_attribute.empty() ? lang.reassociate_attribute
                                                                   : lang.reduce_attribute;
     src += detail::cat(lang.kernel_prefix, "void ", k.name, "(");

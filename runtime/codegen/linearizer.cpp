@@ -318,8 +318,9 @@ struct Linearizer {
 
   // A reduce of a row kernel, once per global position (equal reduces, by their AST, once): a loop
   // nest over the reduce axes into one accumulator. A sum's additions may be reassociated (the code
-  // generator's loop vectorizer keeps partial sums in vector lanes); a max, which may not, takes 8
-  // neighbours of the last axis a trip into 8 partial maxima, combined pairwise.
+  // generator's loop vectorizer keeps partial sums in vector lanes) or, for C, kept as
+  // Kernel::row_sum_lanes partial sums; a max, which may not be reordered, takes 8 neighbours of the
+  // last axis a trip into 8 partial maxima. Partial values combine pairwise.
   int row_reduce(const LazyOp& r) {
     DType acc_dt = ast_dtype(r.src.at(0));
     std::string key = ast_key(r, acc_dt);
@@ -328,7 +329,8 @@ struct Linearizer {
     bool is_max = r.op == ReduceOps::MAX;
     Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
     std::size_t last = k.shape_len() - 1;
-    std::int64_t n = k.full_shape()[last], lanes = is_max && n % 8 == 0 && n >= 16 ? 8 : 1;
+    std::int64_t n = k.full_shape()[last], lanes = is_max ? 8 : k.row_sum_lanes;
+    if (n % lanes != 0 || n < 2 * lanes) lanes = 1;
     std::vector<int> accs;
     for (std::int64_t i = 0; i < lanes; ++i)
       accs.push_back(push(UOp{
@@ -391,6 +393,7 @@ struct Linearizer {
     }
     out.op_estimate = k.op_estimate;
     out.reassociate = k.reassociate;
+    out.rows = k.rows;
     loop_vars.assign(k.shape_len(), Node(0));
     if (k.rows) return run_rows();
     open_global_loops();

@@ -61,6 +61,9 @@ struct LinearizedKernel {
   std::int64_t local_size = 0;    // OpenCL: work-items per group (the threaded loop is the group)
   std::int64_t op_estimate = 0;
   bool reassociate = false;  // the reduce's float additions may be reordered (Kernel::reassociate)
+  // A row kernel (Kernel::rows): elementwise work follows its reduces, so only the additions
+  // themselves may be reordered (C's function-wide associative-math would move the rest).
+  bool rows = false;
 };
 
 LinearizedKernel linearize(const Kernel& k);
