@@ -279,6 +279,8 @@ std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBuff
 // Fills p.ast (and p.leaves, p.deps) with the kernel that computes `op` into p.buf.
 // A row kernel's reduces (codegen/kernel.hpp) all reduce one shape to one shape, each read back
 // over that shape, and what the kernel stores has one of the two shapes.
+constexpr std::size_t kMaxRowInputs = 12;
+
 bool row_kernel_ok(const LazyOp& ast, const Dims& out) {
   std::optional<Dims> in, red;
   bool ok = true;
@@ -308,7 +310,12 @@ void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op,
     std::vector<LazyBufferPtr> deps = p.deps;
     AstBuilder builder{*p.buf, deps, targets, rows, false, 0, 0, {}, {}};
     auto ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
-    if (builder.row_reduces && !row_kernel_ok(*ast, p.buf->shape())) continue;
+    // A row kernel reads its inputs in every pass over a row: past a few, the work its reduces
+    // share with what follows them is cheaper written once (LayerNorm's backward behind a residual
+    // stream's gradient sum).
+    if (builder.row_reduces &&
+        (!row_kernel_ok(*ast, p.buf->shape()) || builder.inputs.size() > kMaxRowInputs))
+      continue;
     p.ast = std::move(ast), p.deps = std::move(deps);
     p.leaves = number_leaves(*p.ast, builder.inputs);
     return;
