@@ -2,7 +2,8 @@
 // AdamW with decay groups, gradient clipping at 1) in metagrad (eager and TinyJit on each compiled
 // device) and in libtorch 1.13 (Debian's libtorch-dev), from the same initial weights on the same
 // batches (random tokens: the step's cost does not depend on the text), in turns, at 1 and 2 threads.
-// Prints the median ms/step of each, and its ratio to libtorch's at the same thread count.
+// Prints the median ms/step of each, its ratio to libtorch's at the same thread count, and the
+// kernels one step launched (GlobalCounters::kernel_count; a TinyJit replay counts its kernels).
 //
 //   bench_gpt [--steps=N] [--rounds=N] [--shape=char|gpt2|gpt2small] [--check] [--memory] [--text[=N]]
 //
@@ -387,6 +388,7 @@ int main(int argc, char** argv) try {
       std::function<double(std::size_t)> step;
       std::vector<double> ms;
       double first_ms = 0;
+      std::int64_t kernels = 0;  // launched by one step (GlobalCounters::kernel_count)
     };
     std::vector<Config> configs;
     std::vector<std::unique_ptr<MetaTrainer>> mts;
@@ -417,8 +419,10 @@ int main(int argc, char** argv) try {
     for (long r = 0; r < rounds; ++r)
       for (Config& c : configs)
         for (long s = 0; s < steps; ++s) {
+          std::int64_t k0 = GlobalCounters::kernel_count;
           auto t0 = std::chrono::steady_clock::now();
           c.step(static_cast<std::size_t>(3 + r * steps + s));
+          c.kernels = GlobalCounters::kernel_count - k0;
           c.ms.push_back(
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
@@ -428,6 +432,8 @@ int main(int argc, char** argv) try {
       std::printf("  %-24s %8.1f ms/step  %5.2fx libtorch", c.name.c_str(), median(c.ms),
                   torch_ms / median(c.ms));
       // A device's first configuration compiled its kernels into the empty cache; the next reuses them.
+      if (c.name.find("libtorch") == std::string::npos)
+        std::printf("  %4lld kernels", static_cast<long long>(c.kernels));
       if (threads == 1 && c.name.find("TinyJit") == std::string::npos)
         std::printf("   first step %7.0f ms", c.first_ms);
       std::printf("\n");

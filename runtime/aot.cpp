@@ -287,8 +287,11 @@ void Capture::record() {
 void Capture::emit_kernels() {
   std::unordered_map<const RawBuffer*, std::size_t> last_use;
   std::set<const RawBuffer*> written;
+  // (a multi-store kernel writes several of its buffers: ASTRunner::writes)
+  auto writes = [&](std::size_t k, std::size_t j) { return j < 64 && (rec[k].prg.writes >> j & 1); };
   for (std::size_t k = 0; k < rec.size(); ++k) {
-    written.insert(rec[k].bufs[0].get());
+    for (std::size_t j = 0; j < rec[k].bufs.size(); ++j)
+      if (writes(k, j)) written.insert(rec[k].bufs[j].get());
     for (const auto& b : rec[k].bufs) last_use[b.get()] = k;
   }
   for (std::size_t o = 0; o < outputs.size(); ++o) {
@@ -302,13 +305,14 @@ void Capture::emit_kernels() {
   std::unordered_map<const RawBuffer*, std::pair<std::string, std::size_t>> where;
   for (std::size_t k = 0; k < rec.size(); ++k) {
     const auto& bufs = rec[k].bufs;
-    if (!home.count(bufs[0].get())) {
-      std::string ctype = codegen::c_storage_type(bufs[0]->dtype);
-      std::size_t off = arenas[ctype].alloc(std::max<std::size_t>(bufs[0]->size, 1));
-      where[bufs[0].get()] = {ctype, off};
-      home[bufs[0].get()] =
-          detail::cat("(", g.prefix, "_", identifier(ctype), " + ", std::to_string(off), ")");
-    }
+    for (std::size_t j = 0; j < bufs.size(); ++j)
+      if (writes(k, j) && !home.count(bufs[j].get())) {
+        std::string ctype = codegen::c_storage_type(bufs[j]->dtype);
+        std::size_t off = arenas[ctype].alloc(std::max<std::size_t>(bufs[j]->size, 1));
+        where[bufs[j].get()] = {ctype, off};
+        home[bufs[j].get()] =
+            detail::cat("(", g.prefix, "_", identifier(ctype), " + ", std::to_string(off), ")");
+      }
     for (const auto& b : bufs)
       if (!home.count(b.get())) {
         for (const auto& c : g.computed)
@@ -435,7 +439,9 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
   c.record();
   c.emit_kernels();
   c.emit_copies();
-  for (const auto& e : c.rec) impl_->computed.push_back(e.bufs[0]);
+  for (const auto& e : c.rec)
+    for (std::size_t j = 0; j < e.bufs.size(); ++j)
+      if (j < 64 && (e.prg.writes >> j & 1)) impl_->computed.push_back(e.bufs[j]);
   for (const auto& l : c.lines) c.f.body += "  " + l + "\n";
   impl_->fns.push_back(std::move(c.f));
 }

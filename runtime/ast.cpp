@@ -16,6 +16,8 @@ std::vector<MemBuffer> mem_buffers(const LazyOp& ast) {
   return out;
 }
 
+Dims stored_buffers(const LazyOp& ast) { return is_multi_store(ast) ? std::get<Dims>(ast.arg) : Dims{0}; }
+
 std::uint64_t same_index_reads(const LazyOp& ast) {
   std::vector<const LazyOp*> stack{&ast};
   while (!stack.empty()) {  // a reduce reads many elements for each it writes
@@ -31,7 +33,10 @@ std::uint64_t same_index_reads(const LazyOp& ast) {
     seen |= std::uint64_t{1} << b.index;
     if (!b.st.contiguous()) strided |= std::uint64_t{1} << b.index;
   });
-  return seen & ~strided & ~std::uint64_t{1};
+  std::uint64_t written = 0;
+  for (std::int64_t j : stored_buffers(ast))
+    if (j < 64) written |= std::uint64_t{1} << j;
+  return seen & ~strided & ~written;
 }
 
 namespace {

@@ -43,6 +43,13 @@ std::shared_ptr<RawBuffer> Compiled::alloc(std::size_t size, DType dtype) {
 namespace {
 std::mutex runners_mu;  // guards every Compiled's cache_
 
+std::uint64_t write_mask(const LazyOp& ast) {
+  std::uint64_t m = 0;
+  for (std::int64_t j : stored_buffers(ast))
+    if (j < 64) m |= std::uint64_t{1} << j;
+  return m;
+}
+
 std::string runner_key(const LazyOp& ast, DType out_dtype) {
   std::string key = ast_key(ast, out_dtype);
   if (!gemm::enabled()) key += '\x01';  // rendered even where a host device would run the GEMM
@@ -119,6 +126,7 @@ void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels
           continue;
         }
         j.r.same_index_reads = same_index_reads(*j.ast);
+        j.r.writes = write_mask(*j.ast);
         j.r.mem_estimate = -1;  // set by runner(), which sees the buffers
       }
     }
@@ -180,6 +188,7 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shar
   CompileClock clock;
   ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
   r.same_index_reads = same_index_reads(ast);
+  r.writes = write_mask(ast);
   r.mem_estimate = 0;  // the bytes of the buffers it runs on
   for (const auto& b : bufs) r.mem_estimate += static_cast<std::int64_t>(b->nbytes());
   if (!r.clprg) {  // (a contraction on a host device comes with its program: the runtime GEMM)

@@ -115,9 +115,11 @@ struct CaptureBuilder {
       CapturedStep::Kernel k{std::move(e.prg), {}};
       for (const auto& b : e.bufs) k.slots.push_back(slot(b));
       written.resize(c.slots.size()), read_first.resize(c.slots.size());
-      for (std::size_t j = 1; j < k.slots.size(); ++j)
-        read_first[k.slots[j]] = read_first[k.slots[j]] || !written[k.slots[j]];
-      written[k.slots[0]] = true;
+      auto writes = [&](std::size_t j) { return j < 64 && (k.runner.writes >> j & 1); };
+      for (std::size_t j = 0; j < k.slots.size(); ++j)
+        if (!writes(j)) read_first[k.slots[j]] = read_first[k.slots[j]] || !written[k.slots[j]];
+      for (std::size_t j = 0; j < k.slots.size(); ++j)
+        if (writes(j)) written[k.slots[j]] = true;
       c.kernels.push_back(std::move(k));
     }
     for (std::size_t s = 0; s < c.slots.size(); ++s)
@@ -178,7 +180,7 @@ struct CaptureBuilder {
     for (std::size_t k = 0; k < c.kernels.size(); ++k) {
       const auto& s = c.kernels[k].slots;
       for (std::size_t j = 0; j < s.size(); ++j) {
-        if (s[j] == write && j == 0) {
+        if (s[j] == write && j < 64 && (c.kernels[k].runner.writes >> j & 1)) {
           if (writer) return false;  // written twice
           writer = k;
         } else if (s[j] == write && !writer) {
@@ -263,7 +265,8 @@ void JitCore::plan_memory() {
     const auto& u = uses_[s];
     // (a read before the first write, or by the writing kernel, carries a value in from outside)
     bool written_first =
-        !u.empty() && u.front().second == 0 &&
+        !u.empty() && u.front().second < 64 &&
+        (c.kernels[u.front().first].runner.writes >> u.front().second & 1) &&
         std::none_of(u.begin() + 1, u.end(), [&](auto use) { return use.first == u.front().first; });
     if (!fixed[s] && c.slots[s].role == Role::Scratch && written_first && c.slots[s].buf.use_count() == 1)
       lives.push_back({u.front().first, u.back().first, s});

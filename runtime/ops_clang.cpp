@@ -293,7 +293,12 @@ std::unique_ptr<Backend> make_clang_backend() {
             [](const codegen::LinearizedKernel& k) { return codegen::render_cstyle(k, ClangCodegen::lang); },
             [](const std::string& name, const std::string& src) {
               return std::make_shared<ClangProgram>(name, src);
-            });
+            },
+            [] {
+              codegen::Opts o = codegen::Opts::host();
+              o.row_sum_lanes = 8;  // (C reorders a kernel's additions only function-wide)
+              return o;
+            }());
       },
       [](const std::string& name, const std::string& src) {
         return std::make_shared<ClangProgram>(name, src);

@@ -19,6 +19,9 @@ struct Plan {
   std::shared_ptr<LazyOp> ast;        // a kernel; null for a direct load
   std::vector<LazyBufferPtr> leaves;  // the kernel's inputs: leaves[i] is its buffer i + 1
   std::vector<LazyBufferPtr> deps;
+  // A multi-store kernel's other outputs (ast.hpp), its buffers after the inputs, in order: buffers
+  // of its shape it computes as well, each once a kernel of its own (schedule.cpp, merge_stores).
+  std::vector<LazyBufferPtr> stores;
   LazyBufferPtr from;       // FROM: the contiguous source on its own device
   std::int64_t launch = 0;  // a kernel's number once it ran (GlobalCounters::kernel_count, DEBUG=2's)
 };
@@ -28,9 +31,11 @@ bool shares_source(const Plan& p);
 // Whether the plan launches a kernel: an AST with a non-empty result that is not a shared source.
 inline bool runs_kernel(const Plan& p) { return p.ast && p.buf->st.size() != 0 && !shares_source(p); }
 
-// Env GRAPH and DEBUG, read in one pass over the environment: realize reads both on every op.
+// Env GRAPH, DEBUG and METAGRAD_MULTI_OUTPUT, read in one pass over the environment: realize reads
+// them on every op.
 struct RealizeFlags {
   long graph = 0, debug = 0;
+  long multi_output = 1;  // 0: no multi-output kernels (schedule.cpp, merge_stores)
 };
 RealizeFlags realize_flags();
 

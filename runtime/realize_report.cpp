@@ -26,13 +26,16 @@ std::string fixed3(double v) {
 
 RealizeFlags realize_flags() {
   RealizeFlags f;
-  bool graph = false, debug = false;  // the first of each counts, as for getenv
-  for (char** e = environ; e && *e && !(graph && debug); ++e) {
-    const char* v = *e;  // (the first letter first: most variables are neither)
+  bool graph = false, debug = false, multi = false;  // the first of each counts, as for getenv
+  constexpr std::size_t kMulti = sizeof "METAGRAD_MULTI_OUTPUT=" - 1;
+  for (char** e = environ; e && *e && !(graph && debug && multi); ++e) {
+    const char* v = *e;  // (the first letter first: most variables are none of them)
     if (v[0] == 'G' && !graph && std::strncmp(v, "GRAPH=", 6) == 0)
       f.graph = std::strtol(v + 6, nullptr, 10), graph = true;
     else if (v[0] == 'D' && !debug && std::strncmp(v, "DEBUG=", 6) == 0)
       f.debug = std::strtol(v + 6, nullptr, 10), debug = true;
+    else if (v[0] == 'M' && !multi && std::strncmp(v, "METAGRAD_MULTI_OUTPUT=", kMulti) == 0)
+      f.multi_output = std::strtol(v + kMulti, nullptr, 10), multi = true;
   }
   return f;
 }

@@ -71,7 +71,12 @@ bool is_reduce(const LazyBuffer& b) {
 struct AstBuilder {
   LazyBuffer& consumer;
   std::vector<LazyBufferPtr>& deps;
+  // The realize's other targets: computed anyway, so read, never recomputed inline (merge_stores
+  // may then make the reading kernel compute and store them).
+  const std::unordered_set<const LazyBuffer*>* targets = nullptr;
+  bool rows = false;  // reduces read back over the axes they reduced may be inlined (a row kernel)
   bool has_reduce = false;
+  std::size_t row_reduces = 0;
   // Ops on the path from the kernel's root to the node being built. A kernel fuses at most
   // kMaxFusedDepth levels: past them a source is a leaf, realized first by a kernel of its own, so a
   // chain of 10^6 ops runs in pieces and no walk of a kernel's AST (this one, codegen's, the
@@ -90,10 +95,12 @@ struct AstBuilder {
       return kernel_op(LoadOps::CONST, {}, *c);
     }
     LazyBufferPtr base = b->base();
-    bool room = depth < kMaxFusedDepth;
+    bool room = depth < kMaxFusedDepth && !(targets && targets->count(base.get()));
     if (room && base == b && is_elementwise(*b) && b->device == consumer.device &&
         (b->live_children() <= 1 || cheap_to_recompute(*b)))
       return build(b->op, above);
+    if (room && rows && above.empty())  // (before pushable_views: a one-row reduce is one element)
+      if (auto r = broadcast_reduce(*b)) return *r;
     if (auto through = room ? pushable_views(*b, above) : std::nullopt) return build(base->op, *through);
     if (room && base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
         b->live_children() <= 1)
@@ -121,6 +128,63 @@ struct AstBuilder {
       if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
         return kernel_op(FusedOps::MULACC, (*m)->src, op.arg);
     return kernel_op(op.op, std::move(s), op.arg);
+  }
+
+  // b computes a reduce's result: the reduce, or elementwise work on it (each step read by nothing
+  // else).
+  static bool reduce_result(const LazyBuffer& b, int level = 0) {
+    if (is_reduce(b)) return true;
+    if (!is_elementwise(b) || level > 8) return false;
+    std::vector<const GraphOp*> stack{b.op.get()};
+    while (!stack.empty()) {
+      const GraphOp* o = stack.back();
+      stack.pop_back();
+      for (const GraphSrc& x : o->src) {
+        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
+          stack.push_back(op->get());
+        } else if (const LazyBufferPtr& s = std::get<LazyBufferPtr>(x);
+                   s->base() == s && s->live_children() <= 1 && reduce_result(*s, level + 1)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // A reduce read back, through one expanding view, over the axes it reduced (softmax's max and
+  // sum, LayerNorm's mean and variance) that nothing else reads: computed in this kernel, a row
+  // kernel (codegen/kernel.hpp), as MovementOps::EXPAND of the reduce. Rows of at most 4096
+  // elements (one accumulator chain, as the linearizer's kChainLimit).
+  std::optional<LazySrc> broadcast_reduce(LazyBuffer& b) {
+    if (!b.is_view() || b.live_children() > 1) return std::nullopt;
+    LazyBufferPtr r = b.base();
+    if (!reduce_result(*r) || r->device != consumer.device || r->live_children() > 1) return std::nullopt;
+    for (LazyBufferPtr v = b.shared_from_this(); v != r; v = std::get<LazyBufferPtr>(v->op->src[0]))
+      if (v->live_children() > 1) return std::nullopt;
+    Dims in = b.shape(), out = r->shape();
+    if (b.st.views().size() != 1 || in.size() != out.size()) return std::nullopt;
+    const View& v = b.st.views()[0];
+    if (!v.mask.empty() || v.offset != 0) return std::nullopt;
+    Dims strides = strides_for_shape(out);
+    std::int64_t n = 1;
+    for (std::size_t d = 0; d < in.size(); ++d) {
+      if (in[d] == 1) continue;
+      if (out[d] == 1) {
+        if (v.strides[d] != 0) return std::nullopt;
+        n *= in[d];
+      } else if (v.strides[d] != strides[d]) {
+        return std::nullopt;
+      }
+    }
+    if (n > 4096 || n < 2) return std::nullopt;
+    bool saved = has_reduce;
+    has_reduce = false;  // (the reduce it reads is inlined below the EXPAND)
+    ++depth;
+    LazySrc red = build_op(*r->op, {});
+    --depth;
+    has_reduce = saved;
+    ++row_reduces;
+    return kernel_op(MovementOps::EXPAND, {red}, in);
   }
 
   // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
@@ -213,19 +277,58 @@ std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBuff
 }
 
 // Fills p.ast (and p.leaves, p.deps) with the kernel that computes `op` into p.buf.
-void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op) {
-  AstBuilder builder{*p.buf, p.deps, false, 0, {}, {}};
-  p.ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
-  p.leaves = number_leaves(*p.ast, builder.inputs);
+// A row kernel's reduces (codegen/kernel.hpp) all reduce one shape to one shape, each read back
+// over that shape, and what the kernel stores has one of the two shapes.
+constexpr std::size_t kMaxRowInputs = 12;
+
+bool row_kernel_ok(const LazyOp& ast, const Dims& out) {
+  std::optional<Dims> in, red;
+  bool ok = true;
+  std::vector<const LazyOp*> stack{&ast};
+  while (!stack.empty() && ok) {
+    const LazyOp* o = stack.back();
+    stack.pop_back();
+    if (o->op.type == OpType::Reduce || o->op == FusedOps::MULACC) {
+      Dims i = ast_shape(o->src.at(0)), r = std::get<Dims>(o->arg);
+      if (!in) in = i, red = r;
+      ok = *in == i && *red == r;
+    }
+    if (o->op == MovementOps::EXPAND) ok = ok && (!in || std::get<Dims>(o->arg) == *in);
+    for (const LazySrc& x : o->src)
+      if (auto* sub = std::get_if<std::shared_ptr<LazyOp>>(&x)) stack.push_back(sub->get());
+  }
+  return ok && in && (out == *in || out == *red);
 }
 
-Plan make_plan(const LazyBufferPtr& b) {
-  Plan p{b, nullptr, {}, {}, nullptr};
+void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op,
+                 const std::unordered_set<const LazyBuffer*>* targets) {
+  // Row kernels on compiled devices only (the interpreter evaluates one reduce a kernel).
+  static thread_local std::unordered_map<std::string, bool> compiled;
+  auto [it, fresh] = compiled.emplace(p.buf->device, false);
+  if (fresh) it->second = dynamic_cast<Compiled*>(&Device::get(p.buf->device)) != nullptr;
+  for (bool rows : {it->second, false}) {
+    std::vector<LazyBufferPtr> deps = p.deps;
+    AstBuilder builder{*p.buf, deps, targets, rows, false, 0, 0, {}, {}};
+    auto ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
+    // A row kernel reads its inputs in every pass over a row: past a few, the work its reduces
+    // share with what follows them is cheaper written once (LayerNorm's backward behind a residual
+    // stream's gradient sum).
+    if (builder.row_reduces &&
+        (!row_kernel_ok(*ast, p.buf->shape()) || builder.inputs.size() > kMaxRowInputs))
+      continue;
+    p.ast = std::move(ast), p.deps = std::move(deps);
+    p.leaves = number_leaves(*p.ast, builder.inputs);
+    return;
+  }
+}
+
+Plan make_plan(const LazyBufferPtr& b, const std::unordered_set<const LazyBuffer*>* targets = nullptr) {
+  Plan p{b, nullptr, {}, {}, {}, nullptr};
   const GraphOp& op = *b->op;
   if (op.op.type != OpType::Load) {
-    plan_kernel(p, b->op);
+    plan_kernel(p, b->op, targets);
   } else if (op.op == LoadOps::CONTIGUOUS) {
-    plan_kernel(p, make_op(UnaryOps::NOOP, op.src));
+    plan_kernel(p, make_op(UnaryOps::NOOP, op.src), targets);
   } else if (op.op == LoadOps::FROM) {
     p.from = std::get<LazyBufferPtr>(op.src[0])->contiguous();
     if (!p.from->base()->realized) p.deps.push_back(p.from->base());
@@ -240,14 +343,17 @@ Plan make_plan(const LazyBufferPtr& b) {
 
 // Runs a kernel on its inputs' realized buffers into a new buffer for b.
 std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
-                                      const std::vector<LazyBufferPtr>& leaves, const LazyBuffer& b) {
+                                      const std::vector<LazyBufferPtr>& leaves, const LazyBuffer& b,
+                                      const std::vector<LazyBufferPtr>& stores = {}) {
   auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
   if (b.st.size() == 0) return out;  // nothing to compute for an empty result
   std::vector<std::shared_ptr<RawBuffer>> bufs;
-  bufs.reserve(leaves.size() + 1);
+  bufs.reserve(leaves.size() + stores.size() + 1);
   bufs.push_back(out);
   for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized);
+  for (const auto& s : stores) bufs.push_back(dev.alloc(static_cast<std::size_t>(s->st.size()), s->dtype));
   dev.exec_ast(ast, bufs);
+  for (std::size_t i = 0; i < stores.size(); ++i) stores[i]->set_realized(bufs[leaves.size() + 1 + i]);
   return out;
 }
 
@@ -314,7 +420,7 @@ void execute_plan(Plan& p) {
     if (scheduler::shares_source(p)) {
       out = p.leaves[0]->base()->realized;
     } else {
-      out = run_kernel(dev, *p.ast, p.leaves, b);
+      out = run_kernel(dev, *p.ast, p.leaves, b, p.stores);
       p.launch = GlobalCounters::kernel_count;
     }
   } else if (op.op == LoadOps::FROM) {
@@ -388,6 +494,195 @@ void prebuild(const std::vector<Plan>& order) {
 
 namespace {
 
+// ---- multi-output kernels ----
+
+bool has_reduce(const LazyOp& ast) {
+  std::vector<const LazyOp*> stack{&ast};
+  while (!stack.empty()) {
+    const LazyOp* o = stack.back();
+    stack.pop_back();
+    if (o->op.type == OpType::Reduce || o->op == FusedOps::MULACC) return true;
+    for (const LazySrc& x : o->src)
+      if (auto* sub = std::get_if<std::shared_ptr<LazyOp>>(&x)) stack.push_back(sub->get());
+  }
+  return false;
+}
+
+std::size_t depth_of(const LazySrc& s) {  // (ASTs are at most AstBuilder::kMaxFusedDepth deep)
+  auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s);
+  if (!o) return 0;
+  std::size_t d = 0;
+  for (const LazySrc& x : (*o)->src) d = std::max(d, depth_of(x));
+  return d + 1;
+}
+
+// A copy of the tree under `s` whose leaves are renumbered by `index` (old index -> new), those of
+// an index in `by` replaced by that tree (a fresh copy at each place, its leaves renumbered by
+// `by_index`): number_leaves renumbers in place, so no node may be reached twice.
+using Replacements = std::unordered_map<std::size_t, LazySrc>;
+LazySrc copy_tree(const LazySrc& s, const std::vector<std::size_t>& index, const Replacements* by = nullptr,
+                  const std::vector<std::size_t>* by_index = nullptr) {
+  if (auto* m = std::get_if<MemBuffer>(&s)) {
+    if (by)
+      if (auto it = by->find(m->index); it != by->end()) return copy_tree(it->second, *by_index);
+    MemBuffer c = *m;
+    c.index = index.at(m->index);
+    return c;
+  }
+  const LazyOp& o = *std::get<std::shared_ptr<LazyOp>>(s);
+  std::vector<LazySrc> src;
+  src.reserve(o.src.size());
+  for (const LazySrc& x : o.src) src.push_back(copy_tree(x, index, by, by_index));
+  return std::make_shared<LazyOp>(o.op, std::move(src), o.arg);
+}
+
+// What q stores: its buffer and a multi-store's others, each with the tree it stores.
+std::vector<std::pair<LazyBufferPtr, LazySrc>> stores_of(const Plan& q) {
+  std::vector<std::pair<LazyBufferPtr, LazySrc>> out;
+  if (!is_multi_store(*q.ast)) return {{q.buf, q.ast}};
+  for (std::size_t i = 0; i < q.ast->src.size(); ++i)
+    out.emplace_back(i ? q.stores[i - 1] : q.buf, q.ast->src[i]);
+  return out;
+}
+
+// p computes what q stores too, stored after p's inputs: q's trees in place of p's reads of them.
+void absorb(Plan& p, Plan& q) {
+  auto q_out = stores_of(q);
+  // Provisional numbering: p's leaves keep theirs; q's read a buffer p reads under p's index.
+  std::vector<LazyBufferPtr> inputs = p.leaves;
+  std::vector<std::size_t> p_index(p.leaves.size() + 1), q_index(q.leaves.size() + 1);
+  for (std::size_t i = 0; i <= p.leaves.size(); ++i) p_index[i] = i;
+  // (a kernel buffer has one ShapeTracker in codegen: one index per buffer and views)
+  auto views_of = [](const LazyOp& ast, std::size_t n) {
+    std::vector<std::optional<ShapeTracker>> st(n + 1);
+    std::vector<bool> mixed(n + 1, false);
+    for_each_leaf(ast, [&](const MemBuffer& m) {
+      if (st[m.index] && !(*st[m.index] == m.st)) mixed[m.index] = true;
+      st[m.index] = m.st;
+    });
+    for (std::size_t i = 0; i <= n; ++i)
+      if (mixed[i]) st[i].reset();
+    return st;
+  };
+  auto p_st = views_of(*p.ast, p.leaves.size()), q_st = views_of(*q.ast, q.leaves.size());
+  for (std::size_t i = 0; i < q.leaves.size(); ++i) {
+    LazyBufferPtr base = q.leaves[i]->base();
+    std::size_t k = 0;
+    for (; k < p.leaves.size(); ++k)
+      if (p.leaves[k]->base() == base && p_st[k + 1] && q_st[i + 1] && *p_st[k + 1] == *q_st[i + 1]) break;
+    if (k == p.leaves.size()) k = inputs.size(), inputs.push_back(q.leaves[i]);
+    q_index[i + 1] = k + 1;
+  }
+  Replacements by;
+  for (std::size_t l = 0; l < p.leaves.size(); ++l)
+    for (const auto& [buf, tree] : q_out)
+      if (p.leaves[l]->base() == buf) by.emplace(l + 1, tree);
+  const LazySrc p_root = p.ast;
+  std::vector<LazySrc> stores;
+  if (is_multi_store(*p.ast))
+    for (const LazySrc& x : p.ast->src) stores.push_back(copy_tree(x, p_index, &by, &q_index));
+  else
+    stores.push_back(copy_tree(p_root, p_index, &by, &q_index));
+  for (const auto& [buf, tree] : q_out) stores.push_back(copy_tree(tree, q_index)), p.stores.push_back(buf);
+  auto root = std::make_shared<LazyOp>(UnaryOps::NOOP, std::move(stores), Dims{});
+  p.leaves = number_leaves(*root, inputs);
+  Dims to{0};
+  for (std::size_t k = 0; k < p.stores.size(); ++k)
+    to.push_back(static_cast<std::int64_t>(p.leaves.size() + 1 + k));
+  root->arg = to;
+  p.ast = std::move(root);
+  std::erase_if(p.deps, [&](const LazyBufferPtr& d) {
+    return std::any_of(q_out.begin(), q_out.end(), [&](const auto& o) { return o.first == d; });
+  });
+  for (const LazyBufferPtr& d : q.deps)
+    if (std::find(p.deps.begin(), p.deps.end(), d) == p.deps.end()) p.deps.push_back(d);
+}
+
+// Multi-output kernels: an elementwise kernel that reads, whole and in order, a buffer of its own
+// shape that an earlier elementwise kernel of the schedule computes, when nothing between the two
+// reads that buffer, computes it as well and stores it (a multi-store, ast.hpp): one kernel and one
+// pass over the buffer fewer. An optimizer's parameter, m and v are one kernel; a buffer several
+// kernels read is computed by the first of them that can. Compiled devices only (the interpreter
+// runs one output).
+void merge_stores(std::vector<Plan>& order) {
+  constexpr std::size_t kMaxBuffers = 32;  // kernel buffers, outputs included (host kernels' arguments)
+  std::unordered_map<std::string, bool> compiled;
+  auto mergeable = [&](const Plan& p) {
+    if (!scheduler::runs_kernel(p) || has_reduce(*p.ast)) return false;
+    auto [it, fresh] = compiled.emplace(p.buf->device, false);
+    if (fresh) it->second = dynamic_cast<Compiled*>(&Device::get(p.buf->device)) != nullptr;
+    return it->second;
+  };
+  std::unordered_map<const LazyBuffer*, std::size_t> at;  // a kernel's output -> its plan
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (order[i].ast) at[order[i].buf.get()] = i;
+  std::vector<bool> gone(order.size(), false);
+  auto reads = [](const Plan& r, const LazyBuffer* y) {
+    for (const LazyBufferPtr& l : r.leaves)
+      if (l->base().get() == y) return true;
+    for (const LazyBufferPtr& d : r.deps)
+      if (d.get() == y) return true;
+    return r.from && r.from->base().get() == y;
+  };
+  // Per input buffer, the mergeable kernels that read it (siblings: kernels of one shape that share
+  // an input, an optimizer's updates of parameters of one shape, are one kernel too).
+  std::unordered_map<const LazyBuffer*, std::vector<std::size_t>> readers;
+  auto note_reads = [&](std::size_t i) {
+    for (const LazyBufferPtr& l : order[i].leaves) {
+      auto& r = readers[l->base().get()];
+      if (r.empty() || r.back() != i) r.push_back(i);
+    }
+  };
+  bool any = false;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    Plan& p = order[i];
+    if (!mergeable(p)) continue;
+    // p takes q's work when nothing between them reads what q stores and p reads it whole, if at all.
+    auto try_absorb = [&](std::size_t j) {
+      Plan& q = order[j];
+      if (j >= i || gone[j] || !mergeable(q) || q.buf->device != p.buf->device ||
+          q.buf->shape() != p.buf->shape() ||
+          (!is_multi_store(*q.ast) && ast_dtype(LazySrc(q.ast)) != q.buf->dtype) ||
+          p.leaves.size() + q.leaves.size() + p.stores.size() + q.stores.size() + 2 > kMaxBuffers ||
+          p.stores.size() + q.stores.size() + 2 > kMaxDims ||  // (a multi-store's arg is a Dims)
+          depth_of(LazySrc(p.ast)) + depth_of(LazySrc(q.ast)) > AstBuilder::kMaxFusedDepth)
+        return false;
+      auto q_out = stores_of(q);
+      auto stored_by_q = [&](const LazyBuffer* b) {
+        return std::any_of(q_out.begin(), q_out.end(), [&](const auto& o) { return o.first.get() == b; });
+      };
+      bool whole = true;  // every read of what q stores in order, at the element written
+      for_each_leaf(*p.ast, [&](const MemBuffer& m) {
+        if (stored_by_q(p.leaves[m.index - 1]->base().get()))
+          whole = whole && m.st.contiguous() && m.st.shape() == p.buf->shape();
+      });
+      if (!whole) return false;
+      for (std::size_t k = j + 1; k < i; ++k)
+        for (const auto& o : q_out)
+          if (!gone[k] && reads(order[k], o.first.get())) return false;
+      absorb(p, q);
+      gone[j] = any = true;
+      for (const LazyBufferPtr& b : p.stores) at[b.get()] = i;
+      return true;
+    };
+    for (bool merged = true; merged;) {
+      merged = false;
+      for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l)  // what p reads
+        if (auto it = at.find(p.leaves[l]->base().get()); it != at.end()) merged = try_absorb(it->second);
+      for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l)  // what reads what p reads
+        if (auto it = readers.find(p.leaves[l]->base().get()); it != readers.end())
+          for (std::size_t j : it->second)
+            if (j < i && (merged = try_absorb(j))) break;
+    }
+    note_reads(i);
+  }
+  if (!any) return;
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (!gone[i] && w++ != i) order[w - 1] = std::move(order[i]);  // (never onto itself)
+  order.resize(w);
+}
+
 // One schedule for several unrealized bases (the first's plan made already): their kernels, those
 // they need, each once, in an order that runs each after what it reads.
 void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
@@ -403,6 +698,9 @@ void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
   for (auto it = targets.rbegin(); it != targets.rend(); ++it) stack.emplace_back(*it, false);
   std::unordered_map<LazyBuffer*, Plan> plans;
   plans.emplace(targets.front().get(), std::move(first));
+  std::unordered_set<const LazyBuffer*> wanted;
+  if (targets.size() > 1)
+    for (const LazyBufferPtr& t : targets) wanted.insert(t.get());
   while (!stack.empty()) {
     auto [buf, expanded] = stack.back();
     stack.pop_back();
@@ -413,12 +711,13 @@ void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
       continue;
     }
     auto it = plans.find(buf.get());
-    if (it == plans.end()) it = plans.emplace(buf.get(), make_plan(buf)).first;
+    if (it == plans.end()) it = plans.emplace(buf.get(), make_plan(buf, &wanted)).first;
     const Plan& plan = it->second;
     stack.emplace_back(buf, true);
     for (const auto& d : plan.deps)
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
+  if (flags.multi_output) merge_stores(order);
   std::optional<scheduler::RealizeReport> report;
   if (debug >= 1) {
     report.emplace(debug);
@@ -472,7 +771,10 @@ void LazyBuffer::realize_all(const std::vector<LazyBufferPtr>& buffers) {
   std::vector<LazyBufferPtr> targets;
   for (const LazyBufferPtr& b : buffers)
     if (LazyBufferPtr t = b->base(); !t->realized) targets.push_back(std::move(t));
-  if (!targets.empty()) realize_bases(targets, make_plan(targets.front()));
+  if (targets.empty()) return;
+  std::unordered_set<const LazyBuffer*> wanted;
+  for (const LazyBufferPtr& t : targets) wanted.insert(t.get());
+  realize_bases(targets, make_plan(targets.front(), targets.size() > 1 ? &wanted : nullptr));
 }
 
 }  // namespace metagrad

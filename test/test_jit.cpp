@@ -272,3 +272,48 @@ TEST_CASE("an MLP trained with TinyJit matches the same training without it", "[
     for (std::size_t i = 0; i < plain[p].size(); ++i)
       REQUIRE(jitted[p][i] == Approx(plain[p][i]).margin(1e-5));
 }
+
+TEST_CASE("TinyJit replays AdamW's multi-output kernels: parameters and states updated in place", "[jit]") {
+  for (const char* d : {"CLANG", "LLVM"}) {
+    test::DeviceScope dev(d);
+    if (!dev.ok) continue;
+    INFO(d);
+    const i64 batch = 8, steps = 8;
+    auto x = f32(test::random_floats(batch * 12, 3), {batch, 12}).realize();
+    auto y = Tensor(std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 3}, {batch}).realize();
+    auto train = [&](bool use_jit, std::vector<float>& losses) {
+      Tensor::manual_seed(5);
+      Mlp model;
+      nn::optim::AdamW opt(model.params(), 0.01);
+      Tensor::TrainingGuard training;
+      auto step = [&](const Tensor& xb, const Tensor& yb) {
+        Tensor loss = model(xb).sparse_categorical_crossentropy(yb);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        return loss;
+      };
+      TinyJit jit(step);
+      for (i64 s = 0; s < steps; ++s) losses.push_back((use_jit ? jit(x, y) : step(x, y)).item<float>());
+      if (use_jit) {
+        const CapturedStep& c = *jit.captured();
+        std::size_t in_place = 0;  // each parameter, m and v: read and written at the same elements
+        for (const auto& u : c.state) in_place += u.in_place;
+        REQUIRE(in_place >= 12);
+      }
+      std::vector<std::vector<float>> out;
+      for (const Tensor& p : model.params()) out.push_back(p.to_vector<float>());
+      for (const Tensor& m : opt.m) out.push_back(m.to_vector<float>());
+      return out;
+    };
+    std::vector<float> plain_losses, jit_losses;
+    auto plain = train(false, plain_losses);
+    auto jitted = train(true, jit_losses);
+    for (std::size_t s = 0; s < plain_losses.size(); ++s)
+      REQUIRE(jit_losses[s] == Approx(plain_losses[s]).epsilon(1e-5));
+    REQUIRE(plain_losses.back() < plain_losses.front());
+    for (std::size_t p = 0; p < plain.size(); ++p)
+      for (std::size_t i = 0; i < plain[p].size(); ++i)
+        REQUIRE(jitted[p][i] == Approx(plain[p][i]).margin(1e-5));
+  }
+}

@@ -59,6 +59,16 @@ struct MemBuffer {
 using LazyOp = OpNode<MemBuffer>;  // a kernel's AST
 using LazySrc = LazyOp::Src;
 
+// A kernel that writes several buffers of one shape (multi-output: an optimizer's parameter and
+// its states in one pass): a root UnaryOps::NOOP with a Dims arg naming, for each of its sources,
+// the kernel buffer that source is stored into; the first is 0, the others follow the inputs. Its
+// sources hold no reduce and all have the output's shape.
+inline bool is_multi_store(const LazyOp& ast) {
+  return ast.op == UnaryOps::NOOP && std::holds_alternative<Dims>(ast.arg);
+}
+// The kernel buffers an AST writes: {0}, or a multi-store's arg.
+Dims stored_buffers(const LazyOp& ast);
+
 std::string to_string(const LazyOp& op);  // indented tree, for DEBUG=3
 // The MemBuffer leaves of an AST, each index once, ordered by index.
 std::vector<MemBuffer> mem_buffers(const LazyOp& ast);

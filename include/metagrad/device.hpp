@@ -73,6 +73,7 @@ struct ASTRunner {
   std::vector<std::int64_t> global_size, local_size;
   std::int64_t op_estimate = 0, mem_estimate = 0;
   std::uint64_t same_index_reads = 0;  // of the AST (ast.hpp): buffers the output may overwrite
+  std::uint64_t writes = 1;            // bit j: the kernel writes its buffer j (a multi-store: several)
   std::shared_ptr<Program> clprg;
   // Runs on the buffers (output first), timing it into GlobalCounters; DEBUG>=2 prints it.
   void exec(const std::vector<RawBuffer*>& bufs) const;

@@ -347,12 +347,13 @@ struct Renderer {
   // `void NAME(buffers..., long long start, long long end) {` and the groups' local memory.
   void signature() {
     bool reduces = std::any_of(k.uops.begin(), k.uops.end(), [](const UOp& u) { return u.uop == UOps::ACC; });
-    if (reduces)
+    // (a row kernel's loops are its elementwise work's too: left to the loop vectorizer)
+    if (reduces && !k.rows)
       src += k.reassociate && !lang.reassociate_attribute.empty() ? lang.reassociate_attribute
                                                                   : lang.reduce_attribute;
     src += detail::cat(lang.kernel_prefix, "void ", k.name, "(");
     auto buffer = [&](std::size_t i) {
-      return detail::cat(lang.buffer_prefix, i ? "const " : "", lang.type(k.buf_dtypes[i]), "*");
+      return detail::cat(lang.buffer_prefix, written(k, i) ? "" : "const ", lang.type(k.buf_dtypes[i]), "*");
     };
     bool array = lang.range_arguments && k.buf_dtypes.size() > kMaxBufferArguments;
     if (array) src += "void* const* restrict args";

@@ -16,6 +16,34 @@ void find_reduce(const LazyOp& op, const LazyOp*& found) {
     if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s)) find_reduce(**o, found);
 }
 
+// A row kernel's node shapes: an EXPAND has its argument's, elementwise work its widest source's.
+Dims row_shape(const LazySrc& s) {
+  if (auto* b = std::get_if<MemBuffer>(&s)) return b->st.shape();
+  const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
+  if (op.op == MovementOps::EXPAND || op.op.type == OpType::Reduce || op.op == FusedOps::MULACC)
+    return std::get<Dims>(op.arg);
+  if (op.op == LoadOps::CONST) return std::get<ConstArg>(op.arg).shape;
+  Dims best = row_shape(op.src.at(0));
+  for (std::size_t i = 1; i < op.src.size(); ++i)
+    if (Dims d = row_shape(op.src[i]); prod(d) > prod(best)) best = d;
+  return best;
+}
+
+bool has_expand(const LazyOp& op) {
+  if (op.op == MovementOps::EXPAND) return true;
+  for (const LazySrc& s : op.src)
+    if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s); o && has_expand(**o)) return true;
+  return false;
+}
+
+const LazyOp* any_reduce(const LazyOp& op) {
+  if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) return &op;
+  for (const LazySrc& s : op.src)
+    if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s))
+      if (const LazyOp* r = any_reduce(**o)) return r;
+  return nullptr;
+}
+
 std::int64_t count_alu(const LazyOp& op) {
   std::int64_t n =
       op.op.type == OpType::Unary || op.op.type == OpType::Binary || op.op.type == OpType::Ternary ? 1
@@ -31,9 +59,12 @@ std::int64_t count_alu(const LazyOp& op) {
 
 Kernel::Kernel(std::shared_ptr<LazyOp> ast_, DType out_dtype_) : ast(std::move(ast_)), out_dtype(out_dtype_) {
   bufs = mem_buffers(*ast);
-  find_reduce(*ast, reduceop);
-  output_shape = ast_shape(ast);
-  Dims full = reduceop ? ast_shape(reduceop->src.at(0)) : output_shape;
+  rows = has_expand(*ast);
+  if (!rows) find_reduce(*ast, reduceop);
+  const LazyOp* some_reduce = rows ? any_reduce(*ast) : reduceop;
+  output_shape = rows ? row_shape(ast) : ast_shape(ast);
+  Dims full = some_reduce ? ast_shape(some_reduce->src.at(0)) : output_shape;
+  Dims reduced = some_reduce ? std::get<Dims>(some_reduce->arg) : output_shape;
   sts.emplace_back(output_shape);
   for (const MemBuffer& b : bufs) sts.push_back(b.st);
   for (ShapeTracker& st : sts)
@@ -43,16 +74,17 @@ Kernel::Kernel(std::shared_ptr<LazyOp> ast_, DType out_dtype_) : ast(std::move(a
   // Global axes first, then reduced ones.
   std::vector<std::int64_t> order;
   for (std::size_t d = 0; d < full.size(); ++d)
-    if (!(output_shape[d] == 1 && full[d] != 1)) order.push_back(static_cast<std::int64_t>(d));
+    if (!(reduced[d] == 1 && full[d] != 1)) order.push_back(static_cast<std::int64_t>(d));
   first_reduce = order.size();
   for (std::size_t d = 0; d < full.size(); ++d)
-    if (output_shape[d] == 1 && full[d] != 1) order.push_back(static_cast<std::int64_t>(d));
+    if (reduced[d] == 1 && full[d] != 1) order.push_back(static_cast<std::int64_t>(d));
   reshape_and_permute({}, order);
   simplify_ones();
   simplify_merge_adjacent();
 }
 
 bool Kernel::is_reduce_axis(std::size_t axis) const {
+  if (rows) return axis >= first_reduce && axis < shape_len() - upcasted;
   auto s = stride_of(0, axis);
   return full_shape()[axis] > 1 && s && *s == 0;
 }
@@ -139,6 +171,21 @@ Opts Opts::host() {
 }
 
 void Kernel::hand_coded_optimizations(const Opts& opts) {
+  // A row kernel: loops the code generator vectorizes, its float sums reassociable (the linearizer
+  // splits a max's loop into 8 partial maxima itself).
+  if (rows) {
+    row_sum_lanes = opts.row_sum_lanes;
+    std::vector<const LazyOp*> stack{ast.get()};
+    while (!stack.empty()) {
+      const LazyOp* o = stack.back();
+      stack.pop_back();
+      if (o->op == ReduceOps::SUM || o->op == FusedOps::MULACC)
+        reassociate = reassociate || dtypes::is_float(ast_dtype(o->src.at(0)));
+      for (const LazySrc& x : o->src)
+        if (auto* sub = std::get_if<std::shared_ptr<LazyOp>>(&x)) stack.push_back(sub->get());
+    }
+    return;
+  }
   auto looped_end = [&] { return shape_len() - upcasted; };
   // One looped reduce axis, a multiple of 2 blocks, a sum straight into the output (which holds the
   // partial sums), and a global axis for the threads. At most 4096 blocks: the output sums them in
@@ -264,7 +311,7 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
 }
 
 std::string Kernel::name() const {
-  std::string out = reduceop ? "r" : "E";
+  std::string out = rows ? "s" : reduceop ? "r" : "E";
   for (std::int64_t d : full_shape()) out += "_" + std::to_string(d);
   return shape_len() == 0 ? out + "_1" : out;
 }

@@ -53,6 +53,8 @@ struct Linearizer {
     if (auto* b = std::get_if<MemBuffer>(&s)) return load(b->index, pos);
     const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
     if (&op == k.reduceop) return reduced;
+    if (k.rows && (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC)) return row_reduce(op);
+    if (k.rows && op.op == MovementOps::EXPAND) return ast(op.src.at(0), pos, reduced);
     if (op.op == LoadOps::CONST) {
       const ConstArg& c = std::get<ConstArg>(op.arg);
       return constant(c.value, c.dtype);
@@ -299,21 +301,111 @@ struct Linearizer {
     return reduced;
   }
 
+  // ---- row kernels (Kernel::rows) ----
+  std::map<std::string, int> row_values;  // a reduce's value at the current global position, by key
+
+  // The reduces under s, each computed (before any loop that reads it opens).
+  void row_reduces_in(const LazySrc& s) {
+    auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s);
+    if (!o) return;
+    const LazyOp& op = **o;
+    if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
+      row_reduce(op);
+      return;
+    }
+    for (const LazySrc& x : op.src) row_reduces_in(x);
+  }
+
+  // A reduce of a row kernel, once per global position (equal reduces, by their AST, once): a loop
+  // nest over the reduce axes into one accumulator. A sum's additions may be reassociated (the code
+  // generator's loop vectorizer keeps partial sums in vector lanes) or, for C, kept as
+  // Kernel::row_sum_lanes partial sums; a max, which may not be reordered, takes 8 neighbours of the
+  // last axis a trip into 8 partial maxima. Partial values combine pairwise.
+  int row_reduce(const LazyOp& r) {
+    DType acc_dt = ast_dtype(r.src.at(0));
+    std::string key = ast_key(r, acc_dt);
+    if (auto it = row_values.find(key); it != row_values.end()) return it->second;
+    for (const LazySrc& x : r.src) row_reduces_in(x);
+    bool is_max = r.op == ReduceOps::MAX;
+    Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
+    std::size_t last = k.shape_len() - 1;
+    std::int64_t n = k.full_shape()[last], lanes = is_max ? 8 : k.row_sum_lanes;
+    if (n % lanes != 0 || n < 2 * lanes) lanes = 1;
+    std::vector<int> accs;
+    for (std::int64_t i = 0; i < lanes; ++i)
+      accs.push_back(push(UOp{
+          UOps::DEFINE_ACC, acc_dt, {}, UnaryOps::NOOP, -1, 0, 1, is_max ? dtypes::min_value(acc_dt) : 0.0}));
+    std::size_t outer = open.size();
+    std::string tag = "_" + std::to_string(loop_count++);
+    for (std::size_t d = k.first_reduce; d < last; ++d)
+      open_axis(d, "ridx" + std::to_string(d - k.first_reduce) + tag, false);
+    std::string name = "ridx" + std::to_string(last - k.first_reduce) + tag;
+    Node var = symbolic::Variable(name, 0, n / lanes - 1);
+    open_loop(name, n / lanes, false);
+    for (std::int64_t i = 0; i < lanes; ++i) {
+      loop_vars[last] = var * lanes + Node(i);
+      int v;
+      if (r.op == FusedOps::MULACC)
+        v = push(UOp{UOps::ALU, acc_dt, {ast(r.src[0], {}, -1), ast(r.src[1], {}, -1)}, BinaryOps::MUL});
+      else
+        v = ast(r.src[0], {}, -1);
+      push(UOp{UOps::ACC, acc_dt, {accs[static_cast<std::size_t>(i)], v}, update});
+    }
+    close_loops(outer);
+    for (std::size_t d = k.first_reduce; d < k.shape_len(); ++d) loop_vars[d] = 0;
+    seen.clear();  // values made inside the loop are out of scope after it
+    return row_values[key] = combine(accs, acc_dt, update);
+  }
+
+  void run_rows() {
+    open_global_loops();
+    row_reduces_in(k.ast);
+    std::size_t outer = open.size();
+    // A full-shaped output: one more loop nest over the reduce axes; a reduced one: one store.
+    bool full = prod(k.output_shape) == prod(k.full_shape());
+    if (full)
+      for (std::size_t d = k.first_reduce; d < k.shape_len(); ++d)
+        open_axis(d, "sidx" + std::to_string(d - k.first_reduce), false);
+    int v = ast(k.ast, {}, -1);
+    auto [idx, valid] = k.sts[0].expr_idxs(idxs_at({}));
+    push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
+    close_loops(outer);
+    close_loops(0);
+  }
+
   void run() {
     out.name = k.name();
     out.buf_dtypes.push_back(k.out_dtype);
     for (const MemBuffer& b : k.bufs) out.buf_dtypes.push_back(b.dtype);
+    // A multi-store (ast.hpp): each source into its buffer, at the output's index (every output
+    // of one is contiguous in the output's shape).
+    std::vector<std::pair<LazySrc, std::size_t>> stores{{k.ast, 0}};
+    if (is_multi_store(*k.ast)) {
+      const Dims& to = std::get<Dims>(k.ast->arg);
+      stores.clear();
+      for (std::size_t i = 0; i < k.ast->src.size(); ++i) {
+        auto j = static_cast<std::size_t>(to[i]);
+        stores.emplace_back(k.ast->src[i], j);
+        if (j == 0) continue;
+        if (out.buf_dtypes.size() <= j) out.buf_dtypes.resize(j + 1, k.out_dtype);
+        out.buf_dtypes[j] = ast_dtype(k.ast->src[i]);
+      }
+    }
     out.op_estimate = k.op_estimate;
     out.reassociate = k.reassociate;
+    out.rows = k.rows;
     loop_vars.assign(k.shape_len(), Node(0));
+    if (k.rows) return run_rows();
     open_global_loops();
     std::vector<Dims> out_positions = upcast_positions(false);
     std::vector<int> reduced = reduce(out_positions);
     for (std::size_t o = 0; o < out_positions.size(); ++o) {
-      int v = ast(k.ast, out_positions[o], reduced[o]);
       auto [idx, valid] = k.sts[0].expr_idxs(idxs_at(out_positions[o]));
       if (k.local_size) valid = Node::ands({valid, loop_vars[reduce_end()] < Node(1)});
-      push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
+      for (const auto& [src, j] : stores) {
+        int v = ast(src, out_positions[o], reduced[o]);
+        push(UOp{UOps::STORE, out.buf_dtypes[j], {v}, UnaryOps::NOOP, static_cast<int>(j), idx, valid});
+      }
     }
     close_loops(0);
   }
@@ -322,9 +414,16 @@ struct Linearizer {
 }  // namespace
 
 LinearizedKernel linearize(const Kernel& k) {
-  Linearizer l{k, {}, {}, {}, {}, {}, 0};
+  Linearizer l{k, {}, {}, {}, {}, {}, 0, {}};
   l.run();
   return std::move(l.out);
+}
+
+bool written(const LinearizedKernel& k, std::size_t i) {
+  if (i == 0) return true;
+  for (const UOp& u : k.uops)
+    if (u.uop == UOps::STORE && u.buf == static_cast<int>(i)) return true;
+  return false;
 }
 
 std::string to_string(const UOp& u) {

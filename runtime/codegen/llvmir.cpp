@@ -375,7 +375,7 @@ struct Renderer {
       a->setName(array ? "args" : "data" + std::to_string(i));
       a->addAttr(llvm::Attribute::NoAlias);  // restrict, as the C kernels declare it
       a->addAttr(llvm::Attribute::NoCapture);
-      if (i || array) a->addAttr(llvm::Attribute::ReadOnly);
+      if (array || !written(k, i)) a->addAttr(llvm::Attribute::ReadOnly);
       if (!array) bufs.push_back(a);
     }
     fn->getArg(range_arg)->setName("start");

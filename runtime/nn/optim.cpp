@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -61,17 +62,15 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::realize(const std::vector<Tensor>& extra) {
-  // Each list in one schedule (a cold step's kernels compile together), the states first: a
-  // parameter's update then reads them as buffers, not as expressions it would have to recompute
-  // (Adam's v / (1 - b2^t) is read twice by the update: a kernel of its own if it were unrealized).
-  auto all = [](std::initializer_list<const std::vector<Tensor>*> lists) {
-    std::vector<LazyBufferPtr> bufs;
-    for (const auto* list : lists)
-      for (const Tensor& t : *list) bufs.push_back(t.lazydata);
-    LazyBuffer::realize_all(bufs);
-  };
-  all({&extra});
-  all({&params, &buffers});
+  // One schedule (a cold step's kernels compile together), the states first. A realize's targets
+  // are read, never recomputed, by the kernels that need them, and an elementwise kernel that reads
+  // a state of its shape computes and stores it as well (the scheduler's multi-output kernels):
+  // Adam's parameter, m and v are one kernel.
+  std::vector<LazyBufferPtr> bufs;
+  for (const std::vector<Tensor>* list : {&extra, static_cast<const std::vector<Tensor>*>(&params),
+                                          static_cast<const std::vector<Tensor>*>(&buffers)})
+    for (const Tensor& t : *list) bufs.push_back(t.lazydata);
+  LazyBuffer::realize_all(bufs);
 }
 
 double Optimizer::get_lr() const { return lr.item<double>(); }
@@ -135,12 +134,13 @@ LAMB::LAMB(const std::vector<ParamGroup>& ps, double lr_, double b1_, double b2_
 
 void LAMB::step() {
   Tensor::NoGradGuard no_grad;
-  t.assign(t + 1).realize();
-  // The bias corrections once a step (not once a parameter); each parameter's m, v and update are
-  // then built lazily and realized together at the end: three kernels a parameter, the gradient's
-  // scaling (clip_grad_norm's) recomputed inside m's and v's rather than written out.
+  t.assign(t + 1);
+  // The step count and its bias corrections once a step (not once a parameter), one kernel; each
+  // parameter's m, v and update are then built lazily and realized together at the end, one kernel
+  // a parameter (the scheduler's multi-output kernels), the gradient's scaling (clip_grad_norm's)
+  // computed inside it rather than written out.
   Tensor bias1 = 1.0 - Tensor::full_like(t, b1).pow(t), bias2 = 1.0 - Tensor::full_like(t, b2).pow(t);
-  bias1.realize(), bias2.realize();
+  LazyBuffer::realize_all({t.lazydata, bias1.lazydata, bias2.lazydata});
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor& p = params[i];
     Tensor g = grad_of(i, adam ? "Adam.step" : "LAMB.step");
@@ -178,9 +178,22 @@ Tensor clip_grad_norm(const std::vector<Tensor>& ps, double max_norm) {
   for (const Tensor& p : ps)
     if (p.grad) gs.push_back(*p.grad);
   if (gs.empty()) return Tensor::zeros({}, {.device = device_of(ps), .requires_grad = false});
-  Tensor sq = gs[0].cast(dtypes::float32).square().sum();
-  for (std::size_t i = 1; i < gs.size(); ++i) sq = sq + gs[i].cast(dtypes::float32).square().sum();
-  Tensor norm = sq.sqrt();
+  // Gradients of at most kSmall elements are summed over their concatenation, in one kernel: a
+  // model's biases and norms would each be a reduce of a few hundred elements, a launch apiece.
+  constexpr std::int64_t kSmall = 4096;
+  std::optional<Tensor> sq;
+  auto add = [&](const Tensor& s) { sq = sq ? *sq + s : s; };
+  std::vector<Tensor> small;
+  for (const Tensor& g : gs) {
+    Tensor f = g.cast(dtypes::float32);
+    if (f.numel() <= kSmall)
+      small.push_back(f.reshape({-1}));
+    else
+      add(f.square().sum());
+  }
+  if (small.size() == 1) add(small[0].square().sum());
+  if (small.size() > 1) add(small[0].cat({small.begin() + 1, small.end()}).square().sum());
+  Tensor norm = sq->sqrt();
   Tensor coef = (max_norm / (norm + 1e-6)).minimum(1.0);
   for (const Tensor& p : ps)
     if (p.grad) {

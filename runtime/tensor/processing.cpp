@@ -3,6 +3,9 @@
 // through the mlops alone.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "metagrad/tensor.hpp"
 
@@ -649,6 +652,24 @@ Tensor Tensor::sequential(const std::vector<std::function<Tensor(const Tensor&)>
   return x;
 }
 
+namespace {
+// The causal mask of L queries over S keys on a device (bool, lower triangle), made once a process:
+// a model that attends causally launches no kernel for it each step.
+Tensor causal_mask(std::int64_t L, std::int64_t S, const std::string& device) {
+  static std::mutex mu;
+  // (never destroyed: its buffers must not outlive the devices at exit)
+  static auto* made = new std::map<std::tuple<std::int64_t, std::int64_t, std::string>, Tensor>;
+  std::lock_guard lock(mu);
+  auto it = made->find({L, S, device});
+  if (it == made->end()) {
+    Tensor::NoGradGuard no_grad;
+    Tensor m = Tensor::ones({L, S}, {.device = device}).tril(0).cast(dtypes::bool_).contiguous();
+    it = made->emplace(std::tuple{L, S, device}, m.requires_grad_(false).realize()).first;
+  }
+  return it->second;
+}
+}  // namespace
+
 Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& value,
                                             const std::optional<Tensor>& attn_mask, double dropout_p,
                                             bool is_causal) const {
@@ -672,7 +693,7 @@ Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& val
     return *this;  // (not reached)
   }();
   std::optional<Tensor> mask = attn_mask;
-  if (is_causal) mask = Tensor::ones({L, S}, {.device = device()}).tril(0).cast(dtypes::bool_);
+  if (is_causal) mask = causal_mask(L, S, device());
   if (mask) {
     Dims q = qk.shape();
     bool fits = mask->ndim() <= qk.ndim();

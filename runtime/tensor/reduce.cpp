@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "metagrad/tensor.hpp"
 
@@ -280,6 +281,28 @@ Tensor Tensor::argmin(std::optional<std::int64_t> axis, bool keepdim) const {
 }
 
 namespace {
+// Softmax as one Function: forward exp(x - max) / sum, backward y (g - sum(g y)) from its output
+// alone. Nothing but y outlives the forward, so the max and the sum are read only by the kernel
+// that uses them: the scheduler makes the forward one row kernel, and the backward another.
+struct Softmax final : FunctionImpl<Softmax, 1> {
+  LazyBufferPtr y;
+  Dims kept;
+  LazyBufferPtr forward(const LazyBufferPtr& x, const Dims& kept_) {
+    kept = kept_;
+    const Dims& full = x->shape();
+    LazyBufferPtr m =
+        x->e(BinaryOps::SUB, x->r(ReduceOps::MAX, kept)->movement_op(MovementOps::EXPAND, full));
+    // exp as the Exp mlop computes it (exp2 of x log2(e))
+    LazyBufferPtr e = m->e(BinaryOps::MUL, m->const_like(1 / std::numbers::ln2))->e(UnaryOps::EXP2);
+    return y = e->e(BinaryOps::DIV, e->r(ReduceOps::SUM, kept)->movement_op(MovementOps::EXPAND, full));
+  }
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override {
+    LazyBufferPtr s =
+        g->e(BinaryOps::MUL, y)->r(ReduceOps::SUM, kept)->movement_op(MovementOps::EXPAND, y->shape());
+    return {y->e(BinaryOps::MUL, g->e(BinaryOps::SUB, s))};
+  }
+};
+
 // x - max(x), exp of it and the sum of that, over one axis. The max is detached: softmax does not
 // depend on the shift, so its gradient through the max is 0 and need not be computed.
 struct SoftmaxParts {
@@ -298,8 +321,10 @@ Tensor Tensor::softmax(std::int64_t axis) const {
   std::int64_t a = checked_axis(*this, axis, "softmax");
   if (ndim() == 0) return reshape({1}).softmax(0).reshape({});
   if (numel() == 0) return dtypes::is_float(dtype()) ? *this : cast(dtypes::float32);
-  auto [m, e, ss] = softmax_parts(*this, a);
-  return e / ss;
+  Tensor x = dtypes::is_float(dtype()) ? *this : cast(dtypes::float32);
+  Dims kept = x.shape();
+  kept[static_cast<std::size_t>(a)] = 1;
+  return Softmax::apply(x, kept);
 }
 
 Tensor Tensor::log_softmax(std::int64_t axis) const {

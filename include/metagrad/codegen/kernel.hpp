@@ -27,6 +27,10 @@ struct Opts {
   // group of 32 to group_reduce threads, along whichever reduce axis that size divides (the one
   // along memory first): one thread per output would leave the GPU idle and walk memory alone.
   bool any_axis_groups = false;
+  // Row kernels (Kernel::rows): a sum's partial sums, this many neighbours of the last axis a trip.
+  // 1 where the code generator may reorder the additions alone (LLVM); C's reordering is
+  // function-wide, so the C compiler gets 8 explicit partial sums instead.
+  std::int64_t row_sum_lanes = 1;
   // The host CPU (CLANG, LLVM): AVX-512's 32 registers hold an 8 x 32 tile of floats, AVX2's 16 a
   // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip;
   // sums along memory left to the compiler's loop vectorizer.
@@ -43,6 +47,12 @@ class Kernel {
 
   std::shared_ptr<LazyOp> ast;
   const LazyOp* reduceop = nullptr;  // the single reduce (ReduceOps or MULACC), if any
+  // A row kernel (the scheduler's broadcast reduces: softmax, LayerNorm): reduces of one shape read
+  // back over the axes they reduced, as MovementOps::EXPAND nodes. Per position of the global axes
+  // each reduce is a loop over the reduce axes (after those it reads), then, when the output has
+  // the full shape, one more loop stores it. reduceop stays null (no GEMM, no reduce heuristics).
+  bool rows = false;
+  std::int64_t row_sum_lanes = 1;  // Opts::row_sum_lanes
   DType out_dtype;
   std::vector<MemBuffer> bufs;    // inputs: bufs[i] is kernel buffer i + 1 (0 is the output)
   std::vector<ShapeTracker> sts;  // sts[0] output, sts[i + 1] for bufs[i]; all over full_shape

@@ -56,14 +56,19 @@ constexpr std::size_t kMaxBufferArguments = 32;
 struct LinearizedKernel {
   std::string name;
   std::vector<UOp> uops;
-  std::vector<DType> buf_dtypes;  // [0] the output
+  std::vector<DType> buf_dtypes;  // [0] the output (a multi-store's others follow the inputs)
   std::int64_t global_size = 1;   // trip count of the threaded loop
   std::int64_t local_size = 0;    // OpenCL: work-items per group (the threaded loop is the group)
   std::int64_t op_estimate = 0;
   bool reassociate = false;  // the reduce's float additions may be reordered (Kernel::reassociate)
+  // A row kernel (Kernel::rows): elementwise work follows its reduces, so only the additions
+  // themselves may be reordered (C's function-wide associative-math would move the rest).
+  bool rows = false;
 };
 
 LinearizedKernel linearize(const Kernel& k);
+// Whether the kernel stores into its buffer i (0, and a multi-store's others: ast.hpp).
+bool written(const LinearizedKernel& k, std::size_t i);
 // The dtype an ALU uop reads: its first operand's, except WHERE's, which reads its branches' (the
 // condition is tested for non-zero); renderers convert the operands to it.
 inline DType alu_input_dtype(const UOp& u, const std::vector<UOp>& uops) {
