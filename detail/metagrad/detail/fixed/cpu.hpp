@@ -29,6 +29,7 @@ using cpu::detail::stream_fence;
 #if defined(__AVX512F__)
 using cpu::detail::F16;
 using cpu::detail::vexp;
+using cpu::detail::vexp2;
 using cpu::detail::vsigmoid;
 #endif
 
