@@ -385,6 +385,12 @@ struct RecordedLaunch {
            std::equal(block, block + 3, o.block);
   }
 };
+// The driver's kernel arguments for these buffer addresses: a pointer to each.
+std::vector<void*> arg_pointers(std::vector<CUdeviceptr>& ptrs) {
+  std::vector<void*> args(ptrs.size());
+  for (std::size_t i = 0; i < ptrs.size(); ++i) args[i] = &ptrs[i];
+  return args;
+}
 // Where this thread's launches go while a graph records them; null: they run.
 thread_local std::vector<RecordedLaunch>* recording = nullptr;
 
@@ -475,19 +481,19 @@ class CUDAProgram final : public Program {
     LaunchDims l = launch_dims(name_, global, local_size, max_threads_, ctx_->max_grid_x);
     if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return;  // nothing to run
     std::vector<CUdeviceptr> ptrs(bufs.size());
-    std::vector<void*> args(bufs.size());
     for (std::size_t i = 0; i < bufs.size(); ++i) {
       auto* b = dynamic_cast<RawCUDABuffer*>(bufs[i]);
       if (!b)
         throw std::invalid_argument(
             detail::cat("CUDA: ", name_, ": buffer ", std::to_string(i), " is not a CUDA buffer"));
-      ptrs[i] = b->ptr(), args[i] = &ptrs[i];
+      ptrs[i] = b->ptr();
     }
     if (recording) {
       recording->push_back(
           {fn_, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, std::move(ptrs)});
       return;
     }
+    std::vector<void*> args = arg_pointers(ptrs);
     ctx_->use();
     ctx_->d.check(ctx_->d.cuLaunchKernel(fn_, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
                                          l.block[2], 0, ctx_->stream, args.data(), nullptr),
@@ -586,8 +592,7 @@ class CudaGraph final : public LaunchGraph {
   struct Params {
     std::vector<void*> args;
     KernelNodeParams node{};
-    explicit Params(RecordedLaunch& r) : args(r.ptrs.size()) {
-      for (std::size_t i = 0; i < args.size(); ++i) args[i] = &r.ptrs[i];
+    explicit Params(RecordedLaunch& r) : args(arg_pointers(r.ptrs)) {
       node = {r.fn,       r.grid[0], r.grid[1],   r.grid[2], r.block[0], r.block[1],
               r.block[2], 0,         args.data(), nullptr,   nullptr,    nullptr};
     }
