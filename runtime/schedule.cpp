@@ -606,41 +606,61 @@ void absorb(Plan& p, Plan& q) {
 // runs one output).
 void merge_stores(std::vector<Plan>& order) {
   constexpr std::size_t kMaxBuffers = 32;  // kernel buffers, outputs included (host kernels' arguments)
+  // (eager steps schedule this every call: each plan's mergeability and the bases its leaves
+  // read are found once, not at every candidate pair)
   std::unordered_map<std::string, bool> compiled;
-  auto mergeable = [&](const Plan& p) {
-    if (!scheduler::runs_kernel(p) || has_reduce(*p.ast)) return false;
-    auto [it, fresh] = compiled.emplace(p.buf->device, false);
-    if (fresh) it->second = dynamic_cast<Compiled*>(&Device::get(p.buf->device)) != nullptr;
-    return it->second;
+  std::vector<signed char> can_merge(order.size(), -1);
+  auto mergeable = [&](std::size_t i) {
+    if (can_merge[i] >= 0) return can_merge[i] == 1;
+    const Plan& p = order[i];
+    bool ok = scheduler::runs_kernel(p) && !has_reduce(*p.ast);
+    if (ok) {
+      auto [it, fresh] = compiled.emplace(p.buf->device, false);
+      if (fresh) it->second = dynamic_cast<Compiled*>(&Device::get(p.buf->device)) != nullptr;
+      ok = it->second;
+    }
+    can_merge[i] = ok;
+    return ok;
+  };
+  auto base_of = [](const LazyBuffer* b) {  // LazyBuffer::base without a shared_ptr's count
+    while (b->is_view()) b = std::get<LazyBufferPtr>(b->op->src[0]).get();
+    return b;
+  };
+  std::vector<std::vector<const LazyBuffer*>> leaf_bases(order.size());
+  auto note_bases = [&](std::size_t i) {
+    leaf_bases[i].clear();
+    for (const LazyBufferPtr& l : order[i].leaves) leaf_bases[i].push_back(base_of(l.get()));
   };
   std::unordered_map<const LazyBuffer*, std::size_t> at;  // a kernel's output -> its plan
-  for (std::size_t i = 0; i < order.size(); ++i)
+  for (std::size_t i = 0; i < order.size(); ++i) {
     if (order[i].ast) at[order[i].buf.get()] = i;
+    note_bases(i);
+  }
   std::vector<bool> gone(order.size(), false);
-  auto reads = [](const Plan& r, const LazyBuffer* y) {
-    for (const LazyBufferPtr& l : r.leaves)
-      if (l->base().get() == y) return true;
+  auto reads = [&](std::size_t k, const LazyBuffer* y) {
+    const Plan& r = order[k];
+    if (std::find(leaf_bases[k].begin(), leaf_bases[k].end(), y) != leaf_bases[k].end()) return true;
     for (const LazyBufferPtr& d : r.deps)
       if (d.get() == y) return true;
-    return r.from && r.from->base().get() == y;
+    return r.from && base_of(r.from.get()) == y;
   };
   // Per input buffer, the mergeable kernels that read it (siblings: kernels of one shape that share
   // an input, an optimizer's updates of parameters of one shape, are one kernel too).
   std::unordered_map<const LazyBuffer*, std::vector<std::size_t>> readers;
   auto note_reads = [&](std::size_t i) {
-    for (const LazyBufferPtr& l : order[i].leaves) {
-      auto& r = readers[l->base().get()];
+    for (const LazyBuffer* b : leaf_bases[i]) {
+      auto& r = readers[b];
       if (r.empty() || r.back() != i) r.push_back(i);
     }
   };
   bool any = false;
   for (std::size_t i = 0; i < order.size(); ++i) {
     Plan& p = order[i];
-    if (!mergeable(p)) continue;
+    if (!mergeable(i)) continue;
     // p takes q's work when nothing between them reads what q stores and p reads it whole, if at all.
     auto try_absorb = [&](std::size_t j) {
       Plan& q = order[j];
-      if (j >= i || gone[j] || !mergeable(q) || q.buf->device != p.buf->device ||
+      if (j >= i || gone[j] || !mergeable(j) || q.buf->device != p.buf->device ||
           q.buf->shape() != p.buf->shape() ||
           (!is_multi_store(*q.ast) && ast_dtype(LazySrc(q.ast)) != q.buf->dtype) ||
           p.leaves.size() + q.leaves.size() + p.stores.size() + q.stores.size() + 2 > kMaxBuffers ||
@@ -653,14 +673,15 @@ void merge_stores(std::vector<Plan>& order) {
       };
       bool whole = true;  // every read of what q stores in order, at the element written
       for_each_leaf(*p.ast, [&](const MemBuffer& m) {
-        if (stored_by_q(p.leaves[m.index - 1]->base().get()))
+        if (stored_by_q(leaf_bases[i][m.index - 1]))
           whole = whole && m.st.contiguous() && m.st.shape() == p.buf->shape();
       });
       if (!whole) return false;
       for (std::size_t k = j + 1; k < i; ++k)
         for (const auto& o : q_out)
-          if (!gone[k] && reads(order[k], o.first.get())) return false;
+          if (!gone[k] && reads(k, o.first.get())) return false;
       absorb(p, q);
+      note_bases(i);
       gone[j] = any = true;
       for (const LazyBufferPtr& b : p.stores) at[b.get()] = i;
       return true;
@@ -668,9 +689,9 @@ void merge_stores(std::vector<Plan>& order) {
     for (bool merged = true; merged;) {
       merged = false;
       for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l)  // what p reads
-        if (auto it = at.find(p.leaves[l]->base().get()); it != at.end()) merged = try_absorb(it->second);
+        if (auto it = at.find(leaf_bases[i][l]); it != at.end()) merged = try_absorb(it->second);
       for (std::size_t l = 0; l < p.leaves.size() && !merged; ++l)  // what reads what p reads
-        if (auto it = readers.find(p.leaves[l]->base().get()); it != readers.end())
+        if (auto it = readers.find(leaf_bases[i][l]); it != readers.end())
           for (std::size_t j : it->second)
             if (j < i && (merged = try_absorb(j))) break;
     }

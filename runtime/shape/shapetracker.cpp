@@ -1,6 +1,7 @@
 #include "metagrad/shape/shapetracker.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace metagrad {
 
@@ -172,8 +173,9 @@ std::vector<std::optional<std::int64_t>> ShapeTracker::real_strides() const {
   return form.strides;
 }
 
-std::optional<View> merge_views(const View& below, const View& above) {
-  if (!below.mask.empty()) return std::nullopt;
+namespace {
+
+std::optional<View> merge_views_symbolic(const View& below, const View& above) {
   std::vector<Node> idxs = index_variables(above.shape);
   auto [idx, valid] = ShapeTracker({below, above}).expr_idxs(idxs);
   LinearForm form = linear_form(idx, idxs);
@@ -183,6 +185,35 @@ std::optional<View> merge_views(const View& below, const View& above) {
     strides.push_back(*s);
   }
   return View(above.shape, strides, form.offset, above.mask);
+}
+
+// The numbers that determine a pair of views (shapes, strides, offsets, masks), as a map key.
+std::string pair_key(const View& below, const View& above) {
+  std::vector<std::int64_t> k;
+  for (const View* v : {&below, &above}) {
+    k.push_back(static_cast<std::int64_t>(v->shape.size()));
+    k.insert(k.end(), v->shape.begin(), v->shape.end());
+    k.insert(k.end(), v->strides.begin(), v->strides.end());
+    k.push_back(v->offset);
+    k.push_back(static_cast<std::int64_t>(v->mask.size()));
+    for (const Pair& m : v->mask) k.push_back(m.first), k.push_back(m.second);
+  }
+  return {reinterpret_cast<const char*>(k.data()), k.size() * sizeof(std::int64_t)};
+}
+
+}  // namespace
+
+std::optional<View> merge_views(const View& below, const View& above) {
+  if (!below.mask.empty()) return std::nullopt;
+  // The symbolic merge costs tens of microseconds, and an eager training step schedules the same
+  // views every call: merges are remembered (per thread, so no lock), forgotten past a bound.
+  thread_local std::unordered_map<std::string, std::optional<View>> memo;
+  std::string key = pair_key(below, above);
+  if (auto it = memo.find(key); it != memo.end()) return it->second;
+  std::optional<View> merged = merge_views_symbolic(below, above);
+  if (memo.size() >= 16384) memo.clear();
+  memo.emplace(std::move(key), merged);
+  return merged;
 }
 
 std::string to_string(const ShapeTracker& st) {
