@@ -97,7 +97,7 @@ struct AstBuilder {
     LazyBufferPtr base = b->base();
     bool room = depth < kMaxFusedDepth && !(targets && targets->count(base.get()));
     if (room && base == b && is_elementwise(*b) && b->device == consumer.device &&
-        (b->live_children() <= 1 || cheap_to_recompute(*b)))
+        (b->live_children() <= 1 || (cheap_to_recompute(*b) && !recomputes_rows_elsewhere(*b))))
       return build(b->op, above);
     if (room && rows && above.empty())  // (before pushable_views: a one-row reduce is one element)
       if (auto r = broadcast_reduce(*b)) return *r;
@@ -229,6 +229,65 @@ struct AstBuilder {
       }
     }
     return true;
+  }
+
+  // A few ops over a reduce read back over its axes (softmax's y = e / sum(e), LayerNorm's output)
+  // are a row kernel's work, not a few loads: when something outside this kernel reads b too (so
+  // b is computed there or stored anyway), this kernel reads b rather than recomputing its rows.
+  // (Measured on the GPT step: reading softmax's and LayerNorm's outputs where their backward and
+  // the next product need them is 4-8% faster than recomputing them in each, and a cold step
+  // compiles in half the time, for about 10% more, smaller kernels.)
+  // Whether all of b's consumers are in this kernel is counted over what the kernel may inline:
+  // softmax's e is read by y and by the sum in y's kernel, and nowhere else.
+  bool recomputes_rows_elsewhere(LazyBuffer& b) const {
+    if (!reads_row_reduce(b)) return false;
+    std::size_t within = 0, live = b.live_children();
+    std::vector<const LazyBuffer*> stack{&consumer};
+    std::unordered_set<const LazyBuffer*> seen{&consumer};
+    while (!stack.empty() && seen.size() < 256) {
+      const LazyBuffer* x = stack.back();
+      stack.pop_back();
+      if (!x->op || x->realized) continue;
+      std::vector<const GraphOp*> ops{x->op.get()};
+      while (!ops.empty()) {
+        const GraphOp* o = ops.back();
+        ops.pop_back();
+        for (const GraphSrc& src : o->src) {
+          if (auto* sub = std::get_if<std::shared_ptr<GraphOp>>(&src)) {
+            ops.push_back(sub->get());
+            continue;
+          }
+          const LazyBuffer* s = std::get<LazyBufferPtr>(src).get();
+          if (s == &b) ++within;
+          bool inlinable = s->is_view() || is_elementwise(*s) || is_reduce(*s);
+          if (s != &b && inlinable && seen.insert(s).second) stack.push_back(s);
+        }
+      }
+    }
+    return within < live;
+  }
+  // Whether b's op tree, through the elementwise bases it would inline, reads a reduce through a
+  // view (a row kernel's reduce).
+  static bool reads_row_reduce(LazyBuffer& b) {
+    int budget = 16;
+    std::vector<const GraphOp*> stack{b.op.get()};
+    while (!stack.empty() && --budget >= 0) {
+      const GraphOp* o = stack.back();
+      stack.pop_back();
+      for (const GraphSrc& x : o->src) {
+        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
+          stack.push_back(op->get());
+          continue;
+        }
+        const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
+        if (src->is_view()) {
+          if (LazyBufferPtr base = src->base(); !base->realized && reduce_result(*base)) return true;
+        } else if (is_elementwise(*src)) {
+          stack.push_back(src->op.get());
+        }
+      }
+    }
+    return false;
   }
 
   static std::shared_ptr<LazyOp> kernel_op(Op op, std::vector<LazySrc> src = {}, OpArg arg = {}) {

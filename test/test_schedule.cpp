@@ -415,6 +415,42 @@ TEST_CASE("row kernels: softmax and LayerNorm are one kernel, forward and backwa
   }
 }
 
+TEST_CASE("row kernels: a softmax read by a product and by its backward is computed once",
+          "[schedule][rows]") {
+  // Attention's y = softmax(masked scores) is read by y @ v and by the softmax's backward: the
+  // backward reads y's buffer; recomputing y there would take its exp a second time. CLANG's
+  // source names the exp (mg_exp2f), so the kernels that take it are counted.
+  if (!test::available("CLANG")) return;
+  const i64 t = 16;
+  auto vs = test::random_floats(2 * t * t, 21), vv = test::random_floats(2 * t * 8, 22),
+       vw = test::random_floats(2 * t * 8, 23);
+  auto run = [&](const std::string& dev, i64* exps) {
+    Tensor s = Tensor(vs, {2, t, t}, {.device = dev, .dtype = dtypes::float32, .requires_grad = true});
+    Tensor v = Tensor(vv, {2, t, 8}, {.device = dev, .dtype = dtypes::float32});
+    Tensor w = Tensor(vw, {2, t, 8}, {.device = dev, .dtype = dtypes::float32});
+    s.realize(), v.realize(), w.realize();
+    Tensor mask = Tensor::ones({t, t}, {.device = dev, .dtype = dtypes::bool_}).tril().realize();
+    Tensor o = mask.where(s * 0.25, -INFINITY).softmax(-1).matmul(v);
+    (o * w).sum().backward();
+    Tensor both = o.sum() + s.grad->sum();  // one schedule: the forward and the backward together
+    if (exps) GlobalCounters::cache.emplace();
+    both.realize();
+    if (exps) {
+      *exps = 0;
+      for (const CacheEntry& e : *GlobalCounters::cache)
+        *exps += e.prg.prg.find("= mg_exp2f(") != std::string::npos;
+      GlobalCounters::cache.reset();
+    }
+    return std::pair{o, *s.grad};
+  };
+  i64 exps = 0;
+  auto [o, g] = run("CLANG", &exps);
+  auto [oc, gc] = run("CPU", nullptr);
+  REQUIRE(exps == 1);
+  require_same(o, oc, 1e-5);
+  require_same(g, gc, 1e-5);
+}
+
 TEST_CASE("row kernels: random row-wise expressions agree with CPU", "[schedule][rows]") {
   for (const char* d : {"CLANG", "LLVM"}) {
     if (!test::available(d)) continue;
