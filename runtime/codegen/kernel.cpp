@@ -55,6 +55,25 @@ std::int64_t count_alu(const LazyOp& op) {
   return n;
 }
 
+// Per axis of `coarse`, the run of `fine`'s axes whose product it is (size-1 axes of fine dropped):
+// fine refines coarse. nullopt when it does not.
+std::optional<std::vector<Dims>> refinement(const Dims& coarse, const Dims& fine) {
+  Dims f;
+  for (std::int64_t x : fine)
+    if (x != 1) f.push_back(x);
+  std::vector<Dims> out;
+  std::size_t i = 0;
+  for (std::int64_t c : coarse) {
+    Dims run;
+    std::int64_t p = 1;
+    while (c != 1 && p < c && i < f.size()) p *= f[i], run.push_back(f[i++]);
+    if (p != c) return std::nullopt;
+    out.push_back(c == 1 ? Dims{1} : run);
+  }
+  if (i != f.size()) return std::nullopt;
+  return out;
+}
+
 }  // namespace
 
 Kernel::Kernel(std::shared_ptr<LazyOp> ast_, DType out_dtype_) : ast(std::move(ast_)), out_dtype(out_dtype_) {
@@ -65,10 +84,35 @@ Kernel::Kernel(std::shared_ptr<LazyOp> ast_, DType out_dtype_) : ast(std::move(a
   output_shape = rows ? row_shape(ast) : ast_shape(ast);
   Dims full = some_reduce ? ast_shape(some_reduce->src.at(0)) : output_shape;
   Dims reduced = some_reduce ? std::get<Dims>(some_reduce->arg) : output_shape;
-  sts.emplace_back(output_shape);
+  // A buffer read through a reshape of a permuted view (a head merge: (B, T, H*E) over (B, H, T, E)
+  // memory) has no one stride along a merged axis, so no loop order would walk it along memory (a
+  // bias gradient summed over B and T read one float a cache line). The kernel takes that view's
+  // finer axes instead, (B, T, H, E): every buffer splits an axis as a reshape can, and the one read
+  // through the permute is one view. (Not a row kernel, whose last axis is its row, nor a product,
+  // whose operands the GEMM packs.)
+  Dims out_shape = output_shape;
+  if (!rows && !(reduceop && reduceop->op == FusedOps::MULACC))
+    for (const MemBuffer& b : bufs) {
+      if (b.st.views().size() < 2 || b.st.shape() != full) continue;
+      auto runs = refinement(full, b.st.views()[0].shape);
+      if (!runs) continue;
+      Dims fine, fine_reduced;
+      for (std::size_t d = 0; d < full.size(); ++d)
+        for (std::int64_t x : (*runs)[d])
+          fine.push_back(x), fine_reduced.push_back(reduced[d] == full[d] ? x : 1);
+      if (fine.size() <= full.size() || fine.size() > kMaxDims) continue;
+      full = fine, reduced = fine_reduced, out_shape = reduced;
+      break;
+    }
+  sts.emplace_back(out_shape);
   for (const MemBuffer& b : bufs) sts.push_back(b.st);
-  for (ShapeTracker& st : sts)
-    if (st.shape() != full) st.expand(full);  // output-shaped: stride 0 along reduced axes
+  for (ShapeTracker& st : sts) {
+    if (prod(st.shape()) == prod(full) && st.shape() != full) st.reshape(full);  // (refined axes)
+    if (st.shape() != full) {
+      if (st.shape() != reduced) st.reshape(reduced);
+      st.expand(full);  // output-shaped: stride 0 along reduced axes
+    }
+  }
   op_estimate = count_alu(*ast) * prod(full);
 
   // Global axes first, then reduced ones.
