@@ -266,8 +266,8 @@ struct AstBuilder {
     }
     return within < live;
   }
-  // Whether b's op tree, through the elementwise bases it would inline, reads a reduce through a
-  // view (a row kernel's reduce).
+  // Whether b's op tree, through the elementwise bases it would inline, reads a reduce broadcast
+  // back over its axes (a row kernel's reduce).
   static bool reads_row_reduce(LazyBuffer& b) {
     int budget = 16;
     std::vector<const GraphOp*> stack{b.op.get()};
@@ -280,8 +280,10 @@ struct AstBuilder {
           continue;
         }
         const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
-        if (src->is_view()) {
-          if (LazyBufferPtr base = src->base(); !base->realized && reduce_result(*base)) return true;
+        if (src->is_view()) {  // (a product's reshaped result is no row reduce: not broadcast)
+          LazyBufferPtr base = src->base();
+          if (!base->realized && prod(src->shape()) > prod(base->shape()) && reduce_result(*base))
+            return true;
         } else if (is_elementwise(*src)) {
           stack.push_back(src->op.get());
         }
