@@ -87,9 +87,10 @@ void check(const Model& model, P&... params) {
 template <index_t B, index_t In, index_t Hid, index_t Out>
 void mlp_case(std::mt19937& rng) {
   auto x = random_tensor<float, B, In>(rng);
-  auto w1 = random_tensor<float, In, Hid>(rng, -0.5, 0.5),
-       w2 = random_tensor<float, Hid, Out>(rng, -0.5, 0.5);
-  auto b1 = random_tensor<float, Hid>(rng), b2 = random_tensor<float, Out>(rng);
+  auto w1 = random_tensor<float, In, Hid>(rng, -0.5, 0.5);
+  auto w2 = random_tensor<float, Hid, Out>(rng, -0.5, 0.5);
+  auto b1 = random_tensor<float, Hid>(rng);
+  auto b2 = random_tensor<float, Out>(rng);
   fx::Tensor<std::int32_t, B> y;
   std::uniform_int_distribution<int> label(0, Out - 1);
   for (auto& v : y) v = label(rng);

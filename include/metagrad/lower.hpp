@@ -296,12 +296,12 @@ class Lowering {
     return leaf_of<T>(op.data, S::dims);
   }
   template <class T, class S>
-  Tensor make(const fixed::op::Cut<T, S>&) {
+  Tensor make(const fixed::op::Cut<T, S>& op) {
     static_assert(sizeof(T) == 0,
                   "metagrad::lower: fixed::cut evaluated this value already, so its expression cannot be "
                   "lowered: cut the model with Lowering::cut when lowering it (a model written over a cut "
                   "function serves both)");
-    return {};
+    return make(static_cast<const fixed::op::Leaf<T, S>&>(op));
   }
   template <class T, class S>
   Tensor make(const fixed::op::Const<T, S>& op) {
