@@ -7,7 +7,9 @@
 # build time (`gen -o DIR -n NAME GENERATOR_ARGS...`) to write NAME.c and NAME.h into ${CMAKE_CURRENT_BINARY_DIR}/NAME.aot/, and builds the
 # library NAME (static, or SHARED) from them. NAME links only libc and libm: metagrad, a compiler
 # and LLVM are needed to build it, not to run it. Link it and `#include "NAME.h"` (the include
-# directory is part of the target). The C source stays in NAME.aot/ to read.
+# directory is part of the target). The C source stays in NAME.aot/ to read. A static model's
+# generator lowers its forward with metagrad::Lowering and its training step's gradients with
+# Lowering::grad, fixed::grad's own rules (examples/fashion_mnist_aot, examples/gpt_aot).
 #
 # The project must enable C (`project(x C CXX)`): the generated kernels are C.
 function(metagrad_add_aot_library name)

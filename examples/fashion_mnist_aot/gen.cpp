@@ -1,8 +1,9 @@
 // Generator of the Fashion-MNIST AOT library (run at build time by metagrad_add_aot_library):
 //   fmnist_train_step(x, y, lr, w1, b1, w2, b2, loss)  one SGD step on a batch of kTrainBatch
 //   fmnist_logits(x, w1, b1, w2, b2, logits)           the forward pass on kEvalBatch images
-// The model and its loss are static expressions (shapes are types, checked at compile time),
-// lowered to the dynamic graph, differentiated there, and captured as C.
+// The model and its loss are static expressions (shapes are types, checked at compile time); the
+// forward and the gradients fixed::grad's rules give (Lowering::grad) are lowered to the dynamic
+// graph and captured as C.
 #include <metagrad/aot.hpp>
 #include <metagrad/lower.hpp>
 
@@ -41,14 +42,13 @@ int main(int argc, char** argv) {
   g.function("fmnist_logits", {{"x", L.leaf(xe)}, weights[0], weights[1], weights[2], weights[3]},
              {{"logits", L(logits(xe, w))}});
 
-  for (auto& p : weights) p.tensor.requires_grad_();
-  Tensor lr = Tensor::empty({}), l = L(fx::sparse_categorical_crossentropy(logits(x, w), y));
-  l.backward();
+  Tensor lr = Tensor::empty({});
+  auto grads = L.grad(fx::sparse_categorical_crossentropy(logits(x, w), y), w.w1, w.b1, w.w2, w.b2);
   std::vector<aot::Arg> in{{"x", L.leaf(x)}, {"y", L.leaf(y)}, {"lr", lr}}, updates;
-  for (const auto& p : weights) {
-    in.push_back(p);
-    updates.push_back({p.name, p.tensor - lr * *p.tensor.grad});
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    in.push_back(weights[i]);
+    updates.push_back({weights[i].name, weights[i].tensor - lr * grads.grads[i]});
   }
-  g.function("fmnist_train_step", in, {{"loss", l}}, updates);
+  g.function("fmnist_train_step", in, {{"loss", grads.loss}}, updates);
   return g.main(argc, argv);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Ahead-of-time compilation (Halide's generators): a small program builds a model's graph with
-// Tensors (or lowered fixed:: expressions), and an aot::Generator turns each function of it into
+// Tensors (or lowered fixed:: expressions: a static model's gradients through Lowering::grad, so
+// its training step is fixed::grad's rules), and an aot::Generator turns each function of it into
 // plain C -- the CLANG device's kernels, a blocked GEMM for the contractions (docs/gemm.md), and the
 // call sequence -- that needs neither metagrad, nor a compiler, nor LLVM at run time (only libc and
 // libm). CMake's metagrad_add_aot_library

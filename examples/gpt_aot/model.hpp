@@ -1,0 +1,81 @@
+#pragma once
+// The static GPT of the AOT example: the character GPT of examples/gpt (examples/gpt_model.hpp,
+// PyTorch's layout: a Linear's weight is (out, in)) as fixed:: expressions, written over a cut
+// function -- fixed::cut to evaluate it inline, Lowering::cut to lower it (gen.cpp) -- at the
+// values read more than once, so each block is a few small expression types however deep the model.
+#include <cstddef>
+#include <tuple>
+#include <utility>
+
+#include <metagrad/fixed.hpp>
+
+#include "config.h"
+
+namespace gpt_aot {
+
+namespace fx = metagrad::fixed;
+using fx::index_t;
+inline constexpr index_t B = GPT_BATCH, T = GPT_CONTEXT, C = GPT_WIDTH, H = GPT_HEADS, D = C / H,
+                         N = GPT_BLOCKS, V = GPT_VOCAB;
+
+template <index_t Out, index_t In>
+struct Linear {
+  fx::Tensor<float, Out, In> w;
+  fx::Tensor<float, Out> b;
+};
+
+struct Block {
+  fx::Tensor<float, C> ln1_w, ln1_b, ln2_w, ln2_b;
+  Linear<C, C> q, k, v, out;  // the rows of MultiheadAttention's in_proj, and its out_proj
+  Linear<4 * C, C> fc;
+  Linear<C, 4 * C> proj;
+};
+
+struct Model {
+  fx::Tensor<float, V, C> wte;
+  fx::Tensor<float, T, C> wpe;
+  Block blocks[N];
+  fx::Tensor<float, C> lnf_w, lnf_b;
+  fx::Tensor<float, V, C> head;
+};
+
+template <class X, index_t Out, index_t In>
+auto linear(const X& x, const Linear<Out, In>& l) {
+  return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
+}
+
+template <class X, class Cut>
+auto block(const X& x, const Block& p, Cut cut) {
+  auto h = cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
+  auto heads = [&](const auto& l) {
+    return linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>();
+  };
+  auto o = fx::scaled_dot_product_attention<true>(heads(p.q), heads(p.k), heads(p.v))
+               .template permute<0, 2, 1, 3>()
+               .template reshape<B, T, C>();
+  auto x2 = cut(x + linear(o, p.out));
+  auto h2 = cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
+  return cut(x2 + linear(linear(h2, p.fc).gelu(), p.proj));
+}
+
+// idx (B, T) token ids: the logits (B, T, V) of each next token.
+template <class Idx, class Cut>
+auto logits(const Model& m, const Idx& idx, Cut cut) {
+  auto x = cut(fx::embedding(m.wte, idx) + m.wpe);
+  for (const Block& b : m.blocks) x = block(x, b, cut);  // a cut: the same leaf type as x
+  return fx::matmul(fx::layernorm(x, m.lnf_w, m.lnf_b), m.head.template permute<1, 0>());
+}
+
+// Every weight, in the order of the flat weights array (config.h).
+inline auto params(Model& m) {
+  auto blk = [](Block& b) {
+    return std::tie(b.ln1_w, b.ln1_b, b.q.w, b.q.b, b.k.w, b.k.b, b.v.w, b.v.b, b.out.w, b.out.b, b.ln2_w,
+                    b.ln2_b, b.fc.w, b.fc.b, b.proj.w, b.proj.b);
+  };
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::tuple_cat(std::tie(m.wte, m.wpe), blk(m.blocks[I])..., std::tie(m.lnf_w, m.lnf_b, m.head));
+  }
+  (std::make_index_sequence<N>{});
+}
+
+}  // namespace gpt_aot
