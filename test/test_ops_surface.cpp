@@ -997,6 +997,9 @@ TEST_CASE("int16, uint16, uint32: promotion, saturating and wrapping casts, arit
   CHECK((s * t).to_vector<std::int16_t>() == std::vector<std::int16_t>{-32768, 32767, 35});
   Tensor h(std::vector<std::uint16_t>{65535, 2, 300}, {3});
   CHECK((h + h).to_vector<std::uint16_t>() == std::vector<std::uint16_t>{65534, 4, 600});
+  // (a C uint16 product is an int one: 65535 * 65535 is past INT_MAX; it wraps modulo 2^16 here)
+  CHECK((h * h).to_vector<std::uint16_t>() == std::vector<std::uint16_t>{1, 4, 24464});
+  CHECK((h * h).cast(dtypes::int64).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 4, 24464});
   CHECK(h.max().item<double>() == 65535.0);
   CHECK((h.cast(dtypes::float32) + 0.5f).to_vector<float>() == std::vector<float>{65535.5f, 2.5f, 300.5f});
   // Bit patterns through bitcast.

@@ -147,7 +147,14 @@ const OpTable& common_code_for_op() {
       // draws its -Wint-in-bool-context.
       {BinaryOps::ADD, [](const AluArgs& a) { return infix(a, a.in == dtypes::bool_ ? "||" : "+"); }},
       {BinaryOps::SUB, [](const AluArgs& a) { return infix(a, "-"); }},
-      {BinaryOps::MUL, [](const AluArgs& a) { return infix(a, a.in == dtypes::bool_ ? "&&" : "*"); }},
+      // uint16 * uint16 is an int product in C (integer promotion), past INT_MAX (undefined) for
+      // large factors: in unsigned int it wraps, and the store keeps its low 16 bits.
+      {BinaryOps::MUL,
+       [](const AluArgs& a) {
+         if (a.in == dtypes::uint16)
+           return detail::cat("((unsigned int)", a.v[0], "*(unsigned int)", a.v[1], ")");
+         return infix(a, a.in == dtypes::bool_ ? "&&" : "*");
+       }},
       {BinaryOps::DIV,
        [](const AluArgs& a) { return dtypes::is_float(a.in) ? infix(a, "/") : call("mg_idiv", a); }},
       {BinaryOps::POW,
