@@ -8,6 +8,7 @@
 #include <array>
 #include <boost/mp11/algorithm.hpp>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -208,6 +209,32 @@ TEST_CASE("static and dynamic hlops reject the same arguments with the same mess
   s = message([&] { (void)x.celu(0); }), dm = message([&] { (void)d.celu(0); });
   CHECK(s == dm);
   CHECK(s.find("celu: alpha must not be 0") != std::string::npos);
+}
+
+TEST_CASE("static bitcast reads each element's bits as the dynamic one does", "[fixed]") {
+  std::vector<float> v{1.0f,     -0.0f,
+                       -2.0f,    std::numeric_limits<float>::infinity(),
+                       3.5e-42f, -std::numeric_limits<float>::quiet_NaN()};
+  fx::Tensor<float, 2, 3> f = fx::Tensor<float, 2, 3>::from(v.data());
+  auto u = fx::bitcast<std::uint32_t>(f);
+  STATIC_REQUIRE(std::is_same_v<decltype(u), fx::Tensor<std::uint32_t, 2, 3>>);
+  T dyn = T(v, {2, 3}, {.dtype = metagrad::dtypes::float32}).bitcast(metagrad::dtypes::uint32);
+  CHECK(std::vector<std::uint32_t>(u.begin(), u.end()) == dyn.to_vector<std::uint32_t>());
+  auto back = fx::bitcast<float>(u);
+  CHECK(std::memcmp(back.data(), f.data(), sizeof(float) * 6) == 0);
+  // an expression is evaluated first
+  auto twice = fx::bitcast<std::int32_t>(f.shrink<0, 1, 0, 3>() * 2.0f);
+  CHECK(std::vector<std::int32_t>(twice.begin(), twice.end()) ==
+        std::vector<std::int32_t>{0x40000000, std::int32_t(0x80000000u), std::int32_t(0xc0800000u)});
+  fx::Tensor<std::int16_t, 4> s{-1, 0, 32767, -32768};
+  auto h = fx::bitcast<std::uint16_t>(s);
+  CHECK(std::vector<std::uint16_t>(h.begin(), h.end()) == std::vector<std::uint16_t>{65535, 0, 32767, 32768});
+  fx::Tensor<double, 2> d{1.0, -2.5};
+  auto l = fx::bitcast<std::int64_t>(d);
+  CHECK(std::vector<std::int64_t>(l.begin(), l.end()) ==
+        T(std::vector<double>{1.0, -2.5}, {2}, {.dtype = metagrad::dtypes::float64})
+            .bitcast(metagrad::dtypes::int64)
+            .to_vector<std::int64_t>());
 }
 
 TEST_CASE("static where is a select: the branch not taken never reaches value or gradient", "[fixed]") {
