@@ -295,3 +295,163 @@ TEST_CASE("static vector loops over rows with broadcast operands agree with the 
       REQUIRE(p[i] == std::exp2(n[i]));
   }
 }
+
+// reduce.hpp's row reductions per vector (every leaf read along the row, every function with a vector
+// form): each lane takes the same terms in the same order as the scalar form, so a sum of exact terms
+// is bitwise the scalar form's (rows up to 64 pairwise, longer ones in lanes of 64 and levels of 16
+// blocks), a max is exact and keeps NaN, and a sum of exps is within rounding of a double sum. Rows
+// of every length class: below a vector, a vector's tail, exactly 64, lanes with a tail, past the
+// first level.
+namespace {
+// The scalar form's order for a row of n <= 64: pairwise over the next power of two.
+float pairwise_sum(const float* v, index_t n) {
+  index_t top = 1;
+  while (top < n) top *= 2;
+  std::vector<float> acc(v, v + n);
+  for (index_t w = top / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < std::min(w, n - w); ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+// ... and for longer rows: 64 lanes, each summing 16 blocks at a time into levels, then pairwise.
+float lane_sum(const float* v, index_t n) {
+  constexpr index_t lanes = 64, fan = 16;
+  std::vector<std::vector<float>> level(1, std::vector<float>(lanes, 0.f));
+  std::vector<int> count(1, 0);
+  auto push = [&](const std::vector<float>& block) {
+    for (index_t l = 0; l < lanes; ++l) level[0][l] += block[l];
+    for (std::size_t k = 0; ++count[k] == fan; ++k) {
+      if (k + 1 == level.size())
+        level.push_back(level[k]), count.push_back(0);
+      else
+        for (index_t l = 0; l < lanes; ++l) level[k + 1][l] += level[k][l];
+      std::fill(level[k].begin(), level[k].end(), 0.f);
+      count[k] = 0;
+    }
+  };
+  index_t j = 0;
+  std::vector<float> acc(lanes);
+  for (; j + lanes * fan <= n; j += lanes * fan) {
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (index_t t = j; t < j + lanes * fan; t += lanes)
+      for (index_t l = 0; l < lanes; ++l) acc[l] += v[t + l];
+    push(acc);
+  }
+  std::fill(acc.begin(), acc.end(), 0.f);
+  for (; j + lanes <= n; j += lanes)
+    for (index_t l = 0; l < lanes; ++l) acc[l] += v[j + l];
+  for (index_t l = 0; j + l < n; ++l) acc[l] += v[j + l];
+  push(acc);
+  std::vector<float> out = level[0];
+  for (std::size_t k = 1; k < level.size(); ++k)
+    for (index_t l = 0; l < lanes; ++l) out[l] += level[k][l];
+  for (index_t w = lanes / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < w; ++l) out[l] += out[l + w];
+  return out[0];
+}
+
+template <index_t Rows, index_t N>
+void check_row_reductions(std::mt19937& rng) {
+  INFO("rows of " << N);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  fx::Tensor<float, Rows, N> x, y;
+  fx::Tensor<float, N> bias;
+  fx::Tensor<bool, Rows, N> mask;
+  for (float& v : x) v = u(rng);
+  for (float& v : y) v = u(rng);
+  for (float& v : bias) v = u(rng);
+  for (index_t i = 0; i < mask.size; ++i) mask[i] = rng() % 4 != 0;
+  // exact terms (a product of floats is the same in a vector): the scalar form's sum, bitwise
+  fx::Tensor<float, Rows> s = (x * y).template sum<1>();
+  // a max over a select with a broadcast bias: exact
+  fx::Tensor<float, Rows> m = fx::where(mask, x + bias, -INFINITY).template max<1>();
+  // a sum of exps (the vector exp): close to a double sum
+  fx::Tensor<float, Rows> e = (x * 0.5f).exp().template sum<1>();
+  std::vector<float> terms(N);
+  for (index_t r = 0; r < Rows; ++r) {
+    double want_e = 0;
+    float want_m = -INFINITY;
+    for (index_t j = 0; j < N; ++j) {
+      index_t i = r * N + j;
+      terms[j] = x[i] * y[i];
+      want_e += std::exp(double(x[i]) * 0.5);
+      if (mask[i]) want_m = std::max(want_m, x[i] + bias[j]);
+    }
+    INFO("row " << r);
+    REQUIRE(s[r] == (N <= 64 ? pairwise_sum(terms.data(), N) : lane_sum(terms.data(), N)));
+    REQUIRE(m[r] == want_m);
+    REQUIRE(std::abs(e[r] - want_e) <= 4e-6 * want_e);
+  }
+  // NaN wins a max, wherever it is in the row
+  x[(Rows - 1) * N + N / 2] = std::numeric_limits<float>::quiet_NaN();
+  fx::Tensor<float, Rows> mn = (x + bias).template max<1>();
+  REQUIRE(std::isnan(mn[Rows - 1]));
+}
+}  // namespace
+
+TEST_CASE("static row reductions per vector agree with the scalar form, tails included", "[fixed]") {
+  std::mt19937 rng(35);
+  check_row_reductions<3, 5>(rng);
+  check_row_reductions<3, 16>(rng);
+  check_row_reductions<4, 23>(rng);
+  check_row_reductions<5, 32>(rng);
+  check_row_reductions<3, 48>(rng);
+  check_row_reductions<64, 64>(rng);  // a softmax's rows (big enough for the arena's path)
+  check_row_reductions<3, 100>(rng);
+  check_row_reductions<300, 128>(rng);  // a layernorm's rows, split over threads
+  check_row_reductions<2, 1100>(rng);   // past one level of 16 blocks of 64
+  check_row_reductions<2, 2500>(rng);
+}
+
+// matmul.hpp's batched products: one GEMM of batch x m rows where A's rows run on across the batch
+// and B is shared (rank 2, or its batch axes expanded), else one per batch index; every case against
+// a double sum, tails included (rows not a multiple of the tile's).
+TEST_CASE("static batched products, folded into one GEMM or not, agree with a double reference", "[fixed]") {
+  std::mt19937 rng(36);
+  constexpr index_t Bt = 3, M = 37, K = 29, N = 45;
+  auto a = random_tensor<float, Bt, M, K>(rng);
+  auto b = random_tensor<float, K, N>(rng);
+  auto b3 = random_tensor<float, Bt, K, N>(rng);
+  auto at = random_tensor<float, Bt, K, M>(rng);
+  auto check = [&](const auto& got, auto a_at, auto b_at, const char* what) {
+    for (index_t i = 0; i < Bt * M * N; ++i) {
+      index_t bi = i / (M * N), r = i / N % M, c = i % N;
+      double want = 0;
+      for (index_t p = 0; p < K; ++p) want += double(a_at(bi, r, p)) * b_at(bi, p, c);
+      INFO(what << " at " << i);
+      REQUIRE(std::abs(got[i] - want) <= 1e-5 * (1 + std::abs(want)));
+    }
+  };
+  auto A = [&](index_t bi, index_t r, index_t p) { return a[(bi * M + r) * K + p]; };
+  auto At = [&](index_t bi, index_t r, index_t p) { return at[(bi * K + p) * M + r]; };
+  auto Bs = [&](index_t, index_t p, index_t c) { return b[p * N + c]; };
+  auto B3 = [&](index_t bi, index_t p, index_t c) { return b3[(bi * K + p) * N + c]; };
+  fx::Tensor<float, Bt, M, N> c1 = fx::matmul(a, b);  // folded: B rank 2
+  check(c1, A, Bs, "B of rank 2");
+  fx::Tensor<float, Bt, M, N> c2 = fx::matmul(a, b.reshape<1, K, N>().expand<Bt, K, N>());  // folded
+  check(c2, A, Bs, "B expanded over the batch");
+  fx::Tensor<float, Bt, M, N> c3 = fx::matmul(a, b3);  // one product per batch index
+  check(c3, A, B3, "B per batch index");
+  fx::Tensor<float, Bt, M, N> c4 = fx::matmul(at.transpose(), b);  // A's rows not contiguous: not folded
+  check(c4, At, Bs, "A transposed");
+  fx::Tensor<float, Bt, M, N> c5 = fx::matmul(a * 2.f, b.transpose().transpose());  // A evaluated first
+  check(
+      c5, [&](index_t bi, index_t r, index_t p) { return 2 * A(bi, r, p); }, Bs, "A evaluated");
+}
+
+// The vector sqrt (AdamW's update) is the correctly rounded one: the same as std::sqrt, bitwise.
+TEST_CASE("static vector sqrt equals std::sqrt bitwise", "[fixed]") {
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> u(0.f, 100.f);
+  fx::Tensor<float, 1000> x;
+  for (float& v : x) v = u(rng);
+  x[0] = 0, x[1] = -1, x[2] = INFINITY, x[3] = 1e-40f;
+  fx::Tensor<float, 1000> y = (x * 1.5f).sqrt() + 1.f;
+  for (index_t i = 0; i < 1000; ++i) {
+    float want = std::sqrt(x[i] * 1.5f) + 1.f;
+    INFO(x[i]);
+    if (std::isnan(want))
+      REQUIRE(std::isnan(y[i]));
+    else
+      REQUIRE(y[i] == want);
+  }
+}

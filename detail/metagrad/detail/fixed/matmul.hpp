@@ -3,6 +3,7 @@
 // its materialisation by the blocked kernel (gemm.hpp).
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/fixed/elementwise.hpp"
@@ -119,6 +120,39 @@ struct SmallOperand<E, true> {
   const T* p;
 };
 
+// Where batch index bi's product reads A and B (views va, vb; A's dims da, B of rank rb, which has
+// the batch axes when its rank is A's, else is shared by every batch index).
+template <Dims da, View va, View vb, std::size_t rb>
+METAGRAD_INLINE std::pair<index_t, index_t> batch_offsets(index_t bi) {
+  constexpr std::size_t ra = da.size();
+  index_t oa = va.offset, ob = vb.offset;
+  for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
+    index_t i = static_cast<index_t>(rest) % da[d];
+    rest /= static_cast<std::size_t>(da[d]);
+    oa += i * va.strides[d];
+    if constexpr (rb == ra) ob += i * vb.strides[d];
+  }
+  return {oa, ob};
+}
+
+// A batch of products that is one product of batch * m rows: B the same for every batch index (rank
+// 2, or its batch axes broadcast) and A's rows one stride apart across the batch axes (a linear
+// layer's (batch, tokens, in) input): the GEMM then sees 256 rows, not four products of 64, whose
+// last row strips are partial (64 = 4 x 14 + 8 at AVX-512's 14-row tile).
+template <Dims da, View va, View vb, std::size_t rb>
+constexpr bool foldable() {
+  constexpr std::size_t ra = da.size();
+  if (ra <= 2 || da[ra - 2] < 2) return false;
+  index_t next = va.strides[ra - 2] * da[ra - 2];  // the stride the next batch axis out must have
+  for (std::size_t d = ra - 2; d-- > 0;) {
+    if (rb == ra && vb.strides[d] != 0 && da[d] != 1) return false;
+    if (da[d] == 1) continue;
+    if (va.strides[d] != next) return false;
+    next *= da[d];
+  }
+  return true;
+}
+
 // Products whose operands and result are all small: every size a constant, the loops plain (a row
 // of C accumulated in registers, row of B by row of B), which the compiler unrolls and vectorises:
 // no arena, no packing, no threads, no call into the GEMM.
@@ -132,13 +166,7 @@ METAGRAD_INLINE void small_matmul(T* __restrict out, const A& a, const B& b) {
   SmallOperand<B> ob(b);
   constexpr View va = SmallOperand<A>::view, vb = SmallOperand<B>::view;
   for (index_t bi = 0; bi < batch; ++bi) {
-    index_t sa = va.offset, sb = vb.offset;
-    for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
-      index_t i = static_cast<index_t>(rest) % da[d];
-      rest /= static_cast<std::size_t>(da[d]);
-      sa += i * va.strides[d];
-      if constexpr (rb == ra) sb += i * vb.strides[d];
-    }
+    const auto [sa, sb] = batch_offsets<da, va, vb, rb>(bi);
     const T* pa = oa.p + sa;
     const T* pb = ob.p + sb;
     for (index_t i = 0; i < m; ++i) {
@@ -185,14 +213,11 @@ struct Materialise<op::MatMul> {
     static constexpr View va = operand_view<A>(), vb = operand_view<B>();
     const T* pa = operand_data(fixed::child<0>(e));
     const T* pb = operand_data(fixed::child<1>(e));
+    if constexpr (foldable<da, va, vb, rb>())  // one product of batch * m rows
+      return Gemm<T>::run(batch * m, n, k, pa + va.offset, va.strides[ra - 2], va.strides[ra - 1],
+                          pb + vb.offset, vb.strides[rb - 2], vb.strides[rb - 1], out, n);
     for (index_t bi = 0; bi < batch; ++bi) {
-      index_t oa = va.offset, ob = vb.offset;
-      for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
-        index_t i = static_cast<index_t>(rest) % da[d];
-        rest /= static_cast<std::size_t>(da[d]);
-        oa += i * va.strides[d];
-        if constexpr (rb == ra) ob += i * vb.strides[d];
-      }
+      const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
       Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
                    vb.strides[rb - 1], out + bi * m * n, n);
     }

@@ -63,6 +63,36 @@ struct LaneLevels {
   }
 };
 
+// combine on whole vectors, lane by lane as combine does.
+template <ReduceOps R, class V>
+METAGRAD_INLINE V vcombine(V a, V b) {
+  if constexpr (R == ReduceOps::SUM)
+    return a + b;
+  else
+    return (a < b) | (b != b) ? b : a;
+}
+// A row read per vector: every leaf along the row at stride 1 or 0 and every function with a vector
+// form (eval.hpp's vector_rows); the exp of a softmax's sum then runs 16 lanes at a time.
+template <std::size_t Rank, class B, class T>
+inline constexpr bool vector_reduce = std::is_floating_point_v<T>&& vector_rows<Rank, B>::value;
+
+// acc[l] = combine(acc[l], element t + l) for the kLanes lanes: per vector where vector_reduce, each
+// lane taking the same terms in the same order as lane by lane (the same sums, but for the functions'
+// vector forms).
+template <ReduceOps R, std::size_t Rank, class B, class T>
+METAGRAD_INLINE void add_lanes(T* acc, const B& b, const index_t* pos, index_t t) {
+  constexpr index_t lanes = kLanes<T>;
+  if constexpr (vector_reduce<Rank, B, T>) {
+    constexpr index_t W = simd<T>::W;
+#pragma GCC unroll 16
+    for (index_t v = 0; v < lanes; v += W)
+      simd<T>::store(acc + v, vcombine<R>(simd<T>::load(acc + v), vget_row<Rank>(b, pos, t + v)));
+  } else {
+#pragma GCC unroll 64
+    for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
+  }
+}
+
 // Combines elements [lo, hi) of the innermost axis at pos (lo a multiple of kLanes) in kLanes
 // independent lanes, each in levels (LaneLevels), then the lanes pairwise. A range past the L2 is
 // read as two interleaved streams (its halves), each into its own lanes: one core then keeps more
@@ -84,8 +114,8 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
     for (; j < lo + half; j += step) {
       clear(acc), clear(acc2);
       for (index_t t = j; t < j + step; t += lanes) {
-        for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
-        for (index_t l = 0; l < lanes; ++l) acc2[l] = combine<R>(acc2[l], get<Rank>(b, pos, t + half + l));
+        add_lanes<R, Rank>(acc, b, pos, t);
+        add_lanes<R, Rank>(acc2, b, pos, t + half);
       }
       sums.push(acc), sums2.push(acc2);
     }
@@ -95,13 +125,11 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
   }
   for (; j + step <= hi; j += step) {
     clear(acc);
-    for (index_t t = j; t < j + step; t += lanes)
-      for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
+    for (index_t t = j; t < j + step; t += lanes) add_lanes<R, Rank>(acc, b, pos, t);
     sums.push(acc);
   }
   clear(acc);  // the rest: fewer than kFanIn trips
-  for (; j + lanes <= hi; j += lanes)
-    for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
+  for (; j + lanes <= hi; j += lanes) add_lanes<R, Rank>(acc, b, pos, j);
   for (index_t l = 0; j + l < hi; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
   sums.push(acc);
   sums.total(acc);
@@ -121,10 +149,32 @@ METAGRAD_INLINE auto reduce_few(const B& b, const index_t* pos) {
     while (w < N) w *= 2;
     return w;
   }();
+  constexpr bool vec = vector_reduce<Rank, B, T> && N >= simd<T>::W;
+  // whole vectors, paired as the scalar tree pairs them, down to one vector's lanes
+  constexpr bool whole = vec && N == top;
+  constexpr index_t from = whole ? simd<T>::W : top;  // the widest pairing left to the scalar tree
   T acc[N];
-  for (index_t l = 0; l < N; ++l) acc[l] = get<Rank>(b, pos, l);
+  if constexpr (vec) {
+    constexpr index_t W = simd<T>::W, body = N / W * W;
+    if constexpr (whole) {  // whole vectors, paired as the scalar tree pairs them down to W lanes
+      typename simd<T>::V x[N / W];
+#pragma GCC unroll 8
+      for (index_t v = 0; v < N / W; ++v) x[v] = vget_row<Rank>(b, pos, v * W);
+#pragma GCC unroll 8
+      for (index_t w = N / W / 2; w > 0; w /= 2)
+#pragma GCC unroll 8
+        for (index_t v = 0; v < w; ++v) x[v] = vcombine<R>(x[v], x[v + w]);
+      simd<T>::store(acc, x[0]);
+    } else {
+#pragma GCC unroll 8
+      for (index_t v = 0; v < body; v += W) simd<T>::store(acc + v, vget_row<Rank>(b, pos, v));
+      for (index_t l = body; l < N; ++l) acc[l] = get<Rank>(b, pos, l);
+    }
+  } else {
+    for (index_t l = 0; l < N; ++l) acc[l] = get<Rank>(b, pos, l);
+  }
 #pragma GCC unroll 16
-  for (index_t w = top / 2; w > 0; w /= 2) {
+  for (index_t w = from / 2; w > 0; w /= 2) {
     const index_t pairs = std::min(w, N - w);
 #pragma GCC unroll 64
     for (index_t l = 0; l < pairs; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
