@@ -298,19 +298,20 @@ TEST_CASE("static vector loops over rows with broadcast operands agree with the 
 
 // reduce.hpp's row reductions per vector (every leaf read along the row, every function with a vector
 // form): each lane takes the same terms in the same order as the scalar form, so a sum of exact terms
-// is bitwise the scalar form's (rows up to 64 pairwise, longer ones in lanes of 64 and levels of 16
-// blocks), a max is exact and keeps NaN, and a sum of exps is within rounding of a double sum. Rows
-// of every length class: below a vector, a vector's tail, exactly 64, lanes with a tail, past the
-// first level.
+// is bitwise the scalar form's (rows up to 64 pairwise by powers of two, longer ones in lanes of 64 and
+// levels of 16 blocks), a max is exact and keeps NaN, and a sum of exps is within rounding of a double sum.
+// Rows of every length class: below a vector, a vector's tail, exactly 64, lanes with a tail, past the first
+// level.
 namespace {
-// The scalar form's order for a row of n <= 64: pairwise over the next power of two.
+// The scalar form's order for a row of n <= 64: its largest power-of-two part pairwise, then the rest
+// the same way.
 float pairwise_sum(const float* v, index_t n) {
-  index_t top = 1;
-  while (top < n) top *= 2;
-  std::vector<float> acc(v, v + n);
-  for (index_t w = top / 2; w > 0; w /= 2)
-    for (index_t l = 0; l < std::min(w, n - w); ++l) acc[l] += acc[l + w];
-  return acc[0];
+  index_t p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  std::vector<float> acc(v, v + p2);
+  for (index_t w = p2 / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return p2 == n ? acc[0] : acc[0] + pairwise_sum(v + p2, n - p2);
 }
 // ... and for longer rows: 64 lanes, each summing 16 blocks at a time into levels, then pairwise.
 float lane_sum(const float* v, index_t n) {
@@ -454,4 +455,83 @@ TEST_CASE("static vector sqrt equals std::sqrt bitwise", "[fixed]") {
     else
       REQUIRE(y[i] == want);
   }
+}
+
+// Small products and sums in whole vectors (matmul.hpp's vector_product: C, A and B each one
+// register; reduce.hpp's reduce_vector: a row's lanes paired by halves of the register): bitwise the
+// scalar forms' results (the multiply-adds in p order, fused where the ISA has FMA; the pairwise
+// tree), operands read in place, evaluated, transposed (the scalar loop) and batched.
+namespace {
+template <class T>
+T fused(T a, T b, T c) {
+#if defined(__FMA__) || defined(__AVX512F__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+template <class T, index_t M, index_t K, index_t N, class A, class B>
+void check_small_product(const fx::Tensor<T, M, N>& got, A a_at, B b_at) {
+  for (index_t i = 0; i < M; ++i)
+    for (index_t j = 0; j < N; ++j) {
+      T want = a_at(i, 0) * b_at(0, j);
+      for (index_t p = 1; p < K; ++p) want = fused(a_at(i, p), b_at(p, j), want);
+      INFO(M << "x" << K << " @ " << K << "x" << N << " at " << i << "," << j);
+      REQUIRE(got[i * N + j] == want);
+    }
+}
+template <class T, index_t M, index_t K, index_t N>
+void small_products(std::mt19937& rng) {
+  auto a = random_tensor<T, M, K>(rng);
+  auto b = random_tensor<T, K, N>(rng);
+  auto bt = random_tensor<T, N, K>(rng);
+  auto A = [&](index_t i, index_t p) { return a[i * K + p]; };
+  auto Bm = [&](index_t p, index_t j) { return b[p * N + j]; };
+  fx::Tensor<T, M, N> c = fx::matmul(a, b);
+  check_small_product<T, M, K, N>(c, A, Bm);
+  fx::Tensor<T, M, N> c2 = fx::matmul(a * T(2), b);  // A evaluated into a local array
+  check_small_product<T, M, K, N>(
+      c2, [&](index_t i, index_t p) { return T(2) * a[i * K + p]; }, Bm);
+  fx::Tensor<T, M, N> c3 = fx::matmul(a, bt.transpose());  // B read across its rows: the scalar loop
+  check_small_product<T, M, K, N>(c3, A, [&](index_t p, index_t j) { return bt[j * K + p]; });
+  auto a3 = random_tensor<T, 3, M, K>(rng);
+  fx::Tensor<T, 3, M, N> c4 = fx::matmul(a3, b);  // batched, B shared
+  for (index_t bi = 0; bi < 3; ++bi) {
+    fx::Tensor<T, M, N> slice;
+    for (index_t i = 0; i < M * N; ++i) slice[i] = c4[bi * M * N + i];
+    check_small_product<T, M, K, N>(
+        slice, [&](index_t i, index_t p) { return a3[(bi * M + i) * K + p]; }, Bm);
+  }
+}
+template <index_t R, index_t C>
+void small_sums(std::mt19937& rng) {
+  auto x = random_tensor<float, R, C>(rng);
+  fx::Tensor<float> s = x.sum();
+  fx::Tensor<float> m = x.max();
+  fx::Tensor<float, R> rows = x.template sum<1>();
+  INFO(R << "x" << C);
+  REQUIRE(s[0] == pairwise_sum(x.data(), R * C));
+  REQUIRE(m[0] == *std::max_element(x.begin(), x.end()));
+  for (index_t r = 0; r < R; ++r) REQUIRE(rows[r] == pairwise_sum(x.data() + r * C, C));
+}
+}  // namespace
+
+TEST_CASE("static small products and sums in whole vectors equal the scalar forms bitwise", "[fixed]") {
+  std::mt19937 rng(38);
+  small_products<float, 2, 2, 2>(rng);
+  small_products<float, 2, 4, 2>(rng);
+  small_products<float, 2, 2, 4>(rng);
+  small_products<float, 4, 4, 4>(rng);
+  small_products<float, 4, 2, 4>(rng);
+  small_products<float, 2, 8, 8>(rng);
+  small_products<float, 3, 3, 3>(rng);
+  small_products<float, 8, 8, 8>(rng);
+  small_products<double, 2, 2, 2>(rng);
+  small_products<double, 4, 4, 4>(rng);
+  small_sums<2, 2>(rng);
+  small_sums<3, 3>(rng);
+  small_sums<4, 4>(rng);
+  small_sums<4, 8>(rng);
+  small_sums<8, 8>(rng);
+  small_sums<2, 32>(rng);
 }

@@ -2,6 +2,7 @@
 // The internals of fixed/matmul.hpp: the MatMul node, its operands read in place or evaluated, and
 // its materialisation by the blocked kernel (gemm.hpp).
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -153,6 +154,66 @@ constexpr bool foldable() {
   return true;
 }
 
+// A small vector of N lanes (a power of two), the width its data needs, not the ISA's.
+template <class T, index_t N>
+using lanes_t __attribute__((vector_size(N * sizeof(T)))) = T;
+constexpr bool power_of_two(index_t x) { return x >= 2 && (x & (x - 1)) == 0; }
+// a * b + c on a small vector: fused where the ISA has it for that width (as madd on scalars).
+template <class V>
+METAGRAD_INLINE V vmadd(V a, V b, V c) {
+#if defined(__FMA__)
+  using E = std::remove_cvref_t<decltype(a[0])>;
+  if constexpr (std::is_same_v<E, float>) {
+    if constexpr (sizeof(V) == 16) return (V)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+    if constexpr (sizeof(V) == 32) return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#endif
+  } else if constexpr (std::is_same_v<E, double>) {
+    if constexpr (sizeof(V) == 16) return (V)_mm_fmadd_pd((__m128d)a, (__m128d)b, (__m128d)c);
+    if constexpr (sizeof(V) == 32) return (V)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) return (V)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#endif
+  }
+#endif
+  return a * b + c;
+}
+// C = A B with A, B and C each one small vector (2 x 2, 2 x 4, 4 x 4 floats at AVX-512, every
+// count a power of two): A's column p and B's row p spread over C's lanes by two shuffles, one
+// multiply-add per p (Eigen's 2 x 2 product). True where it applies.
+template <class T, index_t m, index_t k, index_t n>
+inline constexpr bool vector_product =
+    std::is_floating_point_v<T>&& power_of_two(m* n) && power_of_two(m* k) && power_of_two(k* n) &&
+    m* n* index_t(sizeof(T)) <= kVectorBytes&& m* k* index_t(sizeof(T)) <=
+        kVectorBytes&& k* n* index_t(sizeof(T)) <= kVectorBytes&& m* n* index_t(sizeof(T)) >= 16;
+// A's column p (B's row p) at each lane l = i n + j of C.
+template <class VC, index_t k, index_t n, index_t p, class VA, std::size_t... L>
+METAGRAD_INLINE VC spread_a(VA a, std::index_sequence<L...>) {
+  return VC(__builtin_shufflevector(a, a, (L / n * k + p)...));
+}
+template <class VC, index_t n, index_t p, class VB, std::size_t... L>
+METAGRAD_INLINE VC spread_b(VB b, std::index_sequence<L...>) {
+  return VC(__builtin_shufflevector(b, b, (p * n + L % n)...));
+}
+template <index_t m, index_t k, index_t n, class T>
+METAGRAD_INLINE void vector_product_run(T* out, const T* pa, const T* pb) {
+  using VA = lanes_t<T, m * k>;
+  using VB = lanes_t<T, k * n>;
+  using VC = lanes_t<T, m * n>;
+  constexpr auto lanes = std::make_index_sequence<m * n>{};
+  VA a;
+  VB b;
+  std::memcpy(&a, pa, sizeof a);
+  std::memcpy(&b, pb, sizeof b);
+  VC c = spread_a<VC, k, n, 0>(a, lanes) * spread_b<VC, n, 0>(b, lanes);
+  [&]<std::size_t... P>(std::index_sequence<P...>) {
+    ((c = vmadd(spread_a<VC, k, n, P + 1>(a, lanes), spread_b<VC, n, P + 1>(b, lanes), c)), ...);
+  }
+  (std::make_index_sequence<k - 1>{});
+  std::memcpy(out, &c, sizeof c);
+}
+
 // Products whose operands and result are all small: every size a constant, the loops plain (a row
 // of C accumulated in registers, row of B by row of B), which the compiler unrolls and vectorises:
 // no arena, no packing, no threads, no call into the GEMM.
@@ -165,10 +226,17 @@ METAGRAD_INLINE void small_matmul(T* __restrict out, const A& a, const B& b) {
   SmallOperand<A> oa(a);
   SmallOperand<B> ob(b);
   constexpr View va = SmallOperand<A>::view, vb = SmallOperand<B>::view;
+  // both read row by row, each row whole
+  constexpr bool rows = va.strides[ra - 1] == 1 && va.strides[ra - 2] == k && vb.strides[rb - 1] == 1 &&
+                        vb.strides[rb - 2] == n;
   for (index_t bi = 0; bi < batch; ++bi) {
     const auto [sa, sb] = batch_offsets<da, va, vb, rb>(bi);
     const T* pa = oa.p + sa;
     const T* pb = ob.p + sb;
+    if constexpr (rows && vector_product<T, m, k, n>) {
+      vector_product_run<m, k, n>(out + bi * m * n, pa, pb);
+      continue;
+    }
     for (index_t i = 0; i < m; ++i) {
       T acc[n ? n : 1] = {};
       for (index_t p = 0; p < k; ++p) {
