@@ -64,18 +64,35 @@ auto linear(const X& x, const Linear<Out, In>& l) {
   return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
 }
 
+// True above the diagonal: the positions a query may not attend.
+const fx::Tensor<bool, T, T>& causal() {
+  static const fx::Tensor<bool, T, T> m = [] {
+    fx::Tensor<bool, T, T> t;
+    for (index_t i = 0; i < T; ++i)
+      for (index_t j = 0; j < T; ++j) t(i, j) = j > i;
+    return t;
+  }();
+  return m;
+}
+
 template <class X>
 auto block(const X& x, const Block& p) {
   auto h = fx::cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
+  // q, k and v cut: the attention reads each several times (the softmax's max, sum and output, and
+  // their backward), which would otherwise recompute its projection each time.
   auto heads = [&](const auto& l) {
-    return linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>();
+    return fx::cut(linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>());
   };
-  auto o = fx::scaled_dot_product_attention<true>(heads(p.q), heads(p.k), heads(p.v))
-               .template permute<0, 2, 1, 3>()
-               .template reshape<B, T, C>();
+  // fx::scaled_dot_product_attention<true>, with its probabilities cut: the softmax reads the scores
+  // three times (max, sum, numerator) and its backward the probabilities again, each a q k^T product.
+  auto q = heads(p.q), k = heads(p.k), v = heads(p.v);
+  auto scores = fx::matmul(q, k.transpose()) * float(1 / std::sqrt(double(D)));
+  auto probs = fx::cut(fx::masked_fill(scores, causal(), -INFINITY).template softmax<-1>());
+  auto o = fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>();
   auto x2 = fx::cut(x + linear(o, p.out));
   auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
-  return fx::cut(x2 + linear(linear(h2, p.fc).gelu(), p.proj));
+  auto f = fx::cut(linear(h2, p.fc));  // read by gelu and by its backward
+  return fx::cut(x2 + linear(f.gelu(), p.proj));
 }
 
 template <class Idx, class Lab>
@@ -120,7 +137,7 @@ double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, cons
                     bias2 = static_cast<float>(1 - std::pow(kB2, t));
         auto update = [&](auto& w, auto& m, auto& v, const auto& grad) {
           using W = std::remove_cvref_t<decltype(w)>;
-          W gc = grad * coef;
+          auto gc = grad * coef;  // an expression: no temporary tensor (the same values)
           m = m * float(kB1) + gc * float(1 - kB1);
           v = v * float(kB2) + gc * gc * float(1 - kB2);
           const float wd = W::shape::rank >= 2 ? float(kDecay) : 0.f;  // decay_groups: matrices decay

@@ -322,3 +322,243 @@ TEST_CASE("static vector loops over rows with broadcast operands agree with the 
       REQUIRE(p[i] == std::exp2(n[i]));
   }
 }
+
+// reduce.hpp's row reductions per vector (every leaf read along the row, every function with a vector
+// form): each lane takes the same terms in the same order as the scalar form, so a sum of exact terms
+// is bitwise the scalar form's (rows up to 64 pairwise by powers of two, longer ones in lanes of 64 and
+// levels of 16 blocks), a max is exact and keeps NaN, and a sum of exps is within rounding of a double sum.
+// Rows of every length class: below a vector, a vector's tail, exactly 64, lanes with a tail, past the first
+// level.
+namespace {
+// The scalar form's order for a row of n <= 64: its largest power-of-two part pairwise, then the rest
+// the same way.
+float pairwise_sum(const float* v, index_t n) {
+  index_t p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  std::vector<float> acc(v, v + p2);
+  for (index_t w = p2 / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return p2 == n ? acc[0] : acc[0] + pairwise_sum(v + p2, n - p2);
+}
+// ... and for longer rows: 64 lanes, each summing 16 blocks at a time into levels, then pairwise.
+float lane_sum(const float* v, index_t n) {
+  constexpr index_t lanes = 64, fan = 16;
+  std::vector<std::vector<float>> level(1, std::vector<float>(lanes, 0.f));
+  std::vector<int> count(1, 0);
+  auto push = [&](const std::vector<float>& block) {
+    for (index_t l = 0; l < lanes; ++l) level[0][l] += block[l];
+    for (std::size_t k = 0; ++count[k] == fan; ++k) {
+      if (k + 1 == level.size())
+        level.push_back(level[k]), count.push_back(0);
+      else
+        for (index_t l = 0; l < lanes; ++l) level[k + 1][l] += level[k][l];
+      std::fill(level[k].begin(), level[k].end(), 0.f);
+      count[k] = 0;
+    }
+  };
+  index_t j = 0;
+  std::vector<float> acc(lanes);
+  for (; j + lanes * fan <= n; j += lanes * fan) {
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (index_t t = j; t < j + lanes * fan; t += lanes)
+      for (index_t l = 0; l < lanes; ++l) acc[l] += v[t + l];
+    push(acc);
+  }
+  std::fill(acc.begin(), acc.end(), 0.f);
+  for (; j + lanes <= n; j += lanes)
+    for (index_t l = 0; l < lanes; ++l) acc[l] += v[j + l];
+  for (index_t l = 0; j + l < n; ++l) acc[l] += v[j + l];
+  push(acc);
+  std::vector<float> out = level[0];
+  for (std::size_t k = 1; k < level.size(); ++k)
+    for (index_t l = 0; l < lanes; ++l) out[l] += level[k][l];
+  for (index_t w = lanes / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < w; ++l) out[l] += out[l + w];
+  return out[0];
+}
+
+template <index_t Rows, index_t N>
+void check_row_reductions(std::mt19937& rng) {
+  INFO("rows of " << N);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  fx::Tensor<float, Rows, N> x, y;
+  fx::Tensor<float, N> bias;
+  fx::Tensor<bool, Rows, N> mask;
+  for (float& v : x) v = u(rng);
+  for (float& v : y) v = u(rng);
+  for (float& v : bias) v = u(rng);
+  for (index_t i = 0; i < mask.size; ++i) mask[i] = rng() % 4 != 0;
+  // exact terms (a product of floats is the same in a vector): the scalar form's sum, bitwise
+  fx::Tensor<float, Rows> s = (x * y).template sum<1>();
+  // a max over a select with a broadcast bias: exact
+  fx::Tensor<float, Rows> m = fx::where(mask, x + bias, -INFINITY).template max<1>();
+  // a sum of exps (the vector exp): close to a double sum
+  fx::Tensor<float, Rows> e = (x * 0.5f).exp().template sum<1>();
+  std::vector<float> terms(N);
+  for (index_t r = 0; r < Rows; ++r) {
+    double want_e = 0;
+    float want_m = -INFINITY;
+    for (index_t j = 0; j < N; ++j) {
+      index_t i = r * N + j;
+      terms[j] = x[i] * y[i];
+      want_e += std::exp(double(x[i]) * 0.5);
+      if (mask[i]) want_m = std::max(want_m, x[i] + bias[j]);
+    }
+    INFO("row " << r);
+    REQUIRE(s[r] == (N <= 64 ? pairwise_sum(terms.data(), N) : lane_sum(terms.data(), N)));
+    REQUIRE(m[r] == want_m);
+    REQUIRE(std::abs(e[r] - want_e) <= 4e-6 * want_e);
+  }
+  // NaN wins a max, wherever it is in the row
+  x[(Rows - 1) * N + N / 2] = std::numeric_limits<float>::quiet_NaN();
+  fx::Tensor<float, Rows> mn = (x + bias).template max<1>();
+  REQUIRE(std::isnan(mn[Rows - 1]));
+}
+}  // namespace
+
+TEST_CASE("static row reductions per vector agree with the scalar form, tails included", "[fixed]") {
+  std::mt19937 rng(35);
+  check_row_reductions<3, 5>(rng);
+  check_row_reductions<3, 16>(rng);
+  check_row_reductions<4, 23>(rng);
+  check_row_reductions<5, 32>(rng);
+  check_row_reductions<3, 48>(rng);
+  check_row_reductions<64, 64>(rng);  // a softmax's rows (big enough for the arena's path)
+  check_row_reductions<3, 100>(rng);
+  check_row_reductions<300, 128>(rng);  // a layernorm's rows, split over threads
+  check_row_reductions<2, 1100>(rng);   // past one level of 16 blocks of 64
+  check_row_reductions<2, 2500>(rng);
+}
+
+// matmul.hpp's batched products: one GEMM of batch x m rows where A's rows run on across the batch
+// and B is shared (rank 2, or its batch axes expanded), else one per batch index; every case against
+// a double sum, tails included (rows not a multiple of the tile's).
+TEST_CASE("static batched products, folded into one GEMM or not, agree with a double reference", "[fixed]") {
+  std::mt19937 rng(36);
+  constexpr index_t Bt = 3, M = 37, K = 29, N = 45;
+  auto a = random_tensor<float, Bt, M, K>(rng);
+  auto b = random_tensor<float, K, N>(rng);
+  auto b3 = random_tensor<float, Bt, K, N>(rng);
+  auto at = random_tensor<float, Bt, K, M>(rng);
+  auto check = [&](const auto& got, auto a_at, auto b_at, const char* what) {
+    for (index_t i = 0; i < Bt * M * N; ++i) {
+      index_t bi = i / (M * N), r = i / N % M, c = i % N;
+      double want = 0;
+      for (index_t p = 0; p < K; ++p) want += double(a_at(bi, r, p)) * b_at(bi, p, c);
+      INFO(what << " at " << i);
+      REQUIRE(std::abs(got[i] - want) <= 1e-5 * (1 + std::abs(want)));
+    }
+  };
+  auto A = [&](index_t bi, index_t r, index_t p) { return a[(bi * M + r) * K + p]; };
+  auto At = [&](index_t bi, index_t r, index_t p) { return at[(bi * K + p) * M + r]; };
+  auto Bs = [&](index_t, index_t p, index_t c) { return b[p * N + c]; };
+  auto B3 = [&](index_t bi, index_t p, index_t c) { return b3[(bi * K + p) * N + c]; };
+  fx::Tensor<float, Bt, M, N> c1 = fx::matmul(a, b);  // folded: B rank 2
+  check(c1, A, Bs, "B of rank 2");
+  fx::Tensor<float, Bt, M, N> c2 = fx::matmul(a, b.reshape<1, K, N>().expand<Bt, K, N>());  // folded
+  check(c2, A, Bs, "B expanded over the batch");
+  fx::Tensor<float, Bt, M, N> c3 = fx::matmul(a, b3);  // one product per batch index
+  check(c3, A, B3, "B per batch index");
+  fx::Tensor<float, Bt, M, N> c4 = fx::matmul(at.transpose(), b);  // A's rows not contiguous: not folded
+  check(c4, At, Bs, "A transposed");
+  fx::Tensor<float, Bt, M, N> c5 = fx::matmul(a * 2.f, b.transpose().transpose());  // A evaluated first
+  check(
+      c5, [&](index_t bi, index_t r, index_t p) { return 2 * A(bi, r, p); }, Bs, "A evaluated");
+}
+
+// The vector sqrt (AdamW's update) is the correctly rounded one: the same as std::sqrt, bitwise.
+TEST_CASE("static vector sqrt equals std::sqrt bitwise", "[fixed]") {
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> u(0.f, 100.f);
+  fx::Tensor<float, 1000> x;
+  for (float& v : x) v = u(rng);
+  x[0] = 0, x[1] = -1, x[2] = INFINITY, x[3] = 1e-40f;
+  fx::Tensor<float, 1000> y = (x * 1.5f).sqrt() + 1.f;
+  for (index_t i = 0; i < 1000; ++i) {
+    float want = std::sqrt(x[i] * 1.5f) + 1.f;
+    INFO(x[i]);
+    if (std::isnan(want))
+      REQUIRE(std::isnan(y[i]));
+    else
+      REQUIRE(y[i] == want);
+  }
+}
+
+// Small products and sums in whole vectors (matmul.hpp's vector_product: C, A and B each one
+// register; reduce.hpp's reduce_vector: a row's lanes paired by halves of the register): bitwise the
+// scalar forms' results (the multiply-adds in p order, fused where the ISA has FMA; the pairwise
+// tree), operands read in place, evaluated, transposed (the scalar loop) and batched.
+namespace {
+template <class T>
+T fused(T a, T b, T c) {
+#if defined(__FMA__) || defined(__AVX512F__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+template <class T, index_t M, index_t K, index_t N, class A, class B>
+void check_small_product(const fx::Tensor<T, M, N>& got, A a_at, B b_at) {
+  for (index_t i = 0; i < M; ++i)
+    for (index_t j = 0; j < N; ++j) {
+      T want = a_at(i, 0) * b_at(0, j);
+      for (index_t p = 1; p < K; ++p) want = fused(a_at(i, p), b_at(p, j), want);
+      INFO(M << "x" << K << " @ " << K << "x" << N << " at " << i << "," << j);
+      REQUIRE(got[i * N + j] == want);
+    }
+}
+template <class T, index_t M, index_t K, index_t N>
+void small_products(std::mt19937& rng) {
+  auto a = random_tensor<T, M, K>(rng);
+  auto b = random_tensor<T, K, N>(rng);
+  auto bt = random_tensor<T, N, K>(rng);
+  auto A = [&](index_t i, index_t p) { return a[i * K + p]; };
+  auto Bm = [&](index_t p, index_t j) { return b[p * N + j]; };
+  fx::Tensor<T, M, N> c = fx::matmul(a, b);
+  check_small_product<T, M, K, N>(c, A, Bm);
+  fx::Tensor<T, M, N> c2 = fx::matmul(a * T(2), b);  // A evaluated into a local array
+  check_small_product<T, M, K, N>(
+      c2, [&](index_t i, index_t p) { return T(2) * a[i * K + p]; }, Bm);
+  fx::Tensor<T, M, N> c3 = fx::matmul(a, bt.transpose());  // B read across its rows: the scalar loop
+  check_small_product<T, M, K, N>(c3, A, [&](index_t p, index_t j) { return bt[j * K + p]; });
+  auto a3 = random_tensor<T, 3, M, K>(rng);
+  fx::Tensor<T, 3, M, N> c4 = fx::matmul(a3, b);  // batched, B shared
+  for (index_t bi = 0; bi < 3; ++bi) {
+    fx::Tensor<T, M, N> slice;
+    for (index_t i = 0; i < M * N; ++i) slice[i] = c4[bi * M * N + i];
+    check_small_product<T, M, K, N>(
+        slice, [&](index_t i, index_t p) { return a3[(bi * M + i) * K + p]; }, Bm);
+  }
+}
+template <index_t R, index_t C>
+void small_sums(std::mt19937& rng) {
+  auto x = random_tensor<float, R, C>(rng);
+  fx::Tensor<float> s = x.sum();
+  fx::Tensor<float> m = x.max();
+  fx::Tensor<float, R> rows = x.template sum<1>();
+  INFO(R << "x" << C);
+  REQUIRE(s[0] == pairwise_sum(x.data(), R * C));
+  REQUIRE(m[0] == *std::max_element(x.begin(), x.end()));
+  for (index_t r = 0; r < R; ++r) REQUIRE(rows[r] == pairwise_sum(x.data() + r * C, C));
+}
+}  // namespace
+
+TEST_CASE("static small products and sums in whole vectors equal the scalar forms bitwise", "[fixed]") {
+  std::mt19937 rng(38);
+  small_products<float, 2, 2, 2>(rng);
+  small_products<float, 2, 4, 2>(rng);
+  small_products<float, 2, 2, 4>(rng);
+  small_products<float, 4, 4, 4>(rng);
+  small_products<float, 4, 2, 4>(rng);
+  small_products<float, 2, 8, 8>(rng);
+  small_products<float, 3, 3, 3>(rng);
+  small_products<float, 8, 8, 8>(rng);
+  small_products<double, 2, 2, 2>(rng);
+  small_products<double, 4, 4, 4>(rng);
+  small_sums<2, 2>(rng);
+  small_sums<3, 3>(rng);
+  small_sums<4, 4>(rng);
+  small_sums<4, 8>(rng);
+  small_sums<8, 8>(rng);
+  small_sums<2, 32>(rng);
+}

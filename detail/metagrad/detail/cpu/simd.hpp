@@ -87,6 +87,14 @@ inline constexpr __mmask16 kAll = 0xFFFF;
 // e^x: n = round(x / ln 2), r = x - n ln 2, e^r by the same polynomial as math::exp, 2^n by scalef
 // (which also gives inf past the top and 0 past the bottom). min/max return their second operand
 // when either is NaN: the clamps keep NaN.
+// e^r 2^n for |r| <= ln 2 / 2: e^r by math::exp's polynomial, 2^n by scalef (exp's and exp2's tail).
+inline F16 exp_poly(__m512 r, __m512 n) {
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  for (float k :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f, 1.f, 1.f})
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
+  return (F16)_mm512_maskz_scalef_ps(kAll, p, n);
+}
 // e^(sign c) for c in [-104, 89] (or NaN); sign -1 computes e^-c without negating c first.
 template <int Sign = 1>
 inline F16 vexp_clamped(__m512 c) {
@@ -95,11 +103,7 @@ inline F16 vexp_clamped(__m512 c) {
   __m512 r = Sign > 0 ? _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c)   // c - n ln2_hi
                       : _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693359375f), c);  // -c - n ln2_hi
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  for (float k :
-       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f, 1.f, 1.f})
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
-  return (F16)_mm512_maskz_scalef_ps(kAll, p, n);
+  return exp_poly(r, n);
 }
 inline __m512 clamp(__m512 x, float lo, float hi) {
   return _mm512_maskz_max_ps(kAll, _mm512_set1_ps(lo), _mm512_maskz_min_ps(kAll, _mm512_set1_ps(hi), x));
@@ -112,11 +116,7 @@ inline F16 vexp2(F16 x) {
   __m512 f = _mm512_sub_ps(c, n);
   __m512 r =
       _mm512_fmadd_ps(f, _mm512_set1_ps(0.693359375f), _mm512_mul_ps(f, _mm512_set1_ps(-2.12194440e-4f)));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  for (float k :
-       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f, 1.f, 1.f})
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
-  return (F16)_mm512_maskz_scalef_ps(kAll, p, n);
+  return exp_poly(r, n);
 }
 // 1 / (1 + e^-x) with the reciprocal from rcp14 and one Newton step (~1 ulp).
 inline F16 vsigmoid(F16 x) {

@@ -2,7 +2,9 @@
 // The internals of fixed/matmul.hpp: the MatMul node, its operands read in place or evaluated, and
 // its materialisation by the blocked kernel (gemm.hpp).
 #include <cmath>
+#include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/fixed/elementwise.hpp"
@@ -119,6 +121,99 @@ struct SmallOperand<E, true> {
   const T* p;
 };
 
+// Where batch index bi's product reads A and B (views va, vb; A's dims da, B of rank rb, which has
+// the batch axes when its rank is A's, else is shared by every batch index).
+template <Dims da, View va, View vb, std::size_t rb>
+METAGRAD_INLINE std::pair<index_t, index_t> batch_offsets(index_t bi) {
+  constexpr std::size_t ra = da.size();
+  index_t oa = va.offset, ob = vb.offset;
+  for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
+    index_t i = static_cast<index_t>(rest) % da[d];
+    rest /= static_cast<std::size_t>(da[d]);
+    oa += i * va.strides[d];
+    if constexpr (rb == ra) ob += i * vb.strides[d];
+  }
+  return {oa, ob};
+}
+
+// A batch of products that is one product of batch * m rows: B the same for every batch index (rank
+// 2, or its batch axes broadcast) and A's rows one stride apart across the batch axes (a linear
+// layer's (batch, tokens, in) input): the GEMM then sees 256 rows, not four products of 64, whose
+// last row strips are partial (64 = 4 x 14 + 8 at AVX-512's 14-row tile).
+template <Dims da, View va, View vb, std::size_t rb>
+constexpr bool foldable() {
+  constexpr std::size_t ra = da.size();
+  if (ra <= 2 || da[ra - 2] < 2) return false;
+  index_t next = va.strides[ra - 2] * da[ra - 2];  // the stride the next batch axis out must have
+  for (std::size_t d = ra - 2; d-- > 0;) {
+    if (rb == ra && vb.strides[d] != 0 && da[d] != 1) return false;
+    if (da[d] == 1) continue;
+    if (va.strides[d] != next) return false;
+    next *= da[d];
+  }
+  return true;
+}
+
+// A small vector of N lanes (a power of two), the width its data needs, not the ISA's.
+template <class T, index_t N>
+using lanes_t __attribute__((vector_size(N * sizeof(T)))) = T;
+constexpr bool power_of_two(index_t x) { return x >= 2 && (x & (x - 1)) == 0; }
+// a * b + c on a small vector: fused where the ISA has it for that width (as madd on scalars).
+template <class V>
+METAGRAD_INLINE V vmadd(V a, V b, V c) {
+#if defined(__FMA__)
+  using E = std::remove_cvref_t<decltype(a[0])>;
+  if constexpr (std::is_same_v<E, float>) {
+    if constexpr (sizeof(V) == 16) return (V)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+    if constexpr (sizeof(V) == 32) return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#endif
+  } else if constexpr (std::is_same_v<E, double>) {
+    if constexpr (sizeof(V) == 16) return (V)_mm_fmadd_pd((__m128d)a, (__m128d)b, (__m128d)c);
+    if constexpr (sizeof(V) == 32) return (V)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) return (V)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#endif
+  }
+#endif
+  return a * b + c;
+}
+// C = A B with A, B and C each one small vector (2 x 2, 2 x 4, 4 x 4 floats at AVX-512, every
+// count a power of two): A's column p and B's row p spread over C's lanes by two shuffles, one
+// multiply-add per p (Eigen's 2 x 2 product). True where it applies.
+template <class T, index_t m, index_t k, index_t n>
+inline constexpr bool vector_product =
+    std::is_floating_point_v<T>&& power_of_two(m* n) && power_of_two(m* k) && power_of_two(k* n) &&
+    m* n* index_t(sizeof(T)) <= kVectorBytes&& m* k* index_t(sizeof(T)) <=
+        kVectorBytes&& k* n* index_t(sizeof(T)) <= kVectorBytes&& m* n* index_t(sizeof(T)) >= 16;
+// A's column p (B's row p) at each lane l = i n + j of C.
+template <class VC, index_t k, index_t n, index_t p, class VA, std::size_t... L>
+METAGRAD_INLINE VC spread_a(VA a, std::index_sequence<L...>) {
+  return VC(__builtin_shufflevector(a, a, (L / n * k + p)...));
+}
+template <class VC, index_t n, index_t p, class VB, std::size_t... L>
+METAGRAD_INLINE VC spread_b(VB b, std::index_sequence<L...>) {
+  return VC(__builtin_shufflevector(b, b, (p * n + L % n)...));
+}
+template <index_t m, index_t k, index_t n, class T>
+METAGRAD_INLINE void vector_product_run(T* out, const T* pa, const T* pb) {
+  using VA = lanes_t<T, m * k>;
+  using VB = lanes_t<T, k * n>;
+  using VC = lanes_t<T, m * n>;
+  constexpr auto lanes = std::make_index_sequence<m * n>{};
+  VA a;
+  VB b;
+  std::memcpy(&a, pa, sizeof a);
+  std::memcpy(&b, pb, sizeof b);
+  VC c = spread_a<VC, k, n, 0>(a, lanes) * spread_b<VC, n, 0>(b, lanes);
+  [&]<std::size_t... P>(std::index_sequence<P...>) {
+    ((c = vmadd(spread_a<VC, k, n, P + 1>(a, lanes), spread_b<VC, n, P + 1>(b, lanes), c)), ...);
+  }
+  (std::make_index_sequence<k - 1>{});
+  std::memcpy(out, &c, sizeof c);
+}
+
 // Products whose operands and result are all small: every size a constant, the loops plain (a row
 // of C accumulated in registers, row of B by row of B), which the compiler unrolls and vectorises:
 // no arena, no packing, no threads, no call into the GEMM.
@@ -131,16 +226,17 @@ METAGRAD_INLINE void small_matmul(T* __restrict out, const A& a, const B& b) {
   SmallOperand<A> oa(a);
   SmallOperand<B> ob(b);
   constexpr View va = SmallOperand<A>::view, vb = SmallOperand<B>::view;
+  // both read row by row, each row whole
+  constexpr bool rows = va.strides[ra - 1] == 1 && va.strides[ra - 2] == k && vb.strides[rb - 1] == 1 &&
+                        vb.strides[rb - 2] == n;
   for (index_t bi = 0; bi < batch; ++bi) {
-    index_t sa = va.offset, sb = vb.offset;
-    for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
-      index_t i = static_cast<index_t>(rest) % da[d];
-      rest /= static_cast<std::size_t>(da[d]);
-      sa += i * va.strides[d];
-      if constexpr (rb == ra) sb += i * vb.strides[d];
-    }
+    const auto [sa, sb] = batch_offsets<da, va, vb, rb>(bi);
     const T* pa = oa.p + sa;
     const T* pb = ob.p + sb;
+    if constexpr (rows && vector_product<T, m, k, n>) {
+      vector_product_run<m, k, n>(out + bi * m * n, pa, pb);
+      continue;
+    }
     for (index_t i = 0; i < m; ++i) {
       T acc[n ? n : 1] = {};
       for (index_t p = 0; p < k; ++p) {
@@ -185,14 +281,11 @@ struct Materialise<op::MatMul> {
     static constexpr View va = operand_view<A>(), vb = operand_view<B>();
     const T* pa = operand_data(fixed::child<0>(e));
     const T* pb = operand_data(fixed::child<1>(e));
+    if constexpr (foldable<da, va, vb, rb>())  // one product of batch * m rows
+      return Gemm<T>::run(batch * m, n, k, pa + va.offset, va.strides[ra - 2], va.strides[ra - 1],
+                          pb + vb.offset, vb.strides[rb - 2], vb.strides[rb - 1], out, n);
     for (index_t bi = 0; bi < batch; ++bi) {
-      index_t oa = va.offset, ob = vb.offset;
-      for (std::size_t d = ra - 2, rest = static_cast<std::size_t>(bi); d-- > 0;) {  // batch axes
-        index_t i = static_cast<index_t>(rest) % da[d];
-        rest /= static_cast<std::size_t>(da[d]);
-        oa += i * va.strides[d];
-        if constexpr (rb == ra) ob += i * vb.strides[d];
-      }
+      const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
       Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
                    vb.strides[rb - 1], out + bi * m * n, n);
     }

@@ -3,6 +3,7 @@
 // the innermost axis, split across threads when large) and the reduce op with its shape check.
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "metagrad/detail/fixed/cpu.hpp"
 #include "metagrad/fixed/eval.hpp"
@@ -63,6 +64,36 @@ struct LaneLevels {
   }
 };
 
+// combine on whole vectors, lane by lane as combine does.
+template <ReduceOps R, class V>
+METAGRAD_INLINE V vcombine(V a, V b) {
+  if constexpr (R == ReduceOps::SUM)
+    return a + b;
+  else
+    return (a < b) | (b != b) ? b : a;
+}
+// A row read per vector: every leaf along the row at stride 1 or 0 and every function with a vector
+// form (eval.hpp's vector_rows); the exp of a softmax's sum then runs 16 lanes at a time.
+template <std::size_t Rank, class B, class T>
+inline constexpr bool vector_reduce = std::is_floating_point_v<T>&& vector_rows<Rank, B>::value;
+
+// acc[l] = combine(acc[l], element t + l) for the kLanes lanes: per vector where vector_reduce, each
+// lane taking the same terms in the same order as lane by lane (the same sums, but for the functions'
+// vector forms).
+template <ReduceOps R, std::size_t Rank, class B, class T>
+METAGRAD_INLINE void add_lanes(T* acc, const B& b, const index_t* pos, index_t t) {
+  constexpr index_t lanes = kLanes<T>;
+  if constexpr (vector_reduce<Rank, B, T>) {
+    constexpr index_t W = simd<T>::W;
+#pragma GCC unroll 16
+    for (index_t v = 0; v < lanes; v += W)
+      simd<T>::store(acc + v, vcombine<R>(simd<T>::load(acc + v), vget_row<Rank>(b, pos, t + v)));
+  } else {
+#pragma GCC unroll 64
+    for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
+  }
+}
+
 // Combines elements [lo, hi) of the innermost axis at pos (lo a multiple of kLanes) in kLanes
 // independent lanes, each in levels (LaneLevels), then the lanes pairwise. A range past the L2 is
 // read as two interleaved streams (its halves), each into its own lanes: one core then keeps more
@@ -84,8 +115,8 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
     for (; j < lo + half; j += step) {
       clear(acc), clear(acc2);
       for (index_t t = j; t < j + step; t += lanes) {
-        for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
-        for (index_t l = 0; l < lanes; ++l) acc2[l] = combine<R>(acc2[l], get<Rank>(b, pos, t + half + l));
+        add_lanes<R, Rank>(acc, b, pos, t);
+        add_lanes<R, Rank>(acc2, b, pos, t + half);
       }
       sums.push(acc), sums2.push(acc2);
     }
@@ -95,13 +126,11 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
   }
   for (; j + step <= hi; j += step) {
     clear(acc);
-    for (index_t t = j; t < j + step; t += lanes)
-      for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, t + l));
+    for (index_t t = j; t < j + step; t += lanes) add_lanes<R, Rank>(acc, b, pos, t);
     sums.push(acc);
   }
   clear(acc);  // the rest: fewer than kFanIn trips
-  for (; j + lanes <= hi; j += lanes)
-    for (index_t l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
+  for (; j + lanes <= hi; j += lanes) add_lanes<R, Rank>(acc, b, pos, j);
   for (index_t l = 0; j + l < hi; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
   sums.push(acc);
   sums.total(acc);
@@ -110,26 +139,63 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
   return acc[0];
 }
 
-// A row of N <= kLanes elements: one per lane, then the lanes pairwise, as reduce_lanes would (its
-// other lanes hold the identity, which changes nothing), but without zeroing and combining all
-// kLanes levels: a few instructions for a small tensor's row.
-template <ReduceOps R, std::size_t Rank, index_t N, class B>
-METAGRAD_INLINE auto reduce_few(const B& b, const index_t* pos) {
+// The lanes of x paired as the scalar tree pairs them (lane l with l + w, w = half the lanes down to
+// 1), by halves of the register: log2(W) vector steps instead of W - 1 scalar ones.
+template <ReduceOps R, class V, std::size_t... I>
+METAGRAD_INLINE auto fold_halves(V x, std::index_sequence<I...>) {
+  return vcombine<R>(__builtin_shufflevector(x, x, I...),
+                     __builtin_shufflevector(x, x, (I + sizeof...(I))...));
+}
+template <ReduceOps R, class V>
+METAGRAD_INLINE auto reduce_vector(V x) {
+  constexpr std::size_t lanes = sizeof(V) / sizeof(x[0]);
+  if constexpr (lanes == 2)  // lane 1 onto lane 0 by a shuffle (a scalar x[0] + x[1] became a slow hadd)
+    return vcombine<R>(x, __builtin_shufflevector(x, x, 1, 0))[0];
+  else
+    return reduce_vector<R>(fold_halves<R>(x, std::make_index_sequence<lanes / 2>{}));
+}
+
+// Elements [Off, Off + Len) of a row of at most kLanes: its largest power-of-two part pairwise (lane l
+// with l + w, w halving), per vector where vector_reduce and the part spans whole vectors, then the
+// rest after it the same way (9 elements: 8 pairwise, then the ninth, as Eigen's fixed-size sums). A
+// few instructions for a small tensor's row, no identity to fill in; the order is fixed by N alone.
+template <ReduceOps R, std::size_t Rank, index_t Off, index_t Len, class B>
+METAGRAD_INLINE auto reduce_span(const B& b, const index_t* pos) {
   using T = decltype(get<Rank>(b, pos, 0));
-  constexpr index_t top = [] {
+  constexpr index_t p2 = [] {
     index_t w = 1;
-    while (w < N) w *= 2;
+    while (w * 2 <= Len) w *= 2;
     return w;
   }();
-  T acc[N];
-  for (index_t l = 0; l < N; ++l) acc[l] = get<Rank>(b, pos, l);
-#pragma GCC unroll 16
-  for (index_t w = top / 2; w > 0; w /= 2) {
-    const index_t pairs = std::min(w, N - w);
+  T head;
+  if constexpr (vector_reduce<Rank, B, T> && p2 >= simd<T>::W) {
+    constexpr index_t W = simd<T>::W;
+    typename simd<T>::V x[p2 / W];
+#pragma GCC unroll 8
+    for (index_t v = 0; v < p2 / W; ++v) x[v] = vget_row<Rank>(b, pos, Off + v * W);
+#pragma GCC unroll 8
+    for (index_t w = p2 / W / 2; w > 0; w /= 2)
+#pragma GCC unroll 8
+      for (index_t v = 0; v < w; ++v) x[v] = vcombine<R>(x[v], x[v + w]);
+    head = reduce_vector<R>(x[0]);
+  } else {
+    T acc[p2];
 #pragma GCC unroll 64
-    for (index_t l = 0; l < pairs; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+    for (index_t l = 0; l < p2; ++l) acc[l] = get<Rank>(b, pos, Off + l);
+#pragma GCC unroll 16
+    for (index_t w = p2 / 2; w > 0; w /= 2)
+#pragma GCC unroll 64
+      for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+    head = acc[0];
   }
-  return acc[0];
+  if constexpr (p2 == Len)
+    return head;
+  else
+    return combine<R>(head, reduce_span<R, Rank, Off + p2, Len - p2>(b, pos));
+}
+template <ReduceOps R, std::size_t Rank, index_t N, class B>
+METAGRAD_INLINE auto reduce_few(const B& b, const index_t* pos) {
+  return reduce_span<R, Rank, 0, N>(b, pos);
 }
 template <ReduceOps R, std::size_t Rank, index_t N, class B>
 METAGRAD_INLINE auto reduce_row(const B& b, const index_t* pos) {
@@ -232,11 +298,14 @@ struct Materialise<op::Reduce<R, Axes>> {
     constexpr std::size_t rank = L::rank;
     constexpr index_t n = L::n, each = L::each;
     constexpr bool halves = L::halves;
-    std::fill(out, out + S::size, reduce_identity<R, T>());
     Ctx ctx;
     auto b = bind<typename L::Moves>(e.kids.k0, ctx);
     constexpr index_t outer = outer_count<I>, outputs = outer / (each ? each : 1);
     constexpr bool par = C::shape::size >= kParallelElements;
+    // Each output one row's reduction (only the innermost axis reduced, one thread per row): written
+    // once, with no identity to fill in and combine with first (most of a small sum's work).
+    constexpr bool one_row_each = L::along_rows && !halves && each == 1 && !(par && outer == 1);
+    if constexpr (!one_row_each) std::fill(out, out + S::size, reduce_identity<R, T>());
     // The output that outer position o (of I) adds into.
     auto output_at = [&](index_t o) {
       index_t at = 0;
@@ -247,7 +316,10 @@ struct Materialise<op::Reduce<R, Axes>> {
       auto rows = [&](index_t lo, index_t hi) {
         for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
           T& o = out[offset_of<ov, rank>(pos, 0)];
-          o = combine<R>(o, reduce_row<R, rank, n>(b, pos));
+          if constexpr (one_row_each)
+            o = reduce_row<R, rank, n>(b, pos);
+          else
+            o = combine<R>(o, reduce_row<R, rank, n>(b, pos));
         });
       };
       if constexpr (halves) {  // many row sums meet in each output

@@ -4,6 +4,7 @@
 // FnTraits entry in metagrad/functions.hpp, shared with the dynamic path; what only the contiguous
 // loop needs is here: the vector forms of the expensive functions on AVX-512 (simd.hpp) and the cost
 // from which the loop writes them out by hand.
+#include <cmath>
 #include <cstddef>
 #include <type_traits>
 
@@ -57,6 +58,34 @@ struct VecForm<fn::Fn::SIGMOID> {
   template <class V>
   static V vec(V x) {
     return float_vector<V>(x, vsigmoid, fn::FnTraits<fn::Fn::SIGMOID>::scalar<double>);
+  }
+};
+#endif
+#if defined(__AVX__)
+// The ISA's square root, correctly rounded as std::sqrt is: the same results (AdamW's update).
+template <>
+struct VecForm<fn::Fn::SQRT> {
+  static constexpr bool has = true;
+  template <class V>
+  static V vec(V x) {
+    constexpr bool f = sizeof(x[0]) == 4;
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) {  // zero-masked: the plain form trips g++ 12 (simd.hpp's kAll)
+      if constexpr (f)
+        return (V)_mm512_maskz_sqrt_ps(__mmask16(0xFFFF), (__m512)x);
+      else
+        return (V)_mm512_maskz_sqrt_pd(__mmask8(0xFF), (__m512d)x);
+    }
+#endif
+    if constexpr (sizeof(V) == 32) {
+      if constexpr (f)
+        return (V)_mm256_sqrt_ps((__m256)x);
+      else
+        return (V)_mm256_sqrt_pd((__m256d)x);
+    } else {
+      for (std::size_t i = 0; i < sizeof(V) / sizeof(x[0]); ++i) x[i] = std::sqrt(x[i]);
+      return x;
+    }
   }
 };
 #endif
