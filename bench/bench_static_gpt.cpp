@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../examples/gpt_model.hpp"
+#include "../examples/static_gpt.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/runtime/threadpool.hpp"
 
@@ -37,32 +38,11 @@ using metagrad::Tensor;
 constexpr index_t B = 4, T = 64, C = 128, H = 4, D = C / H, V = examples::kVocab, N = 2;
 constexpr double kLr = 1e-3, kB1 = 0.9, kB2 = 0.99, kEps = 1e-8, kDecay = 0.1;
 
-// nn::Linear's layout: weight (out, in), y = x W^T + b.
 template <index_t Out, index_t In>
-struct Linear {
-  fx::Tensor<float, Out, In> w;
-  fx::Tensor<float, Out> b;
-};
-
-struct Block {
-  fx::Tensor<float, C> ln1_w, ln1_b, ln2_w, ln2_b;
-  Linear<C, C> q, k, v, out;  // the rows of MultiheadAttention's in_proj, and its out_proj
-  Linear<4 * C, C> fc;
-  Linear<C, 4 * C> proj;
-};
-
-struct Model {
-  fx::Tensor<float, V, C> wte;
-  fx::Tensor<float, T, C> wpe;
-  Block blocks[N];
-  fx::Tensor<float, C> lnf_w, lnf_b;
-  fx::Tensor<float, V, C> head;
-};
-
-template <class X, index_t Out, index_t In>
-auto linear(const X& x, const Linear<Out, In>& l) {
-  return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
-}
+using Linear = examples::static_gpt::Linear<Out, In>;
+using Block = examples::static_gpt::Block<C>;
+using Model = examples::static_gpt::Model<C, T, V, N>;
+using examples::static_gpt::linear;
 
 // True above the diagonal: the positions a query may not attend.
 const fx::Tensor<bool, T, T>& causal() {
@@ -156,30 +136,7 @@ double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, cons
 void copy_weights(const examples::GPT& dyn, Model& m) {
   std::map<std::string, std::vector<float>> sd;
   for (const auto& [name, t] : metagrad::nn::get_state_dict(dyn)) sd[name] = t.to_vector<float>();
-  auto take = [&](const std::string& name, auto& dst, std::size_t offset = 0) {
-    auto it = sd.find(name);
-    if (it == sd.end()) throw std::runtime_error("bench_static_gpt: no weight " + name);
-    std::size_t n = static_cast<std::size_t>(std::remove_cvref_t<decltype(dst)>::shape::size);
-    if (offset + n > it->second.size())
-      throw std::runtime_error("bench_static_gpt: " + name + " is too small");
-    std::copy_n(it->second.begin() + static_cast<std::ptrdiff_t>(offset), n, dst.begin());
-  };
-  take("wte.weight", m.wte), take("wpe.weight", m.wpe);
-  for (int i = 0; i < N; ++i) {
-    std::string p = "blocks." + std::to_string(i) + ".";
-    Block& b = m.blocks[i];
-    take(p + "ln1.weight", b.ln1_w), take(p + "ln1.bias", b.ln1_b), take(p + "ln2.weight", b.ln2_w);
-    take(p + "ln2.bias", b.ln2_b);
-    Linear<C, C>* qkv[] = {&b.q, &b.k, &b.v};
-    for (std::size_t j = 0; j < 3; ++j) {
-      take(p + "attn.in_proj_weight", qkv[j]->w, j * C * C);
-      take(p + "attn.in_proj_bias", qkv[j]->b, j * C);
-    }
-    take(p + "attn.out_proj.weight", b.out.w), take(p + "attn.out_proj.bias", b.out.b);
-    take(p + "fc.weight", b.fc.w), take(p + "fc.bias", b.fc.b);
-    take(p + "proj.weight", b.proj.w), take(p + "proj.bias", b.proj.b);
-  }
-  take("ln_f.weight", m.lnf_w), take("ln_f.bias", m.lnf_b), take("head.weight", m.head);
+  examples::static_gpt::copy_weights(sd, m);
 }
 
 using Clock = std::chrono::steady_clock;

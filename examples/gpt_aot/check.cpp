@@ -33,33 +33,7 @@ using namespace gpt_aot;
 
 namespace {
 
-// Values by the dynamic model's names (its weights, or their gradients) into the static model's
-// tensors (in_proj split into q, k, v).
-void copy_weights(const std::map<std::string, std::vector<float>>& sd, Model& m) {
-  auto take = [&](const std::string& name, auto& dst, std::size_t offset = 0) {
-    auto it = sd.find(name);
-    std::size_t n = static_cast<std::size_t>(std::remove_cvref_t<decltype(dst)>::size);
-    if (it == sd.end() || offset + n > it->second.size())
-      throw std::runtime_error("gpt_aot_check: no weight " + name + " of that size");
-    std::copy_n(it->second.begin() + static_cast<std::ptrdiff_t>(offset), n, dst.begin());
-  };
-  take("wte.weight", m.wte), take("wpe.weight", m.wpe);
-  for (index_t i = 0; i < N; ++i) {
-    std::string p = "blocks." + std::to_string(i) + ".";
-    Block& b = m.blocks[i];
-    take(p + "ln1.weight", b.ln1_w), take(p + "ln1.bias", b.ln1_b), take(p + "ln2.weight", b.ln2_w);
-    take(p + "ln2.bias", b.ln2_b);
-    Linear<C, C>* qkv[] = {&b.q, &b.k, &b.v};
-    for (std::size_t j = 0; j < 3; ++j) {
-      take(p + "attn.in_proj_weight", qkv[j]->w, j * C * C);
-      take(p + "attn.in_proj_bias", qkv[j]->b, j * C);
-    }
-    take(p + "attn.out_proj.weight", b.out.w), take(p + "attn.out_proj.bias", b.out.b);
-    take(p + "fc.weight", b.fc.w), take(p + "fc.bias", b.fc.b);
-    take(p + "proj.weight", b.proj.w), take(p + "proj.bias", b.proj.b);
-  }
-  take("ln_f.weight", m.lnf_w), take("ln_f.bias", m.lnf_b), take("head.weight", m.head);
-}
+using examples::static_gpt::copy_weights;
 
 // The static model's tensors as the flat weights array of config.h.
 std::vector<float> flat(Model& m) {

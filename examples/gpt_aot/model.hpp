@@ -9,6 +9,7 @@
 
 #include <metagrad/fixed.hpp>
 
+#include "../static_gpt.hpp"
 #include "config.h"
 
 namespace gpt_aot {
@@ -19,30 +20,10 @@ inline constexpr index_t B = GPT_BATCH, T = GPT_CONTEXT, C = GPT_WIDTH, H = GPT_
                          N = GPT_BLOCKS, V = GPT_VOCAB;
 
 template <index_t Out, index_t In>
-struct Linear {
-  fx::Tensor<float, Out, In> w;
-  fx::Tensor<float, Out> b;
-};
-
-struct Block {
-  fx::Tensor<float, C> ln1_w, ln1_b, ln2_w, ln2_b;
-  Linear<C, C> q, k, v, out;  // the rows of MultiheadAttention's in_proj, and its out_proj
-  Linear<4 * C, C> fc;
-  Linear<C, 4 * C> proj;
-};
-
-struct Model {
-  fx::Tensor<float, V, C> wte;
-  fx::Tensor<float, T, C> wpe;
-  Block blocks[N];
-  fx::Tensor<float, C> lnf_w, lnf_b;
-  fx::Tensor<float, V, C> head;
-};
-
-template <class X, index_t Out, index_t In>
-auto linear(const X& x, const Linear<Out, In>& l) {
-  return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
-}
+using Linear = examples::static_gpt::Linear<Out, In>;
+using Block = examples::static_gpt::Block<C>;
+using Model = examples::static_gpt::Model<C, T, V, N>;
+using examples::static_gpt::linear;
 
 template <class X, class Cut>
 auto block(const X& x, const Block& p, Cut cut) {
