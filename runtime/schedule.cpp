@@ -259,7 +259,10 @@ struct AstBuilder {
           }
           const LazyBuffer* s = std::get<LazyBufferPtr>(src).get();
           if (s == &b) ++within;
-          bool inlinable = s->is_view() || is_elementwise(*s) || is_reduce(*s);
+          // (a reduce only where a view broadcasts it back, as a row kernel inlines it: a product
+          // read directly is a kernel of its own, and past it lies the rest of the graph)
+          bool inlinable = s->is_view() || is_elementwise(*s) ||
+                           (is_reduce(*s) && x->is_view() && prod(x->shape()) > prod(s->shape()));
           if (s != &b && inlinable && seen.insert(s).second) stack.push_back(s);
         }
       }
