@@ -242,10 +242,13 @@ struct AstBuilder {
   bool recomputes_rows_elsewhere(LazyBuffer& b) const {
     if (!reads_row_reduce(b)) return false;
     std::size_t within = 0, live = b.live_children();
-    std::vector<const LazyBuffer*> stack{&consumer};
+    // (buffer, reached through a view that broadcasts: past one, a reduce is a row kernel's and
+    // inlined; a reduce read directly, a product, is a kernel of its own, and past it lies the rest
+    // of the graph)
+    std::vector<std::pair<const LazyBuffer*, bool>> stack{{&consumer, false}};
     std::unordered_set<const LazyBuffer*> seen{&consumer};
     while (!stack.empty() && seen.size() < 256) {
-      const LazyBuffer* x = stack.back();
+      auto [x, broadcast] = stack.back();
       stack.pop_back();
       if (!x->op || x->realized) continue;
       std::vector<const GraphOp*> ops{x->op.get()};
@@ -259,11 +262,10 @@ struct AstBuilder {
           }
           const LazyBuffer* s = std::get<LazyBufferPtr>(src).get();
           if (s == &b) ++within;
-          // (a reduce only where a view broadcasts it back, as a row kernel inlines it: a product
-          // read directly is a kernel of its own, and past it lies the rest of the graph)
-          bool inlinable = s->is_view() || is_elementwise(*s) ||
-                           (is_reduce(*s) && x->is_view() && prod(x->shape()) > prod(s->shape()));
-          if (s != &b && inlinable && seen.insert(s).second) stack.push_back(s);
+          bool expands = x->is_view() && prod(x->shape()) > prod(s->shape());
+          bool inlinable = s->is_view() || is_elementwise(*s) || (is_reduce(*s) && (broadcast || expands));
+          if (s != &b && inlinable && seen.insert(s).second)
+            stack.emplace_back(s, !is_reduce(*s) && (broadcast || expands));
         }
       }
     }
