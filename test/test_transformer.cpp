@@ -359,6 +359,10 @@ TEST_CASE("MultiheadAttention: PyTorch's layout against per-head attention, mask
     // a bool attn_mask true where attention is not allowed is the causal mask
     Tensor upper = Tensor::ones({L, L}).triu(1).cast(dtypes::bool_);
     require_close(vals(mha(in, in, in, upper)), vals(mha(in, true)), 1e-6, 1e-6);
+    // three tensors (three projections) and one (one packed projection, q, k and v its views) agree
+    Tensor same = in * 1.0;
+    REQUIRE(same.lazydata.get() != in.lazydata.get());
+    require_close(vals(mha(in, same, same, {}, true)), vals(mha(in, true)), 1e-6, 1e-6);
   }
   nn::MultiheadAttention m(4, 2, 0, true, true);
   REQUIRE_THROWS_WITH(nn::MultiheadAttention(6, 4), Contains("embed_dim 6 must be divisible by num_heads 4"));
@@ -377,6 +381,12 @@ TEST_CASE("MultiheadAttention: PyTorch's layout against per-head attention, mask
         return a(in[0], true);
       },
       {random_tensor({1, 3, 4}, 71), random_tensor({12, 4}, 72)});
+  check_gradients(  // a query apart from key and value: three projections
+      [&](const std::vector<Tensor>& in) {
+        a.in_proj_weight = in[1];
+        return a(in[0], in[2], in[2], {}, true);
+      },
+      {random_tensor({1, 3, 4}, 76), random_tensor({12, 4}, 77), random_tensor({1, 3, 4}, 78)});
 }
 
 // ---- topk, multinomial, sampling ----

@@ -55,8 +55,10 @@ std::int64_t count_alu(const LazyOp& op) {
   return n;
 }
 
-// Per axis of `coarse`, the run of `fine`'s axes whose product it is (size-1 axes of fine dropped):
-// fine refines coarse. nullopt when it does not.
+// Per axis of `coarse`, the run of `fine`'s axes whose product it is (size-1 axes of fine dropped),
+// or a whole number of such a run, that number first (a pad or a repeat of the fine view along the
+// axis: a chunk's gradient, (B, T, 3*H*E) from three (B, T, H, E) pieces): fine refines coarse.
+// nullopt when it does not.
 std::optional<std::vector<Dims>> refinement(const Dims& coarse, const Dims& fine) {
   Dims f;
   for (std::int64_t x : fine)
@@ -66,8 +68,13 @@ std::optional<std::vector<Dims>> refinement(const Dims& coarse, const Dims& fine
   for (std::int64_t c : coarse) {
     Dims run;
     std::int64_t p = 1;
-    while (c != 1 && p < c && i < f.size()) p *= f[i], run.push_back(f[i++]);
-    if (p != c) return std::nullopt;
+    while (c != 1 && p < c && i < f.size() && c % (p * f[i]) == 0) p *= f[i], run.push_back(f[i++]);
+    if (p != c) {
+      if (p == 1) return std::nullopt;
+      Dims whole{c / p};
+      for (std::int64_t x : run) whole.push_back(x);
+      run = whole;
+    }
     out.push_back(c == 1 ? Dims{1} : run);
   }
   if (i != f.size()) return std::nullopt;

@@ -260,9 +260,19 @@ Tensor MultiheadAttention::operator()(const Tensor& q, const Tensor& k, const Te
                ? mm.eq(Tensor::zeros({}, {.device = m.device(), .dtype = dtypes::bool_}))
                : mm;
   }
+  // Self-attention (one tensor for query, key and value) projects once with the whole in_proj
+  // weight, as PyTorch does, q, k and v being views of that product: one GEMM forward, one for the
+  // input's gradient and one for the weight's, instead of three each.
+  std::vector<Tensor> qkv;
+  if (q.lazydata.get() == k.lazydata.get() && k.lazydata.get() == v.lazydata.get()) {
+    for (const Tensor& y : Q.linear(in_proj_weight.transpose(), in_proj_bias).chunk(3, -1))
+      qkv.push_back(y.reshape({n, l, num_heads, hd}).transpose(1, 2));
+  } else {
+    qkv = {proj(Q, 0, l), proj(K, 1, s), proj(V_, 2, s)};
+  }
   // With a mask, is_causal is only a hint that the mask is causal, as in PyTorch.
-  Tensor o = proj(Q, 0, l).scaled_dot_product_attention(proj(K, 1, s), proj(V_, 2, s), mask,
-                                                        Tensor::training ? dropout : 0.0, is_causal && !mask);
+  Tensor o = qkv[0].scaled_dot_product_attention(qkv[1], qkv[2], mask, Tensor::training ? dropout : 0.0,
+                                                 is_causal && !mask);
   Tensor y = out_proj(o.transpose(1, 2).reshape({n, l, embed_dim}));
   return !batched ? y.reshape({l, embed_dim}) : batch_first ? y : y.transpose(0, 1);
 }
