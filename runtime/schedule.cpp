@@ -582,15 +582,10 @@ std::size_t depth_of(const LazySrc& s) {  // (ASTs are at most AstBuilder::kMaxF
   return d + 1;
 }
 
-// A copy of the tree under `s` whose leaves are renumbered by `index` (old index -> new), those of
-// an index in `by` replaced by that tree (a fresh copy at each place, its leaves renumbered by
-// `by_index`): number_leaves renumbers in place, so no node may be reached twice.
-using Replacements = std::unordered_map<std::size_t, LazySrc>;
-LazySrc copy_tree(const LazySrc& s, const std::vector<std::size_t>& index, const Replacements* by = nullptr,
-                  const std::vector<std::size_t>* by_index = nullptr) {
+// A copy of the tree under `s` whose leaves are renumbered by `index` (old index -> new):
+// number_leaves renumbers in place, so no node may be reached twice.
+LazySrc copy_tree(const LazySrc& s, const std::vector<std::size_t>& index) {
   if (auto* m = std::get_if<MemBuffer>(&s)) {
-    if (by)
-      if (auto it = by->find(m->index); it != by->end()) return copy_tree(it->second, *by_index);
     MemBuffer c = *m;
     c.index = index.at(m->index);
     return c;
@@ -598,8 +593,20 @@ LazySrc copy_tree(const LazySrc& s, const std::vector<std::size_t>& index, const
   const LazyOp& o = *std::get<std::shared_ptr<LazyOp>>(s);
   std::vector<LazySrc> src;
   src.reserve(o.src.size());
-  for (const LazySrc& x : o.src) src.push_back(copy_tree(x, index, by, by_index));
+  for (const LazySrc& x : o.src) src.push_back(copy_tree(x, index));
   return std::make_shared<LazyOp>(o.op, std::move(src), o.arg);
+}
+
+// The leaves of `s` whose index is in `by` replaced, in place, by a copy of that tree renumbered by
+// `by_index`. In place: a plan's nodes are its own (make_plan builds them), and copying the taker's
+// tree at every merge made an optimizer's kernel, which takes several, quadratic in them.
+using Replacements = std::unordered_map<std::size_t, LazySrc>;
+void replace_leaves(LazySrc& s, const Replacements& by, const std::vector<std::size_t>& by_index) {
+  if (auto* m = std::get_if<MemBuffer>(&s)) {
+    if (auto it = by.find(m->index); it != by.end()) s = copy_tree(it->second, by_index);
+    return;
+  }
+  for (LazySrc& x : std::get<std::shared_ptr<LazyOp>>(s)->src) replace_leaves(x, by, by_index);
 }
 
 // What q stores: its buffer and a multi-store's others, each with the tree it stores.
@@ -616,8 +623,7 @@ void absorb(Plan& p, Plan& q) {
   auto q_out = stores_of(q);
   // Provisional numbering: p's leaves keep theirs; q's read a buffer p reads under p's index.
   std::vector<LazyBufferPtr> inputs = p.leaves;
-  std::vector<std::size_t> p_index(p.leaves.size() + 1), q_index(q.leaves.size() + 1);
-  for (std::size_t i = 0; i <= p.leaves.size(); ++i) p_index[i] = i;
+  std::vector<std::size_t> q_index(q.leaves.size() + 1);
   // (a kernel buffer has one ShapeTracker in codegen: one index per buffer and views)
   auto views_of = [](const LazyOp& ast, std::size_t n) {
     std::vector<std::optional<ShapeTracker>> st(n + 1);
@@ -643,12 +649,12 @@ void absorb(Plan& p, Plan& q) {
   for (std::size_t l = 0; l < p.leaves.size(); ++l)
     for (const auto& [buf, tree] : q_out)
       if (p.leaves[l]->base() == buf) by.emplace(l + 1, tree);
-  const LazySrc p_root = p.ast;
   std::vector<LazySrc> stores;
   if (is_multi_store(*p.ast))
-    for (const LazySrc& x : p.ast->src) stores.push_back(copy_tree(x, p_index, &by, &q_index));
+    stores = std::move(p.ast->src);
   else
-    stores.push_back(copy_tree(p_root, p_index, &by, &q_index));
+    stores.push_back(std::move(p.ast));
+  for (LazySrc& x : stores) replace_leaves(x, by, q_index);
   for (const auto& [buf, tree] : q_out) stores.push_back(copy_tree(tree, q_index)), p.stores.push_back(buf);
   auto root = std::make_shared<LazyOp>(UnaryOps::NOOP, std::move(stores), Dims{});
   p.leaves = number_leaves(*root, inputs);
