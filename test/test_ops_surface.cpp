@@ -1085,6 +1085,15 @@ TEST_CASE("uint64: values past 2^63 round-trip, wrap modulo 2^64, divide, compar
   CHECK(host_of<u64>(a.floor_divide(b)) == zip(av, bv, [](u64 x, u64 y) { return x / y; }));
   CHECK(host_of<u64>(a % b) == zip(av, bv, [](u64 x, u64 y) { return x % y; }));
   CHECK(host_of<u64>(a.fmod(b)) == zip(av, bv, [](u64 x, u64 y) { return x % y; }));
+  // The kernels' own integer division and power (BinaryOps::DIV and POW; Tensor::div never emits an
+  // integer DIV) are unsigned too; x / 0 is 0 there.
+  std::vector<u64> zv = bv;
+  zv[1] = zv[9] = 0;
+  Tensor z(zv, {n});
+  CHECK(host_of<u64>(Tensor(a.lazydata->e(BinaryOps::DIV, z.lazydata), false)) ==
+        zip(av, zv, [](u64 x, u64 y) { return y == 0 ? 0 : x / y; }));
+  CHECK(host_of<u64>(Tensor(a.lazydata->e(BinaryOps::POW, b.lazydata), false)) ==
+        zip(av, bv, [](u64 x, u64 e) { return power(x, e); }));
   CHECK(Tensor(std::vector<u64>{kTop}, {1}).div(Tensor(std::vector<u64>{3}, {1}), "floor").item<u64>() ==
         6148914691236517205ULL);
   // Comparisons, max and min order them unsigned: 2^63 is above 3.
