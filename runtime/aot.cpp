@@ -35,6 +35,7 @@ const char* header_type(DType d) {
   if (d == dtypes::int32) return "int32_t";
   if (d == dtypes::uint32) return "uint32_t";
   if (d == dtypes::int64) return "int64_t";
+  if (d == dtypes::uint64) return "uint64_t";
   if (d == dtypes::float16 || d == dtypes::bfloat16) return "uint16_t";
   return d == dtypes::float32 ? "float" : "double";
 }
@@ -69,6 +70,8 @@ std::string c_literal(const std::byte* p, DType d) {
   }
   if (d.itemsize == 2) return std::to_string(get(std::uint16_t{}));  // float16, bfloat16: their bits
   if (d == dtypes::int64) return detail::cat(std::to_string(get(std::int64_t{})), "LL");
+  if (d == dtypes::uint64) return detail::cat(std::to_string(get(std::uint64_t{})), "ULL");
+  if (d == dtypes::uint32) return detail::cat(std::to_string(get(std::uint32_t{})), "U");
   if (d == dtypes::int32) return std::to_string(get(std::int32_t{}));
   if (d == dtypes::int8) return std::to_string(get(std::int8_t{}));
   return std::to_string(get(std::uint8_t{}));  // uint8, bool

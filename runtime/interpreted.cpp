@@ -123,7 +123,7 @@ struct Evaluator {
     auto [it, fresh] = host.try_emplace(&raw);
     if (fresh) {
       it->second.dtype = raw.dtype;
-      if (raw.dtype == dtypes::int64) {  // doubles would round large int64 values
+      if (raw.dtype == dtypes::int64 || raw.dtype == dtypes::uint64) {  // doubles would round large values
         it->second.i.resize(raw.size);
         raw.copyout(it->second.i.data());
       } else if (dtypes::is_float(raw.dtype)) {
@@ -213,6 +213,9 @@ struct Evaluator {
       Values v{c.dtype, {}, {}};
       if (dtypes::is_float(c.dtype))
         v.f.assign(n, c.value);
+      else if (c.dtype == dtypes::uint64 && c.value >= 0x1p63)  // past int64: the uint64's bits
+        v.i.assign(n, static_cast<std::int64_t>(c.value >= 0x1p64 ? ~std::uint64_t{0}
+                                                                  : static_cast<std::uint64_t>(c.value)));
       else
         v.i.assign(n, static_cast<std::int64_t>(c.value));
       return apply(LazyOp(UnaryOps::NOOP), {v}, extent(region));  // rounds to the dtype
@@ -242,7 +245,7 @@ void Interpreted::exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<
   if (v.size() != output.size)
     throw std::runtime_error(detail::cat("interpreter: kernel made ", std::to_string(v.size()),
                                          " values for a buffer of ", std::to_string(output.size)));
-  if (output.dtype == dtypes::int64 && !dtypes::is_float(v.dtype)) {
+  if ((output.dtype == dtypes::int64 || output.dtype == dtypes::uint64) && !dtypes::is_float(v.dtype)) {
     output.copyin(v.i.data());
   } else {
     std::vector<double> d = dtypes::is_float(v.dtype) ? v.f : std::vector<double>(v.i.begin(), v.i.end());

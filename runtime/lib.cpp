@@ -52,6 +52,8 @@ double element_as_double(const std::byte* p, DType dt, std::size_t i) {
       return reinterpret_cast<const std::uint32_t*>(p)[i];
     case dtypes::int64.priority:
       return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
+    case dtypes::uint64.priority:
+      return static_cast<double>(reinterpret_cast<const std::uint64_t*>(p)[i]);
     case dtypes::float16.priority:
       return half::to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
     case dtypes::bfloat16.priority:
@@ -94,6 +96,13 @@ void write_from_double(RawBuffer& buf, const std::vector<double>& v) {
       break;
     case dtypes::int64.priority:
       put(static_cast<std::int64_t*>(nullptr));
+      break;
+    case dtypes::uint64.priority:  // saturating: a plain conversion of a negative or of 2^64 is undefined
+      for (std::size_t i = 0; i < buf.size; ++i)
+        reinterpret_cast<std::uint64_t*>(bytes.data())[i] = !(v[i] > 0) ? 0
+                                                            : v[i] >= 0x1p64
+                                                                ? ~std::uint64_t{0}
+                                                                : static_cast<std::uint64_t>(v[i]);
       break;
     case dtypes::float16.priority:
       for (std::size_t i = 0; i < buf.size; ++i)

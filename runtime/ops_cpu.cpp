@@ -1,7 +1,8 @@
 // The CPU device: Interpreted, RawMallocBuffer-backed, one plain C++ function per op. It is the
 // reference every other device is tested against, so it is exact and boring: float dtypes compute
 // in double and round to their dtype after each op (float16 and bfloat16 to float32, as compiled
-// devices compute them), integers wrap to their width.
+// devices compute them), integers wrap to their width. uint64 values are held as their bits in int64
+// and read unsigned where that differs: division, powers, max, and conversions to and from float.
 #include <cmath>
 #include <limits>
 
@@ -50,6 +51,8 @@ std::int64_t saturate_to(DType dt, double v) {
   if (std::isnan(v)) return 0;
   double lo = dtypes::min_value(dt), hi_excl = dtypes::limit(dt);  // int8: [-128, 128)
   if (v <= lo) return static_cast<std::int64_t>(lo);
+  if (dt == dtypes::uint64)  // [2^63, 2^64) has no int64: the bits of the uint64
+    return static_cast<std::int64_t>(v >= hi_excl ? ~std::uint64_t{0} : static_cast<std::uint64_t>(v));
   if (v >= hi_excl)
     return dt == dtypes::int64 ? std::numeric_limits<std::int64_t>::max()
                                : static_cast<std::int64_t>(hi_excl) - 1;
@@ -63,25 +66,39 @@ Values make_values(DType dt, std::size_t n) {
   return v;
 }
 
-// out[k] = f(x[k]) (or f(x[k], y[k])), computed in double when `dt` is a float, else in int64.
-template <class FF, class FI>
-Values map_values(DType dt, const std::vector<Values>& src, FF ff, FI fi) {
+using I = std::int64_t;
+using U = std::uint64_t;
+
+// out[k] = f(x[k]) (or f(x[k], y[k])), computed in double when `dt` is a float, else in int64, or by
+// fu on uint64 sources (the same as fi where signedness makes no difference).
+template <class FF, class FI, class FU>
+Values map_values(DType dt, const std::vector<Values>& src, FF ff, FI fi, FU fu) {
   std::size_t n = src[0].size();
   Values out = make_values(dt, n);
-  bool fl = dtypes::is_float(src[0].dtype);
+  bool fl = dtypes::is_float(src[0].dtype), u64 = src[0].dtype == dtypes::uint64;
   for (std::size_t k = 0; k < n; ++k) {
-    auto f = [&](const Values& x) { return fl ? x.f[k] : static_cast<double>(x.i[k]); };
+    auto f = [&](const Values& x) {
+      return fl ? x.f[k] : u64 ? static_cast<double>(static_cast<U>(x.i[k])) : static_cast<double>(x.i[k]);
+    };
     auto i = [&](const Values& x) { return fl ? to_int(x.f[k]) : x.i[k]; };
+    auto u = [&](const Values& x) { return static_cast<U>(x.i[k]); };
     if (dtypes::is_float(dt)) {
       out.f[k] = round_to(dt, src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1])));
     } else if (fl) {  // float inputs, integer result (CMPEQ, CAST); to bool is != 0, so NaN is true
       double v = src.size() == 1 ? ff(f(src[0]), 0.0) : ff(f(src[0]), f(src[1]));
       out.i[k] = dt == dtypes::bool_ ? v != 0 : saturate_to(dt, v);
+    } else if (u64) {
+      out.i[k] = wrap_to(dt, static_cast<I>(src.size() == 1 ? fu(u(src[0]), 0) : fu(u(src[0]), u(src[1]))));
     } else {
       out.i[k] = wrap_to(dt, src.size() == 1 ? fi(i(src[0]), 0) : fi(i(src[0]), i(src[1])));
     }
   }
   return out;
+}
+template <class FF, class FI>
+Values map_values(DType dt, const std::vector<Values>& src, FF ff, FI fi) {
+  return map_values(dt, src, ff, fi,
+                    [fi](U a, U b) { return static_cast<U>(fi(static_cast<I>(a), static_cast<I>(b))); });
 }
 
 // c ? x : y, elementwise; a float condition is true where it is non-zero (NaN too).
@@ -100,22 +117,24 @@ Values where(const LazyOp&, const std::vector<Values>& src, const Dims&) {
   return out;
 }
 
-std::int64_t ipow(std::int64_t b, std::int64_t e) {
-  if (e < 0) return b == 1 ? 1 : (b == -1 ? (e % 2 ? -1 : 1) : 0);
-  std::uint64_t r = 1, x = static_cast<std::uint64_t>(b);
+std::uint64_t upow(std::uint64_t x, std::uint64_t e) {
+  std::uint64_t r = 1;
   for (; e; e >>= 1, x *= x)
     if (e & 1) r *= x;
-  return static_cast<std::int64_t>(r);
+  return r;
 }
-
-using I = std::int64_t;
-using U = std::uint64_t;
+std::int64_t ipow(std::int64_t b, std::int64_t e) {
+  if (e < 0) return b == 1 ? 1 : (b == -1 ? (e % 2 ? -1 : 1) : 0);
+  return static_cast<std::int64_t>(upow(static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(e)));
+}
 
 // Wrapping integer arithmetic without signed-overflow UB.
 I wadd(I a, I b) { return static_cast<I>(static_cast<U>(a) + static_cast<U>(b)); }
 I wsub(I a, I b) { return static_cast<I>(static_cast<U>(a) - static_cast<U>(b)); }
 I wmul(I a, I b) { return static_cast<I>(static_cast<U>(a) * static_cast<U>(b)); }
 I idiv(I a, I b) { return b == 0 ? 0 : (b == -1 ? wsub(0, a) : a / b); }  // C truncation; x/0 is 0
+U udiv(U a, U b) { return b == 0 ? 0 : a / b; }
+U umax(U a, U b) { return std::max(a, b); }
 
 // Reduce src (of src_shape) to the op's output shape; `init` and `f` fold one value in.
 template <class T, class F>
@@ -141,8 +160,9 @@ std::vector<T> reduce_into(const std::vector<T>& src, const Dims& src_shape, con
   return out;
 }
 
-template <class FF, class FI>
-Interpreted::Fxn reduction(double finit, I iinit, FF ff, FI fi) {
+// fu folds uint64 values (their bits in int64), from 0 for a max.
+template <class FF, class FI, class FU>
+Interpreted::Fxn reduction(double finit, I iinit, FF ff, FI fi, FU fu) {
   return [=](const LazyOp& op, const std::vector<Values>& src, const Dims& src_shape) {
     const Dims& out_shape = std::get<Dims>(op.arg);
     Values x = src[0];
@@ -151,6 +171,10 @@ Interpreted::Fxn reduction(double finit, I iinit, FF ff, FI fi) {
     if (dtypes::is_float(x.dtype)) {
       out.f = reduce_into(x.f, src_shape, out_shape, finit, ff);
       for (double& v : out.f) v = round_to(x.dtype, v);
+    } else if (x.dtype == dtypes::uint64) {
+      out.i = reduce_into(x.i, src_shape, out_shape, I{0}, [fu](I a, I b) {
+        return static_cast<I>(fu(static_cast<U>(a), static_cast<U>(b)));
+      });
     } else {
       out.i = reduce_into(x.i, src_shape, out_shape, iinit, fi);
       for (I& v : out.i) v = wrap_to(x.dtype, v);
@@ -163,6 +187,11 @@ std::unique_ptr<Backend> make_cpu_backend() {
   auto same = [](auto ff, auto fi) {
     return Interpreted::Fxn([ff, fi](const LazyOp&, const std::vector<Values>& src, const Dims&) {
       return map_values(src[0].dtype, src, ff, fi);
+    });
+  };
+  auto same_u = [](auto ff, auto fi, auto fu) {
+    return Interpreted::Fxn([ff, fi, fu](const LazyOp&, const std::vector<Values>& src, const Dims&) {
+      return map_values(src[0].dtype, src, ff, fi, fu);
     });
   };
   auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
@@ -182,9 +211,10 @@ std::unique_ptr<Backend> make_cpu_backend() {
       {BinaryOps::ADD, same(std::plus<double>(), wadd)},
       {BinaryOps::SUB, same(std::minus<double>(), wsub)},
       {BinaryOps::MUL, same(std::multiplies<double>(), wmul)},
-      {BinaryOps::DIV, same(std::divides<double>(), idiv)},
-      {BinaryOps::POW, same([](double a, double b) { return std::pow(a, b); }, ipow)},
-      {BinaryOps::MAX, same(nan_max, [](I a, I b) { return std::max(a, b); })},
+      {BinaryOps::DIV, same_u(std::divides<double>(), idiv, udiv)},
+      {BinaryOps::POW, same_u([](double a, double b) { return std::pow(a, b); }, ipow, upow)},
+      {BinaryOps::MAX, same_u(
+                           nan_max, [](I a, I b) { return std::max(a, b); }, umax)},
       {BinaryOps::CMPEQ,
        [](const LazyOp&, const std::vector<Values>& src, const Dims&) {
          return map_values(
@@ -192,10 +222,11 @@ std::unique_ptr<Backend> make_cpu_backend() {
              [](I a, I b) { return I(a == b); });
        }},
       {TernaryOps::WHERE, where},
-      {ReduceOps::SUM, reduction(0.0, 0, std::plus<double>(), wadd)},
+      {ReduceOps::SUM, reduction(0.0, 0, std::plus<double>(), wadd, std::plus<U>())},
       {ReduceOps::MAX,
-       reduction(-INFINITY, std::numeric_limits<I>::min(), nan_max, [](I a, I b) { return std::max(a, b); })},
-      {FusedOps::MULACC, reduction(0.0, 0, std::plus<double>(), wadd)},
+       reduction(
+           -INFINITY, std::numeric_limits<I>::min(), nan_max, [](I a, I b) { return std::max(a, b); }, umax)},
+      {FusedOps::MULACC, reduction(0.0, 0, std::plus<double>(), wadd, std::plus<U>())},
   };
   return std::make_unique<Interpreted>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); },

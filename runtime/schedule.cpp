@@ -2,6 +2,7 @@
 // buffer descriptors) and loads, and runs them on the buffers' devices. It is the only code that
 // reads the lazy graph; devices and codegen get an AST and a list of RawBuffers, output first.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <new>
 #include <optional>
@@ -48,8 +49,12 @@ std::optional<ConstArg> folded_constant(LazyBuffer& s) {
   if (b->op->op == LoadOps::CONST) return ConstArg{std::get<ConstArg>(b->op->arg).value, s.dtype, s.shape()};
   if (b->op->op == LoadOps::FROM && b->st.size() == 1) {
     LazyBufferPtr host = std::get<LazyBufferPtr>(b->op->src[0])->base();
-    if (host->realized && host->device == "CPU" && host->realized->size == 1)
-      return ConstArg{read_as_double(*host->realized)[0], s.dtype, s.shape()};
+    if (host->realized && host->device == "CPU" && host->realized->size == 1) {
+      double v = read_as_double(*host->realized)[0];
+      DType hd = host->realized->dtype;  // a 64-bit integer past 2^53 may have no double: kept a buffer
+      if ((hd == dtypes::int64 || hd == dtypes::uint64) && std::fabs(v) >= 0x1p53) return std::nullopt;
+      return ConstArg{v, s.dtype, s.shape()};
+    }
   }
   return std::nullopt;
 }

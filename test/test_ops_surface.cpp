@@ -6,11 +6,15 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
@@ -1015,4 +1019,216 @@ TEST_CASE("int16, uint16, uint32: promotion, saturating and wrapping casts, arit
             .bitcast(dtypes::int16)
             .to_vector<std::int16_t>() == std::vector<std::int16_t>{0x3c00, -16384});
   CHECK_THROWS_WITH(bits.bitcast(dtypes::int16), Contains("uint32") && Contains("int16"));
+}
+
+// ---- uint64 --------------------------------------------------------------------------------------
+
+namespace {
+using u64 = std::uint64_t;
+constexpr u64 kTop = ~u64{0}, kHigh = u64{1} << 63;  // 2^64 - 1, 2^63
+
+// Edge values past 2^63 (where int64 holds them negative), then random 64-bit values.
+std::vector<u64> u64_values(std::size_t n, std::uint64_t seed) {
+  std::vector<u64> v = {kTop,     kHigh, kHigh + 12345, 3, 0, 0x0123456789abcdefULL, 18446744073709551557ULL,
+                        kHigh - 1};
+  std::mt19937_64 g(seed);
+  while (v.size() < n) v.push_back(g() >> (g() % 4 == 0 ? g() % 64 : 0));
+  v.resize(n);
+  return v;
+}
+template <class T>
+std::vector<T> host_of(const Tensor& t) {
+  return t.to_vector<T>();
+}
+// Elementwise over two vectors.
+template <class F>
+auto zip(const std::vector<u64>& a, const std::vector<u64>& b, F f) {
+  std::vector<decltype(f(a[0], b[0]))> out;
+  for (std::size_t i = 0; i < a.size(); ++i) out.push_back(f(a[i], b[i]));
+  return out;
+}
+// A float to uint64 as every device converts: toward zero, saturating, NaN giving 0.
+u64 saturated(double x) { return std::isnan(x) || x <= 0 ? 0 : x >= 0x1p64 ? kTop : static_cast<u64>(x); }
+u64 power(u64 b, u64 e) {  // b^e modulo 2^64, bit by bit from the top of e
+  u64 r = 1;
+  for (int k = 63; k >= 0; --k) r = r * r * ((e >> k) & 1 ? b : 1);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("uint64: values past 2^63 round-trip, wrap modulo 2^64, divide, compare and shift unsigned",
+          "[math]") {
+  const i64 n = 40;
+  std::vector<u64> av = u64_values(n, 1), bv = u64_values(n, 2);
+  std::rotate(bv.begin(), bv.begin() + 3, bv.end());  // edge values meet other edge values
+  for (u64& x : bv) x = x == 0 ? 7 : x;               // divisors
+  Tensor a(av, {n}), b(bv, {n});
+  REQUIRE(a.dtype() == dtypes::uint64);
+  CHECK(host_of<u64>(a) == av);
+  CHECK(host_of<u64>(a + 0) == av);  // through a kernel's load and store
+  CHECK(host_of<u64>(a.reshape({5, 8}).permute({1, 0}).contiguous().permute({1, 0}).reshape({n})) == av);
+  // Arithmetic wraps modulo 2^64.
+  CHECK(host_of<u64>(a + b) == zip(av, bv, [](u64 x, u64 y) { return x + y; }));
+  CHECK(host_of<u64>(a - b) == zip(av, bv, [](u64 x, u64 y) { return x - y; }));
+  CHECK(host_of<u64>(a * b) == zip(av, bv, [](u64 x, u64 y) { return x * y; }));
+  CHECK(host_of<u64>(-a) == zip(av, av, [](u64 x, u64) { return 0 - x; }));
+  CHECK(host_of<u64>(a * 3 + 5) == zip(av, av, [](u64 x, u64) { return x * 3 + 5; }));
+  CHECK(host_of<u64>(a.pow(3)) == zip(av, av, [](u64 x, u64) { return x * x * x; }));
+  // Exponents past 2^63 are no negative powers.
+  std::vector<u64> ev = {kHigh + 1, kTop, 5, kHigh, 2};
+  std::vector<u64> bases = {3, 3, kTop - 1, 5, kHigh + 7};
+  CHECK(host_of<u64>(Tensor(bases, {5}).pow(Tensor(ev, {5}))) ==
+        zip(bases, ev, [](u64 x, u64 e) { return power(x, e); }));
+  // Division and remainder are unsigned: (2^64 - 1) / 3, not -1 / 3.
+  CHECK(host_of<u64>(a.div(b, "floor")) == zip(av, bv, [](u64 x, u64 y) { return x / y; }));
+  CHECK(host_of<u64>(a.div(b, "trunc")) == zip(av, bv, [](u64 x, u64 y) { return x / y; }));
+  CHECK(host_of<u64>(a.floor_divide(b)) == zip(av, bv, [](u64 x, u64 y) { return x / y; }));
+  CHECK(host_of<u64>(a % b) == zip(av, bv, [](u64 x, u64 y) { return x % y; }));
+  CHECK(host_of<u64>(a.fmod(b)) == zip(av, bv, [](u64 x, u64 y) { return x % y; }));
+  // The kernels' own integer division and power (BinaryOps::DIV and POW; Tensor::div never emits an
+  // integer DIV) are unsigned too; x / 0 is 0 there.
+  std::vector<u64> zv = bv;
+  zv[1] = zv[9] = 0;
+  Tensor z(zv, {n});
+  CHECK(host_of<u64>(Tensor(a.lazydata->e(BinaryOps::DIV, z.lazydata), false)) ==
+        zip(av, zv, [](u64 x, u64 y) { return y == 0 ? 0 : x / y; }));
+  CHECK(host_of<u64>(Tensor(a.lazydata->e(BinaryOps::POW, b.lazydata), false)) ==
+        zip(av, bv, [](u64 x, u64 e) { return power(x, e); }));
+  CHECK(Tensor(std::vector<u64>{kTop}, {1}).div(Tensor(std::vector<u64>{3}, {1}), "floor").item<u64>() ==
+        6148914691236517205ULL);
+  // Comparisons, max and min order them unsigned: 2^63 is above 3.
+  auto flags = [](const Tensor& t) { return host_of<std::uint8_t>(t.cast(dtypes::uint8)); };
+  auto want = [&](auto f) { return zip(av, bv, [f](u64 x, u64 y) { return std::uint8_t(f(x, y)); }); };
+  CHECK(flags(a < b) == want([](u64 x, u64 y) { return x < y; }));
+  CHECK(flags(a <= b) == want([](u64 x, u64 y) { return x <= y; }));
+  CHECK(flags(a > b) == want([](u64 x, u64 y) { return x > y; }));
+  CHECK(flags(a >= b) == want([](u64 x, u64 y) { return x >= y; }));
+  CHECK(flags(a == b) == want([](u64 x, u64 y) { return x == y; }));
+  CHECK(flags(a != a) == std::vector<std::uint8_t>(n, 0));
+  CHECK(host_of<u64>(a.maximum(b)) == zip(av, bv, [](u64 x, u64 y) { return std::max(x, y); }));
+  CHECK(host_of<u64>(a.minimum(b)) == zip(av, bv, [](u64 x, u64 y) { return std::min(x, y); }));
+  CHECK(host_of<u64>((a < b).where(a, b)) == zip(av, bv, [](u64 x, u64 y) { return x < y ? x : y; }));
+  CHECK(a.max().item<u64>() == *std::max_element(av.begin(), av.end()));
+  CHECK(a.min().item<u64>() == *std::min_element(av.begin(), av.end()));
+  Tensor m = a.reshape({5, 8});
+  std::vector<u64> col_max(8, 0), col_min(8, kTop), row_sum(5, 0);
+  std::vector<i64> col_argmax(8, 0);
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    if (av[i] > col_max[i % 8]) col_max[i % 8] = av[i], col_argmax[i % 8] = static_cast<i64>(i / 8);
+    col_min[i % 8] = std::min(col_min[i % 8], av[i]);
+    row_sum[i / 8] += av[i];
+  }
+  CHECK(host_of<u64>(m.max(0)) == col_max);
+  CHECK(host_of<u64>(m.min(0)) == col_min);
+  CHECK(host_of<u64>(m.min(1, true)).size() == 5);
+  CHECK(host_of<i64>(m.argmax(0)) == col_argmax);
+  // Sums wrap modulo 2^64 and stay uint64.
+  CHECK(a.sum().dtype() == dtypes::uint64);
+  CHECK(a.sum().item<u64>() == std::accumulate(av.begin(), av.end(), u64{0}));
+  CHECK(host_of<u64>(m.sum(1)) == row_sum);
+  // Shifts are logical, bit operations see all 64 bits.
+  CHECK(host_of<u64>(a >> 1) == zip(av, av, [](u64 x, u64) { return x >> 1; }));
+  CHECK(host_of<u64>(a << 3) == zip(av, av, [](u64 x, u64) { return x << 3; }));
+  std::vector<u64> sv(av.size());
+  for (std::size_t i = 0; i < sv.size(); ++i) sv[i] = (i * 7) % 64;
+  Tensor s(sv, {n});
+  CHECK(host_of<u64>(a >> s) == zip(av, sv, [](u64 x, u64 k) { return x >> k; }));
+  CHECK(host_of<u64>(a << s) == zip(av, sv, [](u64 x, u64 k) { return x << k; }));
+  CHECK(host_of<u64>(a & b) == zip(av, bv, [](u64 x, u64 y) { return x & y; }));
+  CHECK(host_of<u64>(a | b) == zip(av, bv, [](u64 x, u64 y) { return x | y; }));
+  CHECK(host_of<u64>(a ^ b) == zip(av, bv, [](u64 x, u64 y) { return x ^ y; }));
+  CHECK(host_of<u64>(~a) == zip(av, av, [](u64 x, u64) { return ~x; }));
+  // Bad input names the op and the dtypes.
+  CHECK_THROWS_WITH(a.div(Tensor::zeros({n}, {.dtype = dtypes::uint64}), "floor"),
+                    Contains("div") && Contains("division by zero") && Contains("uint64"));
+  CHECK_THROWS_WITH(a >> 64, Contains("rshift") && Contains("shift by 64") && Contains("uint64"));
+  CHECK_THROWS_WITH(a << Tensor(std::vector<u64>(n, kTop), {n}),
+                    Contains("lshift") && Contains("18446744073709551615"));
+  CHECK_THROWS_WITH(a % Tensor(std::vector<std::int64_t>(n, 3), {n}),
+                    Contains("remainder") && Contains("uint64") && Contains("int64") && Contains("float32"));
+  CHECK_THROWS_WITH(a & Tensor(std::vector<std::int32_t>(n, 3), {n}),
+                    Contains("bitwise_and") && Contains("uint64") && Contains("int32"));
+}
+
+TEST_CASE("uint64: casts to and from float32, float64 and int64, promotion, bitcast, safetensors", "[math]") {
+  // tinygrad's lattice: uint64 and a signed integer meet in its default float (float32); unsigned and
+  // bool join uint64; a float wins.
+  STATIC_REQUIRE(promote_types(dtypes::uint64, dtypes::int64) == dtypes::float32);
+  STATIC_REQUIRE(promote_types(dtypes::int8, dtypes::uint64) == dtypes::float32);
+  STATIC_REQUIRE(promote_types(dtypes::uint64, dtypes::int32) == dtypes::float32);
+  STATIC_REQUIRE(promote_types(dtypes::uint64, dtypes::uint32) == dtypes::uint64);
+  STATIC_REQUIRE(promote_types(dtypes::uint8, dtypes::uint64) == dtypes::uint64);
+  STATIC_REQUIRE(promote_types(dtypes::bool_, dtypes::uint64) == dtypes::uint64);
+  STATIC_REQUIRE(promote_types(dtypes::uint64, dtypes::float16) == dtypes::float16);
+  STATIC_REQUIRE(promote_types(dtypes::float64, dtypes::uint64) == dtypes::float64);
+  STATIC_REQUIRE(dtype_of<std::uint64_t> == dtypes::uint64);
+  std::vector<u64> av = u64_values(24, 3);
+  Tensor a(av, {24});
+  Tensor i(std::vector<std::int64_t>{-1, 5}, {2}), u(std::vector<std::uint32_t>{4294967295u, 1}, {2});
+  CHECK((Tensor(std::vector<u64>{kTop, 2}, {2}) + i).dtype() == dtypes::float32);
+  CHECK(host_of<float>(Tensor(std::vector<u64>{kTop, 2}, {2}) + i) == std::vector<float>{0x1p64f, 7.0f});
+  CHECK(host_of<u64>(Tensor(std::vector<u64>{kTop, 2}, {2}) + u) == std::vector<u64>{4294967294u, 3});
+  // To float: the unsigned value, rounded once.
+  std::vector<double> as_f64;
+  std::vector<float> as_f32;
+  for (u64 x : av) as_f64.push_back(static_cast<double>(x)), as_f32.push_back(static_cast<float>(x));
+  CHECK(host_of<double>(a.cast(dtypes::float64)) == as_f64);
+  CHECK(host_of<float>(a.cast(dtypes::float32)) == as_f32);
+  CHECK(host_of<double>((a + 0).cast(dtypes::float64) * 1) == as_f64);
+  // From float: toward zero, saturating to [0, 2^64 - 1], NaN giving 0.
+  std::vector<double> fv = {-1.5,     NAN,       0.99,    1e19,      0x1p63, 0x1p64, 0x1.fffffffffffffp63,
+                            INFINITY, -INFINITY, 12345.7, 0x1p53 + 2};
+  std::vector<u64> want;
+  for (double x : fv) want.push_back(saturated(x));
+  Tensor f64(fv, {static_cast<i64>(fv.size())}, {.dtype = dtypes::float64});
+  CHECK(host_of<u64>((f64 * 1).cast(dtypes::uint64)) == want);
+  std::vector<float> f32v = {-1.5f, NAN, 3e19f, 0x1p63f, 1.8e19f, INFINITY, 65535.5f};
+  want.clear();
+  for (float x : f32v) want.push_back(saturated(x));
+  CHECK(host_of<u64>((Tensor(f32v, {static_cast<i64>(f32v.size())}) * 1).cast(dtypes::uint64)) == want);
+  // To and from int64: the same 64 bits.
+  std::vector<std::int64_t> iv;
+  for (u64 x : av) iv.push_back(static_cast<std::int64_t>(x));
+  CHECK(host_of<std::int64_t>((a + 0).cast(dtypes::int64)) == iv);
+  Tensor ti(iv, {24});
+  CHECK(host_of<u64>((ti + 0).cast(dtypes::uint64)) == av);
+  CHECK(host_of<u64>((ti + 0).cast(dtypes::uint64).cast(dtypes::int64).cast(dtypes::uint64)) == av);
+  // Narrower integers wrap (the low bits).
+  std::vector<std::uint32_t> lo32;
+  for (u64 x : av) lo32.push_back(static_cast<std::uint32_t>(x));
+  CHECK(host_of<std::uint32_t>((a + 0).cast(dtypes::uint32)) == lo32);
+  // A one-element tensor past 2^53 stays exact where it broadcasts (not folded into a double constant).
+  Tensor one(std::vector<u64>{kTop - 2}, {1});
+  CHECK(host_of<u64>(a + one) == zip(av, av, [](u64 x, u64) { return x + (kTop - 2); }));
+  Tensor big64(std::vector<std::int64_t>{(std::int64_t{1} << 62) + 1}, {1});
+  CHECK(host_of<std::int64_t>(Tensor(std::vector<std::int64_t>{0, 2}, {2}) + big64) ==
+        std::vector<std::int64_t>{(std::int64_t{1} << 62) + 1, (std::int64_t{1} << 62) + 3});
+  // bitcast with float64 and int64.
+  std::vector<double> dv = {1.0, -2.5, -0.0, INFINITY, 0x1.fffffffffffffp1023, 5e-324};
+  std::vector<u64> dbits;
+  for (double x : dv) dbits.push_back(std::bit_cast<u64>(x));
+  Tensor d(dv, {6}, {.dtype = dtypes::float64});
+  CHECK(host_of<u64>(d.bitcast(dtypes::uint64)) == dbits);
+  std::vector<double> dback = host_of<double>(Tensor(dbits, {6}).bitcast(dtypes::float64));
+  for (std::size_t k = 0; k < dv.size(); ++k) CHECK(std::bit_cast<u64>(dback[k]) == dbits[k]);
+  CHECK(host_of<std::int64_t>(a.bitcast(dtypes::int64)) == iv);
+  CHECK(host_of<u64>(ti.bitcast(dtypes::uint64)) == av);
+  CHECK_THROWS_WITH(a.bitcast(dtypes::float32),
+                    Contains("bitcast") && Contains("uint64") && Contains("float32"));
+  // safetensors: U64, all 64 bits.
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("metagrad_u64_" + std::to_string(::getpid()) + ".safetensors"))
+                         .string();
+  nn::safe_save({{"u", a.reshape({4, 6})}}, path);
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(bytes.find(R"("dtype":"U64")") != std::string::npos);
+  std::string le;
+  for (u64 x : av)
+    for (int k = 0; k < 8; ++k) le += static_cast<char>((x >> (8 * k)) & 0xff);
+  CHECK(bytes.substr(bytes.size() - le.size()) == le);
+  nn::StateDict back_sd = nn::safe_load(path);
+  std::filesystem::remove(path);
+  CHECK(back_sd.at("u").dtype() == dtypes::uint64);
+  CHECK(host_of<u64>(back_sd.at("u").reshape({24})) == av);
 }

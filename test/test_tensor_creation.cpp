@@ -182,7 +182,7 @@ TEST_CASE("promote_types: the PyTorch table", "[creation]") {
   STATIC_REQUIRE(promote_types(dtypes::bool_, dtypes::bool_) == dtypes::bool_);
   // the whole table against the rule: floats beat ints beat bool; within a kind the wider wins;
   // a signed and an unsigned integer meet in the narrowest signed one holding both (numpy's rule),
-  // float16 and bfloat16 in float32
+  // uint64 and a signed one in float32 (tinygrad's), float16 and bfloat16 in float32
   auto rank = [](DType d) { return d.kind == 'b' ? 0 : d.kind == 'f' ? 2 : 1; };
   for (DType a : dtypes::all)
     for (DType b : dtypes::all) {
@@ -193,7 +193,8 @@ TEST_CASE("promote_types: the PyTorch table", "[creation]") {
         want = sg.itemsize > un.itemsize ? sg
                : un.itemsize == 1        ? dtypes::int16
                : un.itemsize == 2        ? dtypes::int32
-                                         : dtypes::int64;
+               : un.itemsize == 4        ? dtypes::int64
+                                         : dtypes::float32;  // uint64: no signed integer holds it (tinygrad)
       }
       if (rank(a) == 2 && rank(b) == 2 && a.itemsize == 2 && b.itemsize == 2 && !(a == b)) want = dtypes::float32;
       REQUIRE(promote_types(a, b) == want);

@@ -31,12 +31,13 @@ inline constexpr DType bfloat16{8, 2, "bfloat16", 'f'};  // float32's range, 8 b
 inline constexpr DType float16{9, 2, "float16", 'f'};
 inline constexpr DType float32{10, 4, "float32", 'f'};
 inline constexpr DType float64{11, 8, "float64", 'f'};
-// tinygrad's other integers (uint64 is not among them here: the CPU device computes integers in int64).
+// tinygrad's other integers.
 inline constexpr DType int16{12, 2, "int16", 'i'};
 inline constexpr DType uint16{13, 2, "uint16", 'u'};
 inline constexpr DType uint32{14, 4, "uint32", 'u'};
-inline constexpr DType all[] = {bool_,    int8,    uint8,   int32, int64,  float16,
-                                bfloat16, float32, float64, int16, uint16, uint32};
+inline constexpr DType uint64{15, 8, "uint64", 'u'};
+inline constexpr DType all[] = {bool_,   int8,    uint8, int32,  int64,  float16, bfloat16,
+                                float32, float64, int16, uint16, uint32, uint64};
 
 constexpr bool is_float(DType d) { return d.kind == 'f'; }
 constexpr bool is_int(DType d) { return d.kind == 'i' || d.kind == 'u'; }
@@ -56,12 +57,14 @@ constexpr double min_value(DType d) {
     case uint8.priority:
     case uint16.priority:
     case uint32.priority:
+    case uint64.priority:
       return 0;
     default:
       return -__builtin_inf();
   }
 }
-// One past the largest value of an integer dtype: a power of two every float holds (int64: 2^63).
+// One past the largest value of an integer dtype: a power of two every float holds (int64: 2^63,
+// uint64: 2^64).
 constexpr double limit(DType d) {
   double m = 1;
   for (int b = 0; b < d.itemsize * 8 - (d.kind == 'u' ? 0 : 1); ++b) m *= 2;
@@ -72,7 +75,8 @@ constexpr double limit(DType d) {
 // The result type of a binary op on a and b, as PyTorch and tinygrad promote:
 // int + float -> float, bool + int -> int, and the wider of two of a kind. A signed and an unsigned
 // integer give the narrowest signed one holding both (int8 + uint8 -> int16, int32 + uint32 -> int64);
-// float16 + bfloat16 -> float32 (neither holds the other).
+// uint64 and a signed integer have none: tinygrad's lattice meets them in its default float, float32
+// (numpy gives float64, PyTorch refuses). float16 + bfloat16 -> float32 (neither holds the other).
 constexpr DType promote_types(DType a, DType b) {
   if ((a == dtypes::float16 && b == dtypes::bfloat16) || (a == dtypes::bfloat16 && b == dtypes::float16))
     return dtypes::float32;
@@ -80,6 +84,7 @@ constexpr DType promote_types(DType a, DType b) {
     if (a.kind == b.kind) return a.itemsize >= b.itemsize ? a : b;
     DType s = a.kind == 'i' ? a : b, u = a.kind == 'u' ? a : b;
     if (s.itemsize > u.itemsize) return s;
+    if (u.itemsize == 8) return dtypes::float32;
     return u.itemsize == 1 ? dtypes::int16 : u.itemsize == 2 ? dtypes::int32 : dtypes::int64;
   }
   if (dtypes::is_float(a) != dtypes::is_float(b)) return dtypes::is_float(a) ? a : b;
@@ -164,6 +169,10 @@ struct dtype_of_t<std::uint16_t> {
 template <>
 struct dtype_of_t<std::uint32_t> {
   static constexpr DType value = dtypes::uint32;
+};
+template <>
+struct dtype_of_t<std::uint64_t> {
+  static constexpr DType value = dtypes::uint64;
 };
 template <>
 struct dtype_of_t<std::int32_t> {

@@ -77,6 +77,15 @@ std::string CStyleLanguage::compute(DType d) const {
 std::string CStyleLanguage::literal(double v, DType d) const {
   if (!dtypes::is_float(d)) {
     if (d == dtypes::bool_) return v != 0 ? "1" : "0";
+    if (d == dtypes::uint64) {  // as the CPU device converts a constant: negative wraps, 2^64 saturates
+      unsigned long long u = std::isnan(v) ? 0
+                             : v >= 0x1p64 ? ULLONG_MAX
+                             : v >= 0      ? static_cast<unsigned long long>(v)
+                             : v <= -9223372036854775808.0
+                                 ? 1ULL << 63
+                                 : static_cast<unsigned long long>(static_cast<long long>(v));
+      return detail::cat(std::to_string(u), "U", int64_suffix);
+    }
     if (v <= -9223372036854775808.0) return detail::cat("(-9223372036854775807", int64_suffix, "-1)");
     char b[32];
     std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v));
@@ -116,6 +125,7 @@ std::string unary_math(const AluArgs& a, const char* fn) {
 std::string int_limit(const CStyleLanguage& lang, DType d, bool max) {
   if (!max) return lang.literal(dtypes::min_value(d), d);
   if (d == dtypes::int64) return detail::cat("9223372036854775807", lang.int64_suffix);
+  if (d == dtypes::uint64) return detail::cat("18446744073709551615U", lang.int64_suffix);
   return std::to_string(static_cast<long long>(dtypes::limit(d)) - 1);
 }
 
@@ -155,11 +165,18 @@ const OpTable& common_code_for_op() {
            return detail::cat("((unsigned int)", a.v[0], "*(unsigned int)", a.v[1], ")");
          return infix(a, a.in == dtypes::bool_ ? "&&" : "*");
        }},
+      // uint64 divides and raises to powers unsigned (its values past 2^63 are negative in long long).
       {BinaryOps::DIV,
-       [](const AluArgs& a) { return dtypes::is_float(a.in) ? infix(a, "/") : call("mg_idiv", a); }},
+       [](const AluArgs& a) {
+         return dtypes::is_float(a.in) ? infix(a, "/")
+                                       : call(a.in == dtypes::uint64 ? "mg_udiv" : "mg_idiv", a);
+       }},
       {BinaryOps::POW,
        [](const AluArgs& a) {
-         return call(dtypes::is_float(a.in) ? a.lang.math("pow", a.in) : "mg_ipow", a);
+         return call(dtypes::is_float(a.in)   ? a.lang.math("pow", a.in)
+                     : a.in == dtypes::uint64 ? "mg_upow"
+                                              : "mg_ipow",
+                     a);
        }},
       {BinaryOps::CMPEQ, [](const AluArgs& a) { return infix(a, "=="); }},
       {BinaryOps::MAX, [](const AluArgs& a) { return call("mg_max", a); }},
@@ -250,8 +267,19 @@ const CStyleLanguage& c_language() {
     l.prelude = kMaxMacro +
                 integer_helpers("static inline ", "long long", "long long", "unsigned long long", "0ULL") +
                 kPreludeC;
-    l.types = {"_Bool",          "signed char", "unsigned char", "int",   "long long",      "unsigned short",
-               "unsigned short", "float",       "double",        "short", "unsigned short", "unsigned int"};
+    l.types = {"_Bool",
+               "signed char",
+               "unsigned char",
+               "int",
+               "long long",
+               "unsigned short",
+               "unsigned short",
+               "float",
+               "double",
+               "short",
+               "unsigned short",
+               "unsigned int",
+               "unsigned long long"};
     l.int64_suffix = "LL";
     l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";
     l.nan32 = "__builtin_nanf(\"\")", l.nan64 = "__builtin_nan(\"\")";
@@ -281,8 +309,8 @@ const CStyleLanguage& opencl_language() {
     l.local_prefix = "__local ", l.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";
     l.wide_counters = false;  // C's are 64-bit: a reduction over 2^31 elements must not wrap
     // Bools are stored as uchar but compute as bool (true + true must stay true).
-    l.types = {"uchar",  "char",  "uchar",  "int",   "long",   "half",
-               "ushort", "float", "double", "short", "ushort", "uint"};
+    l.types = {"uchar", "char",   "uchar", "int",    "long", "half", "ushort",
+               "float", "double", "short", "ushort", "uint", "ulong"};
     l.bool_compute = "bool";
     l.int64_suffix = "L";
     l.inf32 = l.inf64 = "INFINITY", l.nan32 = l.nan64 = "NAN";

@@ -43,8 +43,19 @@ const CStyleLanguage& cuda_language() {
     l.local_prefix = "__shared__ ", l.barrier = "__syncthreads();";
     l.flat_global = true;
     l.wide_counters = false;
-    l.types = {"bool",           "signed char", "unsigned char", "int",   "long long",      "half",
-               "unsigned short", "float",       "double",        "short", "unsigned short", "unsigned int"};
+    l.types = {"bool",
+               "signed char",
+               "unsigned char",
+               "int",
+               "long long",
+               "half",
+               "unsigned short",
+               "float",
+               "double",
+               "short",
+               "unsigned short",
+               "unsigned int",
+               "unsigned long long"};
     l.int64_suffix = "LL";
     l.inf32 = "__int_as_float(0x7f800000)", l.inf64 = "__longlong_as_double(0x7ff0000000000000LL)";
     l.nan32 = "__int_as_float(0x7fc00000)", l.nan64 = "__longlong_as_double(0x7ff8000000000000LL)";

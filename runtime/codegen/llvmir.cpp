@@ -64,6 +64,7 @@ struct Renderer {
       case dtypes::uint32.priority:
         return b.getInt32Ty();
       case dtypes::int64.priority:
+      case dtypes::uint64.priority:
         return b.getInt64Ty();
       case dtypes::float16.priority:
         return b.getHalfTy();
@@ -102,7 +103,11 @@ struct Renderer {
     if (d == dtypes::bool_) return b.getInt1(v != 0 && v > -9.2233720368547758e18);  // MAX's identity: false
     unsigned w = compute(d)->getIntegerBitWidth();
     bool u = dtypes::is_unsigned(d);
-    // Beyond int64 saturates to the dtype's limits: a MAX reduce starts from int64's minimum.
+    // Beyond int64 saturates to the dtype's limits: a MAX reduce starts from int64's minimum. uint64
+    // holds [2^63, 2^64) too.
+    if (d == dtypes::uint64 && v >= 9.2233720368547758e18)
+      return llvm::ConstantInt::get(
+          ctx, v >= 0x1p64 ? llvm::APInt::getMaxValue(64) : llvm::APInt(64, static_cast<std::uint64_t>(v)));
     llvm::APInt x =
         std::isnan(v)                 ? llvm::APInt(w, 0)
         : v <= -9.2233720368547758e18 ? (u ? llvm::APInt::getMinValue(w) : llvm::APInt::getSignedMinValue(w))
@@ -185,12 +190,14 @@ struct Renderer {
   }
 
   // ---- ALU ----
-  // The integer power as the CPU device computes it, a square-and-multiply loop in i64.
-  llvm::Function* ipow_fn() {
-    if (llvm::Function* f = mod->getFunction("mg_ipow")) return f;
+  // The integer power as the CPU device computes it, a square-and-multiply loop in i64. Unsigned
+  // (uint64's mg_upow), every exponent counts up: none is negative.
+  llvm::Function* ipow_fn(bool is_unsigned) {
+    const char* fname = is_unsigned ? "mg_upow" : "mg_ipow";
+    if (llvm::Function* f = mod->getFunction(fname)) return f;
     llvm::Type* i64 = b.getInt64Ty();
     auto* f = llvm::Function::Create(llvm::FunctionType::get(i64, {i64, i64}, false),
-                                     llvm::Function::InternalLinkage, "mg_ipow", *mod);
+                                     llvm::Function::InternalLinkage, fname, *mod);
     f->addFnAttr(llvm::Attribute::NoUnwind);
     llvm::IRBuilder<> h(ctx);
     auto* entry = llvm::BasicBlock::Create(ctx, "entry", f);
@@ -201,7 +208,7 @@ struct Renderer {
     llvm::Value *base = f->getArg(0), *e = f->getArg(1);
     llvm::Value *c0 = h.getInt64(0), *c1 = h.getInt64(1), *cm1 = h.getInt64(-1);
     h.SetInsertPoint(entry);
-    h.CreateCondBr(h.CreateICmpSLT(e, c0), neg, head);
+    h.CreateCondBr(is_unsigned ? h.getFalse() : h.CreateICmpSLT(e, c0), neg, head);
     h.SetInsertPoint(neg);  // b**-n: only 1 and -1 have an integer result; the rest truncate to 0
     llvm::Value* odd = h.CreateICmpNE(h.CreateAnd(e, c1), c0);
     h.CreateRet(h.CreateSelect(h.CreateICmpEQ(base, c1), c1,
@@ -488,8 +495,8 @@ llvm::Value* unary_math(Renderer& r, DType in, DType out, const Operands& v, llv
 llvm::Value* ipow(Renderer& r, DType in, const Operands& v) {
   llvm::Type* i64 = r.b.getInt64Ty();
   bool s = Renderer::is_signed(in);
-  llvm::Value* p =
-      r.b.CreateCall(r.ipow_fn(), {r.b.CreateIntCast(v[0], i64, s), r.b.CreateIntCast(v[1], i64, s)});
+  llvm::Value* p = r.b.CreateCall(r.ipow_fn(in == dtypes::uint64),
+                                  {r.b.CreateIntCast(v[0], i64, s), r.b.CreateIntCast(v[1], i64, s)});
   return r.b.CreateTrunc(p, v[0]->getType());
 }
 // mg_max: (x > y || x != x) ? x : y, so a NaN on either side wins.

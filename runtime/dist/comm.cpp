@@ -67,6 +67,7 @@ MPI_Datatype mpi_type(DType d, const char* op) {
   if (d == dtypes::int16) return MPI_INT16_T;
   if (d == dtypes::uint16) return MPI_UINT16_T;
   if (d == dtypes::uint32) return MPI_UINT32_T;
+  if (d == dtypes::uint64) return MPI_UINT64_T;
   fail(op, cat("cannot sum ", d.name, " (MPI has no such type; cast to float32 first)"), false);
 }
 

@@ -259,7 +259,8 @@ struct SafeDType {
 constexpr SafeDType kSafeDTypes[] = {
     {"BOOL", dtypes::bool_},  {"I8", dtypes::int8},     {"U8", dtypes::uint8},      {"I32", dtypes::int32},
     {"I64", dtypes::int64},   {"F16", dtypes::float16}, {"BF16", dtypes::bfloat16}, {"F32", dtypes::float32},
-    {"F64", dtypes::float64}, {"I16", dtypes::int16},   {"U16", dtypes::uint16},    {"U32", dtypes::uint32}};
+    {"F64", dtypes::float64}, {"I16", dtypes::int16},   {"U16", dtypes::uint16},    {"U32", dtypes::uint32},
+    {"U64", dtypes::uint64}};
 
 // Reverses each item's bytes: the file is little-endian whatever the host is.
 void to_little_endian(std::string& bytes, std::size_t itemsize) {
@@ -292,6 +293,8 @@ std::string tensor_bytes(const Tensor& t) {
     b = raw_bytes<std::int32_t>(t);
   else if (d == dtypes::uint32)
     b = raw_bytes<std::uint32_t>(t);
+  else if (d == dtypes::uint64)
+    b = raw_bytes<std::uint64_t>(t);
   else if (d == dtypes::int64)
     b = raw_bytes<std::int64_t>(t);
   else if (d == dtypes::float16)

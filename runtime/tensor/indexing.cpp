@@ -265,6 +265,7 @@ void by_dtype(DType dt, F f) {  // f(T{}) with T the host type of dt (of those s
   if (dt == dtypes::int16) return f(std::int16_t{});
   if (dt == dtypes::uint16) return f(std::uint16_t{});
   if (dt == dtypes::uint32) return f(std::uint32_t{});
+  if (dt == dtypes::uint64) return f(std::uint64_t{});
   if (dt == dtypes::int64) return f(std::int64_t{});
   if (dt == dtypes::int8) return f(std::int8_t{});
   if (dt == dtypes::uint8) return f(std::uint8_t{});

@@ -1,9 +1,10 @@
 // Division with a rounding mode, fmod and remainder (Python's %), and the bitwise ops. Floats are
 // kernels from the true quotient (differentiable: d/dx 1, d/dy minus the rounded quotient, as
 // PyTorch's). Integers are exact, so they run on the host in int64 (the kernel language has no
-// integer division, remainder or bit operation): both sides are realized, the values computed
-// eagerly and stored in the promoted dtype, wrapping as C++ does; a 0 divisor is an error here, at
-// the call, rather than a trap in a kernel. bitcast reads the bytes as another dtype.
+// integer division, remainder or bit operation; uint64 as its bits, read unsigned where that
+// differs): both sides are realized, the values computed eagerly and stored in the promoted dtype,
+// wrapping as C++ does; a 0 divisor is an error here, at the call, rather than a trap in a kernel.
+// bitcast reads the bytes as another dtype.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,10 @@ Tensor on_host(const char* who, const Tensor& x, const Tensor& y,
                const std::function<std::int64_t(std::int64_t, std::int64_t, DType)>& f) {
   auto [a, b] = x.broadcasted(y);
   DType dt = a.dtype();
+  if (dtypes::is_float(dt) && dtypes::is_int(x.dtype()) && dtypes::is_int(y.dtype()))
+    throw std::invalid_argument(
+        detail::cat(who, ": ", operands(x, y), " promote to ", dt.name,
+                    " (uint64 and a signed integer have no common integer): cast one"));
   if (dtypes::is_float(dt))
     throw std::invalid_argument(detail::cat(who, ": needs integer or bool tensors, got ", operands(x, y)));
   if (CaptureLog::active)
@@ -46,6 +51,7 @@ Tensor on_host(const char* who, const Tensor& x, const Tensor& y,
   if (dt == dtypes::uint16) return as(std::uint16_t{});
   if (dt == dtypes::int32) return as(std::int32_t{});
   if (dt == dtypes::uint32) return as(std::uint32_t{});
+  if (dt == dtypes::uint64) return as(std::uint64_t{});  // its bits, from the int64 they were held in
   if (dt == dtypes::bool_) return as(std::uint8_t{}).cast(dtypes::bool_);
   return as(std::int64_t{});
 }
@@ -66,12 +72,17 @@ std::int64_t floor_mod(std::int64_t a, std::int64_t b) {
   return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
 }
 
-// An integer op whose divisor must not be 0.
+// An integer op whose divisor must not be 0. uint64 (its bits in int64) divides unsigned, where
+// truncating and flooring agree; `mod` says which of quotient and remainder f is.
 Tensor divide(const char* who, const Tensor& x, const Tensor& y,
-              std::int64_t (*f)(std::int64_t, std::int64_t)) {
-  return on_host(who, x, y, [&](std::int64_t a, std::int64_t b, DType) {
+              std::int64_t (*f)(std::int64_t, std::int64_t), bool mod) {
+  return on_host(who, x, y, [&](std::int64_t a, std::int64_t b, DType dt) {
     if (b == 0)
       throw std::invalid_argument(detail::cat(who, ": integer division by zero (", operands(x, y), ")"));
+    if (dt == dtypes::uint64) {
+      auto ua = static_cast<std::uint64_t>(a), ub = static_cast<std::uint64_t>(b);
+      return static_cast<std::int64_t>(mod ? ua % ub : ua / ub);
+    }
     return f(a, b);
   });
 }
@@ -121,19 +132,19 @@ Tensor Tensor::div(const Tensor& y, std::string_view rounding_mode) const {
   if (!trunc && rounding_mode != "floor")
     throw std::invalid_argument(detail::cat("div: rounding_mode must be \"trunc\" or \"floor\", got \"",
                                             std::string(rounding_mode), "\" (", operands(*this, y), ")"));
-  if (integral(*this, y)) return divide("div", *this, y, trunc ? trunc_div : floor_div);
+  if (integral(*this, y)) return divide("div", *this, y, trunc ? trunc_div : floor_div, false);
   if (trunc) return div(y).trunc();
   return floor_quotient(*this, y);
 }
 Tensor Tensor::floor_divide(const Tensor& y) const { return div(y, "floor"); }
 
 Tensor Tensor::fmod(const Tensor& y) const {
-  if (integral(*this, y)) return divide("fmod", *this, y, trunc_mod);
+  if (integral(*this, y)) return divide("fmod", *this, y, trunc_mod, true);
   return float_fmod(*this, y);
 }
 // fmod moved to y's sign where it differs, as Python's (and PyTorch's) %: -1 % inf is inf.
 Tensor Tensor::remainder(const Tensor& y) const {
-  if (integral(*this, y)) return divide("remainder", *this, y, floor_mod);
+  if (integral(*this, y)) return divide("remainder", *this, y, floor_mod, true);
   Tensor r = float_fmod(*this, y), b = y.cast(r.dtype());
   return opposite(r, b).where(r + b, r);
 }
@@ -156,12 +167,15 @@ Tensor Tensor::bitwise_not() const {
 namespace {
 Tensor shift(const char* who, const Tensor& x, const Tensor& y, bool left) {
   return on_host(who, x, y, [&](std::int64_t a, std::int64_t b, DType dt) {
-    if (b < 0 || b >= bits(dt))
-      throw std::invalid_argument(detail::cat(who, ": shift by ", std::to_string(b), " is outside [0, ",
-                                              std::to_string(bits(dt)), ") (", operands(x, y), ")"));
+    bool u64 = dt == dtypes::uint64;  // its bits in int64: a value past 2^63 is no negative shift
+    if ((b < 0 && !u64) || static_cast<std::uint64_t>(b) >= static_cast<std::uint64_t>(bits(dt)))
+      throw std::invalid_argument(detail::cat(
+          who, ": shift by ", u64 ? std::to_string(static_cast<std::uint64_t>(b)) : std::to_string(b),
+          " is outside [0, ", std::to_string(bits(dt)), ") (", operands(x, y), ")"));
     // Left: the bits that leave the dtype are dropped (the narrowing wraps); right: the sign repeats,
-    // and an unsigned value (zero-extended into int64 here) has none.
-    return left ? static_cast<std::int64_t>(static_cast<std::uint64_t>(a) << b) : a >> b;
+    // and an unsigned value (zero-extended into int64 here, or uint64's bits) has none.
+    if (left) return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) << b);
+    return u64 ? static_cast<std::int64_t>(static_cast<std::uint64_t>(a) >> b) : a >> b;
   });
 }
 }  // namespace

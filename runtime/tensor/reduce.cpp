@@ -58,8 +58,9 @@ void check_nonempty(const Plan& p, const Dims& shape, const Axes& axis, const ch
                                             axes_string(axis), ", which hold no elements"));
 }
 
-// Integer and bool sums accumulate in int64, as in PyTorch (a bool sum counts, it does not OR).
-DType sum_dtype(DType dt) { return dtypes::is_float(dt) ? dt : dtypes::int64; }
+// Integer and bool sums accumulate in int64, as in PyTorch (a bool sum counts, it does not OR);
+// uint64 in uint64 (tinygrad's sum_acc_dtype), whose values past 2^63 int64 would show negative.
+DType sum_dtype(DType dt) { return dtypes::is_float(dt) || dt == dtypes::uint64 ? dt : dtypes::int64; }
 
 std::int64_t checked_axis(const Tensor& x, std::int64_t axis, const char* op) {
   std::int64_t nd = std::max<std::int64_t>(x.ndim(), 1), a = axis < 0 ? axis + nd : axis;
@@ -199,10 +200,15 @@ Tensor Tensor::max(const Axes& axis, bool keepdim) const {
 }
 
 // -max(-x). Integers narrower than int64 (and unsigned, bool) go through int64, where negating
-// never wraps; int64's own minimum, whose negation wraps, is found by a comparison.
+// never wraps; int64's own minimum, whose negation wraps, is found by a comparison; uint64's is
+// ~max(~x), with ~x = (2^64 - 1) - x.
 Tensor Tensor::min(const Axes& axis, bool keepdim) const {
   Plan p = plan(shape(), axis, "min");
   check_nonempty(p, shape(), axis, "min");
+  if (dtype() == dtypes::uint64) {  // all bits set: -1 wraps
+    Tensor r = (scalar_for(*this, -1, true) - *this).max(axis, keepdim);
+    return scalar_for(r, -1, true) - r;
+  }
   if ((dtypes::is_int(dtype()) && dtype() != dtypes::int64) || dtype() == dtypes::bool_)
     return cast(dtypes::int64).min(axis, keepdim).cast(dtype());
   if (dtype() == dtypes::int64) {  // kept axes, so that `lowest` (this rank) broadcasts to the result

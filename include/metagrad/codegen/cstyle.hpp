@@ -47,7 +47,7 @@ struct CStyleLanguage {
   // product (whole blocks): threads past it return.
   bool flat_global = false;
   // ---- types and literals ----
-  std::array<std::string, 12> types;  // a buffer's element type, per dtype in dtypes::all's order
+  std::array<std::string, 13> types;  // a buffer's element type, per dtype in dtypes::all's order
   std::string bool_compute;           // the type bools compute in, where it is not their storage type
   std::string int64_suffix;           // of an int64 literal ("LL")
   std::string inf32, inf64, nan32, nan64;
