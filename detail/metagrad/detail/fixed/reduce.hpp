@@ -2,6 +2,7 @@
 // The internals of fixed/reduce.hpp: the Reduce node's materialisation (independent lanes along
 // the innermost axis, split across threads when large) and the reduce op with its shape check.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -70,7 +71,7 @@ METAGRAD_INLINE V vcombine(V a, V b) {
   if constexpr (R == ReduceOps::SUM)
     return a + b;
   else
-    return (a < b) | (b != b) ? b : a;
+    return ((a < b) | (b != b)) ? b : a;
 }
 // A row read per vector: every leaf along the row at stride 1 or 0 and every function with a vector
 // form (eval.hpp's vector_rows); the exp of a softmax's sum then runs 16 lanes at a time.
@@ -182,11 +183,27 @@ METAGRAD_INLINE auto reduce_span(const B& b, const index_t* pos) {
     T acc[p2];
 #pragma GCC unroll 64
     for (index_t l = 0; l < p2; ++l) acc[l] = get<Rank>(b, pos, Off + l);
+    if constexpr (std::is_floating_point_v<T> && p2 * sizeof(T) >= 16 && p2 <= simd<T>::W) {
+      // One register narrower than the ISA's (4 or 8 floats), folded by halves: the same pairs in
+      // log2(p2) vector steps rather than p2 - 1 scalar ones (a 3x3 sum as Eigen's Matrix3f). The
+      // first fold from two loads of half width where those are whole registers (no lane shuffle).
+      if constexpr (p2 * sizeof(T) >= 32) {
+        lanes_t<T, p2 / 2> lo, hi;
+        std::memcpy(&lo, acc, sizeof lo);
+        std::memcpy(&hi, acc + p2 / 2, sizeof hi);
+        head = reduce_vector<R>(vcombine<R>(lo, hi));
+      } else {
+        lanes_t<T, p2> x;
+        std::memcpy(&x, acc, sizeof x);
+        head = reduce_vector<R>(x);
+      }
+    } else {
 #pragma GCC unroll 16
-    for (index_t w = p2 / 2; w > 0; w /= 2)
+      for (index_t w = p2 / 2; w > 0; w /= 2)
 #pragma GCC unroll 64
-      for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
-    head = acc[0];
+        for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+      head = acc[0];
+    }
   }
   if constexpr (p2 == Len)
     return head;
