@@ -144,8 +144,20 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
 // 1), by halves of the register: log2(W) vector steps instead of W - 1 scalar ones.
 template <ReduceOps R, class V, std::size_t... I>
 METAGRAD_INLINE auto fold_halves(V x, std::index_sequence<I...>) {
-  return vcombine<R>(__builtin_shufflevector(x, x, I...),
-                     __builtin_shufflevector(x, x, (I + sizeof...(I))...));
+  using E = std::remove_cvref_t<decltype(x[0])>;
+  using H = lanes_t<E, sizeof...(I)>;
+  // A 512- or 256-bit register's halves by its low half and one extract (g++ shuffles the whole
+  // register for the high half: vshuff32x4, vperm2f128).
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && std::is_floating_point_v<E>)
+    return vcombine<R>((H)_mm512_castpd512_pd256((__m512d)x), (H)_mm512_extractf64x4_pd((__m512d)x, 1));
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(V) == 32 && std::is_floating_point_v<E>)
+    return vcombine<R>((H)_mm256_castpd256_pd128((__m256d)x), (H)_mm256_extractf128_pd((__m256d)x, 1));
+#endif
+  return vcombine<R>(H(__builtin_shufflevector(x, x, I...)),
+                     H(__builtin_shufflevector(x, x, (I + sizeof...(I))...)));
 }
 template <ReduceOps R, class V>
 METAGRAD_INLINE auto reduce_vector(V x) {
