@@ -146,19 +146,18 @@ template <ReduceOps R, class V, std::size_t... I>
 METAGRAD_INLINE auto fold_halves(V x, std::index_sequence<I...>) {
   using E = std::remove_cvref_t<decltype(x[0])>;
   using H = lanes_t<E, sizeof...(I)>;
-  // A 512- or 256-bit register's halves by its low half and one extract (g++ shuffles the whole
-  // register for the high half: vshuff32x4, vperm2f128); zero-masked, as simd.hpp's kAll.
+  H lo = H(__builtin_shufflevector(x, x, I...));  // the low half: no instruction
+  // The high half of a 512- or 256-bit register by one extract (g++ shuffles the whole register
+  // for it: vshuff32x4, vperm2f128); zero-masked, as simd.hpp's kAll.
 #if defined(__AVX512F__)
   if constexpr (sizeof(V) == 64 && std::is_floating_point_v<E>)
-    return vcombine<R>((H)_mm512_castpd512_pd256((__m512d)x),
-                       (H)_mm512_maskz_extractf64x4_pd(__mmask8(0xF), (__m512d)x, 1));
+    return vcombine<R>(lo, (H)_mm512_maskz_extractf64x4_pd(__mmask8(0xF), (__m512d)x, 1));
 #endif
 #if defined(__AVX__)
   if constexpr (sizeof(V) == 32 && std::is_floating_point_v<E>)
-    return vcombine<R>((H)_mm256_castpd256_pd128((__m256d)x), (H)_mm256_extractf128_pd((__m256d)x, 1));
+    return vcombine<R>(lo, (H)_mm256_extractf128_pd((__m256d)x, 1));
 #endif
-  return vcombine<R>(H(__builtin_shufflevector(x, x, I...)),
-                     H(__builtin_shufflevector(x, x, (I + sizeof...(I))...)));
+  return vcombine<R>(lo, H(__builtin_shufflevector(x, x, (I + sizeof...(I))...)));
 }
 template <ReduceOps R, class V>
 METAGRAD_INLINE auto reduce_vector(V x) {
