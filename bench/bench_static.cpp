@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -251,6 +252,26 @@ bool same(const float* a, const float* b, index_t n, double tol, const char* wha
     }
   return true;
 }
+// The Small_ rows' results, each op on the same inputs, equal on both sides.
+template <index_t N>
+bool verify_small() {
+  fx::Tensor<float, N, N> a, b, c, out;
+  EigenN<N> ea, eb, ec, eout;
+  fill<N>(a, 1), fill<N>(b, 2), fill<N>(c, 3), fill<N>(ea, 1), fill<N>(eb, 2), fill<N>(ec, 3);
+  std::string n = std::to_string(N);
+  out = fx::matmul(a, b), eout.noalias() = ea * eb;
+  bool ok = same(out.data(), eout.data(), N * N, 1e-5, ("Small_matmul_" + n).c_str());
+  out = a + b, eout = ea + eb;
+  ok = ok && same(out.data(), eout.data(), N * N, 0, ("Small_add_" + n).c_str());
+  fx::Tensor<float> total = a.sum();
+  float etotal = ea.sum();
+  ok = ok && same(total.data(), &etotal, 1, 1e-5, ("Small_sum_" + n).c_str());
+  out = ((a * b + c) * 0.5f - a).relu();
+  for (index_t i = 0; i < N * N; ++i)  // (Eigen's max here trips g++ 12's -Wuninitialized)
+    eout.data()[i] = std::max((ea.data()[i] * eb.data()[i] + ec.data()[i]) * 0.5f - ea.data()[i], 0.f);
+  return ok && same(out.data(), eout.data(), N * N, 1e-6, ("Small_chain_" + n).c_str());
+}
+
 bool verify() {
   constexpr index_t n = (index_t{1} << 22) + 3;
   auto a = random_tensor<fx::Tensor<float, n>>(1), b = random_tensor<fx::Tensor<float, n>>(2),
@@ -269,7 +290,8 @@ bool verify() {
   fx::Tensor<float, 500> rows = m->sum<0>();
   Eigen::RowVectorXf cols = matrix(*m).colwise().sum();
   return ok && same(p.data(), q.data(), p.size, 1e-4, "W4") &&
-         same(rows.data(), cols.data(), 500, 1e-5, "W3b");
+         same(rows.data(), cols.data(), 500, 1e-5, "W3b") && verify_small<2>() && verify_small<3>() &&
+         verify_small<4>() && verify_small<8>();
 }
 
 // Keeps each run's rate for the summary (under its name without "/real_time"); with

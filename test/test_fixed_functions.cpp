@@ -562,3 +562,76 @@ TEST_CASE("static small products and sums in whole vectors equal the scalar form
   small_sums<8, 8>(rng);
   small_sums<2, 32>(rng);
 }
+
+// Every product of sizes 1 to 8 (those past a power of two: one padded vector, or B's rows as padded
+// vectors, matmul.hpp's product_lanes), square and not, bitwise the scalar forms'.
+TEST_CASE("static small products of sizes 1 to 8 equal the scalar forms bitwise", "[fixed]") {
+  std::mt19937 rng(39);
+  [&]<index_t... I>(std::integer_sequence<index_t, I...>) {
+    (small_products<float, I + 1, I + 1, I + 1>(rng), ...);
+  }
+  (std::make_integer_sequence<index_t, 8>{});
+  small_products<float, 2, 3, 4>(rng);
+  small_products<float, 3, 2, 5>(rng);
+  small_products<float, 3, 5, 3>(rng);
+  small_products<float, 4, 3, 2>(rng);
+  small_products<float, 5, 3, 7>(rng);
+  small_products<float, 7, 2, 5>(rng);
+  small_products<float, 6, 4, 3>(rng);
+  small_products<float, 1, 3, 5>(rng);
+  small_products<float, 5, 4, 1>(rng);
+  small_products<float, 3, 7, 6>(rng);
+  small_products<float, 8, 3, 5>(rng);
+  small_products<double, 3, 3, 3>(rng);
+  small_products<double, 2, 3, 4>(rng);
+  small_products<double, 5, 5, 5>(rng);
+  small_products<double, 7, 7, 7>(rng);
+  small_sums<2, 3>(rng);
+  small_sums<3, 5>(rng);
+  small_sums<5, 5>(rng);
+  small_sums<6, 6>(rng);
+  small_sums<7, 7>(rng);
+  small_sums<7, 3>(rng);
+  small_sums<1, 12>(rng);
+}
+
+// Small elementwise loops written out as vectors of the widths their length needs (eval.hpp's
+// vector_loop): every element, in place where the destination is read at its own position, and
+// through a local array where it is read transposed.
+namespace {
+template <index_t R, index_t C>
+void small_elementwise(std::mt19937& rng) {
+  auto a = random_tensor<float, R, C>(rng), b = random_tensor<float, R, C>(rng);
+  auto c = random_tensor<float, R, C>(rng);
+  fx::Tensor<float, R, C> sum = a + b, chain = ((a - b) * 0.5f + c).relu(), in_place = a;
+  in_place = in_place * 2.f - b;
+  fx::Tensor<float, R, C> bias = a + c.template sum<0>().template reshape<1, C>().template expand<R, C>();
+  INFO(R << "x" << C);
+  for (index_t i = 0; i < R * C; ++i) {
+    REQUIRE(sum[i] == a[i] + b[i]);
+    float d = (a[i] - b[i]) * 0.5f + c[i];
+    REQUIRE(std::abs(chain[i] - (d > 0 ? d : 0.f)) <= 1e-6f * (1 + std::abs(d)));  // fused or not
+    REQUIRE(in_place[i] == a[i] * 2.f - b[i]);
+    float col = 0;
+    for (index_t r = 0; r < R; ++r) col += c[r * C + i % C];
+    REQUIRE(std::abs(bias[i] - (a[i] + col)) <= 1e-5f * (1 + std::abs(a[i] + col)));
+  }
+  if constexpr (R == C) {
+    fx::Tensor<float, R, C> t = a;
+    t = t.transpose() + b;
+    for (index_t i = 0; i < R; ++i)
+      for (index_t j = 0; j < C; ++j) REQUIRE(t[i * C + j] == a[j * C + i] + b[i * C + j]);
+  }
+}
+}  // namespace
+
+TEST_CASE("static small elementwise loops of sizes 1 to 8 write every element", "[fixed]") {
+  std::mt19937 rng(40);
+  [&]<index_t... I>(std::integer_sequence<index_t, I...>) { (small_elementwise<I + 1, I + 1>(rng), ...); }
+  (std::make_integer_sequence<index_t, 8>{});
+  small_elementwise<1, 3>(rng);
+  small_elementwise<3, 7>(rng);
+  small_elementwise<5, 2>(rng);
+  small_elementwise<8, 17>(rng);
+  small_elementwise<16, 16>(rng);
+}

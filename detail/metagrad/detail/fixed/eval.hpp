@@ -19,6 +19,7 @@
 // a local array copied to the destination, which the compiler unrolls and keeps in registers.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -457,6 +458,84 @@ METAGRAD_INLINE auto vget(const BMap<F, A, B, C>& b, index_t j) {
   return vapply<F>(vget(b.c.k0, j), vget(b.c.k1, j), vget(b.c.k2, j));
 }
 
+// ---- a small contiguous loop written out as vectors: whole registers, then the rest by halving
+// widths (9 floats: 8 lanes and 1; 20: 16 and 4), so neither a trip count nor a remainder loop is
+// left (g++ keeps a 4-trip loop of vectors a loop), Eigen's fixed-size evaluation ----
+template <class T, index_t L>  // L lanes of T, L a power of two: the width the data needs
+using lanes_t __attribute__((vector_size(L * sizeof(T)))) = T;
+template <class T, index_t L>
+struct lanes {
+  using V = lanes_t<T, L>;
+  static METAGRAD_INLINE V load(const T* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  static METAGRAD_INLINE void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static METAGRAD_INLINE V splat(T x) {  // one broadcast (V{} + x would add a zero first)
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return V{(static_cast<void>(I), x)...}; }
+    (std::make_index_sequence<L>{});
+  }
+};
+template <index_t L, class T, View V>
+METAGRAD_INLINE auto vget_n(const BLeaf<T, V>& b, index_t j) {
+  if constexpr (V.strides[0] == 0)
+    return lanes<T, L>::splat(b.p[V.offset]);
+  else
+    return lanes<T, L>::load(b.p + V.offset + j);
+}
+template <index_t L, class T, View V, index_t N>
+METAGRAD_INLINE auto vget_n(const BOwn<T, V, N>& b, index_t j) {
+  return vget_n<L>(BLeaf<T, V>{b.v}, j);
+}
+template <index_t L, class T>
+METAGRAD_INLINE auto vget_n(const BConst<T>& b, index_t) {
+  return lanes<T, L>::splat(b.v);
+}
+template <index_t L, class T, class C>
+METAGRAD_INLINE auto vget_n(const BGate<T, C>& b, index_t j) {
+  if (b.on) return vget_n<L>(b.c, j);
+  return lanes<T, L>::splat(T(0));
+}
+template <index_t L, Fn F, class A>
+METAGRAD_INLINE auto vget_n(const BMap<F, A>& b, index_t j) {
+  return vapply<F>(vget_n<L>(b.c.k0, j));
+}
+template <index_t L, Fn F, class A, class B>
+METAGRAD_INLINE auto vget_n(const BMap<F, A, B>& b, index_t j) {
+  return vapply<F>(vget_n<L>(b.c.k0, j), vget_n<L>(b.c.k1, j));
+}
+template <index_t L, Fn F, class A, class B, class C>
+METAGRAD_INLINE auto vget_n(const BMap<F, A, B, C>& b, index_t j) {
+  return vapply<F>(vget_n<L>(b.c.k0, j), vget_n<L>(b.c.k1, j), vget_n<L>(b.c.k2, j));
+}
+// Cheap functions only: an expensive one's vector form is the ISA's width alone (narrower vectors
+// would take its scalar form lane by lane, in double: other values than loop()'s).
+template <class B>
+inline constexpr bool small_vectors = vector_form<B>::value && !vector_math<B>::value;
+// Elements [Off, Off + Left) of a 1-D loop, Left below a register: the widest power of two that fits,
+// then the rest.
+template <index_t Off, index_t Left, class B, class T>
+METAGRAD_INLINE void vector_tail(const B& b, T* dst) {
+  if constexpr (Left > 0) {
+    constexpr index_t L = std::bit_floor(static_cast<std::size_t>(Left));
+    if constexpr (L == 1)
+      dst[Off] = get<1>(b, nullptr, Off);
+    else
+      lanes<T, L>::store(dst + Off, vget_n<L>(b, Off));
+    vector_tail<Off + L, Left - L>(b, dst);
+  }
+}
+// The whole 1-D loop of n elements into dst. dst may be a leaf of b read in place (each element at
+// its own position): each vector is read before it is written, and no pointer is restrict.
+template <index_t n, class B, class T>
+METAGRAD_INLINE void vector_loop(const B& b, T* dst) {
+  constexpr index_t W = simd<T>::W, body = n / W * W;
+#pragma GCC unroll 16
+  for (index_t j = 0; j < body; j += W) simd<T>::store(dst + j, vget(b, j));
+  vector_tail<body, n - body>(b, dst);
+}
+
 // ---- each row of a loop of rank R > 1 per vector, where every leaf reads along the row at stride
 // 1 or 0 (a row-major matrix, a bias broadcast down the rows): each leaf's row offset from the
 // outer position, then the row as the 1-D loop above ----
@@ -656,9 +735,18 @@ METAGRAD_INLINE void assign_small(typename E::value_type* out, const E& e) {
   constexpr index_t range = I.size() == 1 ? I[0] : outer_count<I>;
   Ctx ctx{out};
   auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
-  if (!ctx.reads_out) return loop<I>(b, out, 0, range);
+  // Written out as vectors, straight into out even where a leaf reads it in place (ctx.alias is then
+  // false at compile time where every leaf is contiguous: no check is left).
+  constexpr bool vectors = I.size() == 1 && std::is_floating_point_v<T> && small_vectors<decltype(b)>;
+  if constexpr (vectors)
+    if (!ctx.alias) return vector_loop<range>(b, out);
   alignas(kVectorBytes) T tmp[S::size ? S::size : 1] = {};
-  loop<I>(b, tmp, 0, range);
+  if constexpr (vectors) {
+    vector_loop<range>(b, tmp);
+  } else {
+    if (!ctx.reads_out) return loop<I>(b, out, 0, range);
+    loop<I>(b, tmp, 0, range);
+  }
   std::copy(tmp, tmp + S::size, out);
 }
 

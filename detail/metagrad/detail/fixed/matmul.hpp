@@ -154,9 +154,6 @@ constexpr bool foldable() {
   return true;
 }
 
-// A small vector of N lanes (a power of two), the width its data needs, not the ISA's.
-template <class T, index_t N>
-using lanes_t __attribute__((vector_size(N * sizeof(T)))) = T;
 constexpr bool power_of_two(index_t x) { return x >= 2 && (x & (x - 1)) == 0; }
 // a * b + c on a small vector: fused where the ISA has it for that width (as madd on scalars).
 template <class V>
@@ -179,18 +176,70 @@ METAGRAD_INLINE V vmadd(V a, V b, V c) {
 #endif
   return a * b + c;
 }
-// C = A B with A, B and C each one small vector (2 x 2, 2 x 4, 4 x 4 floats at AVX-512, every
-// count a power of two): A's column p and B's row p spread over C's lanes by two shuffles, one
-// multiply-add per p (Eigen's 2 x 2 product). True where it applies.
+
+// x elements of T in one small vector: x lanes where x is a power of two, else the next power of
+// two, at least 16 bytes (the lanes past x: zero, never stored).
+template <class T>
+constexpr index_t product_lanes(index_t x) {
+  if (power_of_two(x)) return x;
+  index_t p = 16 / static_cast<index_t>(sizeof(T));
+  while (p < x) p *= 2;
+  return p;
+}
+// The first C of P lanes from p, the rest zero; and back. In whole power-of-two parts, each one
+// load or store of its own width (9 floats: 8 and 1), joined in registers: a masked 64-byte access
+// would span the tensors beside a 3 x 3 one, and a load behind the last product's store would wait
+// for it (Zen 4: 3x slower in a loop).
+template <class T, index_t P, index_t C>
+METAGRAD_INLINE lanes_t<T, P> load_lanes(const T* p) {
+  using V = lanes_t<T, P>;
+  if constexpr (C >= P) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  } else if constexpr (C <= 0) {
+    return V{};
+  } else if constexpr (P * sizeof(T) <= 16) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return V{(index_t(I) < C ? p[I] : T(0))...}; }
+    (std::make_index_sequence<P>{});
+  } else {
+    auto lo = load_lanes<T, P / 2, C>(p);
+    auto hi = load_lanes<T, P / 2, C - P / 2>(p + P / 2);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return __builtin_shufflevector(lo, hi, I...); }
+    (std::make_index_sequence<P>{});
+  }
+}
+template <class T, index_t P, index_t C>
+METAGRAD_INLINE void store_lanes(T* p, lanes_t<T, P> v) {
+  if constexpr (C >= P) {
+    std::memcpy(p, &v, sizeof v);
+  } else if constexpr (P == 2) {
+    if constexpr (C > 0) p[0] = v[0];
+  } else if constexpr (C > 0) {
+    auto lo = [&]<std::size_t... I>(std::index_sequence<I...>) { return __builtin_shufflevector(v, v, I...); }
+    (std::make_index_sequence<P / 2>{});
+    auto hi = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return __builtin_shufflevector(v, v, (I + P / 2)...);
+    }
+    (std::make_index_sequence<P / 2>{});
+    store_lanes<T, P / 2, C>(p, lo);
+    store_lanes<T, P / 2, C - P / 2>(p + P / 2, hi);
+  }
+}
+
+// C = A B with A, B and C each one small vector (2 x 2, 3 x 3, 4 x 4, 2 x 3 by 3 x 4 floats at
+// AVX-512): A's column p and B's row p spread over C's lanes by two shuffles, one multiply-add per
+// p (Eigen's 2 x 2 product), where a 3 x 3 product's scalar loop is 27 multiply-adds and its
+// vectorised one shuffles 3-wide rows. True where it applies.
+template <class T, index_t x>
+inline constexpr bool one_vector = product_lanes<T>(x) * index_t(sizeof(T)) <= kVectorBytes;
 template <class T, index_t m, index_t k, index_t n>
-inline constexpr bool vector_product =
-    std::is_floating_point_v<T>&& power_of_two(m* n) && power_of_two(m* k) && power_of_two(k* n) &&
-    m* n* index_t(sizeof(T)) <= kVectorBytes&& m* k* index_t(sizeof(T)) <=
-        kVectorBytes&& k* n* index_t(sizeof(T)) <= kVectorBytes&& m* n* index_t(sizeof(T)) >= 16;
-// A's column p (B's row p) at each lane l = i n + j of C.
-template <class VC, index_t k, index_t n, index_t p, class VA, std::size_t... L>
+inline constexpr bool vector_product = std::is_floating_point_v<T>&& m* n* index_t(sizeof(T)) >= 16 &&
+                                       one_vector<T, m * n>&& one_vector<T, m * k>&& one_vector<T, k * n>;
+// A's column p (B's row p) at each lane l = i n + j of C (lanes past m n: any of A's).
+template <class VC, index_t m, index_t k, index_t n, index_t p, class VA, std::size_t... L>
 METAGRAD_INLINE VC spread_a(VA a, std::index_sequence<L...>) {
-  return VC(__builtin_shufflevector(a, a, (L / n * k + p)...));
+  return VC(__builtin_shufflevector(a, a, (index_t(L) < m * n ? L / n * k + p : 0)...));
 }
 template <class VC, index_t n, index_t p, class VB, std::size_t... L>
 METAGRAD_INLINE VC spread_b(VB b, std::index_sequence<L...>) {
@@ -198,20 +247,39 @@ METAGRAD_INLINE VC spread_b(VB b, std::index_sequence<L...>) {
 }
 template <index_t m, index_t k, index_t n, class T>
 METAGRAD_INLINE void vector_product_run(T* out, const T* pa, const T* pb) {
-  using VA = lanes_t<T, m * k>;
-  using VB = lanes_t<T, k * n>;
-  using VC = lanes_t<T, m * n>;
-  constexpr auto lanes = std::make_index_sequence<m * n>{};
-  VA a;
-  VB b;
-  std::memcpy(&a, pa, sizeof a);
-  std::memcpy(&b, pb, sizeof b);
-  VC c = spread_a<VC, k, n, 0>(a, lanes) * spread_b<VC, n, 0>(b, lanes);
+  constexpr index_t la = product_lanes<T>(m * k), lb = product_lanes<T>(k * n), lc = product_lanes<T>(m * n);
+  using VC = lanes_t<T, lc>;
+  constexpr auto lanes = std::make_index_sequence<lc>{};
+  auto a = load_lanes<T, la, m * k>(pa);
+  auto b = load_lanes<T, lb, k * n>(pb);
+  VC c = spread_a<VC, m, k, n, 0>(a, lanes) * spread_b<VC, n, 0>(b, lanes);
   [&]<std::size_t... P>(std::index_sequence<P...>) {
-    ((c = vmadd(spread_a<VC, k, n, P + 1>(a, lanes), spread_b<VC, n, P + 1>(b, lanes), c)), ...);
+    ((c = vmadd(spread_a<VC, m, k, n, P + 1>(a, lanes), spread_b<VC, n, P + 1>(b, lanes), c)), ...);
   }
   (std::make_index_sequence<k - 1>{});
-  std::memcpy(out, &c, sizeof c);
+  store_lanes<T, lc, m * n>(out, c);
+}
+
+// C = A B a row of C at a time where a row is not a power of two (5 to 7 floats: 8 lanes): B's
+// rows each one small vector, loaded once; each of A's elements broadcast, one multiply-add per p.
+// The scalar loop leaves such rows to the vectoriser, which runs them a lane at a time.
+template <class T, index_t n>
+inline constexpr bool row_product = std::is_floating_point_v<T>&& n > 2 && !power_of_two(n) &&
+                                    product_lanes<T>(n) * index_t(sizeof(T)) <= kVectorBytes;
+template <index_t m, index_t k, index_t n, index_t a_row, index_t a_col, index_t b_row, class T>
+METAGRAD_INLINE void row_product_run(T* out, const T* pa, const T* pb) {
+  constexpr index_t L = product_lanes<T>(n);
+  using V = lanes_t<T, L>;
+  V b[k ? k : 1];
+#pragma GCC unroll 16
+  for (index_t p = 0; p < k; ++p) b[p] = load_lanes<T, L, n>(pb + p * b_row);
+#pragma GCC unroll 8
+  for (index_t i = 0; i < m; ++i) {
+    V c = lanes<T, L>::splat(pa[i * a_row]) * b[0];
+#pragma GCC unroll 16
+    for (index_t p = 1; p < k; ++p) c = vmadd(lanes<T, L>::splat(pa[i * a_row + p * a_col]), b[p], c);
+    store_lanes<T, L, n>(out + i * n, c);
+  }
 }
 
 // Products whose operands and result are all small: every size a constant, the loops plain (a row
@@ -235,6 +303,10 @@ METAGRAD_INLINE void small_matmul(T* __restrict out, const A& a, const B& b) {
     const T* pb = ob.p + sb;
     if constexpr (rows && vector_product<T, m, k, n>) {
       vector_product_run<m, k, n>(out + bi * m * n, pa, pb);
+      continue;
+    } else if constexpr (vb.strides[rb - 1] == 1 && k > 0 && row_product<T, n>) {
+      row_product_run<m, k, n, va.strides[ra - 2], va.strides[ra - 1], vb.strides[rb - 2]>(out + bi * m * n,
+                                                                                           pa, pb);
       continue;
     }
     for (index_t i = 0; i < m; ++i) {

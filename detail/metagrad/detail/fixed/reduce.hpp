@@ -2,6 +2,7 @@
 // The internals of fixed/reduce.hpp: the Reduce node's materialisation (independent lanes along
 // the innermost axis, split across threads when large) and the reduce op with its shape check.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -70,7 +71,7 @@ METAGRAD_INLINE V vcombine(V a, V b) {
   if constexpr (R == ReduceOps::SUM)
     return a + b;
   else
-    return (a < b) | (b != b) ? b : a;
+    return ((a < b) | (b != b)) ? b : a;
 }
 // A row read per vector: every leaf along the row at stride 1 or 0 and every function with a vector
 // form (eval.hpp's vector_rows); the exp of a softmax's sum then runs 16 lanes at a time.
@@ -143,8 +144,20 @@ METAGRAD_INLINE auto reduce_lanes(const B& b, const index_t* pos, index_t lo, in
 // 1), by halves of the register: log2(W) vector steps instead of W - 1 scalar ones.
 template <ReduceOps R, class V, std::size_t... I>
 METAGRAD_INLINE auto fold_halves(V x, std::index_sequence<I...>) {
-  return vcombine<R>(__builtin_shufflevector(x, x, I...),
-                     __builtin_shufflevector(x, x, (I + sizeof...(I))...));
+  using E = std::remove_cvref_t<decltype(x[0])>;
+  using H = lanes_t<E, sizeof...(I)>;
+  H lo = H(__builtin_shufflevector(x, x, I...));  // the low half: no instruction
+  // The high half of a 512- or 256-bit register by one extract (g++ shuffles the whole register
+  // for it: vshuff32x4, vperm2f128); zero-masked, as simd.hpp's kAll.
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && std::is_floating_point_v<E>)
+    return vcombine<R>(lo, (H)_mm512_maskz_extractf64x4_pd(__mmask8(0xF), (__m512d)x, 1));
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(V) == 32 && std::is_floating_point_v<E>)
+    return vcombine<R>(lo, (H)_mm256_extractf128_pd((__m256d)x, 1));
+#endif
+  return vcombine<R>(lo, H(__builtin_shufflevector(x, x, (I + sizeof...(I))...)));
 }
 template <ReduceOps R, class V>
 METAGRAD_INLINE auto reduce_vector(V x) {
@@ -182,11 +195,27 @@ METAGRAD_INLINE auto reduce_span(const B& b, const index_t* pos) {
     T acc[p2];
 #pragma GCC unroll 64
     for (index_t l = 0; l < p2; ++l) acc[l] = get<Rank>(b, pos, Off + l);
+    if constexpr (std::is_floating_point_v<T> && p2 * sizeof(T) >= 16 && p2 <= simd<T>::W) {
+      // One register narrower than the ISA's (4 or 8 floats), folded by halves: the same pairs in
+      // log2(p2) vector steps rather than p2 - 1 scalar ones (a 3x3 sum as Eigen's Matrix3f). The
+      // first fold from two loads of half width where those are whole registers (no lane shuffle).
+      if constexpr (p2 * sizeof(T) >= 32) {
+        lanes_t<T, p2 / 2> lo, hi;
+        std::memcpy(&lo, acc, sizeof lo);
+        std::memcpy(&hi, acc + p2 / 2, sizeof hi);
+        head = reduce_vector<R>(vcombine<R>(lo, hi));
+      } else {
+        lanes_t<T, p2> x;
+        std::memcpy(&x, acc, sizeof x);
+        head = reduce_vector<R>(x);
+      }
+    } else {
 #pragma GCC unroll 16
-    for (index_t w = p2 / 2; w > 0; w /= 2)
+      for (index_t w = p2 / 2; w > 0; w /= 2)
 #pragma GCC unroll 64
-      for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
-    head = acc[0];
+        for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+      head = acc[0];
+    }
   }
   if constexpr (p2 == Len)
     return head;
