@@ -579,12 +579,19 @@ bool has_reduce(const LazyOp& ast) {
   return false;
 }
 
-std::size_t depth_of(const LazySrc& s) {  // (ASTs are at most AstBuilder::kMaxFusedDepth deep)
+// A kernel tree's depth and node count (ASTs are at most AstBuilder::kMaxFusedDepth deep).
+struct TreeSize {
+  std::size_t depth = 0, nodes = 0;
+};
+TreeSize size_of(const LazySrc& s) {
   auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s);
-  if (!o) return 0;
-  std::size_t d = 0;
-  for (const LazySrc& x : (*o)->src) d = std::max(d, depth_of(x));
-  return d + 1;
+  if (!o) return {0, 1};
+  TreeSize t;
+  for (const LazySrc& x : (*o)->src) {
+    TreeSize c = size_of(x);
+    t.depth = std::max(t.depth, c.depth), t.nodes += c.nodes;
+  }
+  return {t.depth + 1, t.nodes + 1};
 }
 
 // A copy of the tree under `s` whose leaves are renumbered by `index` (old index -> new):
@@ -683,6 +690,7 @@ void absorb(Plan& p, Plan& q) {
 // runs one output).
 void merge_stores(std::vector<Plan>& order) {
   constexpr std::size_t kMaxBuffers = 32;  // kernel buffers, outputs included (host kernels' arguments)
+  constexpr std::size_t kMaxNodes = 4096;  // a merged kernel's tree
   // (eager steps schedule this every call: each plan's mergeability and the bases its leaves
   // read are found once, not at every candidate pair)
   std::unordered_map<std::string, bool> compiled;
@@ -741,19 +749,23 @@ void merge_stores(std::vector<Plan>& order) {
           q.buf->shape() != p.buf->shape() ||
           (!is_multi_store(*q.ast) && ast_dtype(LazySrc(q.ast)) != q.buf->dtype) ||
           p.leaves.size() + q.leaves.size() + p.stores.size() + q.stores.size() + 2 > kMaxBuffers ||
-          p.stores.size() + q.stores.size() + 2 > kMaxDims ||  // (a multi-store's arg is a Dims)
-          depth_of(LazySrc(p.ast)) + depth_of(LazySrc(q.ast)) > AstBuilder::kMaxFusedDepth)
+          p.stores.size() + q.stores.size() + 2 > kMaxDims)  // (a multi-store's arg is a Dims)
         return false;
+      TreeSize ps = size_of(LazySrc(p.ast)), qs = size_of(LazySrc(q.ast));
+      if (ps.depth + qs.depth > AstBuilder::kMaxFusedDepth) return false;
       auto q_out = stores_of(q);
       auto stored_by_q = [&](const LazyBuffer* b) {
         return std::any_of(q_out.begin(), q_out.end(), [&](const auto& o) { return o.first.get() == b; });
       };
-      bool whole = true;  // every read of what q stores in order, at the element written
+      bool whole = true;       // every read of what q stores in order, at the element written
+      std::size_t copies = 1;  // of q's trees in the merged kernel: one per read, and its own store
       for_each_leaf(*p.ast, [&](const MemBuffer& m) {
         if (stored_by_q(leaf_bases[i][m.index - 1]))
-          whole = whole && m.st.contiguous() && m.st.shape() == p.buf->shape();
+          whole = whole && m.st.contiguous() && m.st.shape() == p.buf->shape(), ++copies;
       });
-      if (!whole) return false;
+      // Each read takes a copy of q's tree: a chain of kernels that each read the last twice would
+      // double the tree at every merge (2^n nodes to build and compile).
+      if (!whole || ps.nodes + copies * qs.nodes > kMaxNodes) return false;
       for (std::size_t k = j + 1; k < i; ++k)
         for (const auto& o : q_out)
           if (!gone[k] && reads(k, o.first.get())) return false;
