@@ -157,9 +157,11 @@ std::string describe(const ConvCase& c) {
 TEST_CASE("conv2d over 1, 2 and 3 spatial axes with per-side padding matches a direct loop", "[processing]") {
   std::mt19937 gen(13);
   std::uint64_t seed = 5000;
+  test::Sampler sample;
   for (std::size_t n : {1u, 2u, 3u})
     for (int trial = 0; trial < (n == 3 ? 8 : 20); ++trial) {
       ConvCase c = random_conv(gen, n, false);
+      if (!sample()) continue;
       INFO(describe(c));
       Tensor x = random_tensor(Dims(c.xs), seed++), w = random_tensor(Dims(c.ws), seed++),
              b = random_tensor({c.ws[0]}, seed++);
@@ -195,9 +197,11 @@ TEST_CASE("conv_transpose2d over 1, 2 and 3 spatial axes with per-side padding m
           "[processing]") {
   std::mt19937 gen(14);
   std::uint64_t seed = 6000;
+  test::Sampler sample;
   for (std::size_t n : {1u, 2u, 3u})
     for (int trial = 0; trial < (n == 3 ? 8 : 20); ++trial) {
       ConvCase c = random_conv(gen, n, true);
+      if (!sample()) continue;
       INFO(describe(c));
       Tensor x = random_tensor(Dims(c.xs), seed++), w = random_tensor(Dims(c.ws), seed++);
       auto [want, os] = ref_conv_transpose(vals(x), c.xs, vals(w), c.ws, c.g);
@@ -223,11 +227,13 @@ TEST_CASE("pooling with dilation matches a direct loop", "[processing]") {
   std::mt19937 gen(15);
   auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
   std::uint64_t seed = 8000;
+  test::Sampler sample;
   for (int trial = 0; trial < 30; ++trial) {
     V k{pick(1, 3), pick(1, 3)}, s{pick(1, 3), pick(1, 3)}, d{pick(1, 3), pick(1, 3)};
     V xs{pick(1, 2), d[0] * (k[0] - 1) + 1 + pick(0, 4), d[1] * (k[1] - 1) + 1 + pick(0, 4)};
     if (trial % 3 == 0) xs.insert(xs.begin(), 2);
     Tensor x = random_tensor(Dims(xs), seed++);
+    if (!sample()) continue;
     INFO("x " << to_string(Dims(xs)) << " k " << to_string(Dims(k)) << " s " << to_string(Dims(s)) << " d "
               << to_string(Dims(d)));
     for (bool is_max : {false, true}) {
