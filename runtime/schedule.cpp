@@ -793,6 +793,49 @@ void merge_stores(std::vector<Plan>& order) {
   order.resize(w);
 }
 
+// Reductions that shrink what they read (a weight gradient: a 4 MiB activation and its gradient in,
+// 256 KiB out) run as soon as their inputs are computed, as an autograd engine runs a node's
+// gradients together. The walk below reaches them only through whichever target needs them (a
+// gradient norm, an optimizer's update), after the whole backward: every activation they read was
+// held to the end. Moved up, they are often those inputs' last readers, so the inputs are freed
+// (eager) or their buffers shared (TinyJit's plan) while the backward goes on, and they read the
+// gradient while it is still in cache. The order stays topological: a plan moves to just after
+// the last plan it depends on, and never past another's dependency on it. (After the multi-output
+// merges: a reduce moved between two elementwise kernels would keep them apart.)
+void hoist_shrinking(std::vector<Plan>& order) {
+  auto bytes = [](const LazyBuffer& b) { return prod(b.shape()) * b.dtype.itemsize; };
+  // Sort keys: (the index of the plan it follows, the order it was placed in); 0 for a plan in place.
+  std::vector<std::pair<std::size_t, std::size_t>> key(order.size());
+  std::unordered_map<const LazyBuffer*, std::size_t> at;
+  std::size_t placed = 0;
+  bool moved = false;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    Plan& p = order[i];
+    key[i] = {i, 0};
+    std::int64_t widest = 0;
+    std::optional<std::size_t> last;  // the plan of a dependency with the greatest key
+    for (const LazyBufferPtr& d : p.deps)
+      if (auto it = at.find(d.get()); it != at.end()) {
+        widest = std::max(widest, bytes(*d));
+        if (!last || key[it->second] > key[*last]) last = it->second;
+      }
+    if (p.ast && has_reduce(*p.ast) && last && 4 * bytes(*p.buf) <= widest && key[*last].first + 1 < i) {
+      key[i] = {key[*last].first, ++placed};
+      moved = true;
+    }
+    at[p.buf.get()] = i;
+    for (const LazyBufferPtr& b : p.stores) at[b.get()] = i;
+  }
+  if (!moved) return;
+  std::vector<std::size_t> idx(order.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
+  std::vector<Plan> sorted;
+  sorted.reserve(order.size());
+  for (std::size_t i : idx) sorted.push_back(std::move(order[i]));
+  order = std::move(sorted);
+}
+
 // One schedule for several unrealized bases (the first's plan made already): their kernels, those
 // they need, each once, in an order that runs each after what it reads.
 void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
@@ -828,6 +871,7 @@ void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
       if (!d->realized && !done.count(d.get())) stack.emplace_back(d, false);
   }
   if (flags.multi_output) merge_stores(order);
+  hoist_shrinking(order);
   std::optional<scheduler::RealizeReport> report;
   if (debug >= 1) {
     report.emplace(debug);
