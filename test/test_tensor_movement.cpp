@@ -372,6 +372,7 @@ TEST_CASE("random subscripts match a naive numpy reference, forward and backward
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(gen);
   };
   int checked = 0, errors = 0;
+  metagrad::test::Sampler sample;  // (errors build no kernel: all of them run)
   for (int trial = 0; trial < 400; ++trial) {
     Shape shape(static_cast<std::size_t>(uni(0, 4)));
     for (auto& d : shape) d = uni(0, 5) == 0 ? uni(0, 1) : uni(1, 5);
@@ -417,6 +418,7 @@ TEST_CASE("random subscripts match a naive numpy reference, forward and backward
       ++errors;
       continue;
     }
+    if (!sample()) continue;
     Gather g = ref_subscript(rv.shape, idx);
     Tensor y = xv[idx];
     require_equal(y, ref_gather(rv, g), "forward");
@@ -435,7 +437,7 @@ TEST_CASE("random subscripts match a naive numpy reference, forward and backward
     ++checked;
   }
   INFO(checked << " checked, " << errors << " errors");
-  REQUIRE(checked > 300);
+  REQUIRE(checked > (sample.all ? 300 : 100));
   REQUIRE(errors > 0);
 }
 
