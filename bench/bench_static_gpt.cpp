@@ -5,10 +5,11 @@
 // from the same weights on the same batches (random tokens, batch 4): ms/step of each, and how far the
 // losses are apart.
 //
-//   bench_static_gpt [--steps=N] [--check] [--static-only]
+//   bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]
 //
 // --check: 4 steps, exit status 1 where a loss differs from the dynamic path's by more than 1e-5
-// relative (the ctest bench_static_gpt_losses). --static-only: the static path alone (for a profiler).
+// relative (the ctest bench_static_gpt_losses). --static-only, --dynamic-only: one path alone (for a
+// profiler).
 // THREADS sets both paths' threads (default: all).
 #include <algorithm>
 #include <chrono>
@@ -42,6 +43,7 @@ template <index_t Out, index_t In>
 using Linear = examples::static_gpt::Linear<Out, In>;
 using Block = examples::static_gpt::Block<C>;
 using Model = examples::static_gpt::Model<C, T, V, N>;
+using examples::static_gpt::head;
 using examples::static_gpt::linear;
 
 // True above the diagonal: the positions a query may not attend.
@@ -58,21 +60,23 @@ const fx::Tensor<bool, T, T>& causal() {
 template <class X>
 auto block(const X& x, const Block& p) {
   auto h = fx::cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
-  // q, k and v cut: the attention reads each several times (the softmax's max, sum and output, and
-  // their backward), which would otherwise recompute its projection each time.
-  auto heads = [&](const auto& l) {
-    return fx::cut(linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>());
-  };
+  // q, k and v one packed product, cut: the attention reads each several times (the softmax's max,
+  // sum and output, and their backward), which would otherwise recompute the projection each time;
+  // the heads are views of it.
+  auto qkv = fx::cut(linear(h, p.qkv));
   // fx::scaled_dot_product_attention<true>, with its probabilities cut: the softmax reads the scores
   // three times (max, sum, numerator) and its backward the probabilities again, each a q k^T product.
-  auto q = heads(p.q), k = heads(p.k), v = heads(p.v);
+  auto q = head<0, H>(qkv), k = head<1, H>(qkv), v = head<2, H>(qkv);
   auto scores = fx::matmul(q, k.transpose()) * float(1 / std::sqrt(double(D)));
   auto probs = fx::cut(fx::masked_fill(scores, causal(), -INFINITY).template softmax<-1>());
   auto o = fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>();
   auto x2 = fx::cut(x + linear(o, p.out));
   auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
   auto f = fx::cut(linear(h2, p.fc));  // read by gelu and by its backward
-  return fx::cut(x2 + linear(f.gelu(), p.proj));
+  // gelu's value cut: read by the product and again by the product's weight gradient, each of
+  // which would otherwise evaluate it into a temporary of its own
+  auto a = fx::cut(f.gelu());
+  return fx::cut(x2 + linear(a, p.proj));
 }
 
 template <class Idx, class Lab>
@@ -86,8 +90,8 @@ auto loss_of(const Model& m, const Idx& idx, const Lab& labels) {
 // Every parameter, in one order for the gradients, the optimizer state and the weights' names.
 auto params(Model& m) {
   auto blk = [](Block& b) {
-    return std::tie(b.ln1_w, b.ln1_b, b.q.w, b.q.b, b.k.w, b.k.b, b.v.w, b.v.b, b.out.w, b.out.b, b.ln2_w,
-                    b.ln2_b, b.fc.w, b.fc.b, b.proj.w, b.proj.b);
+    return std::tie(b.ln1_w, b.ln1_b, b.qkv.w, b.qkv.b, b.out.w, b.out.b, b.ln2_w, b.ln2_b, b.fc.w, b.fc.b,
+                    b.proj.w, b.proj.b);
   };
   return std::tuple_cat(std::tie(m.wte, m.wpe), blk(m.blocks[0]), blk(m.blocks[1]),
                         std::tie(m.lnf_w, m.lnf_b, m.head));
@@ -132,7 +136,7 @@ double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, cons
       params(model));
 }
 
-// The static model's weights from the dynamic one's state dict (in_proj split into q, k, v).
+// The static model's weights from the dynamic one's state dict.
 void copy_weights(const examples::GPT& dyn, Model& m) {
   std::map<std::string, std::vector<float>> sd;
   for (const auto& [name, t] : metagrad::nn::get_state_dict(dyn)) sd[name] = t.to_vector<float>();
@@ -152,7 +156,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int steps = 12;
-  bool check = false, static_only = false;
+  bool check = false, static_only = false, dynamic_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0)
       steps = std::max(4, std::atoi(argv[i] + 8));
@@ -160,8 +164,10 @@ int main(int argc, char** argv) {
       check = true, steps = 4;
     else if (std::strcmp(argv[i], "--static-only") == 0)
       static_only = true;
+    else if (std::strcmp(argv[i], "--dynamic-only") == 0)
+      dynamic_only = true;
     else
-      return std::fprintf(stderr, "usage: bench_static_gpt [--steps=N] [--check] [--static-only]\n"), 2;
+      return std::fprintf(stderr, "usage: bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]\n"), 2;
   }
   std::mt19937_64 g(7);
   std::uniform_int_distribution<std::int64_t> tok(0, V - 1);
@@ -194,7 +200,7 @@ int main(int argc, char** argv) {
   auto idx = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   auto labels = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   std::vector<double> st_loss, st_ms;
-  for (std::size_t s = 0; s < xs.size(); ++s) {
+  for (std::size_t s = 0; s < (dynamic_only ? 0 : xs.size()); ++s) {
     auto t0 = Clock::now();
     std::copy(xs[s].begin(), xs[s].end(), idx->begin());
     std::copy(ys[s].begin(), ys[s].end(), labels->begin());
@@ -205,6 +211,11 @@ int main(int argc, char** argv) {
   if (static_only) {
     std::printf("static path (fx::grad) %.2f ms/step\n",
                 median(std::vector<double>(st_ms.begin() + 1, st_ms.end())));
+    return 0;
+  }
+  if (dynamic_only) {
+    std::printf("dynamic TinyJit on %s %.2f ms/step\n", metagrad::Device::DEFAULT.c_str(),
+                median(std::vector<double>(dyn_ms.begin() + 3, dyn_ms.end())));
     return 0;
   }
   double worst = 0;
