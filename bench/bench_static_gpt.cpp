@@ -57,18 +57,30 @@ const fx::Tensor<bool, T, T>& causal() {
   return m;
 }
 
+// Each block's softmax shift (the rows' maxima of the scores): evaluated into tensors of their own,
+// which fx::grad reads as constants.
+struct Shifts {
+  fx::Tensor<float, B, H, T, 1> at[N];
+};
+
 template <class X>
-auto block(const X& x, const Block& p) {
+auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
   auto h = fx::cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
   // q, k and v one packed product, cut: the attention reads each several times (the softmax's max,
   // sum and output, and their backward), which would otherwise recompute the projection each time;
   // the heads are views of it.
   auto qkv = fx::cut(linear(h, p.qkv));
-  // fx::scaled_dot_product_attention<true>, with its probabilities cut: the softmax reads the scores
-  // three times (max, sum, numerator) and its backward the probabilities again, each a q k^T product.
   auto q = head<0, H>(qkv), k = head<1, H>(qkv), v = head<2, H>(qkv);
-  auto scores = fx::matmul(q, k.transpose()) * float(1 / std::sqrt(double(D)));
-  auto probs = fx::cut(fx::masked_fill(scores, causal(), -INFINITY).template softmax<-1>());
+  // fx::scaled_dot_product_attention<true> written out: q k^T cut (the softmax reads it three
+  // times: max, sum, numerator), the probabilities cut (read by the product with v and by its
+  // backward), and the softmax's shift a constant, as the dynamic path's detached max: softmax does
+  // not depend on it, and fx's softmax would differentiate through its max (a comparison, a count
+  // and two sums more, of a gradient that is zero but for rounding).
+  auto qk = fx::cut(fx::matmul(q, k.transpose()));
+  auto s = fx::masked_fill(qk * float(1 / std::sqrt(double(D))), causal(), -INFINITY);
+  shift = s.template max<-1>(fx::keepdim);
+  auto e = (s - shift).exp();
+  auto probs = fx::cut(e / e.template sum<-1>(fx::keepdim));
   auto o = fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>();
   auto x2 = fx::cut(x + linear(o, p.out));
   auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
@@ -80,9 +92,9 @@ auto block(const X& x, const Block& p) {
 }
 
 template <class Idx, class Lab>
-auto loss_of(const Model& m, const Idx& idx, const Lab& labels) {
+auto loss_of(const Model& m, Shifts& sh, const Idx& idx, const Lab& labels) {
   auto x = fx::cut(fx::embedding(m.wte, idx) + m.wpe);
-  auto y = block(block(x, m.blocks[0]), m.blocks[1]);
+  auto y = block(block(x, m.blocks[0], sh.at[0]), m.blocks[1], sh.at[1]);
   auto logits = fx::matmul(fx::layernorm(y, m.lnf_w, m.lnf_b), m.head.template permute<1, 0>());
   return fx::sparse_categorical_crossentropy(logits, labels);
 }
@@ -105,9 +117,9 @@ struct Moments {
 
 // One training step on the static path: the loss (before the update).
 template <class Idx, class Lab, class... P>
-double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, const Lab& labels) {
+double static_step(Model& model, Moments<P...>& st, Shifts& sh, long t, const Idx& idx, const Lab& labels) {
   fx::Tape tape;
-  auto loss = loss_of(model, idx, labels);
+  auto loss = loss_of(model, sh, idx, labels);
   return std::apply(
       [&](auto&... p) {
         auto g = fx::grad(loss, p...);
@@ -117,15 +129,17 @@ double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, cons
         }
         (std::index_sequence_for<P...>{});
         const float coef = static_cast<float>(std::min(1.0, 1.0 / (std::sqrt(sq) + 1e-6)));
-        const float bias1 = static_cast<float>(1 - std::pow(kB1, t)),
-                    bias2 = static_cast<float>(1 - std::pow(kB2, t));
+        // the bias corrections' reciprocals: a multiply where a divide costs several (two divides and
+        // a square root an element bound the update)
+        const float inv1 = static_cast<float>(1 / (1 - std::pow(kB1, t))),
+                    inv2 = static_cast<float>(1 / (1 - std::pow(kB2, t)));
         auto update = [&](auto& w, auto& m, auto& v, const auto& grad) {
           using W = std::remove_cvref_t<decltype(w)>;
           auto gc = grad * coef;  // an expression: no temporary tensor (the same values)
           m = m * float(kB1) + gc * float(1 - kB1);
           v = v * float(kB2) + gc * gc * float(1 - kB2);
           const float wd = W::shape::rank >= 2 ? float(kDecay) : 0.f;  // decay_groups: matrices decay
-          w = w - ((m / bias1) / ((v / bias2).sqrt() + float(kEps)) + w * wd) * float(kLr);
+          w = w - ((m * inv1) / ((v * inv2).sqrt() + float(kEps)) + w * wd) * float(kLr);
         };
         [&]<std::size_t... I>(std::index_sequence<I...>) {
           (update(p, std::get<I>(st.m), std::get<I>(st.v), get<I>(g)), ...);
@@ -167,7 +181,9 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--dynamic-only") == 0)
       dynamic_only = true;
     else
-      return std::fprintf(stderr, "usage: bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]\n"), 2;
+      return std::fprintf(stderr,
+                          "usage: bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]\n"),
+             2;
   }
   std::mt19937_64 g(7);
   std::uniform_int_distribution<std::int64_t> tok(0, V - 1);
@@ -197,6 +213,7 @@ int main(int argc, char** argv) {
   // The static path, from the same weights on the same batches.
   auto moments =
       std::apply([](auto&... p) { return std::make_unique<Moments<decltype(p)...>>(); }, params(*model));
+  auto shifts = std::make_unique<Shifts>();
   auto idx = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   auto labels = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   std::vector<double> st_loss, st_ms;
@@ -204,7 +221,7 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     std::copy(xs[s].begin(), xs[s].end(), idx->begin());
     std::copy(ys[s].begin(), ys[s].end(), labels->begin());
-    st_loss.push_back(static_step(*model, *moments, static_cast<long>(s) + 1, *idx, *labels));
+    st_loss.push_back(static_step(*model, *moments, *shifts, static_cast<long>(s) + 1, *idx, *labels));
     st_ms.push_back(ms_since(t0));
   }
 
