@@ -71,15 +71,16 @@ auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
   // the heads are views of it.
   auto qkv = fx::cut(linear(h, p.qkv));
   auto q = head<0, H>(qkv), k = head<1, H>(qkv), v = head<2, H>(qkv);
-  // fx::scaled_dot_product_attention<true> written out: q k^T cut (the softmax reads it three
-  // times: max, sum, numerator), the probabilities cut (read by the product with v and by its
-  // backward), and the softmax's shift a constant, as the dynamic path's detached max: softmax does
+  // fx::scaled_dot_product_attention<true> written out: q k^T cut (read by the softmax's max and
+  // exp), its exp cut (read by the sum, the numerator and their backward, which would otherwise
+  // recompute it), the probabilities cut (read by the product with v and by its backward), and the
+  // softmax's shift a constant, as the dynamic path's detached max: softmax does
   // not depend on it, and fx's softmax would differentiate through its max (a comparison, a count
   // and two sums more, of a gradient that is zero but for rounding).
   auto qk = fx::cut(fx::matmul(q, k.transpose()));
   auto s = fx::masked_fill(qk * float(1 / std::sqrt(double(D))), causal(), -INFINITY);
   shift = s.template max<-1>(fx::keepdim);
-  auto e = (s - shift).exp();
+  auto e = fx::cut((s - shift).exp());
   auto probs = fx::cut(e / e.template sum<-1>(fx::keepdim));
   auto o = fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>();
   auto x2 = fx::cut(x + linear(o, p.out));
