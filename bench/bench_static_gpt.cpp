@@ -5,10 +5,11 @@
 // from the same weights on the same batches (random tokens, batch 4): ms/step of each, and how far the
 // losses are apart.
 //
-//   bench_static_gpt [--steps=N] [--check] [--static-only]
+//   bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]
 //
 // --check: 4 steps, exit status 1 where a loss differs from the dynamic path's by more than 1e-5
-// relative (the ctest bench_static_gpt_losses). --static-only: the static path alone (for a profiler).
+// relative (the ctest bench_static_gpt_losses). --static-only, --dynamic-only: one path alone (for a
+// profiler).
 // THREADS sets both paths' threads (default: all).
 #include <algorithm>
 #include <chrono>
@@ -42,6 +43,7 @@ template <index_t Out, index_t In>
 using Linear = examples::static_gpt::Linear<Out, In>;
 using Block = examples::static_gpt::Block<C>;
 using Model = examples::static_gpt::Model<C, T, V, N>;
+using examples::static_gpt::head;
 using examples::static_gpt::linear;
 
 // True above the diagonal: the positions a query may not attend.
@@ -55,30 +57,45 @@ const fx::Tensor<bool, T, T>& causal() {
   return m;
 }
 
+// Each block's softmax shift (the rows' maxima of the scores): evaluated into tensors of their own,
+// which fx::grad reads as constants.
+struct Shifts {
+  fx::Tensor<float, B, H, T, 1> at[N];
+};
+
 template <class X>
-auto block(const X& x, const Block& p) {
+auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
   auto h = fx::cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
-  // q, k and v cut: the attention reads each several times (the softmax's max, sum and output, and
-  // their backward), which would otherwise recompute its projection each time.
-  auto heads = [&](const auto& l) {
-    return fx::cut(linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>());
-  };
-  // fx::scaled_dot_product_attention<true>, with its probabilities cut: the softmax reads the scores
-  // three times (max, sum, numerator) and its backward the probabilities again, each a q k^T product.
-  auto q = heads(p.q), k = heads(p.k), v = heads(p.v);
-  auto scores = fx::matmul(q, k.transpose()) * float(1 / std::sqrt(double(D)));
-  auto probs = fx::cut(fx::masked_fill(scores, causal(), -INFINITY).template softmax<-1>());
+  // q, k and v one packed product, cut: the attention reads each several times (the softmax's max,
+  // sum and output, and their backward), which would otherwise recompute the projection each time;
+  // the heads are views of it.
+  auto qkv = fx::cut(linear(h, p.qkv));
+  auto q = head<0, H>(qkv), k = head<1, H>(qkv), v = head<2, H>(qkv);
+  // fx::scaled_dot_product_attention<true> written out: q k^T cut (read by the softmax's max and
+  // exp), its exp cut (read by the sum, the numerator and their backward, which would otherwise
+  // recompute it), the probabilities cut (read by the product with v and by its backward), and the
+  // softmax's shift a constant, as the dynamic path's detached max: softmax does
+  // not depend on it, and fx's softmax would differentiate through its max (a comparison, a count
+  // and two sums more, of a gradient that is zero but for rounding).
+  auto qk = fx::cut(fx::matmul(q, k.transpose()));
+  auto s = fx::masked_fill(qk * float(1 / std::sqrt(double(D))), causal(), -INFINITY);
+  shift = s.template max<-1>(fx::keepdim);
+  auto e = fx::cut((s - shift).exp());
+  auto probs = fx::cut(e / e.template sum<-1>(fx::keepdim));
   auto o = fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>();
   auto x2 = fx::cut(x + linear(o, p.out));
   auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
   auto f = fx::cut(linear(h2, p.fc));  // read by gelu and by its backward
-  return fx::cut(x2 + linear(f.gelu(), p.proj));
+  // gelu's value cut: read by the product and again by the product's weight gradient, each of
+  // which would otherwise evaluate it into a temporary of its own
+  auto a = fx::cut(f.gelu());
+  return fx::cut(x2 + linear(a, p.proj));
 }
 
 template <class Idx, class Lab>
-auto loss_of(const Model& m, const Idx& idx, const Lab& labels) {
+auto loss_of(const Model& m, Shifts& sh, const Idx& idx, const Lab& labels) {
   auto x = fx::cut(fx::embedding(m.wte, idx) + m.wpe);
-  auto y = block(block(x, m.blocks[0]), m.blocks[1]);
+  auto y = block(block(x, m.blocks[0], sh.at[0]), m.blocks[1], sh.at[1]);
   auto logits = fx::matmul(fx::layernorm(y, m.lnf_w, m.lnf_b), m.head.template permute<1, 0>());
   return fx::sparse_categorical_crossentropy(logits, labels);
 }
@@ -86,8 +103,8 @@ auto loss_of(const Model& m, const Idx& idx, const Lab& labels) {
 // Every parameter, in one order for the gradients, the optimizer state and the weights' names.
 auto params(Model& m) {
   auto blk = [](Block& b) {
-    return std::tie(b.ln1_w, b.ln1_b, b.q.w, b.q.b, b.k.w, b.k.b, b.v.w, b.v.b, b.out.w, b.out.b, b.ln2_w,
-                    b.ln2_b, b.fc.w, b.fc.b, b.proj.w, b.proj.b);
+    return std::tie(b.ln1_w, b.ln1_b, b.qkv.w, b.qkv.b, b.out.w, b.out.b, b.ln2_w, b.ln2_b, b.fc.w, b.fc.b,
+                    b.proj.w, b.proj.b);
   };
   return std::tuple_cat(std::tie(m.wte, m.wpe), blk(m.blocks[0]), blk(m.blocks[1]),
                         std::tie(m.lnf_w, m.lnf_b, m.head));
@@ -101,9 +118,9 @@ struct Moments {
 
 // One training step on the static path: the loss (before the update).
 template <class Idx, class Lab, class... P>
-double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, const Lab& labels) {
+double static_step(Model& model, Moments<P...>& st, Shifts& sh, long t, const Idx& idx, const Lab& labels) {
   fx::Tape tape;
-  auto loss = loss_of(model, idx, labels);
+  auto loss = loss_of(model, sh, idx, labels);
   return std::apply(
       [&](auto&... p) {
         auto g = fx::grad(loss, p...);
@@ -113,15 +130,17 @@ double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, cons
         }
         (std::index_sequence_for<P...>{});
         const float coef = static_cast<float>(std::min(1.0, 1.0 / (std::sqrt(sq) + 1e-6)));
-        const float bias1 = static_cast<float>(1 - std::pow(kB1, t)),
-                    bias2 = static_cast<float>(1 - std::pow(kB2, t));
+        // the bias corrections' reciprocals: a multiply where a divide costs several (two divides and
+        // a square root an element bound the update)
+        const float inv1 = static_cast<float>(1 / (1 - std::pow(kB1, t))),
+                    inv2 = static_cast<float>(1 / (1 - std::pow(kB2, t)));
         auto update = [&](auto& w, auto& m, auto& v, const auto& grad) {
           using W = std::remove_cvref_t<decltype(w)>;
           auto gc = grad * coef;  // an expression: no temporary tensor (the same values)
           m = m * float(kB1) + gc * float(1 - kB1);
           v = v * float(kB2) + gc * gc * float(1 - kB2);
           const float wd = W::shape::rank >= 2 ? float(kDecay) : 0.f;  // decay_groups: matrices decay
-          w = w - ((m / bias1) / ((v / bias2).sqrt() + float(kEps)) + w * wd) * float(kLr);
+          w = w - ((m * inv1) / ((v * inv2).sqrt() + float(kEps)) + w * wd) * float(kLr);
         };
         [&]<std::size_t... I>(std::index_sequence<I...>) {
           (update(p, std::get<I>(st.m), std::get<I>(st.v), get<I>(g)), ...);
@@ -132,7 +151,7 @@ double static_step(Model& model, Moments<P...>& st, long t, const Idx& idx, cons
       params(model));
 }
 
-// The static model's weights from the dynamic one's state dict (in_proj split into q, k, v).
+// The static model's weights from the dynamic one's state dict.
 void copy_weights(const examples::GPT& dyn, Model& m) {
   std::map<std::string, std::vector<float>> sd;
   for (const auto& [name, t] : metagrad::nn::get_state_dict(dyn)) sd[name] = t.to_vector<float>();
@@ -152,7 +171,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int steps = 12;
-  bool check = false, static_only = false;
+  bool check = false, static_only = false, dynamic_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0)
       steps = std::max(4, std::atoi(argv[i] + 8));
@@ -160,8 +179,12 @@ int main(int argc, char** argv) {
       check = true, steps = 4;
     else if (std::strcmp(argv[i], "--static-only") == 0)
       static_only = true;
+    else if (std::strcmp(argv[i], "--dynamic-only") == 0)
+      dynamic_only = true;
     else
-      return std::fprintf(stderr, "usage: bench_static_gpt [--steps=N] [--check] [--static-only]\n"), 2;
+      return std::fprintf(stderr,
+                          "usage: bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]\n"),
+             2;
   }
   std::mt19937_64 g(7);
   std::uniform_int_distribution<std::int64_t> tok(0, V - 1);
@@ -191,20 +214,26 @@ int main(int argc, char** argv) {
   // The static path, from the same weights on the same batches.
   auto moments =
       std::apply([](auto&... p) { return std::make_unique<Moments<decltype(p)...>>(); }, params(*model));
+  auto shifts = std::make_unique<Shifts>();
   auto idx = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   auto labels = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   std::vector<double> st_loss, st_ms;
-  for (std::size_t s = 0; s < xs.size(); ++s) {
+  for (std::size_t s = 0; s < (dynamic_only ? 0 : xs.size()); ++s) {
     auto t0 = Clock::now();
     std::copy(xs[s].begin(), xs[s].end(), idx->begin());
     std::copy(ys[s].begin(), ys[s].end(), labels->begin());
-    st_loss.push_back(static_step(*model, *moments, static_cast<long>(s) + 1, *idx, *labels));
+    st_loss.push_back(static_step(*model, *moments, *shifts, static_cast<long>(s) + 1, *idx, *labels));
     st_ms.push_back(ms_since(t0));
   }
 
   if (static_only) {
     std::printf("static path (fx::grad) %.2f ms/step\n",
                 median(std::vector<double>(st_ms.begin() + 1, st_ms.end())));
+    return 0;
+  }
+  if (dynamic_only) {
+    std::printf("dynamic TinyJit on %s %.2f ms/step\n", metagrad::Device::DEFAULT.c_str(),
+                median(std::vector<double>(dyn_ms.begin() + 3, dyn_ms.end())));
     return 0;
   }
   double worst = 0;

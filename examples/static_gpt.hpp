@@ -1,8 +1,8 @@
 #pragma once
 // The character GPT's parameters as fixed:: tensors (PyTorch's layout, as examples/gpt_model.hpp:
 // a Linear's weight is (out, in), y = x W^T + b), for any width C, context T, vocabulary V and N
-// blocks, and their values from the dynamic model's state dict by name (its in_proj split into q,
-// k and v). Shared by bench/bench_static_gpt and examples/gpt_aot.
+// blocks, and their values from the dynamic model's state dict by name. Shared by
+// bench/bench_static_gpt and examples/gpt_aot.
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -27,7 +27,10 @@ struct Linear {
 template <index_t C>
 struct Block {
   fx::Tensor<float, C> ln1_w, ln1_b, ln2_w, ln2_b;
-  Linear<C, C> q, k, v, out;  // the rows of MultiheadAttention's in_proj, and its out_proj
+  // MultiheadAttention's in_proj (q, k and v's rows, one product: one GEMM forward, one for the
+  // input's gradient and one for the weight's, as the dynamic path) and its out_proj
+  Linear<3 * C, C> qkv;
+  Linear<C, C> out;
   Linear<4 * C, C> fc;
   Linear<C, 4 * C> proj;
 };
@@ -44,6 +47,18 @@ struct Model {
 template <class X, index_t Out, index_t In>
 auto linear(const X& x, const Linear<Out, In>& l) {
   return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
+}
+
+// Head I (0: q, 1: k, 2: v) of a packed (B, T, 3 C) projection, as (B, H, T, C / H): a view, which a
+// matmul reads in place when qkv is a tensor (a cut).
+template <index_t I, index_t H, class QKV>
+auto head(const QKV& qkv) {
+  using S = typename fx::expr_t<QKV>::shape;
+  constexpr index_t B = S::dims[0], T = S::dims[1], C = S::dims[2] / 3;
+  return qkv.template reshape<B, T, 3, H, C / H>()
+      .template shrink<0, B, 0, T, I, I + 1, 0, H, 0, C / H>()
+      .template reshape<B, T, H, C / H>()
+      .template permute<0, 2, 1, 3>();
 }
 
 // Values by the dynamic model's names (its weights, or their gradients) into m's tensors.
@@ -63,11 +78,7 @@ void copy_weights(const std::map<std::string, std::vector<float>>& sd, Model<C, 
     Block<C>& b = m.blocks[i];
     take(p + "ln1.weight", b.ln1_w), take(p + "ln1.bias", b.ln1_b), take(p + "ln2.weight", b.ln2_w);
     take(p + "ln2.bias", b.ln2_b);
-    Linear<C, C>* qkv[] = {&b.q, &b.k, &b.v};
-    for (std::size_t j = 0; j < 3; ++j) {
-      take(p + "attn.in_proj_weight", qkv[j]->w, j * C * C);
-      take(p + "attn.in_proj_bias", qkv[j]->b, j * C);
-    }
+    take(p + "attn.in_proj_weight", b.qkv.w), take(p + "attn.in_proj_bias", b.qkv.b);
     take(p + "attn.out_proj.weight", b.out.w), take(p + "attn.out_proj.bias", b.out.b);
     take(p + "fc.weight", b.fc.w), take(p + "fc.bias", b.fc.b);
     take(p + "proj.weight", b.proj.w), take(p + "proj.bias", b.proj.b);

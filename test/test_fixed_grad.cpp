@@ -165,6 +165,14 @@ TEST_CASE("fixed grad: matmul (composed and the kernel, 2-D and batched) and the
     check_fd((fx::matmul(a.transpose(), r) * random_tensor<double, 4, 5>(rng)).sum(), a, r);
     auto batched = random_tensor<double, 2, 3, 4>(rng);
     check_fd((fx::matmul(batched, b) * random_tensor<double, 2, 3, 5>(rng)).sum(), batched, b);
+    // a transposed product's gradient written as the product of the transposes (vjp.hpp): a
+    // linear layer's (out, in) weight read as w.transpose(), 2-D and with the batch folded, and a
+    // batched product of equal ranks (attention's q k^T)
+    auto w = random_tensor<double, 5, 4>(rng);
+    check_fd((fx::matmul(a, w.transpose()) * r).sum(), a, w);
+    check_fd((fx::matmul(batched, w.transpose()) * random_tensor<double, 2, 3, 5>(rng)).sum(), batched, w);
+    auto k = random_tensor<double, 2, 6, 4>(rng);
+    check_fd((fx::matmul(batched, k.transpose()) * random_tensor<double, 2, 3, 6>(rng)).sum(), batched, k);
 
     fx::MLP<double, 6, 5, 7, 3> m(seed);
     for (double& v : m.b1) v = std::uniform_real_distribution<double>(-0.5, 0.5)(rng);

@@ -28,10 +28,9 @@ using examples::static_gpt::linear;
 template <class X, class Cut>
 auto block(const X& x, const Block& p, Cut cut) {
   auto h = cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
-  auto heads = [&](const auto& l) {
-    return linear(h, l).template reshape<B, T, H, D>().template permute<0, 2, 1, 3>();
-  };
-  auto o = fx::scaled_dot_product_attention<true>(heads(p.q), heads(p.k), heads(p.v))
+  auto qkv = cut(linear(h, p.qkv));  // one packed product; the heads are views of it
+  using examples::static_gpt::head;
+  auto o = fx::scaled_dot_product_attention<true>(head<0, H>(qkv), head<1, H>(qkv), head<2, H>(qkv))
                .template permute<0, 2, 1, 3>()
                .template reshape<B, T, C>();
   auto x2 = cut(x + linear(o, p.out));
@@ -50,8 +49,8 @@ auto logits(const Model& m, const Idx& idx, Cut cut) {
 // Every weight, in the order of the flat weights array (config.h).
 inline auto params(Model& m) {
   auto blk = [](Block& b) {
-    return std::tie(b.ln1_w, b.ln1_b, b.q.w, b.q.b, b.k.w, b.k.b, b.v.w, b.v.b, b.out.w, b.out.b, b.ln2_w,
-                    b.ln2_b, b.fc.w, b.fc.b, b.proj.w, b.proj.b);
+    return std::tie(b.ln1_w, b.ln1_b, b.qkv.w, b.qkv.b, b.out.w, b.out.b, b.ln2_w, b.ln2_b, b.fc.w, b.fc.b,
+                    b.proj.w, b.proj.b);
   };
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple_cat(std::tie(m.wte, m.wpe), blk(m.blocks[I])..., std::tie(m.lnf_w, m.lnf_b, m.head));

@@ -77,6 +77,11 @@ struct Vjp<op::Move<M, Arg>> {
       return detail::move<G, MovementOps::RESHAPE, in>(g);
     } else if constexpr (M == MovementOps::EXPAND) {
       return detail::sum_to<in>(g);
+    } else if constexpr (M == MovementOps::PERMUTE && detail::swaps_last_two<M, Arg>() &&
+                         detail::transposable_product<G>::value) {
+      // (a b)^T as b^T a^T: a linear layer's weight (out, in) read as w.transpose() gets its
+      // gradient from one product written in its own layout, not a product and a transposed copy
+      return matmul(detail::transposed(fixed::child<1>(g)), detail::transposed(fixed::child<0>(g)));
     } else if constexpr (M == MovementOps::PERMUTE) {
       constexpr Dims inverse = [] {
         Dims d = Dims::filled(Arg.size(), 0);

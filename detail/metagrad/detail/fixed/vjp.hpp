@@ -1,8 +1,11 @@
 #pragma once
-// The internals of fixed/vjp.hpp: a gradient broadcast back to, or summed down to, a shape.
+// The internals of fixed/vjp.hpp: a gradient broadcast back to, or summed down to, a shape; which
+// transposed products a rule may write as the product of the transposes.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "metagrad/detail/fixed/matmul.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 
 namespace metagrad::fixed::detail {
@@ -46,4 +49,36 @@ auto sum_to(const G& g) {
   else
     return Expr<op::Reduce<ReduceOps::SUM, axes>, G>(op::Reduce<ReduceOps::SUM, axes>{}, g);
 }
+
+// A permutation that swaps the last two axes and keeps the others.
+template <MovementOps M, auto Arg>
+constexpr bool swaps_last_two() {
+  if constexpr (M != MovementOps::PERMUTE)
+    return false;
+  else {
+    const std::size_t r = Arg.size();
+    if (r < 2 || Arg[r - 1] != std::int64_t(r - 2) || Arg[r - 2] != std::int64_t(r - 1)) return false;
+    for (std::size_t i = 0; i + 2 < r; ++i)
+      if (Arg[i] != std::int64_t(i)) return false;
+    return true;
+  }
+}
+// x with its last two axes swapped: the child where x is itself such a swap (a weight read as
+// w.transpose(), whose gradient's product then reads w's layout), else x.transpose().
+template <class X>
+auto transposed(const X& x) {
+  return x.transpose();
+}
+template <MovementOps M, auto Arg, class C>
+requires(swaps_last_two<M, Arg>()) auto transposed(const Expr<op::Move<M, Arg>, C>& x) {
+  return fixed::child<0>(x);
+}
+// A product whose transpose is b^T a^T: both operands of one rank (a 2-D product, or one batch of
+// products with both operands batched).
+template <class G>
+struct transposable_product : std::false_type {};
+template <class A, class B>
+struct transposable_product<Expr<op::MatMul, A, B>>
+    : std::bool_constant<A::shape::rank == B::shape::rank &&
+                         std::is_floating_point_v<typename A::value_type>> {};
 }  // namespace metagrad::fixed::detail
