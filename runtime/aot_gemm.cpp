@@ -68,7 +68,6 @@ static inline P_v P_broadcast(const float* p) {
 #define MG_FMA(a, b, c) ((a) * (b) + (c))
 #define MG_KEEP(mask, v) ((P_v)((mask) & (__typeof__(mask))(v)))
 #define MG_SPLIT P_split
-#define MG_GEMM(name) mg_gemm_##name
 #define MG_TILE(R, Nv, InPlaceA, Ahead, ...) mg_gemm_tile_body(__VA_ARGS__, R, Nv, InPlaceA, Ahead)
 )";
 
@@ -103,7 +102,7 @@ static void P_block(const P_part* t) {
     for (pc = 0; pc < k; pc += ks) {
       const int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc);
       const float* bsrc = b + pc * brs + jc * bcs;
-      const mg_gemm_Panel panel = {direct ? bsrc : t->bp, direct, brs, nc, t->ahead,
+      const mg_gemm_panel panel = {direct ? bsrc : t->bp, direct, brs, nc, t->ahead,
                                    mg_gemm_next(direct, kc, nc, 4, P_L2)};
       if (!direct) mg_gemm_pack_body(t->bp, kc, nc, bsrc, brs, bcs, P_NR);
       mg_gemm_rows(0, m, 0, nc, kc, P_MC, t->a + pc * acs, ars, acs, &panel, t->ap, t->bp, t->c + jc, ldc,

@@ -1,11 +1,9 @@
 #pragma once
-// The internals of cpu/gemm.hpp: the register tiles, the packing and the loops around them, in an
-// ISA-named namespace (simd.hpp); the rules they follow (blocking, steps, B in place, the split over
-// threads) are gemm_plan.h's, which AOT libraries carry as C.
+// The internals of cpu/gemm.hpp, in an ISA-named namespace (simd.hpp): the driver (the paths chosen
+// by shape, the blocking, the split over threads, the dot-product path) around the loops and tiles
+// of gemm_kernel.h, by the rules of gemm_plan.h: C that AOT libraries carry too.
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "metagrad/cpu/caches.hpp"
@@ -37,8 +35,8 @@ struct Gemm {
   static constexpr int MR = kTileRows, NV = METAGRAD_GEMM_NV, NR = NV * W;
   static V fma(V a, V b, V c) { return simd<T>::fma(a, b, c); }
 
-  // The loops and tiles, shared with AOT libraries' C GEMM (gemm_kernel.h): tile_body, pack_body,
-  // packed_tile, in_place, rows, few_range and the Panel of a step's B, as members of this class.
+  // The loops and tiles, shared with AOT libraries' C GEMM (gemm_kernel.h): its mg_gemm_* functions
+  // and the mg_gemm_panel of a step's B, as members of this class.
   struct Split {  // mg_gemm_split's table (gemm_plan.h)
     index_t n[30][6];
   };
@@ -70,7 +68,6 @@ struct Gemm {
 #define MG_FMA(a, b, c) fma(a, b, c)
 #define MG_KEEP(mask, v) ((mask) ? (v) : V{})
 #define MG_SPLIT kSplit.n
-#define MG_GEMM(name) name
 #define MG_TILE(R, Nv, InPlaceA, Ahead, ...) tile<R, Nv, (InPlaceA) != 0, Ahead>(__VA_ARGS__)
 #include "metagrad/detail/cpu/gemm_kernel.h"
 #undef MG_T
@@ -86,19 +83,18 @@ struct Gemm {
 #undef MG_FMA
 #undef MG_KEEP
 #undef MG_SPLIT
-#undef MG_GEMM
 #undef MG_TILE
-  // tile_body for one shape, out of line (a tile is called once a strip, its k loop inside).
+  // mg_gemm_tile_body for one shape, out of line (a tile is called once a strip, its k loop inside).
   template <int Rows, int Nv, bool InPlaceA = false, int Ahead = 0>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
                    index_t cols, bool acc, index_t lda = 0, const T* ahead = nullptr) {
     static_assert(Rows <= 15, "Gemm::tile: three row bases of five rows each");
     static_assert(Nv == 1 || Nv == 2, "Gemm::tile: one or two vectors of B");
-    tile_body(kc, a, b, bs, c, ldc, rows, cols, acc, lda, ahead, Rows, Nv, InPlaceA, Ahead);
+    mg_gemm_tile_body(kc, a, b, bs, c, ldc, rows, cols, acc, lda, ahead, Rows, Nv, InPlaceA, Ahead);
   }
   template <int Width>
   static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
-    pack_body(dst, kc, count, src, step, across, Width);
+    mg_gemm_pack_body(dst, kc, count, src, step, across, Width);
   }
 
   // Cache blocking, by default derived from the host's caches (caches.hpp), by gemm_plan.h's rules
@@ -179,16 +175,17 @@ struct Gemm {
     });
   }
 
-  // One or two rows of A (batch 1) times a B whose rows are contiguous: few_range (gemm_kernel.h),
+  // One or two rows of A (batch 1) times a B whose rows are contiguous: mg_gemm_few_range,
   // split over threads in parts of whole vectors.
   static constexpr index_t kFewRows = METAGRAD_GEMM_FEW_ROWS;
   static void few_rows(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                        index_t brs, T* c, index_t ldc) {
-    auto range = [&](index_t j0, index_t j1) { few_range(m, j0, j1, k, a, ars, acs, b, brs, c, ldc); };
+    auto range = [&](index_t j0, index_t j1) {
+      mg_gemm_few_range(m, j0, j1, k, a, ars, acs, b, brs, c, ldc);
+    };
     if (m * n * k < kParallelMacs) return range(0, n);
     parallel_for(n, W, W, range);
   }
-
 };
 
 #ifdef METAGRAD_GEMM_FORWARD
@@ -263,7 +260,8 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
       const index_t kc = std::min(ks, k - pc);
       const T* bsrc = b + pc * brs + jc * bcs;
       const T* asrc = a + pc * acs;
-      const Panel panel{direct ? bsrc : bp, direct, brs, nc, ahead, plan::mg_gemm_next(direct, kc, nc, S, caches.l2)};
+      const mg_gemm_panel panel{
+          direct ? bsrc : bp, direct, brs, nc, ahead, plan::mg_gemm_next(direct, kc, nc, S, caches.l2)};
       // Part p of np's B strips, packed (strips of NR columns, row p then p+1) unless read in
       // place; returns their columns [c0, c1).
       auto b_part = [&](int p, int np) {
@@ -277,15 +275,15 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
         parallel_parts(parts, [&](int p, int np) {
           const index_t r0 = rstrips * p / np * MR, r1 = std::min(m, rstrips * (p + 1) / np * MR);
           if (r0 < r1)
-            rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, &panel, a_part(p), a_part(p) + apack, c + jc, ldc,
-                 pc > 0, false);
+            mg_gemm_rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, &panel, a_part(p), a_part(p) + apack, c + jc,
+                         ldc, pc > 0, false);
         });
       } else {
         parallel_parts(parts, [&](int p, int np) {
           const auto [c0, c1] = b_part(p, np);
           if (c0 < c1)
-            rows(0, m, c0, c1, kc, MC, asrc, ars, acs, &panel, a_part(p), a_part(p) + apack, c + jc, ldc,
-                 pc > 0, parts > 1);
+            mg_gemm_rows(0, m, c0, c1, kc, MC, asrc, ars, acs, &panel, a_part(p), a_part(p) + apack, c + jc,
+                         ldc, pc > 0, parts > 1);
         });
       }
     }

@@ -1,18 +1,17 @@
-/* The GEMM's loops and tiles, written once: the register tile, the packing, the rows of a block
-   and the one- or two-row products. C that also compiles as C++ (GNU vector extensions): the C++
-   kernel includes it inside struct Gemm<T> (cpu/gemm.hpp), once per element type and ISA, and an
-   AOT library's C GEMM carries this text verbatim after gemm_plan.h's (runtime/aot_gemm.cpp; CMake
-   reads both at build time), so a change to the kernel is made here for both. The drivers around
-   it (threads, buffers) are each side's own. No include guard: its includer defines
-     MG_T, MG_V, MG_W, MG_MR, MG_NV, MG_NR   the element, its vector, lanes, tile rows, vectors a row
-     MG_LOAD(p), MG_STORE(p, v), MG_BROADCAST(p), MG_SPLAT(x), MG_FMA(a, b, c)
-     MG_KEEP(mask, v)                        v's lanes where mask is set, else 0 (C has no vector ?:)
-     MG_SPLIT                                mg_gemm_split's table for MG_MR (gemm_plan.h)
-     MG_GEMM(name)                           this file's function names (C++: members)
-     MG_TILE(R, NV, INPLACE, AHEAD, ...)     a call of tile_body with those constants
-   Functions take the tile's shape as constant arguments and are inlined where it is a constant
-   (C has no templates): each call's loops are then those of one shape. The measurements behind
-   each choice are in docs/gemm.md. */
+/* The GEMM's loops and tiles, written once: the register tile, the packing, the rows of a block and
+   the one- or two-row products, functions named mg_gemm_*. C that also compiles as C++ (GNU vector
+   extensions): the C++ kernel includes it inside struct Gemm<T> (cpu/gemm.hpp), once per element
+   type and ISA, and an AOT library's C GEMM carries this text verbatim after gemm_plan.h's
+   (runtime/aot_gemm.cpp; CMake reads both at build time), so a change to the kernel is made here
+   for both. The drivers around it (threads, buffers) are each side's own.
+
+   No include guard: the includer defines the element type MG_T, its vector MG_V of MG_W lanes, the
+   tile's MG_MR rows of MG_NV vectors (MG_NR elements), the vector operations MG_LOAD(p),
+   MG_STORE(p, v), MG_BROADCAST(p), MG_SPLAT(x), MG_FMA(a, b, c) and MG_KEEP(mask, v) (v's lanes
+   where mask is set, else 0: C has no vector ?:), MG_SPLIT (mg_gemm_split's table for MG_MR) and
+   MG_TILE(R, NV, INPLACE, AHEAD, args...), a call of mg_gemm_tile_body for that shape (C++: a
+   template instance, out of line). C has no templates: functions take the tile's shape as
+   arguments and are inlined where it is a constant, so each call runs the loops of one shape. */
 #define MG_GEMM_INLINE static inline __attribute__((always_inline))
 #define MG_GEMM_MIN(x, y) ((x) < (y) ? (x) : (y))
 
@@ -22,10 +21,10 @@
    for that row of the next strip (`ahead`, its start). 1, into the L1: B is read in place from
    memory, its rows down a strip a page or more apart, which no hardware prefetcher follows (without
    it every line of B was a miss to memory). 2, into the L2: B's packed panel outgrows the L2, and
-   each strip's first tile waited on the L3 (see rows). One k step: */
-MG_GEMM_INLINE void MG_GEMM(step)(MG_V (*sum)[2], const MG_T** a, const MG_T** b, const MG_T** ahead,
-                                  const MG_T** a5, int64_t k, int64_t bs, int64_t lda, const int Rows,
-                                  const int Nv, const int InPlaceA, const int Ahead) {
+   each strip's first tile waited on the L3 (see mg_gemm_rows). One k step: */
+MG_GEMM_INLINE void mg_gemm_step(MG_V (*sum)[2], const MG_T** a, const MG_T** b, const MG_T** ahead,
+                                 const MG_T** a5, int64_t k, int64_t bs, int64_t lda, const int Rows,
+                                 const int Nv, const int InPlaceA, const int Ahead) {
   if (Ahead) { /* the lines holding the next strip's last element and those before it */
     const int line = 64 / (int)sizeof(MG_T), lines = Nv * MG_W > line ? Nv * MG_W / line : 1;
 #pragma GCC unroll 4
@@ -37,10 +36,11 @@ MG_GEMM_INLINE void MG_GEMM(step)(MG_V (*sum)[2], const MG_T** a, const MG_T** b
     *ahead += bs;
   }
   MG_V b0 = MG_LOAD(*b), b1 = Nv == 2 ? MG_LOAD(*b + MG_W) : b0;
-#if defined(__x86_64__) /* B's vectors stay in registers (else, for 4 rows or fewer, g++ folds the
-                           load into every FMA: twice the loads, 2.4 ns a k step at 4 rows, 1.9 at
-                           8). Two scalars, not an array: inlined into rows(), g++ also stored an
-                           array's vectors to the stack on every k, two stores a step for nothing. */
+  /* B's vectors stay in registers (else, for 4 rows or fewer, g++ folds the load into every FMA:
+     twice the loads, 2.4 ns a k step at 4 rows, 1.9 at 8). Two scalars, not an array: inlined into
+     rows(), g++ also stored an array's vectors to the stack on every k, two stores a step for
+     nothing. */
+#if defined(__x86_64__)
   __asm__("" : "+v"(b0), "+v"(b1));
 #endif
   /* In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k, so that g++
@@ -49,18 +49,16 @@ MG_GEMM_INLINE void MG_GEMM(step)(MG_V (*sum)[2], const MG_T** a, const MG_T** b
      not fit x86's 16 registers (docs/gemm.md, "Measured choices in the code"). */
 #pragma GCC unroll 32
   for (int r = 0; r < Rows; ++r) {
-    MG_V av = MG_BROADCAST(!InPlaceA   ? *a + r
-                           : Rows <= 6 ? *a + r * lda
-                                       : a5[r / 5] + k + (r % 5) * lda);
+    MG_V av = MG_BROADCAST(!InPlaceA ? *a + r : Rows <= 6 ? *a + r * lda : a5[r / 5] + k + (r % 5) * lda);
     sum[r][0] = MG_FMA(av, b0, sum[r][0]);
     if (Nv == 2) sum[r][1] = MG_FMA(av, b1, sum[r][1]);
   }
   *a += InPlaceA ? 1 : MG_MR, *b += bs;
 }
-MG_GEMM_INLINE void MG_GEMM(tile_body)(int64_t kc, const MG_T* a, const MG_T* b, int64_t bs, MG_T* c,
-                                       int64_t ldc, int64_t rows, int64_t cols, int acc, int64_t lda,
-                                       const MG_T* ahead, const int Rows, const int Nv, const int InPlaceA,
-                                       const int Ahead) {
+MG_GEMM_INLINE void mg_gemm_tile_body(int64_t kc, const MG_T* a, const MG_T* b, int64_t bs, MG_T* c,
+                                      int64_t ldc, int64_t rows, int64_t cols, int acc, int64_t lda,
+                                      const MG_T* ahead, const int Rows, const int Nv, const int InPlaceA,
+                                      const int Ahead) {
   MG_V sum[15][2]; /* Rows x Nv of them: at most three row bases of five rows (step), two vectors */
   const MG_V zero = {0};
 #pragma GCC unroll 32
@@ -78,15 +76,15 @@ MG_GEMM_INLINE void MG_GEMM(tile_body)(int64_t kc, const MG_T* a, const MG_T* b,
 #if !defined(__AVX512F__)
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k)
-    MG_GEMM(step)(sum, &a, &b, &ahead, a5, k, bs, lda, Rows, Nv, InPlaceA, Ahead);
+    mg_gemm_step(sum, &a, &b, &ahead, a5, k, bs, lda, Rows, Nv, InPlaceA, Ahead);
 #else
   const int U = Rows >= 12 ? 4 : 1;
   int64_t k = 0;
   for (; k + U <= kc; k += U)
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u)
-      MG_GEMM(step)(sum, &a, &b, &ahead, a5, k + u, bs, lda, Rows, Nv, InPlaceA, Ahead);
-  for (; k < kc; ++k) MG_GEMM(step)(sum, &a, &b, &ahead, a5, k, bs, lda, Rows, Nv, InPlaceA, Ahead);
+      mg_gemm_step(sum, &a, &b, &ahead, a5, k + u, bs, lda, Rows, Nv, InPlaceA, Ahead);
+  for (; k < kc; ++k) mg_gemm_step(sum, &a, &b, &ahead, a5, k, bs, lda, Rows, Nv, InPlaceA, Ahead);
 #endif
   /* The accumulators leave by value only: were their address taken, g++ may keep them in memory
      through the k loop (it did for AVX2: half speed). */
@@ -118,15 +116,15 @@ MG_GEMM_INLINE void MG_GEMM(tile_body)(int64_t kc, const MG_T* a, const MG_T* b,
 /* The smallest tile covering rows x cols of a packed A strip: edge strips (m or n not a multiple
    of the tile, as 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the
    same. */
-#define MG_GEMM_PACKED_TILE(NV)                                                   \
-  if (rows > (MG_MR + 1) / 2)                                                     \
-    MG_TILE(MG_MR, NV, 0, 0, kc, a, b, bs, c, ldc, rows, cols, acc, 0, 0);        \
-  else if (rows > (MG_MR + 3) / 4)                                                \
+#define MG_GEMM_PACKED_TILE(NV)                                                      \
+  if (rows > (MG_MR + 1) / 2)                                                        \
+    MG_TILE(MG_MR, NV, 0, 0, kc, a, b, bs, c, ldc, rows, cols, acc, 0, 0);           \
+  else if (rows > (MG_MR + 3) / 4)                                                   \
     MG_TILE((MG_MR + 1) / 2, NV, 0, 0, kc, a, b, bs, c, ldc, rows, cols, acc, 0, 0); \
-  else                                                                            \
+  else                                                                               \
     MG_TILE((MG_MR + 3) / 4, NV, 0, 0, kc, a, b, bs, c, ldc, rows, cols, acc, 0, 0)
-static void MG_GEMM(packed_tile)(int64_t kc, const MG_T* a, const MG_T* b, int64_t bs, MG_T* c, int64_t ldc,
-                                 int64_t rows, int64_t cols, int acc) {
+static void mg_gemm_packed_tile(int64_t kc, const MG_T* a, const MG_T* b, int64_t bs, MG_T* c, int64_t ldc,
+                                int64_t rows, int64_t cols, int acc) {
   if (cols > MG_W) {
     MG_GEMM_PACKED_TILE(MG_NV);
   } else {
@@ -140,8 +138,8 @@ static void MG_GEMM(packed_tile)(int64_t kc, const MG_T* a, const MG_T* b, int64
    row and no short strip is packed (a conv's 16 output channels: 8 + 8, or 6 + 6 + 4). The first
    tile asks for the next strip `ahead` (a whole strip of B's own rows, or null; `packed`: of packed
    B, into the L2, where the first tile has all MR rows). */
-#define MG_GEMM_RUN(R, count)                                                                  \
-  for (times = (count); times > 0; --times, rows -= (R), a += (R) * lda, c += (R) * ldc)       \
+#define MG_GEMM_RUN(R, count)                                                                 \
+  for (times = (count); times > 0; --times, rows -= (R), a += (R)*lda, c += (R)*ldc)          \
     if (ahead && !packed)                                                                     \
       MG_TILE(R, MG_NV, 1, 1, kc, a, b, bs, c, ldc, R, cols, acc, lda, ahead), ahead = 0;     \
     else if (ahead && (R) == MG_MR && cols == MG_NR)                                          \
@@ -150,8 +148,8 @@ static void MG_GEMM(packed_tile)(int64_t kc, const MG_T* a, const MG_T* b, int64
       MG_TILE(R, MG_NV, 1, 0, kc, a, b, bs, c, ldc, R, cols, acc, lda, 0);                    \
     else                                                                                      \
       MG_TILE(R, 1, 1, 0, kc, a, b, bs, c, ldc, R, cols, acc, lda, 0)
-static void MG_GEMM(in_place)(int64_t kc, const MG_T* a, int64_t lda, int64_t rows, const MG_T* b, int64_t bs,
-                              MG_T* c, int64_t ldc, int64_t cols, int acc, const MG_T* ahead, int packed) {
+static void mg_gemm_in_place(int64_t kc, const MG_T* a, int64_t lda, int64_t rows, const MG_T* b, int64_t bs,
+                             MG_T* c, int64_t ldc, int64_t cols, int acc, const MG_T* ahead, int packed) {
   int64_t times;
   MG_GEMM_RUN(MG_MR, rows >= MG_MR ? rows / MG_MR - 1 : 0);
   const int64_t* n = MG_SPLIT[rows];
@@ -170,8 +168,8 @@ static void MG_GEMM(in_place)(int64_t kc, const MG_T* a, int64_t lda, int64_t ro
    row stride those share one L1 set) or a few lines of each (B rows a page apart from memory,
    where prefetchers stop at each page; docs/gemm.md, "The kernel"). Otherwise each of a strip's
    columns is read along p, in the source's own order. */
-MG_GEMM_INLINE void MG_GEMM(pack_body)(MG_T* dst, int64_t kc, int64_t count, const MG_T* src, int64_t step,
-                                       int64_t across, const int Width) {
+MG_GEMM_INLINE void mg_gemm_pack_body(MG_T* dst, int64_t kc, int64_t count, const MG_T* src, int64_t step,
+                                      int64_t across, const int Width) {
   if (across == 1) {
     const int64_t whole = count / Width;
     for (int64_t p = 0; p < kc; ++p)
@@ -232,7 +230,7 @@ MG_GEMM_INLINE void MG_GEMM(pack_body)(MG_T* dst, int64_t kc, int64_t count, con
 }
 
 /* The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride, then
-   (ahead) from memory: see tile_body. Packed strips past half the L2 (`next`): each strip's first
+   (ahead) from memory: see mg_gemm_tile_body. Packed strips past half the L2 (`next`): each strip's first
    tile asks the L2 (not the L1: there the strips evicted A's rows) for the next strip, which the
    hardware prefetchers had left in the L3 (docs/gemm.md, "A packed panel past half the L2"). */
 typedef struct {
@@ -240,7 +238,7 @@ typedef struct {
   int direct;
   int64_t stride, nc;
   int ahead, next;
-} MG_GEMM(Panel);
+} mg_gemm_panel;
 
 /* Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
    (strips of MR rows, column p then p+1), each times the B strips of the columns. Read in place,
@@ -253,19 +251,20 @@ typedef struct {
    are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack),
    unless every part reads all of A (`whole_a`, the column split), which would copy it once a part:
    there it is read in place (docs/gemm.md, "A read in place"). */
-static void MG_GEMM(rows)(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t kc, int64_t MC, const MG_T* a,
-                          int64_t ars, int64_t acs, const MG_GEMM(Panel) * B, MG_T* ap, MG_T* edge, MG_T* c,
-                          int64_t ldc, int acc, int whole_a) {
+static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t kc, int64_t MC,
+                         const MG_T* a, int64_t ars, int64_t acs, const mg_gemm_panel* B, MG_T* ap,
+                         MG_T* edge, MG_T* c, int64_t ldc, int acc, int whole_a) {
   const int arows = acs == 1, alias = mg_gemm_copy_a(ars, acs, whole_a, (int64_t)sizeof(MG_T));
   const int64_t lda = alias ? mg_gemm_padded_row(kc, (int64_t)sizeof(MG_T)) : ars;
   for (int64_t ic = r0; ic < r1; ic += MC) {
     const int64_t mc = MG_GEMM_MIN(MC, r1 - ic);
     const MG_T* ablock = a + ic * ars;
     if (alias) {
-      for (int64_t r = 0; r < mc; ++r) __builtin_memcpy(ap + r * lda, ablock + r * ars, (size_t)kc * sizeof(MG_T));
+      for (int64_t r = 0; r < mc; ++r)
+        __builtin_memcpy(ap + r * lda, ablock + r * ars, (size_t)kc * sizeof(MG_T));
       ablock = ap;
     } else if (!arows) {
-      MG_GEMM(pack_body)(ap, kc, mc, ablock, acs, ars, MG_MR);
+      mg_gemm_pack_body(ap, kc, mc, ablock, acs, ars, MG_MR);
     }
     for (int64_t jr = c0; jr < c1; jr += MG_NR) {
       const MG_T* bj = B->b + jr * kc;
@@ -273,20 +272,20 @@ static void MG_GEMM(rows)(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_
       if (B->direct && jr + MG_NR <= B->nc)
         bj = B->b + jr, bs = B->stride;
       else if (B->direct)
-        MG_GEMM(pack_body)(edge, kc, B->nc - jr, B->b + jr, B->stride, 1, MG_NR), bj = edge;
+        mg_gemm_pack_body(edge, kc, B->nc - jr, B->b + jr, B->stride, 1, MG_NR), bj = edge;
       const int64_t cols = MG_GEMM_MIN((int64_t)MG_NR, c1 - jr);
       MG_T* cj = c + ic * ldc + jr;
       if (arows) {
-        MG_GEMM(in_place)(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc,
-                          B->ahead && jr + 2 * MG_NR <= B->nc ? B->b + jr + MG_NR
-                          : B->next && jr + MG_NR < c1        ? B->b + (jr + MG_NR) * kc
-                                                              : 0,
-                          B->next);
+        mg_gemm_in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc,
+                         B->ahead && jr + 2 * MG_NR <= B->nc ? B->b + jr + MG_NR
+                         : B->next && jr + MG_NR < c1        ? B->b + (jr + MG_NR) * kc
+                                                             : 0,
+                         B->next);
         continue;
       }
       for (int64_t ir = 0; ir < mc; ir += MG_MR)
-        MG_GEMM(packed_tile)(kc, ap + ir * kc, bj, bs, cj + ir * ldc, ldc, MG_GEMM_MIN((int64_t)MG_MR, mc - ir),
-                             cols, acc);
+        mg_gemm_packed_tile(kc, ap + ir * kc, bj, bs, cj + ir * ldc, ldc,
+                            MG_GEMM_MIN((int64_t)MG_MR, mc - ir), cols, acc);
     }
   }
 }
@@ -297,8 +296,9 @@ static void MG_GEMM(rows)(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_
    columns, at n = 1024 a row a page apart, which no prefetcher follows); from 3 rows on, tiles are
    faster (docs/gemm.md). C's run of a row stays in L1, and each element sums its terms in k's
    order, as a tile does. */
-MG_GEMM_INLINE void MG_GEMM(few_block)(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a, int64_t ars,
-                                       int64_t acs, const MG_T* b, int64_t brs, MG_T* c, int64_t ldc) {
+MG_GEMM_INLINE void mg_gemm_few_block(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a,
+                                      int64_t ars, int64_t acs, const MG_T* b, int64_t brs, MG_T* c,
+                                      int64_t ldc) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = j0; j < j1; ++j) c[i * ldc + j] = (MG_T)0;
   for (int64_t p = 0; p < k; p += 4) {
@@ -324,11 +324,11 @@ MG_GEMM_INLINE void MG_GEMM(few_block)(int64_t m, int64_t j0, int64_t j1, int64_
     }
   }
 }
-static void MG_GEMM(few_range)(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a, int64_t ars,
-                               int64_t acs, const MG_T* b, int64_t brs, MG_T* c, int64_t ldc) {
+static void mg_gemm_few_range(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a, int64_t ars,
+                              int64_t acs, const MG_T* b, int64_t brs, MG_T* c, int64_t ldc) {
   const int64_t run = METAGRAD_GEMM_FEW_BYTES / (int64_t)sizeof(MG_T);
   for (int64_t j = j0; j < j1; j += run)
-    MG_GEMM(few_block)(m, j, MG_GEMM_MIN(j1, j + run), k, a, ars, acs, b, brs, c, ldc);
+    mg_gemm_few_block(m, j, MG_GEMM_MIN(j1, j + run), k, a, ars, acs, b, brs, c, ldc);
 }
 
 #undef MG_GEMM_INLINE

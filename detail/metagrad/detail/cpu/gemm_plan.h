@@ -107,12 +107,12 @@ METAGRAD_GEMM_FN int mg_gemm_next(int direct, int64_t kc, int64_t nc, int64_t s,
    and stores. With MR = 14, 8 rows are one tile rather than 4 + 4, 13 are 7 + 4 + 2; with MR = 6,
    5 rows are one, and 8 are 4 + 4 rather than 6 + 2 (docs/gemm.md, "The kernel"). n[r][s]: how
    many tiles of size s for r rows, r < 2 mr <= 30. */
-#define METAGRAD_GEMM_TILE_ROWS(mr, s)                                                      \
-  ((s) == 0   ? (mr)                                                                         \
-   : (s) == 1 ? ((mr) > 8 ? 8 : 5)                                                           \
-   : (s) == 2 ? (((mr) + 1) / 2 > 4 ? ((mr) + 1) / 2 : 3)                                    \
-   : (s) == 3 ? 4                                                                            \
-   : (s) == 4 ? 2                                                                            \
+#define METAGRAD_GEMM_TILE_ROWS(mr, s)                    \
+  ((s) == 0   ? (mr)                                      \
+   : (s) == 1 ? ((mr) > 8 ? 8 : 5)                        \
+   : (s) == 2 ? (((mr) + 1) / 2 > 4 ? ((mr) + 1) / 2 : 3) \
+   : (s) == 3 ? 4                                         \
+   : (s) == 4 ? 2                                         \
               : 1)
 METAGRAD_GEMM_FN void mg_gemm_split(int64_t n[30][6], int mr) {
   int cost[30];
