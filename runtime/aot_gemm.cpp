@@ -17,7 +17,7 @@ namespace {
 constexpr const char* kPrelude = R"(
 #include <pthread.h>
 #include <stdlib.h>
-#if defined(__AVX512F__)
+#if defined(__SSE__)
 #include <immintrin.h>
 #endif
 /* The vector width, the register tile, the cache blocking and k's steps: the plan above, for
@@ -49,11 +49,19 @@ static inline P_v P_load(const float* p) {
   return v;
 }
 static inline void P_store(float* p, P_v v) { __builtin_memcpy(p, &v, sizeof v); }
-static inline P_v P_broadcast(const float* p) {
+static inline P_v P_broadcast(const float* p) { /* a loop of lanes made a mess of the tiles at -O3 */
+#if defined(__AVX512F__)
+  return (P_v)_mm512_set1_ps(*p);
+#elif defined(__AVX__)
+  return (P_v)_mm256_broadcast_ss(p);
+#elif defined(__SSE__)
+  return (P_v)_mm_set1_ps(*p);
+#else
   P_v v;
   int l;
   for (l = 0; l < P_W; ++l) v[l] = *p;
   return v;
+#endif
 }
 #define MG_T float
 #define MG_V P_v
@@ -67,11 +75,44 @@ static inline P_v P_broadcast(const float* p) {
 #define MG_SPLAT(x) ((P_v){0} + (x))
 #define MG_FMA(a, b, c) ((a) * (b) + (c))
 #define MG_KEEP(mask, v) ((P_v)((mask) & (__typeof__(mask))(v)))
+/* nothing: at -O2 the C++ kernel's register pin made gcc spill the accumulators of AVX-512's 14-row
+   tile in place (no loads are folded into the FMAs without it) */
+#define MG_PIN(b0, b1) (void)0
 #define MG_SPLIT P_split
-#define MG_TILE(R, Nv, InPlaceA, Ahead, ...) mg_gemm_tile_body(__VA_ARGS__, R, Nv, InPlaceA, Ahead)
+/* C has no templates: a tile of R rows (one of the plan's six sizes) runs through a function for its
+   kind (vectors, A in place, prefetch), out of line as the C++ kernel's template instances are
+   (inlined into the loops around them, the tiles' k loops spilled registers to the stack). */
+#define P_TILE_ARGS                                                                                   \
+  int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, \
+      int acc, int64_t lda, const float *ahead
+#define P_TILE_NAME(Nv, InPlaceA, Ahead) P_tile_##Nv##_##InPlaceA##_##Ahead
+#define P_TILE_KIND(Nv, InPlaceA, Ahead) P_TILE_NAME(Nv, InPlaceA, Ahead)
+#define MG_TILE(R, Nv, InPlaceA, Ahead, ...) P_TILE_KIND(Nv, InPlaceA, Ahead)(R, __VA_ARGS__)
+#define P_TILE_KINDS(X) X(METAGRAD_GEMM_NV, 1, 1) X(METAGRAD_GEMM_NV, 1, 2) X(METAGRAD_GEMM_NV, 1, 0) \
+  X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
+#define P_TILE_DECLARE(Nv, InPlaceA, Ahead) static void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS);
+P_TILE_KINDS(P_TILE_DECLARE)
 )";
 
 constexpr const char* kSource = R"(
+#define P_TILE_CASE(s, Nv, InPlaceA, Ahead)                                                            \
+  case METAGRAD_GEMM_TILE_ROWS(P_MR, s):                                                                \
+    mg_gemm_tile_body(kc, a, b, bs, c, ldc, rows, cols, acc, lda, ahead, METAGRAD_GEMM_TILE_ROWS(P_MR, s), \
+                      Nv, InPlaceA, Ahead);                                                              \
+    break;
+#define P_TILE_DEFINE(Nv, InPlaceA, Ahead)                                                     \
+  static __attribute__((noinline)) void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS) { \
+    switch (R) {                                                                               \
+      P_TILE_CASE(0, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(1, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(2, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(3, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(4, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(5, Nv, InPlaceA, Ahead)                                                      \
+    }                                                                                          \
+  }
+P_TILE_KINDS(P_TILE_DEFINE)
+
 /* One thread's product: C's m x n (+)= A B through the packing buffers ap and bp (P_ASIZE and P_BSIZE
    floats). `whole_a`: every thread reads all of A (the column split), so none copies it. `direct`:
    B is read in place (`ahead`: from memory; its last strip packed into bp); see P_sgemm. */
@@ -102,8 +143,8 @@ static void P_block(const P_part* t) {
     for (pc = 0; pc < k; pc += ks) {
       const int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc);
       const float* bsrc = b + pc * brs + jc * bcs;
-      const mg_gemm_panel panel = {direct ? bsrc : t->bp, direct, brs, nc, t->ahead,
-                                   mg_gemm_next(direct, kc, nc, 4, P_L2)};
+      /* no request for the next packed strip (the C++ kernel's `next`): it cost this C 5% at 512 */
+      const mg_gemm_panel panel = {direct ? bsrc : t->bp, direct, brs, nc, t->ahead, 0};
       if (!direct) mg_gemm_pack_body(t->bp, kc, nc, bsrc, brs, bcs, P_NR);
       mg_gemm_rows(0, m, 0, nc, kc, P_MC, t->a + pc * acs, ars, acs, &panel, t->ap, t->bp, t->c + jc, ldc,
                    pc > 0, t->whole_a);

@@ -8,7 +8,8 @@
    No include guard: the includer defines the element type MG_T, its vector MG_V of MG_W lanes, the
    tile's MG_MR rows of MG_NV vectors (MG_NR elements), the vector operations MG_LOAD(p),
    MG_STORE(p, v), MG_BROADCAST(p), MG_SPLAT(x), MG_FMA(a, b, c) and MG_KEEP(mask, v) (v's lanes
-   where mask is set, else 0: C has no vector ?:), MG_SPLIT (mg_gemm_split's table for MG_MR) and
+   where mask is set, else 0: C has no vector ?:), MG_PIN(b0, b1) (keeps B's vectors in registers,
+   or nothing), MG_SPLIT (mg_gemm_split's table for MG_MR) and
    MG_TILE(R, NV, INPLACE, AHEAD, args...), a call of mg_gemm_tile_body for that shape (C++: a
    template instance, out of line). C has no templates: functions take the tile's shape as
    arguments and are inlined where it is a constant, so each call runs the loops of one shape. */
@@ -36,13 +37,7 @@ MG_GEMM_INLINE void mg_gemm_step(MG_V (*sum)[2], const MG_T** a, const MG_T** b,
     *ahead += bs;
   }
   MG_V b0 = MG_LOAD(*b), b1 = Nv == 2 ? MG_LOAD(*b + MG_W) : b0;
-  /* B's vectors stay in registers (else, for 4 rows or fewer, g++ folds the load into every FMA:
-     twice the loads, 2.4 ns a k step at 4 rows, 1.9 at 8). Two scalars, not an array: inlined into
-     rows(), g++ also stored an array's vectors to the stack on every k, two stores a step for
-     nothing. */
-#if defined(__x86_64__)
-  __asm__("" : "+v"(b0), "+v"(b1));
-#endif
+  MG_PIN(b0, b1); /* two scalars, not an array: an array's vectors went to the stack on every k */
   /* In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k, so that g++
      keeps each r * lda in a register. More rows are read at a5[r / 5] + (r % 5) * lda + k: three
      bases, each row an index register times 1 or a scale of 4 bytes, as fourteen row pointers do
@@ -174,8 +169,9 @@ MG_GEMM_INLINE void mg_gemm_pack_body(MG_T* dst, int64_t kc, int64_t count, cons
     const int64_t whole = count / Width;
     for (int64_t p = 0; p < kc; ++p)
       for (int64_t s = 0; s < whole; ++s)
-#pragma GCC unroll 4
-        for (int w = 0; w < Width; ++w) dst[s * Width * kc + p * Width + w] = src[p * step + s * Width + w];
+        /* a copy of constant size: vector moves at -O2 too, where a loop stayed scalar (13% of 128 x
+           784 x 512 in C) */
+        __builtin_memcpy(dst + s * Width * kc + p * Width, src + p * step + s * Width, Width * sizeof(MG_T));
     dst += whole * Width * kc, src += whole * Width, count -= whole * Width;
   }
   for (int64_t s = 0; s < count; s += Width, dst += Width * kc) {
