@@ -22,45 +22,63 @@
    for that row of the next strip (`ahead`, its start). 1, into the L1: B is read in place from
    memory, its rows down a strip a page or more apart, which no hardware prefetcher follows (without
    it every line of B was a miss to memory). 2, into the L2: B's packed panel outgrows the L2, and
-   each strip's first tile waited on the L3 (see mg_gemm_rows). One k step: */
-MG_GEMM_INLINE void mg_gemm_step(MG_V (*sum)[2], const MG_T** a, const MG_T** b, const MG_T** ahead,
-                                 const MG_T** a5, int64_t k, int64_t bs, int64_t lda, const int Rows,
-                                 const int Nv, const int InPlaceA, const int Ahead) {
-  if (Ahead) { /* the lines holding the next strip's last element and those before it */
-    const int line = 64 / (int)sizeof(MG_T), lines = Nv * MG_W > line ? Nv * MG_W / line : 1;
-#pragma GCC unroll 4
-    for (int l = 0; l < lines; ++l)
-      if (Ahead == 1)
-        __builtin_prefetch(*ahead + Nv * MG_W - 1 - l * line);
-      else
-        __builtin_prefetch(*ahead + Nv * MG_W - 1 - l * line, 0, 2);
-    *ahead += bs;
+   each strip's first tile waited on the L3 (see mg_gemm_rows).
+   The accumulators are named scalars s<row>_<vector>, one line per row below, those past Rows
+   dropped as dead code: every compiler keeps them in registers (clang left an array indexed by the
+   row in memory, a third of the speed), and they leave by value only (were their address taken,
+   g++ may keep them in memory through the k loop: it did for AVX2, half speed). */
+#define MG_GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14)
+#define MG_GEMM_ZERO(r) MG_V s##r##_0 = zero, s##r##_1 = zero;
+/* In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k, so that g++
+   keeps each r * lda in a register. More rows are read at a5[r / 5] + (r % 5) * lda + k: three
+   bases, each row an index register times 1 or a scale of 4 bytes, as fourteen row pointers do not
+   fit x86's 16 registers (docs/gemm.md, "Measured choices in the code"). */
+#define MG_GEMM_FMA(r)                                                          \
+  if (r < Rows) {                                                               \
+    const MG_V av = MG_BROADCAST(!InPlaceA   ? a + r                            \
+                                 : Rows <= 6 ? a + r * lda                      \
+                                             : a5[r / 5] + kk + (r % 5) * lda); \
+    s##r##_0 = MG_FMA(av, b0, s##r##_0);                                        \
+    if (Nv == 2) s##r##_1 = MG_FMA(av, b1, s##r##_1);                           \
   }
-  MG_V b0 = MG_LOAD(*b), b1 = Nv == 2 ? MG_LOAD(*b + MG_W) : b0;
-  MG_PIN(b0, b1); /* two scalars, not an array: an array's vectors went to the stack on every k */
-  /* In place, up to 6 rows (AVX2's tile) are read at a + r * lda, `a` stepping along k, so that g++
-     keeps each r * lda in a register. More rows are read at a5[r / 5] + (r % 5) * lda + k: three
-     bases, each row an index register times 1 or a scale of 4 bytes, as fourteen row pointers do
-     not fit x86's 16 registers (docs/gemm.md, "Measured choices in the code"). */
-#pragma GCC unroll 32
-  for (int r = 0; r < Rows; ++r) {
-    MG_V av = MG_BROADCAST(!InPlaceA ? *a + r : Rows <= 6 ? *a + r * lda : a5[r / 5] + k + (r % 5) * lda);
-    sum[r][0] = MG_FMA(av, b0, sum[r][0]);
-    if (Nv == 2) sum[r][1] = MG_FMA(av, b1, sum[r][1]);
+/* One k step. Ahead: the lines holding the next strip's last element and those before it. B's two
+   vectors are two scalars, not an array: an array's vectors went to the stack on every k. */
+#define MG_GEMM_STEP(k)                                                                         \
+  do {                                                                                          \
+    const int64_t kk = (k);                                                                     \
+    if (Ahead) {                                                                                \
+      const int line = 64 / (int)sizeof(MG_T), lines = Nv * MG_W > line ? Nv * MG_W / line : 1; \
+      _Pragma("GCC unroll 4") for (int l = 0; l < lines; ++l) {                                 \
+        if (Ahead == 1)                                                                         \
+          __builtin_prefetch(ahead + Nv * MG_W - 1 - l * line);                                 \
+        else                                                                                    \
+          __builtin_prefetch(ahead + Nv * MG_W - 1 - l * line, 0, 2);                           \
+      }                                                                                         \
+      ahead += bs;                                                                              \
+    }                                                                                           \
+    MG_V b0 = MG_LOAD(b), b1 = Nv == 2 ? MG_LOAD(b + MG_W) : b0;                                \
+    MG_PIN(b0, b1);                                                                             \
+    MG_GEMM_ROWS(MG_GEMM_FMA)                                                                   \
+    a += InPlaceA ? 1 : MG_MR, b += bs;                                                         \
+  } while (0)
+#define MG_GEMM_STORE(r)                                                            \
+  if (r < Rows) {                                                                   \
+    MG_T* p = c + r * ldc;                                                          \
+    MG_STORE(p, acc ? s##r##_0 + MG_LOAD(p) : s##r##_0);                            \
+    if (Nv == 2) MG_STORE(p + MG_W, acc ? s##r##_1 + MG_LOAD(p + MG_W) : s##r##_1); \
   }
-  *a += InPlaceA ? 1 : MG_MR, *b += bs;
-}
+#define MG_GEMM_PART(r)                              \
+  if (r < Rows) {                                    \
+    MG_STORE(part[r], s##r##_0);                     \
+    if (Nv == 2) MG_STORE(part[r] + MG_W, s##r##_1); \
+  }
 MG_GEMM_INLINE void mg_gemm_tile_body(int64_t kc, const MG_T* a, const MG_T* b, int64_t bs, MG_T* c,
                                       int64_t ldc, int64_t rows, int64_t cols, int acc, int64_t lda,
                                       const MG_T* ahead, const int Rows, const int Nv, const int InPlaceA,
                                       const int Ahead) {
-  MG_V sum[15][2]; /* Rows x Nv of them: at most three row bases of five rows (step), two vectors */
   const MG_V zero = {0};
-#pragma GCC unroll 32
-  for (int r = 0; r < Rows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < Nv; ++v) sum[r][v] = zero;
-      /* C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick) */
+  MG_GEMM_ROWS(MG_GEMM_ZERO)
+  /* C's tile is read (or written) only after the k loop: ask for its lines now (GotoBLAS's trick) */
 #pragma GCC unroll 32
   for (int r = 0; r < Rows; ++r)
     __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + Nv * MG_W - 1, 1);
@@ -70,34 +88,21 @@ MG_GEMM_INLINE void mg_gemm_tile_body(int64_t kc, const MG_T* a, const MG_T* b, 
      unrolled, g++ rotated their accumulators through extra moves (docs/gemm.md, "The kernel"). */
 #if !defined(__AVX512F__)
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k)
-    mg_gemm_step(sum, &a, &b, &ahead, a5, k, bs, lda, Rows, Nv, InPlaceA, Ahead);
+  for (int64_t k = 0; k < kc; ++k) MG_GEMM_STEP(k);
 #else
   const int U = Rows >= 12 ? 4 : 1;
   int64_t k = 0;
   for (; k + U <= kc; k += U)
 #pragma GCC unroll 4
-    for (int u = 0; u < U; ++u)
-      mg_gemm_step(sum, &a, &b, &ahead, a5, k + u, bs, lda, Rows, Nv, InPlaceA, Ahead);
-  for (; k < kc; ++k) mg_gemm_step(sum, &a, &b, &ahead, a5, k, bs, lda, Rows, Nv, InPlaceA, Ahead);
+    for (int u = 0; u < U; ++u) MG_GEMM_STEP(k + u);
+  for (; k < kc; ++k) MG_GEMM_STEP(k);
 #endif
-  /* The accumulators leave by value only: were their address taken, g++ may keep them in memory
-     through the k loop (it did for AVX2: half speed). */
   if (rows == Rows && cols == Nv * MG_W) {
-#pragma GCC unroll 32
-    for (int r = 0; r < Rows; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < Nv; ++v) {
-        MG_T* p = c + r * ldc + v * MG_W;
-        MG_STORE(p, acc ? sum[r][v] + MG_LOAD(p) : sum[r][v]);
-      }
+    MG_GEMM_ROWS(MG_GEMM_STORE)
     return;
   }
   MG_T part[15][2 * MG_W] __attribute__((aligned(64)));
-#pragma GCC unroll 32
-  for (int r = 0; r < Rows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < Nv; ++v) MG_STORE(part[r] + v * MG_W, sum[r][v]);
+  MG_GEMM_ROWS(MG_GEMM_PART)
   for (int64_t r = 0; r < rows; ++r) { /* each row's columns contiguous: the copy vectorises */
     MG_T* __restrict out = c + r * ldc;
     const MG_T* in = part[r];
@@ -107,6 +112,12 @@ MG_GEMM_INLINE void mg_gemm_tile_body(int64_t kc, const MG_T* a, const MG_T* b, 
       __builtin_memcpy(out, in, (size_t)cols * sizeof(MG_T));
   }
 }
+#undef MG_GEMM_ROWS
+#undef MG_GEMM_ZERO
+#undef MG_GEMM_FMA
+#undef MG_GEMM_STEP
+#undef MG_GEMM_STORE
+#undef MG_GEMM_PART
 
 /* The smallest tile covering rows x cols of a packed A strip: edge strips (m or n not a multiple
    of the tile, as 128 rows and 10 columns) do not pay for a whole one. Each element's sum is the
