@@ -1,10 +1,9 @@
-// The AOT library's GEMM as C text: cpu/gemm.hpp's design (B packed in KC x NR strips or read in
-// place, A read in place or packed in MR-row strips, an MR x NR register tile of two vectors per row)
-// in GNU C vector extensions, the tile's accumulators spelled out so that every C compiler keeps them
-// in registers. Its rules (the tile's size, the blocking, k's steps, B in place, the split over
-// threads) are the C++ kernel's own text, detail/metagrad/detail/cpu/gemm_plan.h, pasted first.
-// Threads only where the caller asks for them (NAME_set_threads): each runs a part of C as a product
-// of its own, with its own packing buffers.
+// The AOT library's GEMM as C text: detail/metagrad/detail/cpu/gemm_plan.h (the rules: the tile's
+// size, the blocking, k's steps, B in place, the split over threads) and gemm_kernel.h (the tiles,
+// the packing and the loops around them), the C++ kernel's own text, pasted after a prelude that
+// names the vector type for them, then this file's driver: threads only where the caller asks for
+// them (NAME_set_threads), each running a part of C as a product of its own, with its own packing
+// buffers.
 #include "aot_gemm.hpp"
 
 #include <algorithm>
@@ -15,59 +14,12 @@ namespace metagrad::aot {
 
 namespace {
 
-// P_tile<mr>: an mr x P_NR tile from a packed A strip (row r at a[r], the strip's row stride P_MR);
-// P_itile<mr>: from A's own rows (row r at a + r * lda, contiguous along k), addressed from a base
-// every five rows (fourteen row pointers would not fit x86's registers; for six, compilers keep each
-// r * lda in a register, as cpu/gemm.hpp's tile spells it); P_atile<mr>: as P_itile, B in place
-// from memory, asking each k step for the lines of the next strip's row (`ahead`, as cpu/gemm.hpp's
-// tile). C's tile is asked for before the k loop, which hides its misses; accumulate, then store
-// whole or through a temporary at an edge.
-enum class Tile { packed, in_place, ahead };
-std::string tile_fn(int mr, Tile kind) {
-  const bool in_place = kind != Tile::packed, ahead = kind == Tile::ahead;
-  auto n = [](int i) { return std::to_string(i); };
-  std::string decl = "  P_v", k = "", full = "", part = "", bases = "", pre = "";
-  for (int r = 0; r < mr; r += 5)
-    bases += detail::cat("  const float* a", n(r), " = a + ", n(r), " * lda;\n");
-  for (int r = 0; r < mr; ++r) {
-    std::string ar = in_place ? detail::cat("a", n(r / 5 * 5), "[", n(r % 5), " * lda + p]")
-                              : detail::cat("a[", n(r), "]");
-    decl += detail::cat(r ? ", " : " ", "c", n(r), "_0 = {0}, c", n(r), "_1 = {0}");
-    pre += detail::cat("  __builtin_prefetch(c + ", n(r), " * ldc, 1), __builtin_prefetch(c + ", n(r),
-                       " * ldc + P_NR - 1, 1);\n");
-    k += detail::cat("    c", n(r), "_0 += ", ar, " * b0;\n    c", n(r), "_1 += ", ar, " * b1;\n");
-    for (int v = 0; v < 2; ++v) {
-      full +=
-          detail::cat("    P_put(c + ", n(r), " * ldc + ", n(v), " * P_W, c", n(r), "_", n(v), ", acc);\n");
-      part += detail::cat("  P_put(t[", n(r), "] + ", n(v), " * P_W, c", n(r), "_", n(v), ", 0);\n");
-    }
-  }
-  return detail::cat(
-      "static void P_",
-      ahead      ? "a"
-      : in_place ? "i"
-                 : "",
-      "tile", n(mr),
-      "(int64_t kc, const float* restrict a, int64_t lda, const float* restrict b, int64_t bs,\n"
-      "                   float* restrict c, int64_t ldc, int64_t rows, int64_t cols, int acc",
-      ahead ? ", const float* ahead" : "", ") {\n", decl, ";\n  float t[", n(mr), "][P_NR];\n",
-      in_place ? bases : "  (void)lda;\n", pre,
-      mr >= 12 ? "#pragma GCC unroll 4\n"
-               : "#if P_VB < 64\n#pragma GCC unroll 4\n#endif\n",  // as cpu/gemm.hpp's tile
-      "  for (int64_t p = 0; p < kc; ++p, ", in_place ? "" : "a += P_MR, ", "b += bs) {\n",
-      ahead
-          ? "    for (int l = 0; l < (P_NR + 15) / 16; ++l) __builtin_prefetch(ahead + P_NR - 1 - 16 * l);\n"
-            "    ahead += bs;\n"
-          : "",
-      "    P_v b0 = P_load(b), b1 = P_load(b + P_W);\n", k, "  }\n", "  if (rows == ", n(mr),
-      " && cols == P_NR) {\n", full, "    return;\n  }\n", part,
-      "  for (int64_t r = 0; r < rows; ++r)\n    for (int64_t j = 0; j < cols; ++j)\n",
-      "      c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];\n}\n");
-}
-
-constexpr const char* kSource = R"(
+constexpr const char* kPrelude = R"(
 #include <pthread.h>
 #include <stdlib.h>
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 /* The vector width, the register tile, the cache blocking and k's steps: the plan above, for
    floats, from this machine's caches (P_L1 .. P_L3). */
 #define P_VB METAGRAD_GEMM_VECTOR_BYTES
@@ -81,97 +33,89 @@ constexpr const char* kSource = R"(
 #define P_MC METAGRAD_GEMM_MC(P_L2, 4, P_MR)
 #define P_NC METAGRAD_GEMM_NC(P_L3, P_KC, 4, P_NR)
 #define P_FAR METAGRAD_GEMM_FROM_MEMORY(P_L3)
-#define P_FEWCOLS (METAGRAD_GEMM_FEW_BYTES / 4)
 #define P_STEPS(k) mg_gemm_steps(k, P_KC, P_NR, 4, P_L1)
 typedef float P_v __attribute__((vector_size(P_VB)));
 #define P_ASIZE (P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16))
 #define P_BSIZE (P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX))
 static float P_apack[P_ASIZE] __attribute__((aligned(64)));
 static float P_bpack[P_BSIZE] __attribute__((aligned(64)));
+static int64_t P_split[30][6]; /* mg_gemm_split's table, filled on the first product */
+static int P_split_ready;
 
+/* The kernel's vectors (gemm_kernel.h), as GNU C: FMAs are the compiler's contractions of a * b + c. */
 static inline P_v P_load(const float* p) {
   P_v v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
-static inline P_v P_splat(float x) {
-  P_v v = {0};
+static inline void P_store(float* p, P_v v) { __builtin_memcpy(p, &v, sizeof v); }
+static inline P_v P_broadcast(const float* p) { /* a loop of lanes made a mess of the tiles at -O3 */
+#if defined(__AVX512F__)
+  return (P_v)_mm512_set1_ps(*p);
+#elif defined(__AVX__)
+  return (P_v)_mm256_broadcast_ss(p);
+#elif defined(__SSE__)
+  return (P_v)_mm_set1_ps(*p);
+#else
+  P_v v;
   int l;
-  for (l = 0; l < P_W; ++l) v[l] = x;
+  for (l = 0; l < P_W; ++l) v[l] = *p;
   return v;
-}
-static inline void P_put(float* p, P_v v, int acc) {
-  if (acc) v += P_load(p);
-  __builtin_memcpy(p, &v, sizeof v);
-}
-
-/* C's rows x cols corner of an R x P_NR tile (+)= R rows of A (a packed strip, or in place: P_itile)
-   times a B strip whose row p is at b + p * bs (packed: bs = P_NR; or B's own rows). */
-#if P_MR == 14
-P_TILE14
-P_TILE8
-#else
-P_TILE6
 #endif
-P_TILE4
-P_TILE2
-P_TILE1
-/* `rows` rows of A (packed strips, lda 0, or rows in place) times one B strip: tiles of P_MR rows,
-   then the rest as tiles of 8 (AVX-512), 4, 2 and 1 rows rather than one padded tile (a 6-row product
-   does not pay for 14, and no load in place passes A's last row). With A in place, the first tile
-   asks for the next strip `ahead` (or null). */
-#define P_CALL(R)                                                                                \
-  if (lda && ahead)                                                                              \
-    P_atile##R(kc, a + r * lda, lda, b, bs, c + r * ldc, ldc, R, cols, acc, ahead), ahead = 0;   \
-  else if (lda)                                                                                  \
-    P_itile##R(kc, a + r * lda, lda, b, bs, c + r * ldc, ldc, R, cols, acc);                     \
-  else                                                                                           \
-    P_tile##R(kc, a + (r / P_MR) * P_MR * kc + r % P_MR, 0, b, bs, c + r * ldc, ldc, R, cols, acc)
-static void P_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t bs, float* c,
-                   int64_t ldc, int64_t rows, int64_t cols, int acc, const float* ahead) {
-  int64_t r = 0;
-  for (; r + P_MR <= rows; r += P_MR)
-#if P_MR == 14
-    P_CALL(14);
-  for (; r + 8 <= rows; r += 8) P_CALL(8);
-#else
-    P_CALL(6);
-#endif
-  for (; r + 4 <= rows; r += 4) P_CALL(4);
-  for (; r + 2 <= rows; r += 2) P_CALL(2);
-  for (; r < rows; r += 1) P_CALL(1);
 }
+#define MG_T float
+#define MG_V P_v
+#define MG_W P_W
+#define MG_MR P_MR
+#define MG_NV METAGRAD_GEMM_NV
+#define MG_NR P_NR
+#define MG_LOAD(p) P_load(p)
+#define MG_STORE(p, v) P_store(p, v)
+#define MG_BROADCAST(p) P_broadcast(p)
+#define MG_SPLAT(x) ((P_v){0} + (x))
+#define MG_FMA(a, b, c) ((a) * (b) + (c))
+#define MG_KEEP(mask, v) ((P_v)((mask) & (__typeof__(mask))(v)))
+/* nothing: at -O2 the C++ kernel's register pin made gcc spill the accumulators of AVX-512's 14-row
+   tile in place (no loads are folded into the FMAs without it) */
+#define MG_PIN(b0, b1) (void)0
+#define MG_SPLIT P_split
+/* C has no templates: a tile of R rows (one of the plan's six sizes) runs through a function for its
+   kind (vectors, A in place, prefetch), out of line as the C++ kernel's template instances are
+   (inlined into the loops around them, the tiles' k loops spilled registers to the stack). */
+#define P_TILE_ARGS                                                                                   \
+  int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, \
+      int acc, int64_t lda, const float *ahead
+#define P_TILE_NAME(Nv, InPlaceA, Ahead) P_tile_##Nv##_##InPlaceA##_##Ahead
+#define P_TILE_KIND(Nv, InPlaceA, Ahead) P_TILE_NAME(Nv, InPlaceA, Ahead)
+#define MG_TILE(R, Nv, InPlaceA, Ahead, ...) P_TILE_KIND(Nv, InPlaceA, Ahead)(R, __VA_ARGS__)
+#define P_TILE_KINDS(X) X(METAGRAD_GEMM_NV, 1, 1) X(METAGRAD_GEMM_NV, 1, 2) X(METAGRAD_GEMM_NV, 1, 0) \
+  X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
+#define P_TILE_DECLARE(Nv, InPlaceA, Ahead) static void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS);
+P_TILE_KINDS(P_TILE_DECLARE)
+)";
 
-/* Strips of `width` along `count`: d[strip][p][w] = s[p * along + (strip * width + w) * across],
-   zero past count. Whole strips of contiguous rows are copied row by row, all of them a row: each
-   source row is read whole and in order, not one line (or a few) from each of kc rows a strip apart
-   (at a power-of-two row stride those share one L1 set; from memory, prefetchers stop at each page).
-   Otherwise in the source's order. Inlined, so that each caller's width is a constant and the row
-   copies are vector moves. */
-static inline __attribute__((always_inline)) void P_pack(float* d, int64_t kc, int64_t count, int64_t width,
-                                                         const float* s, int64_t along, int64_t across) {
-  int64_t i = 0, x, p, g;
-  if (across == 1) {
-    const int64_t strips = count / width;
-    for (p = 0; p < kc; ++p)
-      for (g = 0; g < strips; ++g)
-        __builtin_memcpy(d + g * width * kc + p * width, s + p * along + g * width, sizeof(float) * width);
-    i = strips * width, d += strips * width * kc, s += strips * width;
+constexpr const char* kSource = R"(
+#define P_TILE_CASE(s, Nv, InPlaceA, Ahead)                                                            \
+  case METAGRAD_GEMM_TILE_ROWS(P_MR, s):                                                                \
+    mg_gemm_tile_body(kc, a, b, bs, c, ldc, rows, cols, acc, lda, ahead, METAGRAD_GEMM_TILE_ROWS(P_MR, s), \
+                      Nv, InPlaceA, Ahead);                                                              \
+    break;
+#define P_TILE_DEFINE(Nv, InPlaceA, Ahead)                                                     \
+  static __attribute__((noinline)) void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS) { \
+    switch (R) {                                                                               \
+      P_TILE_CASE(0, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(1, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(2, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(3, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(4, Nv, InPlaceA, Ahead)                                                      \
+      P_TILE_CASE(5, Nv, InPlaceA, Ahead)                                                      \
+    }                                                                                          \
   }
-  for (; i < count; i += width, d += width * kc, s += width * across) {
-    int64_t w = P_MIN(width, count - i);
-    if (across == 1 || along != 1)
-      for (p = 0; p < kc; ++p)
-        for (x = 0; x < width; ++x) d[p * width + x] = x < w ? s[p * along + x * across] : 0.f;
-    else
-      for (x = 0; x < width; ++x)
-        for (p = 0; p < kc; ++p) d[p * width + x] = x < w ? s[p + x * across] : 0.f;
-  }
-}
+P_TILE_KINDS(P_TILE_DEFINE)
 
 /* One thread's product: C's m x n (+)= A B through the packing buffers ap and bp (P_ASIZE and P_BSIZE
    floats). `whole_a`: every thread reads all of A (the column split), so none copies it. `direct`:
-   B is read in place (`ahead`: from memory); see P_sgemm. */
+   B is read in place (`ahead`: from memory; its last strip packed into bp); see P_sgemm. */
 typedef struct {
   int64_t m, n, k, ars, acs, brs, bcs, ldc;
   const float *a, *b;
@@ -181,77 +125,30 @@ typedef struct {
 static void P_block(const P_part* t) {
   const int64_t m = t->m, n = t->n, k = t->k, ars = t->ars, acs = t->acs, brs = t->brs, bcs = t->bcs,
                 ldc = t->ldc;
-  const float *a = t->a, *b = t->b;
-  float *c = t->c, *apack = t->ap, *bpack = t->bp;
-  int64_t jc, pc, ic, jr;
-  /* k in equal steps (P_STEPS). B in place: its last strip is packed where it ends inside a
-     vector, and where its rows are all equally off a cache line, the columns up to the first line
-     are a product of their own (mg_gemm_lead). A read in place where its rows are contiguous; a
-     multiple of 4 KiB apart (its MR row streams would share one L1 set), a block's rows are copied
-     first to rows a cache line more than kc apart (mg_gemm_padded_row). */
+  const float* b = t->b;
+  int64_t jc, pc;
+  /* k in equal steps (P_STEPS); where B's rows in place are all equally off a cache line, the
+     columns up to the first line are a product of their own (mg_gemm_lead). */
   const int64_t steps = P_STEPS(k), ks = (k + steps - 1) / steps;
-  const int direct = t->direct, alias = mg_gemm_copy_a(ars, acs, t->whole_a, 4);
+  const int direct = t->direct;
   const int64_t lead = mg_gemm_lead(direct, (int64_t)((uintptr_t)b % 64) / 4, n, brs, ks, 4, P_L1);
   if (lead) {
     P_part head = *t, rest = *t;
-    head.n = lead, rest.n = n - lead, rest.b = b + lead, rest.c = c + lead;
+    head.n = lead, rest.n = n - lead, rest.b = b + lead, rest.c = t->c + lead;
     P_block(&head);
     P_block(&rest);
     return;
   }
   for (jc = 0; jc < n; jc += P_NC)
     for (pc = 0; pc < k; pc += ks) {
-      int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc), whole = direct ? nc / P_NR * P_NR : 0;
+      const int64_t nc = P_MIN(P_NC, n - jc), kc = P_MIN(ks, k - pc);
       const float* bsrc = b + pc * brs + jc * bcs;
-      P_pack(bpack + whole * kc, kc, nc - whole, P_NR, bsrc + whole * bcs, brs, bcs);
-      for (ic = 0; ic < m; ic += P_MC) {
-        int64_t mc = P_MIN(P_MC, m - ic);
-        const float* ablock = a + ic * ars + pc * acs;
-        int64_t lda = acs == 1 ? ars : 0, r;
-        if (alias) {
-          lda = mg_gemm_padded_row(kc, 4);
-          for (r = 0; r < mc; ++r) __builtin_memcpy(apack + r * lda, ablock + r * ars, sizeof(float) * kc);
-          ablock = apack;
-        } else if (!lda) {
-          P_pack(apack, kc, mc, P_MR, ablock, acs, ars), ablock = apack;
-        }
-        for (jr = 0; jr < nc; jr += P_NR)
-          P_rows(kc, ablock, lda, jr < whole ? bsrc + jr : bpack + jr * kc, jr < whole ? brs : P_NR,
-                 c + ic * ldc + jc + jr, ldc, mc, P_MIN(P_NR, nc - jr), pc > 0,
-                 t->ahead && jr + P_NR < whole ? bsrc + jr + P_NR : 0);
-      }
+      /* no request for the next packed strip (the C++ kernel's `next`): it cost this C 5% at 512 */
+      const mg_gemm_panel panel = {direct ? bsrc : t->bp, direct, brs, nc, t->ahead, 0};
+      if (!direct) mg_gemm_pack_body(t->bp, kc, nc, bsrc, brs, bcs, P_NR);
+      mg_gemm_rows(0, m, 0, nc, kc, P_MC, t->a + pc * acs, ars, acs, &panel, t->ap, t->bp, t->c + jc, ldc,
+                   pc > 0, t->whole_a);
     }
-}
-/* One or two rows of A (batch 1) times a B whose rows are contiguous, as metagrad's C++ kernel does
-   it: C's rows are sums of B's rows, four at a time, B read once along its rows in runs of P_FEWCOLS
-   columns, not down its columns in strips (at n = 1024 a row a page apart, which no prefetcher
-   follows). On the caller's thread: it is bound by reading B. */
-static void P_few(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs, const float* b,
-                  int64_t brs, float* c, int64_t ldc) {
-  int64_t j0, j1, i, p, j, q;
-  for (j0 = 0; j0 < n; j0 += P_FEWCOLS) {
-    j1 = P_MIN(n, j0 + P_FEWCOLS);
-    for (i = 0; i < m; ++i)
-      for (j = j0; j < j1; ++j) c[i * ldc + j] = 0.f;
-    for (p = 0; p < k; p += 4)
-      for (i = 0; i < m; ++i) {
-        const float *ai = a + i * ars + p * acs, *bp = b + p * brs;
-        float* ci = c + i * ldc;
-        j = j0;
-        if (p + 4 <= k) {
-          const P_v a0 = P_splat(ai[0]), a1 = P_splat(ai[acs]), a2 = P_splat(ai[2 * acs]),
-                    a3 = P_splat(ai[3 * acs]);
-          for (; j + P_W <= j1; j += P_W) {
-            P_v s = P_load(ci + j) + a0 * P_load(bp + j);
-            s += a1 * P_load(bp + brs + j);
-            s += a2 * P_load(bp + 2 * brs + j);
-            P_put(ci + j, s + a3 * P_load(bp + 3 * brs + j), 0);
-          }
-        }
-        for (; j < j1; ++j) /* the columns past the last vector, or the last k % 4 terms */
-          for (q = 0; q < 4 && p + q < k; ++q) ci[j] += ai[q * acs] * bp[q * brs + j];
-      }
-  }
 }
 static void* P_run(void* t) {
   P_block((const P_part*)t);
@@ -291,8 +188,9 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
     for (i = 0; i < m; ++i)
       for (j = 0; j < n; ++j) c[i * ldc + j] = 0.f;
   if (m == 0 || n == 0 || k == 0) return;
+  if (!P_split_ready) mg_gemm_split(P_split, P_MR), P_split_ready = 1;
   if (m <= METAGRAD_GEMM_FEW_ROWS && bcs == 1) {
-    P_few(m, n, k, a, ars, acs, b, brs, c, ldc);
+    mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc);
     return;
   }
   parts = P_CLAMP(parts, 1, by_rows ? rstrips : nstrips);
@@ -331,26 +229,31 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-// detail/metagrad/detail/cpu/gemm_plan.h's text (CMakeLists.txt reads it at build time)
+// detail/metagrad/detail/cpu/gemm_plan.h's and gemm_kernel.h's texts (CMakeLists.txt reads them at
+// build time; generated files: build/generated/)
 constexpr const char* kPlan =
-#include "gemm_plan_text.inc"  // (a generated file: build/generated/)
+#include "gemm_plan_text.inc"
+    ;
+constexpr const char* kKernel =
+#include "gemm_kernel_text.inc"
     ;
 
 std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::CacheSizes& caches) {
-  std::string s =
-      detail::cat("#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ", std::to_string(caches.l2),
-                  "L\n#define P_L3 ", std::to_string(caches.l3), "L\n#define P_MMAX ",
-                  std::to_string(std::max<std::int64_t>(max.m, 1)), "L\n#define P_NMAX ",
-                  std::to_string(std::max<std::int64_t>(max.n, 1)), "L\n#define P_KMAX ",
-                  std::to_string(std::max<std::int64_t>(max.k, 1)), "L", kSource);
-  for (int r : {14, 8, 6, 4, 2, 1})
-    replace_all(s, "P_TILE" + std::to_string(r) + "\n",
-                tile_fn(r, Tile::packed) + tile_fn(r, Tile::in_place) + tile_fn(r, Tile::ahead));
-  replace_all(s, "P_", prefix + "_");
-  // The plan first, untouched by the prefix: its names are static or macros, the same in every library.
-  return detail::cat("/* ", prefix,
-                     "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n", kPlan,
-                     s);
+  auto prefixed = [&](std::string s) {
+    replace_all(s, "P_", prefix + "_");
+    return s;
+  };
+  // The plan and the kernel untouched by the prefix: their names are static or macros, the same in
+  // every library.
+  return detail::cat(
+      "/* ", prefix, "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n", kPlan,
+      prefixed(detail::cat("#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ",
+                           std::to_string(caches.l2), "L\n#define P_L3 ", std::to_string(caches.l3),
+                           "L\n#define P_MMAX ", std::to_string(std::max<std::int64_t>(max.m, 1)),
+                           "L\n#define P_NMAX ", std::to_string(std::max<std::int64_t>(max.n, 1)),
+                           "L\n#define P_KMAX ", std::to_string(std::max<std::int64_t>(max.k, 1)), "L",
+                           kPrelude)),
+      kKernel, prefixed(kSource));
 }
 
 }  // namespace metagrad::aot

@@ -216,8 +216,8 @@ TEST_CASE("gemm: one or two rows of A (a vector times a matrix), B read along it
   std::uniform_int_distribution<i64> rows(1, 3), cols(1, 2600), depth(1, 70);
   for (gemm::Isa isa : isas())
     for (int t = 0; t < 30; ++t) {
-      // columns past a vector, and past one block of 4 KiB (kFewCols), k past a step of 4; a B with
-      // padded or reversed rows; 3 rows as the tiles' control
+      // columns past a vector, and past one run of 4 KiB (METAGRAD_GEMM_FEW_BYTES), k past a step of
+      // 4; a B with padded or reversed rows; 3 rows as the tiles' control
       Case c = random_case(g, 2);
       c.m = rows(g), c.n = t % 3 ? cols(g) : rows(g) * 7, c.k = depth(g), c.tb = false;
       c.allocate(g);

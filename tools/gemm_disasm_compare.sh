@@ -3,8 +3,8 @@
 # change to the kernel or its plan, and after): every function of cpu::detail::Gemm (fixed::detail::
 # Gemm before the shared CPU layer) in each ISA copy, disassembled with addresses, jump targets and
 # the namespace stripped, then compared function by function. Prints the functions whose code
-# differs; a structural change should leave the loops (tile, in_place, rows, pack, few_rows, dots)
-# identical.
+# differs; a structural change should leave the loops (tile, the mg_gemm_* functions of
+# gemm_kernel.h, few_rows, dots) identical.
 #   tools/gemm_disasm_compare.sh before/libmetagrad.so after/libmetagrad.so
 set -eu
 dir=${TMPDIR:-/tmp}/gemm_disasm_compare.$$

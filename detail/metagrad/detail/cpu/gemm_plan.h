@@ -97,6 +97,41 @@ METAGRAD_GEMM_FN int mg_gemm_by_rows(int64_t parts, int64_t m, int64_t ncmax, in
                                      int64_t cstrips, int64_t acs) {
   return rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
 }
+/* Packed strips past half the L2: each strip's first tile asks the L2 for the next strip. */
+METAGRAD_GEMM_FN int mg_gemm_next(int direct, int64_t kc, int64_t nc, int64_t s, int64_t l2) {
+  return !direct && kc * nc * s > l2 / 2;
+}
+/* Rows read in place run as tiles of MR rows; the last MR rows and the rest (0 .. 2 MR - 1) as the
+   cheapest mix of these sizes (METAGRAD_GEMM_TILE_ROWS(mr, 0 .. 5)), counting max(rows, 4) cycles a
+   k step a tile (under 4 rows, too few accumulators hide the FMA latency) plus one for its entry
+   and stores. With MR = 14, 8 rows are one tile rather than 4 + 4, 13 are 7 + 4 + 2; with MR = 6,
+   5 rows are one, and 8 are 4 + 4 rather than 6 + 2 (docs/gemm.md, "The kernel"). n[r][s]: how
+   many tiles of size s for r rows, r < 2 mr <= 30. */
+#define METAGRAD_GEMM_TILE_ROWS(mr, s)                    \
+  ((s) == 0   ? (mr)                                      \
+   : (s) == 1 ? ((mr) > 8 ? 8 : 5)                        \
+   : (s) == 2 ? (((mr) + 1) / 2 > 4 ? ((mr) + 1) / 2 : 3) \
+   : (s) == 3 ? 4                                         \
+   : (s) == 4 ? 2                                         \
+              : 1)
+METAGRAD_GEMM_FN void mg_gemm_split(int64_t n[30][6], int mr) {
+  int cost[30];
+  int r, s, t;
+  for (r = 0; r < 2 * mr; ++r)
+    for (s = 0; s < 6; ++s) n[r][s] = 0;
+  cost[0] = 0;
+  for (r = 1; r < 2 * mr; ++r) {
+    cost[r] = 1 << 20;
+    for (s = 0; s < 6; ++s) {
+      const int rows = METAGRAD_GEMM_TILE_ROWS(mr, s);
+      if (rows <= r && cost[r - rows] + (rows > 4 ? rows : 4) + 1 < cost[r]) {
+        cost[r] = cost[r - rows] + (rows > 4 ? rows : 4) + 1;
+        for (t = 0; t < 6; ++t) n[r][t] = n[r - rows][t];
+        ++n[r][s];
+      }
+    }
+  }
+}
 /* A row of A copied for the tile: kc rounded up to a cache line, plus one line when that is a
    multiple of 4 KiB (the MR rows then fall in different L1 sets). */
 METAGRAD_GEMM_FN int64_t mg_gemm_padded_row(int64_t kc, int64_t s) {
