@@ -807,8 +807,7 @@ void hoist_shrinking(std::vector<Plan>& order) {
   // Sort keys: (the index of the plan it follows, the order it was placed in); 0 for a plan in place.
   std::vector<std::pair<std::size_t, std::size_t>> key(order.size());
   std::unordered_map<const LazyBuffer*, std::size_t> at;
-  std::size_t placed = 0;
-  bool moved = false;
+  std::size_t placed = 0;  // plans moved so far
   for (std::size_t i = 0; i < order.size(); ++i) {
     Plan& p = order[i];
     key[i] = {i, 0};
@@ -821,12 +820,11 @@ void hoist_shrinking(std::vector<Plan>& order) {
       }
     if (p.ast && has_reduce(*p.ast) && last && 4 * bytes(*p.buf) <= widest && key[*last].first + 1 < i) {
       key[i] = {key[*last].first, ++placed};
-      moved = true;
     }
     at[p.buf.get()] = i;
     for (const LazyBufferPtr& b : p.stores) at[b.get()] = i;
   }
-  if (!moved) return;
+  if (!placed) return;
   std::vector<std::size_t> idx(order.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
