@@ -16,7 +16,7 @@ foreach(doc IN LISTS docs)
   file(READ ${doc} text)
   file(RELATIVE_PATH name ${ROOT} ${doc})
   # Paths under the repository's top folders, not preceded by a path or word character.
-  string(REGEX MATCHALL "(^|[^A-Za-z0-9_./+-])(include|detail|runtime|bench|examples|test|tools|docs|cmake)/[A-Za-z0-9_./+-]*[A-Za-z0-9_]"
+  string(REGEX MATCHALL "(^|[^A-Za-z0-9_./+-])(include|detail|src|runtime|bench|examples|test|tools|docs|cmake)/[A-Za-z0-9_./+-]*[A-Za-z0-9_]"
          paths "${text}")
   foreach(p IN LISTS paths)
     string(REGEX REPLACE "^[^a-z]" "" p "${p}")
@@ -49,7 +49,7 @@ endforeach()
 
 # Environment variables the library reads by name.
 file(READ ${ROOT}/docs/environment.md env_doc)
-file(GLOB_RECURSE sources ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.hpp ${ROOT}/include/*.hpp ${ROOT}/detail/*.hpp)
+file(GLOB_RECURSE sources ${ROOT}/src/*.cpp ${ROOT}/src/*.hpp ${ROOT}/include/*.hpp ${ROOT}/detail/*.hpp)
 set(read_vars "")
 foreach(src IN LISTS sources)
   file(STRINGS ${src} lines REGEX "(getenv[a-z_]*|env)\\(\"[A-Z][A-Z0-9_]+\"")

@@ -34,9 +34,12 @@ inline Tensor random_tensor(const Dims& shape, std::uint64_t seed, double lo = -
 // runs, in a third of the combinations; CLANG and LLVM, on the same ops and renderer, run all. The
 // sanitizer runs (ASAN_OPTIONS set: test/CMakeLists.txt) sample too: they look for memory errors on
 // the library's paths, which a third of the combinations walks, at 3-10x the plain run's time.
+// A sanitizer run: test/CMakeLists.txt sets ASAN_OPTIONS for them.
+inline bool sanitized() { return std::getenv("ASAN_OPTIONS") != nullptr; }
+
 struct Sampler {
   std::size_t n = 0;
-  bool all = Device::canonicalize(Device::DEFAULT) != "OPENCL" && !std::getenv("ASAN_OPTIONS");
+  bool all = Device::canonicalize(Device::DEFAULT) != "OPENCL" && !sanitized();
   bool operator()() {
     std::size_t i = n++;
     return all || (i + i / 9) % 3 == 0;

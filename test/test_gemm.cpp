@@ -480,7 +480,7 @@ TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of
 }
 
 // A unit built without ISA flags (a plain Release build, as this one) runs its products on the
-// widest copy the CPU has: the library's baseline copy hands them over (runtime/gemm/sgemm_generic.cpp).
+// widest copy the CPU has: the library's baseline copy hands them over (src/gemm/sgemm_generic.cpp).
 TEST_CASE("fixed: a unit built without ISA flags runs its products on the widest copy the CPU has",
           "[gemm]") {
 #if defined(__AVX__)

@@ -49,8 +49,8 @@ TEST_CASE("10,000 training steps keep the live buffer counts flat", "[memory]") 
   std::int64_t fresh = pool.stats().fresh;
   std::size_t pooled = pool.stats().pooled_bytes;
   float last = first;
-  // (under the sanitizers, ASAN_OPTIONS set, 1,000: ten times slower a step, and ASan checks leaks itself)
-  const int steps = std::getenv("ASAN_OPTIONS") ? 1000 : 10000;
+  // (under the sanitizers 1,000: ten times slower a step, and ASan checks leaks itself)
+  const int steps = test::sanitized() ? 1000 : 10000;
   for (int i = 10; i < steps; ++i) last = step();
   INFO("LazyBuffers " << lazy << " -> " << LazyBuffer::live_count << ", RawBuffers " << raw << " -> "
                       << RawBuffer::live_count);

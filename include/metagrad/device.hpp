@@ -3,7 +3,7 @@
 // AST over buffer descriptors (ast.hpp) and the buffers themselves, output first: it never sees the
 // lazy graph. Backend: allocate, run one kernel. Compiled: a code generator and a runtime, kernels
 // cached by AST. Interpreted: a table of functions. Each device registers itself (Device::Registrar
-// in its runtime/ops_X.cpp), so adding one touches no shared file.
+// in its src/ops_X.cpp), so adding one touches no shared file.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -185,7 +185,7 @@ class Device {
 
   // Builds the device; throws when it is not available here (no compiler, no OpenCL platform).
   using Factory = std::unique_ptr<Backend> (*)();
-  // Registers a device where it is defined (runtime/ops_X.cpp):
+  // Registers a device where it is defined (src/ops_X.cpp):
   //   [[gnu::init_priority(kRegistrationPriority)]] const Device::Registrar reg{"CLANG", 10, make};
   // `rank` orders available() and the choice of DEFAULT: lower is preferred (faster). The priority
   // runs registrations before any ordinary static initializer, DEFAULT's included.

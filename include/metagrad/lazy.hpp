@@ -25,7 +25,7 @@ namespace metagrad {
 
 struct LazyBuffer;
 using LazyBufferPtr = std::shared_ptr<LazyBuffer>;
-// A node of the lazy graph: an op on LazyBuffers. The scheduler (runtime/schedule.cpp) turns the
+// A node of the lazy graph: an op on LazyBuffers. The scheduler (src/schedule.cpp) turns the
 // graph into kernel ASTs (LazyOp, ast.hpp), whose leaves are buffer descriptors instead.
 using GraphOp = OpNode<LazyBufferPtr>;
 using GraphSrc = GraphOp::Src;

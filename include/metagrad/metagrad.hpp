@@ -2,7 +2,8 @@
 // Everything a user of metagrad names, in namespace metagrad: the dynamic path (Tensor, nn, optim,
 // TinyJit, devices), the static path (metagrad/fixed.hpp), lowering of static expressions to the
 // dynamic graph (metagrad::lower) and ahead-of-time generators (metagrad::aot), plus the version
-// macros. Device-specific headers (runtime/ops_llvm.hpp, runtime/ops_opencl.hpp) stay separate.
+// macros. Device-specific headers (metagrad/runtime/ops_llvm.hpp, metagrad/runtime/ops_opencl.hpp) stay
+// separate.
 #include "metagrad/aot.hpp"
 #include "metagrad/ast.hpp"
 #include "metagrad/datasets/fashion_mnist.hpp"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "metagrad/detail/mlops.hpp"
+#include "metagrad/detail/helpers.hpp"
 #include "metagrad/functions.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/ops.hpp"
@@ -47,7 +47,7 @@ class FunctionImpl : public Function {
 namespace mlops {
 
 // Every differentiable elementwise function: its forward and backward are its FnTraits entry's
-// (metagrad/functions.hpp), run on LazyBuffers by runtime/mlops.cpp.
+// (metagrad/functions.hpp), run on LazyBuffers by src/mlops.cpp.
 template <fn::Fn F>
 struct Map final : FunctionImpl<Map<F>, fn::FnTraits<F>::arity> {
   std::array<LazyBufferPtr, fn::FnTraits<F>::arity> x;

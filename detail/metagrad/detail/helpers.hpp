@@ -1,5 +1,7 @@
 #pragma once
-// Internals of helpers.hpp's layer: releasing a graph without recursion (~LazyBuffer, ~Function).
+// Internals of helpers.hpp's layer: releasing a graph without recursion (~LazyBuffer, ~Function),
+// and the small tools of the layers above that have no header of their own.
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,16 @@ void release_flat(T owned) {
     (void)next;  // freed here, at the end of the iteration: may push more
   }
   releasing = nullptr;
+}
+
+template <class T, class...>
+using dependent = T;                     // delays needing a type complete until a template is instantiated
+std::string demangle(const char* name);  // a type's readable name (src/mlops.cpp)
+
+// A state dict's "prefix.key", or whichever of the two is not empty.
+inline std::string join_key(const std::string& prefix, const std::string& key) {
+  if (prefix.empty()) return key;
+  return key.empty() ? prefix : prefix + "." + key;
 }
 }  // namespace detail
 

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "metagrad/detail/dist/fixed.hpp"
 #include "metagrad/dist/comm.hpp"
 #include "metagrad/fixed/tensor.hpp"
 
@@ -18,7 +17,7 @@ namespace metagrad::dist {
 
 template <class T, fixed::index_t... D>
 void allreduce(fixed::Tensor<T, D...>& t, ReduceOp op = ReduceOp::SUM) {
-  check_same("allreduce", {detail::describe(t)});
+  check_same("allreduce", {fixed::detail::shape_and_type(t)});
   allreduce_sum(t.data(), static_cast<std::size_t>(t.size), dtype_of<T>, "allreduce");
   if (op == ReduceOp::MEAN)
     scale_by_world(t.data(), static_cast<std::size_t>(t.size), dtype_of<T>, "allreduce");
@@ -29,7 +28,7 @@ template <class T, fixed::index_t... D, class... Rest>
 void allreduce(ReduceOp op, fixed::Tensor<T, D...>& first, Rest&... rest) {
   static_assert((std::is_same_v<T, typename Rest::value_type> && ...),
                 "dist::allreduce: fused fixed::Tensors must share one element type");
-  check_same("allreduce", {detail::describe(first), detail::describe(rest)...});
+  check_same("allreduce", {fixed::detail::shape_and_type(first), fixed::detail::shape_and_type(rest)...});
   static thread_local std::vector<T> flat;  // grows once, then reused every step
   flat.resize(static_cast<std::size_t>(first.size + (Rest::size + ... + 0)));
   std::size_t at = 0;
@@ -50,7 +49,7 @@ void allreduce(ReduceOp op, fixed::Tensor<T, D...>& first, Rest&... rest) {
 
 template <class T, fixed::index_t... D>
 void broadcast(fixed::Tensor<T, D...>& t, int root = 0) {
-  check_same("broadcast", {detail::describe(t)});
+  check_same("broadcast", {fixed::detail::shape_and_type(t)});
   broadcast_bytes(t.data(), sizeof(T) * static_cast<std::size_t>(t.size), root, "broadcast");
 }
 

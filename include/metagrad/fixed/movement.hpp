@@ -2,7 +2,6 @@
 // Movement ops with compile-time arguments: reshape, permute, expand (numpy broadcasting), pad,
 // shrink (slicing), flip, transpose. Each is a Move node; its View is computed in a constant
 // expression, and a bad argument is a compile error naming the op, the shape and the argument.
-#include "metagrad/detail/fixed/movement.hpp"
 #include "metagrad/fixed/elementwise.hpp"
 
 namespace metagrad::fixed {

@@ -2,7 +2,6 @@
 // The hlops a small CNN or MLP needs beyond elementwise and matmul, composed from static ops (so
 // every evaluator and fixed::grad sees only the core op tags): pooling (pool.hpp), nll_loss and
 // sparse_categorical_crossentropy on integer (or integral float) labels.
-#include "metagrad/detail/fixed/nn.hpp"
 #include "metagrad/fixed/pool.hpp"
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/fixed/tensor.hpp"

@@ -9,7 +9,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "metagrad/detail/fixed/nn.hpp"
 #include "metagrad/detail/fixed/transformer.hpp"
 #include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/reduce.hpp"

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "metagrad/detail/nn/state.hpp"
+#include "metagrad/detail/helpers.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad::nn {
@@ -116,9 +116,10 @@ std::vector<Tensor> get_parameters(const M& m) {
 // realize). Shapes and dtypes must match. strict: keys the model has and `dict` lacks, and keys
 // `dict` has and the model lacks, are errors; otherwise both are skipped. Everything is checked
 // before anything is assigned, so a failed load leaves the model as it was.
+void load_state_dict(const StateDict& model, const StateDict& dict, bool strict = true);
 template <Model M>
 void load_state_dict(const M& model, const StateDict& dict, bool strict = true) {
-  detail::load_state_dict(get_state_dict(model), dict, strict);
+  load_state_dict(get_state_dict(model), dict, strict);
 }
 
 // ---- safetensors ----

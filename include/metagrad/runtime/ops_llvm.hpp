@@ -41,7 +41,7 @@ class LLVMProgram : public HostProgram {
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype);
 std::shared_ptr<Program> llvm_runtime(const std::string& name, const std::string& src);
 
-// The device lives in a plugin module loaded RTLD_LOCAL (runtime/llvm_plugin.cpp), so its C++
+// The device lives in a plugin module loaded RTLD_LOCAL (src/llvm_plugin.cpp), so its C++
 // names are not visible to the process. Tools and tests reach them through this table:
 // `dlsym(dlopen(".../libmetagrad_llvm.so", RTLD_NOW | RTLD_NOLOAD), "metagrad_llvm_api")`.
 struct LLVMApi {

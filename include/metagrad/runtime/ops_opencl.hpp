@@ -22,7 +22,7 @@ struct _cl_kernel;
 
 namespace metagrad {
 
-struct CLContext;  // platform, device, context and queue (runtime/ops_opencl.cpp)
+struct CLContext;  // platform, device, context and queue (src/ops_opencl.cpp)
 
 // Device memory: a cl_mem of nbytes(). copyin/copyout are blocking.
 class RawOpenCLBuffer : public RawBuffer {

@@ -106,7 +106,7 @@ struct Gemm {
   }
 
   // Cache blocking, by default derived from the host's caches (caches.hpp), by gemm_plan.h's rules
-  // (docs/gemm.md, "Blocking from the machine it runs on"). BEAM search (runtime/gemm) tunes them
+  // (docs/gemm.md, "Blocking from the machine it runs on"). BEAM search (src/gemm) tunes them
   // per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     constexpr std::int64_t S = sizeof(T);
@@ -197,8 +197,8 @@ struct Gemm {
 };
 
 #ifdef METAGRAD_GEMM_FORWARD
-// The library's baseline copy (runtime/gemm/sgemm_generic.cpp), which units built without ISA flags
-// call, hands each product to the widest copy the CPU runs (runtime/gemm/forward.cpp): a plain
+// The library's baseline copy (src/gemm/sgemm_generic.cpp), which units built without ISA flags
+// call, hands each product to the widest copy the CPU runs (src/gemm/forward.cpp): a plain
 // Release build of a static unit gets AVX2 or AVX-512 products without -march. False: run here.
 template <class T>
 bool run_on_widest_isa(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
@@ -299,7 +299,7 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
 }
 
 // A unit linked against the runtime library (METAGRAD_PREBUILT, which the metagrad target
-// exports) calls the library's copy for its ISA (runtime/gemm/sgemm_isa.inc) rather than compiling
+// exports) calls the library's copy for its ISA (src/gemm/sgemm_isa.inc) rather than compiling
 // its own: the kernel is the largest part of a static unit's code generation (0.7 s of g++'s 3.3 s
 // for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
 // (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the

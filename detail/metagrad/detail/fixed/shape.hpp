@@ -23,6 +23,14 @@ template <Dims D, std::size_t... I>
 struct shape_of<D, std::index_sequence<I...>> {
   using type = Shape<D[I]...>;
 };
+// pad<...>() and shrink<...>()'s flat (before, after) list as Pairs.
+template <index_t... P>
+constexpr Pairs pairs() {
+  constexpr index_t v[] = {P..., 0};
+  Pairs r;
+  for (std::size_t i = 0; i + 1 < sizeof...(P); i += 2) r.push_back({v[i], v[i + 1]});
+  return r;
+}
 // false, but only once a template is instantiated: a static_assert in a branch never taken.
 template <class>
 inline constexpr bool always_false = false;

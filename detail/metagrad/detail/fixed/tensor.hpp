@@ -1,12 +1,15 @@
 #pragma once
 // The internals of fixed/tensor.hpp: the Tensor type of a value type and Shape (TensorOf), and a
-// tensor's storage: in the object up to kInlineBytes, on the heap above.
+// tensor's storage: in the object up to kInlineBytes, on the heap above; the tensors the library
+// keeps (arange) and how a tensor describes itself.
 #include <algorithm>
 #include <cstddef>
 #include <new>
+#include <string>
 #include <utility>
 
 #include "metagrad/fixed/shape.hpp"
+#include "metagrad/helpers.hpp"
 
 namespace metagrad::fixed {
 
@@ -81,6 +84,24 @@ class Storage<T, N, true> {
  private:
   alignas(align) T v_[N ? N : 1];
 };
+
+// 0, 1, ..., C - 1 as a tensor that lives as long as the program: a leaf for one-hot comparisons.
+template <class T, index_t C>
+const Tensor<T, C>& arange() {
+  static const Tensor<T, C> r = [] {
+    Tensor<T, C> t;
+    for (index_t i = 0; i < C; ++i) t[i] = T(i);
+    return t;
+  }();
+  return r;
+}
+
+// A tensor's shape and element type as errors and the ranks of a collective compare them:
+// "(2, 3) float".
+template <class T, index_t... D>
+std::string shape_and_type(const Tensor<T, D...>&) {
+  return metagrad::detail::cat(to_string(Tensor<T, D...>::shape::dims), " ", dtype_of<T>.name);
+}
 }  // namespace detail
 
 }  // namespace metagrad::fixed

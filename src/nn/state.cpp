@@ -54,7 +54,7 @@ StateDict state_dict(std::initializer_list<Member> members) {
   return out;
 }
 
-void detail::load_state_dict(const StateDict& into, const StateDict& from, bool strict) {
+void load_state_dict(const StateDict& into, const StateDict& from, bool strict) {
   std::vector<std::pair<Tensor, Tensor>> todo;
   for (const auto& [k, t] : into) {
     if (!from.contains(k)) {

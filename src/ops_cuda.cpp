@@ -651,7 +651,7 @@ class PendingProgram final : public Program {
   std::shared_future<std::shared_ptr<Program>> program_;
 };
 
-// A kernel's runner: a contraction as the tiled SGEMM (runtime/gemm/cuda.cpp) with the kernels
+// A kernel's runner: a contraction as the tiled SGEMM (src/gemm/cuda.cpp) with the kernels
 // around it, every other kernel (and a contraction METAGRAD_CUDA_GEMM=0 turns away) from cuda_runner.
 ASTRunner gpu_runner(const std::shared_ptr<CudaContext>& ctx, const std::shared_ptr<LazyOp>& ast, DType dt) {
   if (dt == dtypes::float32 && getenv_int("METAGRAD_CUDA_GEMM", 1) != 0) {

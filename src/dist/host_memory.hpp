@@ -1,5 +1,5 @@
 #pragma once
-// Internal to runtime/dist: a tensor's bytes as the collectives need them. A device whose buffers
+// Internal to src/dist: a tensor's bytes as the collectives need them. A device whose buffers
 // are RawMallocBuffers (CPU, CLANG, LLVM) is read and written in place; any other goes through
 // RawBuffer::copyout / copyin.
 #include <cstring>

@@ -1,4 +1,4 @@
-// The device registry: devices register themselves (Device::Registrar in runtime/ops_X.cpp), each
+// The device registry: devices register themselves (Device::Registrar in src/ops_X.cpp), each
 // is built on first use; DEFAULT comes from the environment.
 #include <algorithm>
 #include <cmath>

@@ -502,7 +502,7 @@ class CLBackend final : public OpenCLBackend {
 
 }  // namespace metagrad
 
-// The plugin's entry point (runtime/device_plugins.cpp loads it).
+// The plugin's entry point (src/device_plugins.cpp loads it).
 extern "C" metagrad::Backend* metagrad_make_opencl_backend() {
   return new metagrad::CLBackend(std::make_shared<metagrad::CLContext>());
 }

@@ -1,5 +1,5 @@
 #pragma once
-// The matrix product an AOT library carries (runtime/aot_gemm.cpp): cpu/gemm.hpp's plan and loops
+// The matrix product an AOT library carries (src/aot_gemm.cpp): cpu/gemm.hpp's plan and loops
 // (their C text) and a driver in C, since the library links only libc and libm.
 #include <cstdint>
 #include <string>

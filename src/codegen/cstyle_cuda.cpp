@@ -1,4 +1,4 @@
-// CUDA C, as NVRTC compiles it for the CUDA device (runtime/ops_cuda.cpp, docs/cuda.md): C with
+// CUDA C, as NVRTC compiles it for the CUDA device (src/ops_cuda.cpp, docs/cuda.md): C with
 // `extern "C" __global__` kernels, thread and block indices, `__shared__` memory for block-wide
 // reductions, and float16 stored as `half` (16 bits) and converted by the GPU's own instructions.
 #include "metagrad/codegen/cstyle.hpp"

@@ -1,5 +1,5 @@
 // LazyBuffer construction: loads, elementwise, reduce and movement ops build the lazy graph
-// (runtime/schedule.cpp turns it into kernels).
+// (src/schedule.cpp turns it into kernels).
 #include "metagrad/lazy.hpp"
 
 #include <algorithm>

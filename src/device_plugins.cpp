@@ -1,6 +1,6 @@
 // Registers the devices that live in plugin modules beside this library, each loaded RTLD_LOCAL on
-// first use: LLVM (libmetagrad_llvm.so, runtime/llvm_plugin.cpp), so LLVM 16 never enters the
-// process's global symbol namespace, and OPENCL (libmetagrad_opencl.so, runtime/ops_opencl.cpp), so
+// first use: LLVM (libmetagrad_llvm.so, src/llvm_plugin.cpp), so LLVM 16 never enters the
+// process's global symbol namespace, and OPENCL (libmetagrad_opencl.so, src/ops_opencl.cpp), so
 // libmetagrad loads on a machine without the ICD loader. Each registrar is built only with its plugin.
 #if defined(METAGRAD_HAS_LLVM) || defined(METAGRAD_HAS_OPENCL)
 #include <dlfcn.h>
