@@ -258,7 +258,7 @@ double proc_status(const char* field) {
 int memory_of(const std::string& config, const nn::StateDict& init, const Batches& data, long steps) {
   setenv("THREADS", "1", 1);
   torch_threads(1);
-  double rss0 = proc_status("VmRSS");
+  double rss0 = proc_status("VmRSS"), anon0 = proc_status("RssAnon");
   std::function<double(std::size_t)> step;
   std::unique_ptr<TorchTrainer> tt;
   std::unique_ptr<MetaTrainer> mt;
@@ -276,12 +276,15 @@ int memory_of(const std::string& config, const nn::StateDict& init, const Batche
   if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) std::fputs("5", f), std::fclose(f);
   GlobalCounters::reset();
   for (long s = 0; s < steps; ++s) step(static_cast<std::size_t>(3 + s));
-  double mib = 1024.0 * 1024.0, trained = proc_status("VmHWM") - rss0;
+  double mib = 1024.0 * 1024.0, trained = proc_status("VmHWM") - rss0, anon = proc_status("RssAnon") - anon0;
+  // Anonymous memory (the heap, mappings, stacks) apart from file pages (libraries, compiled kernels).
   if (tt)
-    std::printf("  %-24s %8.1f MiB peak resident\n", "libtorch 1.13 eager", trained / mib);
+    std::printf("  %-24s %8.1f MiB peak resident (%.1f anonymous at the end)\n", "libtorch 1.13 eager",
+                trained / mib, anon / mib);
   else
-    std::printf("  %-24s %8.1f MiB peak resident, buffers %.1f MiB at peak\n", ("metagrad " + config).c_str(),
-                trained / mib, static_cast<double>(GlobalCounters::mem_peak) / mib);
+    std::printf("  %-24s %8.1f MiB peak resident (%.1f anonymous at the end), buffers %.1f MiB at peak\n",
+                ("metagrad " + config).c_str(), trained / mib, anon / mib,
+                static_cast<double>(GlobalCounters::mem_peak) / mib);
   return 0;
 }
 

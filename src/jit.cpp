@@ -1,10 +1,12 @@
 // TinyJit: the first call runs the step, the second captures its kernels into a CapturedStep, the
-// rest replay that on the new inputs (runtime/compiled.cpp records the kernels, lazy.cpp the rest).
+// rest replay that on the new inputs (src/compiled.cpp records the kernels, lazy.cpp the rest).
 #include "metagrad/jit.hpp"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
-#include <map>
-#include <queue>
 #include <unordered_map>
 
 #include "metagrad/device.hpp"
@@ -248,10 +250,11 @@ void JitCore::prepare_replay() {
 // and gradients all at once (the GPT bench: 124 MB, where an eager step peaks at 68). Scratch
 // slots that only the JIT still holds (the capture's tensors gone, so no Tensor can read them)
 // and whose lifetimes, from the kernel that first writes them to the last that touches them, do
-// not overlap take turns in shared buffers: greedy by first write, each slot taking the smallest
-// free buffer that holds it if that is at most twice its size (the GPT bench: 72.8 MB; sizes
-// matched exactly, 78.8; any size, 73.8). A slot something else still holds (a parameter's .grad)
-// keeps its own buffer, so what it shows stays current after each replay.
+// not overlap take turns in shared buffers, largest slot first, each joining the smallest buffer
+// made so far whose slots' lifetimes miss its own (TFLite's greedy by size; the GPT bench: the plan
+// 58 MiB, its live bytes' bound; greedy by first write into the smallest free buffer at most twice
+// the slot, 63). A slot something else still holds (a parameter's .grad) keeps its own buffer, so
+// what it shows stays current after each replay.
 void JitCore::plan_memory() {
   CapturedStep& c = *captured_;
   std::vector<bool> fixed(c.slots.size(), false);
@@ -271,22 +274,28 @@ void JitCore::plan_memory() {
     if (!fixed[s] && c.slots[s].role == Role::Scratch && written_first && c.slots[s].buf.use_count() == 1)
       lives.push_back({u.front().first, u.back().first, s});
   }
-  std::sort(lives.begin(), lives.end(), [](const Life& a, const Life& b) { return a.first < b.first; });
-  using Held = std::pair<std::size_t, std::shared_ptr<RawBuffer>>;  // (last kernel touching it, buffer)
-  auto later = [](const Held& a, const Held& b) { return a.first > b.first; };
-  std::priority_queue<Held, std::vector<Held>, decltype(later)> busy(later);
-  std::multimap<std::size_t, std::shared_ptr<RawBuffer>> free;  // by size in bytes
+  // Largest first: each slot joins the smallest buffer made so far (never smaller than it) whose
+  // slots' lifetimes miss its own, or keeps its own buffer as a new one.
+  std::stable_sort(lives.begin(), lives.end(), [&](const Life& a, const Life& b) {
+    return c.slots[a.slot].buf->nbytes() > c.slots[b.slot].buf->nbytes();
+  });
+  struct Shared {
+    std::shared_ptr<RawBuffer> buf;
+    std::vector<const Life*> lives;
+  };
+  std::vector<Shared> shared;
   for (const Life& l : lives) {
-    for (; !busy.empty() && busy.top().first < l.first; busy.pop())
-      free.emplace(busy.top().second->nbytes(), busy.top().second);
-    std::size_t need = c.slots[l.slot].buf->nbytes();
-    auto it = free.lower_bound(need);  // the smallest free buffer that holds it, at most twice its size
-    if (it != free.end() && it->first <= 2 * need) {
-      bind(l.slot, it->second);  // the slot's own buffer goes back to the device
-      busy.push({l.last, std::move(it->second)});
-      free.erase(it);
+    Shared* best = nullptr;
+    for (Shared& b : shared)
+      if ((!best || b.buf->nbytes() < best->buf->nbytes()) &&
+          std::none_of(b.lives.begin(), b.lives.end(),
+                       [&](const Life* o) { return o->first <= l.last && l.first <= o->last; }))
+        best = &b;
+    if (best) {
+      bind(l.slot, best->buf);  // the slot's own buffer goes back to the device
+      best->lives.push_back(&l);
     } else {
-      busy.push({l.last, c.slots[l.slot].buf});
+      shared.push_back({c.slots[l.slot].buf, {&l}});
     }
   }
 }
@@ -324,8 +333,13 @@ std::vector<Tensor> JitCore::replay(const std::vector<Tensor>& inputs) {
   if (!planned_) {  // at the first replay: the capture's own tensors are gone by now
     plan_memory();
     planned_ = true;
-    // What the capture held beyond the plan is free now: given back, not kept for reuse.
+    // What the capture held beyond the plan is free now: given back, not kept for reuse. glibc keeps
+    // the pages of freed small blocks (the capture's buffers under 1 MiB, its graph) resident in its
+    // heap, where a replay never takes them again: trimmed once here (the GPT bench: 10 MiB).
     if (auto* dev = dynamic_cast<Compiled*>(&Device::get(c.device))) dev->pool().clear();
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
   }
   if (inputs.size() != c.inputs.size())
     throw std::invalid_argument(cat("TinyJit: called with ", std::to_string(inputs.size()),

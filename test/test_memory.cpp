@@ -208,6 +208,37 @@ TEST_CASE("TinyJit's replays share memory between scratch buffers whose lifetime
   REQUIRE(scratch <= 5 * bytes);
 }
 
+TEST_CASE("TinyJit's memory plan places the largest buffers first, the small ones in their gaps",
+          "[memory][jit]") {
+  test::DeviceScope on_clang("CLANG");
+  if (!on_clang.ok) return;
+  const std::int64_t n = 64, bytes = n * n * 4;
+  // a (n x n) lives over kernels 1-2, b (n x n) over 2-3, c (n x n x 4) over 3-4: a fits into c's
+  // buffer, which is free until kernel 3. Taken in order of first write, a's buffer is too small for
+  // c when c comes (a quarter of it), so c would get a buffer of its own: 6 n^2 in all.
+  auto step = [&](const Tensor& x) {
+    Tensor a = (x * 2).realize();
+    Tensor b = (a + x).realize();
+    Tensor c = (b.reshape({n, n, 1}).expand({n, n, 4}) * 1.5).realize();
+    return c.sum();
+  };
+  TinyJit jit(step);
+  for (unsigned s = 0; s < 2; ++s) jit(square(n, 20 + s));
+  for (unsigned s = 2; s < 5; ++s) {
+    Tensor x = square(n, 20 + s);
+    float got = jit(x).item<float>();
+    REQUIRE(got == Approx(step(x).item<float>()).epsilon(1e-5));
+  }
+  const CapturedStep& c = *jit.captured();
+  std::set<const RawBuffer*> seen;
+  std::int64_t scratch = 0;
+  for (const auto& slot : c.slots)
+    if (slot.role == CapturedStep::Role::Scratch && seen.insert(slot.buf.get()).second)
+      scratch += static_cast<std::int64_t>(slot.buf->nbytes());
+  INFO(seen.size() << " scratch buffers, " << scratch << " bytes");
+  REQUIRE(scratch == 5 * bytes);
+}
+
 TEST_CASE("host buffers of a mebibyte and more go back to the system when freed", "[memory]") {
   auto resident = [] {  // VmRSS in bytes
     std::ifstream f("/proc/self/status");
