@@ -1,9 +1,9 @@
 // The character GPT of examples/gpt (2 blocks, width 128, 4 heads, context 64, vocabulary 96) trained
 // on the static path: the model as fx expressions cut at the values read more than once (fx::cut),
 // its gradients from fx::grad, gradient clipping at 1 and AdamW with decay groups written as fx
-// expressions. Beside it the dynamic path's TinyJit step of the same model (examples/gpt_model.hpp)
-// from the same weights on the same batches (random tokens, batch 4): ms/step of each, and how far the
-// losses are apart.
+// expressions (one fx::assign pass per parameter). Beside it the dynamic path's TinyJit step of the
+// same model (examples/gpt_model.hpp) from the same weights on the same batches (random tokens, batch
+// 4): ms/step of each (median and fastest step), and how far the losses are apart.
 //
 //   bench_static_gpt [--steps=N] [--check] [--static-only | --dynamic-only]
 //
