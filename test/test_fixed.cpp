@@ -527,3 +527,57 @@ TEST_CASE("fixed small products, sums and elementwise chains allocate nothing (2
   small_no_alloc<4>();
   small_no_alloc<8>();
 }
+
+// fx::assign(std::tie(a, b, c), ea, eb, ec) is a = ea; b = eb; c = ec; in that order, as one pass:
+// each expression reads the earlier destinations' new values and the later ones' old values, at
+// every length (a vector's lanes and a remainder, chunks of the pass, threads' parts). An AdamW-like
+// triple, checked against the three assignments computed in double by loops.
+template <index_t N>
+void check_fused_adamw(std::mt19937& rng) {
+  auto w = std::make_unique<fx::Tensor<float, N>>(random_tensor<float, N>(rng));
+  auto m = std::make_unique<fx::Tensor<float, N>>(random_tensor<float, N>(rng));
+  auto v = std::make_unique<fx::Tensor<float, N>>(random_tensor<float, N>(rng, 0, 1));
+  auto g = std::make_unique<fx::Tensor<float, N>>(random_tensor<float, N>(rng));
+  auto w0 = *w, m0 = *m, v0 = *v;
+  fx::assign(std::tie(*m, *v, *w), *m * 0.9f + *g * 0.1f, *v * 0.99f + *g * *g * 0.01f,
+             *w - (*m / ((*v).sqrt() + 1e-3f) + *w * 0.1f) * 0.5f);
+  auto m1 = [&](index_t i) { return 0.9 * m0[i] + 0.1 * (*g)[i]; };
+  auto v1 = [&](index_t i) { return 0.99 * v0[i] + 0.01 * double((*g)[i]) * (*g)[i]; };
+  check_all(*m, m1);
+  check_all(*v, v1);
+  check_all(*w, [&](index_t i) { return w0[i] - (m1(i) / (std::sqrt(v1(i)) + 1e-3) + 0.1 * w0[i]) * 0.5; });
+}
+
+TEST_CASE("fixed assign: several assignments in one pass equal them one after another", "[fixed]") {
+  std::mt19937 rng(11);
+  check_fused_adamw<1>(rng);
+  check_fused_adamw<7>(rng);
+  check_fused_adamw<33>(rng);
+  check_fused_adamw<2049>(rng);   // past one chunk
+  check_fused_adamw<70001>(rng);  // split over threads where there are several, odd
+  {
+    const int before = fx::threads();
+    fx::set_threads(2);
+    check_fused_adamw<131075>(rng);
+    fx::set_threads(before);
+  }
+  // A later expression reading an earlier destination through another view, or by a reduction
+  // computed before the loop: the assignments one after another (the new values).
+  auto a = random_tensor<float, 9, 9>(rng), b = random_tensor<float, 9, 9>(rng);
+  auto a0 = a, b0 = b;
+  fx::assign(std::tie(a, b), a * 2.f, b + a.permute<1, 0>());
+  check_all(a, [&](index_t i) { return 2.0 * a0[i]; });
+  check_all(b, [&](index_t i) { return b0[i] + 2.0 * a0((i % 9), (i / 9)); });
+  a0 = a, b0 = b;
+  fx::assign(std::tie(a, b), a + 1.f, b * a.sum());
+  double s = 0;
+  for (index_t i = 0; i < 81; ++i) s += a0[i] + 1.0;
+  check_all(a, [&](index_t i) { return a0[i] + 1.0; });
+  check_all(
+      b, [&](index_t i) { return b0[i] * s; }, 1e-4);
+  // A later destination read by an earlier expression: its old value.
+  a0 = a, b0 = b;
+  fx::assign(std::tie(a, b), a + b, b - 1.f);
+  check_all(a, [&](index_t i) { return double(a0[i]) + b0[i]; });
+  check_all(b, [&](index_t i) { return b0[i] - 1.0; });
+}

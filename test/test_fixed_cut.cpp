@@ -209,3 +209,59 @@ TEST_CASE("fixed cut: a cut training step allocates nothing after its first", "[
   REQUIRE(metagrad::test::allocations() - before == 0);
   REQUIRE(last < first);
 }
+
+namespace {
+// Slice [B, E) of axis A of a (4, 5, 6) operand.
+template <int A, index_t B, index_t E, class X>
+auto slice(const X& x) {
+  if constexpr (A == 0)
+    return x.template shrink<B, E, 0, 5, 0, 6>();
+  else if constexpr (A == 1)
+    return x.template shrink<0, 4, B, E, 0, 6>();
+  else
+    return x.template shrink<0, 4, 0, 5, B, E>();
+}
+// loss = sum(s1 a) + sum(s2^2 b) + sum(s3) over slices [1, 2), [2, 3), [3, 4) of axis A of h = p c,
+// h a cut (its gradient a sink the slices' terms add into), or the subtree p c read four times (a
+// shared node, its gradient summed in the walk), or p itself (a parameter's sink): d loss / d p is
+// (a, 2 h b, 1) c in the slices and 0 around them (before the first; after the last but on axis 0).
+template <int A, int How>
+void check_slices(std::mt19937& rng) {
+  auto p = random_tensor<double, 4, 5, 6>(rng), c = random_tensor<double, 4, 5, 6>(rng, 0.5, 1.5);
+  using Sl = fx::TensorOf<decltype(slice<A, 1, 2>(p))>;
+  Sl a, b;
+  std::uniform_real_distribution<double> u(-2, 2);
+  for (index_t i = 0; i < Sl::size; ++i) a[i] = u(rng), b[i] = u(rng);
+  fx::Tape tape;
+  auto loss = [&](const auto& h) {
+    return (slice<A, 1, 2>(h) * a).sum() + (slice<A, 2, 3>(h) * slice<A, 2, 3>(h) * b).sum() +
+           slice<A, 3, 4>(h).sum();
+  };
+  fx::Tensor<double, 4, 5, 6> got;
+  if constexpr (How == 0)
+    got = get<0>(fx::grad(loss(fx::cut(p * c)), p));
+  else if constexpr (How == 1)
+    got = get<0>(fx::grad(loss(p * c), p));
+  else
+    c = fx::Tensor<double, 4, 5, 6>::full(1), got = get<0>(fx::grad(loss(p), p));
+  for (index_t i = 0; i < 4; ++i)
+    for (index_t j = 0; j < 5; ++j)
+      for (index_t k = 0; k < 6; ++k) {
+        const index_t at[] = {i, j, k}, s = at[A];
+        const index_t r[] = {i - (A == 0 ? s : 0), j - (A == 1 ? s : 0), k - (A == 2 ? s : 0)};
+        double want = 0;
+        if (s == 1) want = a(r[0], r[1], r[2]);
+        if (s == 2) want = 2 * p(i, j, k) * c(i, j, k) * b(r[0], r[1], r[2]);
+        if (s == 3) want = 1;
+        INFO("axis " << A << " way " << How << " at " << i << "," << j << "," << k);
+        REQUIRE(close(got(i, j, k), want * c(i, j, k), 1e-12, 1e-12));
+      }
+}
+}  // namespace
+
+TEST_CASE("fixed cut: slices' gradients go into their regions (a packed q, k, v's heads)", "[fixed][cut]") {
+  std::mt19937 rng(3);
+  check_slices<0, 0>(rng), check_slices<1, 0>(rng), check_slices<2, 0>(rng);
+  check_slices<0, 1>(rng), check_slices<1, 1>(rng), check_slices<2, 1>(rng);
+  check_slices<0, 2>(rng), check_slices<1, 2>(rng), check_slices<2, 2>(rng);
+}

@@ -17,6 +17,7 @@
 #include "metagrad/fixed/conv2d.hpp"
 #include "metagrad/fixed/pool.hpp"
 
+#include "metagrad/fixed/assign.hpp"
 #include "metagrad/fixed/bitcast.hpp"
 #include "metagrad/fixed/cut.hpp"
 #include "metagrad/fixed/describe.hpp"

@@ -48,11 +48,8 @@ struct Sinks {
 
 template <class V, class S, class G>
 void accumulate(void* to, bool& written, const G& g) {
-  V* buf = static_cast<V*>(to);
-  if (written)
-    detail::assign(buf, leaf<V, S>(buf) + g);
-  else
-    detail::assign(buf, g), written = true;
+  add_into<S>(static_cast<V*>(to), written, g);
+  written = true;
 }
 // Every counting term into its sink; terms whose leaf is neither a parameter nor a cut (an input)
 // are skipped unevaluated.

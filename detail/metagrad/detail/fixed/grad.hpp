@@ -104,6 +104,92 @@ auto leaf(const T* p) {
   return Expr<op::Leaf<T, S>>(op::Leaf<T, S>{p});
 }
 
+// A term that is a pad (under reshapes, which read a contiguous buffer alike): a slice's gradient,
+// such as one head's of a packed q, k, v. Its inner expression is what it writes; the rest is 0.
+template <class G>
+struct padded_term : std::false_type {};
+template <Pairs P, class C>
+struct padded_term<Expr<op::Move<MovementOps::PAD, P>, C>> : std::true_type {
+  static constexpr Pairs pads = P;
+  using padded = typename Expr<op::Move<MovementOps::PAD, P>, C>::shape;  // the buffer's shape
+  static const C& inner(const Expr<op::Move<MovementOps::PAD, P>, C>& g) { return g.kids.k0; }
+};
+template <Dims D, class C>
+struct padded_term<Expr<op::Move<MovementOps::RESHAPE, D>, C>> : padded_term<C> {
+  static const auto& inner(const Expr<op::Move<MovementOps::RESHAPE, D>, C>& g) {
+    return padded_term<C>::inner(g.kids.k0);
+  }
+};
+
+// The inner expression evaluated alone, then added into (or written to) its region of buf: runs of
+// whole contiguous rows, so the pad's zeros are neither computed nor added (an add over the whole
+// buffer, its mask tested per element, was three passes of the packed q, k, v's gradient).
+template <class V, class G>
+void add_region(V* buf, bool written, const G& g) {
+  using PT = padded_term<G>;
+  static constexpr Dims P = PT::padded::dims;
+  using Q = typename std::remove_cvref_t<decltype(PT::inner(g))>::shape;
+  static constexpr std::size_t R = P.size();
+  // The contiguous run: the innermost axes the region spans whole, times the next axis's extent.
+  static constexpr std::size_t first_full = [] {
+    std::size_t d = R;
+    while (d > 0 && Q::dims[d - 1] == P[d - 1]) --d;
+    return d;
+  }();
+  constexpr index_t run = [] {
+    index_t n = 1;
+    for (std::size_t d = first_full == 0 ? 0 : first_full - 1; d < R; ++d) n *= Q::dims[d];
+    return n;
+  }();
+  constexpr std::size_t outer = first_full == 0 ? 0 : first_full - 1;  // axes [0, outer) step by odometer
+  static constexpr std::array<index_t, R> stride = [] {
+    std::array<index_t, R> s{};
+    index_t k = 1;
+    for (std::size_t d = R; d-- > 0;) s[d] = k, k *= P[d];
+    return s;
+  }();
+  constexpr index_t base = [] {
+    index_t o = 0;
+    for (std::size_t d = 0; d < R; ++d) o += PT::pads[d].first * stride[d];
+    return o;
+  }();
+  Arena::Scope scope;
+  V* tmp = Arena::local().alloc<V>(Q::size);
+  detail::assign(tmp, PT::inner(g));
+  // Runs in increasing address order: a first write zeroes the gaps between them, not the whole.
+  V* gap = buf;
+  std::array<index_t, R> pos{};
+  for (index_t r = 0; r < Q::size / run; ++r) {
+    index_t at = base;
+    for (std::size_t d = 0; d < outer; ++d) at += pos[d] * stride[d];
+    V* __restrict dst = buf + at;
+    const V* __restrict src = tmp + r * run;
+    if (written) {
+      for (index_t j = 0; j < run; ++j) dst[j] += src[j];
+    } else {
+      std::fill(gap, dst, V(0));
+      std::copy(src, src + run, dst);
+      gap = dst + run;
+    }
+    for (std::size_t d = outer; d-- > 0;) {
+      if (++pos[d] < Q::dims[d]) break;
+      pos[d] = 0;
+    }
+  }
+  if (!written) std::fill(gap, buf + prod(P), V(0));
+}
+
+// g written to buf, or added to what buf holds.
+template <class S, class V, class G>
+void add_into(V* buf, bool written, const G& g) {
+  if constexpr (padded_term<G>::value && std::is_floating_point_v<V>)
+    add_region(buf, written, g);
+  else if (written)
+    detail::assign(buf, leaf<V, S>(buf) + g);
+  else
+    detail::assign(buf, g);
+}
+
 // A gradient that reached a leaf of a parameter's type: its expression, the leaf's data, and
 // whether it counts (a later equal copy of a shared subtree hands its gradient to the first copy).
 template <class L, class G>
@@ -413,14 +499,9 @@ class Backward {
       if constexpr (shared<E>) {  // summed now, differentiated once later
         using V = typename E::value_type;
         const std::size_t r = rep_[id];
-        if (!grad_[r]) {
-          V* buf = Arena::local().alloc<V>(E::shape::size);
-          detail::assign(buf, g);
-          grad_[r] = buf;
-        } else {
-          V* buf = static_cast<V*>(grad_[r]);
-          detail::assign(buf, leaf<V, typename E::shape>(buf) + g);
-        }
+        const bool written = grad_[r] != nullptr;
+        if (!written) grad_[r] = Arena::local().alloc<V>(E::shape::size);
+        add_into<typename E::shape>(static_cast<V*>(grad_[r]), written, g);
         return Pack<>{};
       } else {
         return expand(e, g, id);
