@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "alloc_count.hpp"
 #include "fixed_grad_check.hpp"
 #include "metagrad/fixed.hpp"
+#include "metagrad/fixed/describe.hpp"
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/mlp.hpp"
 #include "metagrad/fixed/nn.hpp"
@@ -108,6 +110,34 @@ TEST_CASE("fixed grad: cast passes the gradient back in the source type", "[fixe
   auto [g] = fx::eval(fx::grad((x.cast<float>() * r).sum().cast<double>(), x));
   static_assert(std::is_same_v<decltype(g), fx::Tensor<double, 2, 6>>);
   for (index_t i = 0; i < 12; ++i) REQUIRE(g[i] == double(r[i]));
+}
+
+TEST_CASE("fixed grad: detach is its child's value, and no gradient passes through it", "[fixed]") {
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(150 + seed);
+    auto x = random_tensor<double, 3, 5>(rng);
+    auto r = random_tensor<double, 3, 5>(rng);
+    fx::Tensor<double, 3, 5> v = (x.detach() * r).exp();
+    for (index_t i = 0; i < 15; ++i) REQUIRE(v[i] == std::exp(x[i] * r[i]));
+    // d/dx sum(x * detach(x) * r) = detach(x) * r: the detached factor is a constant, not 2 x r.
+    auto [g] = fx::eval(fx::grad((x * x.detach() * r).sum(), x));
+    for (index_t i = 0; i < 15; ++i) REQUIRE(g[i] == x[i] * r[i]);
+    auto [z] = fx::eval(fx::grad((x.detach() * r).sum() + x.sum() * 0.0, x));
+    for (index_t i = 0; i < 15; ++i) REQUIRE(z[i] == 0.0);
+    // Through a view and a reduction below it.
+    auto [h] = fx::eval(fx::grad((x * x.max<1>(fx::keepdim).detach().expand<3, 5>()).sum(), x));
+    fx::Tensor<double, 3, 1> m = x.max<1>(fx::keepdim);
+    for (index_t i = 0; i < 15; ++i) REQUIRE(h[i] == m[i / 5]);
+  }
+  // softmax and log_softmax shift by a detached max: their gradients compare nothing with it (a
+  // max's own gradient is a mask of x == max).
+  std::mt19937 rng(9);
+  auto x = random_tensor<double, 2, 3, 4>(rng);
+  auto r = random_tensor<double, 2, 3, 4>(rng);
+  REQUIRE(fx::describe(fx::grad((x.max<1>(fx::keepdim).expand<2, 3, 4>() * r).sum(), x)).find("Map eq") !=
+          std::string::npos);
+  REQUIRE(fx::describe(fx::grad((x.softmax<1>() * r).sum(), x)).find("Map eq") == std::string::npos);
+  REQUIRE(fx::describe(fx::grad((x.log_softmax<2>() * r).sum(), x)).find("Map eq") == std::string::npos);
 }
 
 TEST_CASE("fixed grad: reductions, softmax and log_softmax against finite differences", "[fixed]") {

@@ -311,6 +311,7 @@ class Lowering {
   Tensor make(const fixed::op::Cast<U>&, const Tensor& x) {
     return x.cast(dtype_of<U>);
   }
+  Tensor make(const fixed::op::Detach&, const Tensor& x) { return x.detach(); }
   Tensor make(const fixed::op::Gate& op, const Tensor& x) {  // off: x is never realized
     return op.on ? x : Tensor::zeros_like(x);
   }

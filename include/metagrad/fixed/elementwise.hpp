@@ -234,4 +234,10 @@ auto ExprBase<D>::cast() const {
     return Expr<op::Cast<U>, E>(op::Cast<U>{}, self().expr());
 }
 
+template <class D>
+auto ExprBase<D>::detach() const {
+  using E = expr_t<D>;
+  return Expr<op::Detach, E>(op::Detach{}, self().expr());
+}
+
 }  // namespace metagrad::fixed

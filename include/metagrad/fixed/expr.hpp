@@ -22,6 +22,7 @@
 //   Map<Fn F>             elementwise over FnTraits<F>::arity children (WHERE: cond, x, y) of the
 //                         node's own shape (broadcasting is explicit Moves).
 //   Cast<U>               elementwise conversion to U.
+//   Detach                its child's value, through which fixed::grad passes no gradient.
 //   Reduce<ReduceOps R, Dims Axes>  SUM or MAX over Axes (sorted, non-negative); the output keeps
 //                         the rank with reduced axes 1, like mlops::Sum (keepdim=false is a RESHAPE
 //                         above it).
@@ -31,7 +32,7 @@
 //                         computed in a constant expression by the shared View code.
 //   MatMul                (matmul.hpp) a (..., m, k) @ b (k, n) or (..., k, n).
 //   Conv2d<Stride, Padding>  (conv2d.hpp) x (N, Cin, H, W) with w (Cout, Cin, KH, KW), NCHW out.
-// Evaluation (eval.hpp) reads Leaf/Const/Map/Cast/Move element by element; every other tag is
+// Evaluation (eval.hpp) reads Leaf/Const/Map/Cast/Detach/Move element by element; every other tag is
 // materialised whole by its detail::Materialise<Tag> specialisation (Reduce, MatMul, Conv2d).
 // Leaves point at tensors; an Expr must not outlive the tensors it reads (as with Eigen).
 #include <cstddef>
@@ -78,6 +79,7 @@ struct Map {
 };
 template <class U>
 struct Cast {};
+struct Detach {};
 // A switch known at run time: the child's value, or zeros without evaluating the child at all
 // (fixed::grad gates each gradient term by whether its leaf is the parameter).
 struct Gate {
@@ -208,6 +210,8 @@ struct ExprBase {
   auto celu(double alpha = 1) const;
   template <class U>
   auto cast() const;
+  // The same value, a constant to fixed::grad (Tensor::detach): softmax's shift by its max.
+  auto detach() const;
 
   template <index_t... S>
   auto reshape() const;

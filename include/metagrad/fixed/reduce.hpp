@@ -76,17 +76,19 @@ auto std_mean(const X& x, std::int64_t correction = 1) {
   return std::pair{var<A...>(x, correction).sqrt(), x.template mean<A...>()};
 }
 
-// x - max, exponentiated, normalised: the dynamic path's _softmax.
+// x - max, exponentiated, normalised: the dynamic path's _softmax. The shift is detached, as there:
+// the result does not depend on it, so its gradient (a max's, through a mask) would be zeros at the
+// cost of a row reduction and a pass.
 template <class D>
 template <index_t Axis>
 auto ExprBase<D>::softmax() const {
-  auto e = (self() - self().template max<Axis>(keepdim)).exp();
+  auto e = (self() - self().template max<Axis>(keepdim).detach()).exp();
   return e / e.template sum<Axis>(keepdim);
 }
 template <class D>
 template <index_t Axis>
 auto ExprBase<D>::log_softmax() const {
-  auto m = self() - self().template max<Axis>(keepdim);
+  auto m = self() - self().template max<Axis>(keepdim).detach();
   return m - m.exp().template sum<Axis>(keepdim).log();
 }
 

@@ -44,6 +44,14 @@ struct Vjp<op::Cast<U>> {
 };
 
 template <>
+struct Vjp<op::Detach> {  // the gradient stops here
+  template <std::size_t I, class N, class G>
+  static none grad(const N&, const G&) {
+    return {};
+  }
+};
+
+template <>
 struct Vjp<op::Gate> {  // the same switch on the gradient
   template <std::size_t I, class N, class G>
   static auto grad(const N& n, const G& g) {

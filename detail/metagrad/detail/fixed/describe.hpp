@@ -96,6 +96,13 @@ struct Name<op::Cast<U>> {
   }
 };
 template <>
+struct Name<op::Detach> {
+  template <class E>
+  static std::string of(const E&) {
+    return "Detach (no gradient) " + shape<E>();
+  }
+};
+template <>
 struct Name<op::Gate> {
   template <class E>
   static std::string of(const E& e) {
@@ -234,8 +241,8 @@ class Planner {
       if (e.op.on) bind<Ops>(nth_child<0>(e), depth + 1);
     } else if constexpr (kind<E>::move) {
       bind_move<Ops>(e, depth);
-    } else {  // a constant, a map or a cast
-      step(depth, PlanStep::INLINE, name_of(e) + (kind<E>::cast ? "" : masked));
+    } else {  // a constant, a map, a cast or a detach
+      step(depth, PlanStep::INLINE, name_of(e) + (kind<E>::cast || kind<E>::detach ? "" : masked));
       mp::mp_for_each<mp::mp_iota_c<arity<E>>>(
           [&](auto i) { bind<Ops>(nth_child<decltype(i)::value>(e), depth + 1); });
     }

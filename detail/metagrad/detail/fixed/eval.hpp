@@ -48,7 +48,8 @@ namespace mp = boost::mp11;
 
 template <class E>
 struct kind {
-  static constexpr bool leaf = false, constant = false, map = false, cast = false, move = false, gate = false;
+  static constexpr bool leaf = false, constant = false, map = false, cast = false, move = false, gate = false,
+                        detach = false;
 };
 template <class T, class S, class... C>
 struct kind<Expr<op::Leaf<T, S>, C...>> : kind<void> {
@@ -73,13 +74,17 @@ struct kind<Expr<op::Move<M, Arg>, C...>> : kind<void> {
   static constexpr bool move = true;
 };
 template <class... C>
+struct kind<Expr<op::Detach, C...>> : kind<void> {
+  static constexpr bool detach = true;
+};
+template <class... C>
 struct kind<Expr<op::Gate, C...>> : kind<void> {
   static constexpr bool gate = true;
 };
 // Everything else (reductions, matmul, ...) is computed whole by Materialise before the loop.
 template <class E>
-inline constexpr bool materialised =
-    !(kind<E>::leaf || kind<E>::constant || kind<E>::map || kind<E>::cast || kind<E>::move || kind<E>::gate);
+inline constexpr bool materialised = !(kind<E>::leaf || kind<E>::constant || kind<E>::map || kind<E>::cast ||
+                                       kind<E>::move || kind<E>::gate || kind<E>::detach);
 
 // Movement ops in the order they apply (the one nearest the leaf first).
 template <class Ops>
@@ -137,6 +142,8 @@ template <class Ops, class U, class C>
 struct plan<Ops, Expr<op::Cast<U>, C>> : plan<Ops, C> {};
 template <class Ops, class C>
 struct plan<Ops, Expr<op::Gate, C>> : plan<Ops, C> {};
+template <class Ops, class C>
+struct plan<Ops, Expr<op::Detach, C>> : plan<Ops, C> {};
 template <class Ops, MovementOps M, auto Arg, class C>
 struct plan<Ops, Expr<op::Move<M, Arg>, C>> {
   using inner = plan<mp::mp_push_front<Ops, op::Move<M, Arg>>, C>;
@@ -343,6 +350,8 @@ METAGRAD_INLINE auto bind(const E& e, Ctx& ctx) {
       return bind_map<Ops>(e, ctx);
   } else if constexpr (kind<E>::cast) {
     return BCast<T, decltype(bind<Ops>(e.kids.k0, ctx))>{bind<Ops>(e.kids.k0, ctx)};
+  } else if constexpr (kind<E>::detach) {  // read as its child
+    return bind<Ops>(e.kids.k0, ctx);
   } else if constexpr (kind<E>::gate) {
     using C = decltype(bind<Ops>(e.kids.k0, ctx));
     return BGate<T, C>{e.op.on, e.op.on ? bind<Ops>(e.kids.k0, ctx) : C{}};

@@ -27,6 +27,7 @@ template <Fn F>
 struct Map;
 template <class U>
 struct Cast;
+struct Detach;
 struct Gate;
 template <ReduceOps R, Dims Axes>
 struct Reduce;
@@ -123,6 +124,11 @@ struct node<op::Map<F>, C0, C...> {
 template <class U, class C>
 struct node<op::Cast<U>, C> {
   using value_type = U;
+  using shape = typename C::shape;
+};
+template <class C>
+struct node<op::Detach, C> {
+  using value_type = typename C::value_type;
   using shape = typename C::shape;
 };
 template <class C>
