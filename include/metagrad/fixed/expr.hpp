@@ -210,8 +210,6 @@ struct ExprBase {
   auto celu(double alpha = 1) const;
   template <class U>
   auto cast() const;
-  // The same value, a constant to fixed::grad (Tensor::detach): softmax's shift by its max.
-  auto detach() const;
 
   template <index_t... S>
   auto reshape() const;
@@ -247,6 +245,8 @@ struct ExprBase {
   auto softmax() const;
   template <index_t Axis = -1>
   auto log_softmax() const;
+  // The same value, a constant to fixed::grad (Tensor::detach): softmax's shift by its max.
+  auto detach() const;
 
   auto eval() const;  // a fixed::Tensor holding the values
 };
