@@ -27,16 +27,16 @@ inline Tensor random_tensor(const Dims& shape, std::uint64_t seed, double lo = -
   return Tensor(random_values(prod(shape), seed, lo, hi), shape, {.requires_grad = requires_grad});
 }
 
+// A sanitizer run: test/CMakeLists.txt sets ASAN_OPTIONS for them.
+inline bool sanitized() { return std::getenv("ASAN_OPTIONS") != nullptr; }
+
 // The device suites' combinatorial loops (op x layout x axes ...) on OpenCL: PoCL builds each new
 // kernel in 0.1-0.5 s, so there a loop runs one case in three (`if (!sample()) continue;`): every
 // third, the phase moving on by one every nine cases, so that an inner loop whose size is a multiple
 // of three still sees each of its values across the outer one. Every op, layout and axis set still
 // runs, in a third of the combinations; CLANG and LLVM, on the same ops and renderer, run all. The
-// sanitizer runs (ASAN_OPTIONS set: test/CMakeLists.txt) sample too: they look for memory errors on
+// sanitizer runs (sanitized()) sample too: they look for memory errors on
 // the library's paths, which a third of the combinations walks, at 3-10x the plain run's time.
-// A sanitizer run: test/CMakeLists.txt sets ASAN_OPTIONS for them.
-inline bool sanitized() { return std::getenv("ASAN_OPTIONS") != nullptr; }
-
 struct Sampler {
   std::size_t n = 0;
   bool all = Device::canonicalize(Device::DEFAULT) != "OPENCL" && !sanitized();

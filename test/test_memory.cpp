@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <utility>
 #include <string>
 
 #include "device_scope.hpp"
@@ -127,6 +128,16 @@ Tensor square(std::int64_t n, unsigned seed) {
                 {.dtype = dtypes::float32})
       .realize();
 }
+
+// The bytes of the distinct buffers a captured step's scratch slots use, and how many there are.
+std::pair<std::int64_t, std::size_t> scratch_bytes(const CapturedStep& c) {
+  std::set<const RawBuffer*> seen;
+  std::int64_t bytes = 0;
+  for (const auto& slot : c.slots)
+    if (slot.role == CapturedStep::Role::Scratch && seen.insert(slot.buf.get()).second)
+      bytes += static_cast<std::int64_t>(slot.buf->nbytes());
+  return {bytes, seen.size()};
+}
 }  // namespace
 
 TEST_CASE("a realize frees each intermediate buffer after its last consumer, not at its end", "[memory]") {
@@ -197,13 +208,9 @@ TEST_CASE("TinyJit's replays share memory between scratch buffers whose lifetime
     std::vector<float> grad = param.grad->to_vector<float>();
     for (std::size_t i = 0; i < grad.size(); ++i) REQUIRE(grad[i] == Approx(expect_grad[i]).epsilon(1e-4));
   }
-  std::set<const RawBuffer*> after;
-  std::int64_t scratch = 0;
-  for (const auto& slot : c.slots)
-    if (slot.role == CapturedStep::Role::Scratch && after.insert(slot.buf.get()).second)
-      scratch += static_cast<std::int64_t>(slot.buf->nbytes());
-  INFO(before.size() << " buffers at capture, " << after.size() << " scratch buffers after planning, "
-                     << scratch << " bytes");
+  auto [scratch, after] = scratch_bytes(c);
+  INFO(before.size() << " buffers at capture, " << after << " scratch buffers after planning, " << scratch
+                     << " bytes");
   // The chain's 10 products (and relus) live one or two at a time; the gradient keeps its own.
   REQUIRE(scratch <= 5 * bytes);
 }
@@ -229,13 +236,8 @@ TEST_CASE("TinyJit's memory plan places the largest buffers first, the small one
     float got = jit(x).item<float>();
     REQUIRE(got == Approx(step(x).item<float>()).epsilon(1e-5));
   }
-  const CapturedStep& c = *jit.captured();
-  std::set<const RawBuffer*> seen;
-  std::int64_t scratch = 0;
-  for (const auto& slot : c.slots)
-    if (slot.role == CapturedStep::Role::Scratch && seen.insert(slot.buf.get()).second)
-      scratch += static_cast<std::int64_t>(slot.buf->nbytes());
-  INFO(seen.size() << " scratch buffers, " << scratch << " bytes");
+  auto [scratch, buffers] = scratch_bytes(*jit.captured());
+  INFO(buffers << " scratch buffers, " << scratch << " bytes");
   REQUIRE(scratch == 5 * bytes);
 }
 
