@@ -12,6 +12,7 @@
 #include "metagrad/device.hpp"
 #include "metagrad/runtime/buffer_pool.hpp"
 #include "metagrad/runtime/host_program.hpp"
+#include "replayable.hpp"
 
 namespace metagrad {
 
@@ -237,8 +238,12 @@ void JitCore::prepare_replay() {
     }
   }
   // A step of device programs only (no host functions) may replay as one graph where the device has them.
+  // (a replayable custom load runs on the host between them: no graph)
   try_graph_ = direct && getenv_int("METAGRAD_JIT_GRAPH", 1) != 0 &&
-               std::none_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.fn; });
+               std::none_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.fn; }) &&
+               std::none_of(captured_->kernels.begin(), captured_->kernels.end(), [](const auto& k) {
+                 return dynamic_cast<const CustomProgram*>(k.runner.clprg.get()) != nullptr;
+               });
   // Each state's current value (the next-value slot's buffer, now) moves to its read slot.
   for (const auto& u : captured_->state) {
     auto cur = captured_->slots[u.write].buf, old = captured_->slots[u.read].buf;

@@ -14,6 +14,7 @@
 
 #include "metagrad/lazy.hpp"
 #include "plan.hpp"
+#include "replayable.hpp"
 
 namespace metagrad {
 
@@ -437,6 +438,11 @@ std::shared_ptr<RawBuffer> copy_to(Backend& dev, const RawBuffer& src) {
   return out;
 }
 
+// A custom load whose fill a TinyJit replay may run again (replayable.hpp).
+const ReplayableFill* replayable(const GraphOp& op) {
+  return std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill.target<ReplayableFill>();
+}
+
 // Under a capture, work that replaying the captured kernels would not redo.
 void note_not_replayable(const LazyBuffer& b, Backend& dev, const Plan& p) {
   if (!CaptureLog::active) return;
@@ -446,7 +452,7 @@ void note_not_replayable(const LazyBuffer& b, Backend& dev, const Plan& p) {
   std::string what = p.ast                      ? (dev.compiled() ? "" : "a kernel on an interpreted device")
                      : op.op == LoadOps::FROM   ? (from_host ? "" : "a copy from " + p.from->device)
                      : op.op == LoadOps::RAND   ? "random numbers"
-                     : op.op == LoadOps::CUSTOM ? "a custom load"
+                     : op.op == LoadOps::CUSTOM ? (replayable(op) ? "" : "a custom load")
                                                 : "";
   if (!what.empty())
     CaptureLog::active->not_replayable.push_back(
@@ -515,6 +521,13 @@ void execute_plan(Plan& p) {
     std::vector<RawBuffer*> inputs;
     for (const GraphSrc& s : op.src) inputs.push_back(std::get<LazyBufferPtr>(s)->base()->realized.get());
     std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill(*out, inputs);
+    // A TinyJit capture replays it in its turn among the kernels (an AOT capture has no CaptureLog).
+    if (const ReplayableFill* f = replayable(op); f && CaptureLog::active && GlobalCounters::cache) {
+      CacheEntry e{ASTRunner{}, {out}};
+      e.prg.name = "custom", e.prg.clprg = std::make_shared<CustomProgram>(*f);
+      for (const GraphSrc& s : op.src) e.bufs.push_back(std::get<LazyBufferPtr>(s)->base()->realized);
+      GlobalCounters::cache->push_back(std::move(e));
+    }
   } else {
     throw std::runtime_error("realize: " + to_string(op.op) + " cannot be realized directly");
   }

@@ -13,8 +13,9 @@
 //
 // Rules, as in tinygrad: the arguments are Tensors on one compiled device (CLANG, LLVM, OPENCL) and
 // keep their shapes, dtypes and devices (a change throws, naming both shapes); the step does the
-// same work every call, all of it in compiled kernels (random numbers, a custom load, a copy from a
-// compiled device or a kernel on CPU inside the step throw at capture); the returned tensors share
+// same work every call, all of it in compiled kernels or in the host gathers of gather, index_select
+// and Embedding (random numbers, another custom load, a copy from a compiled device or a kernel on
+// CPU inside the step throw at capture); the returned tensors share
 // the JIT's memory and are overwritten by the next call. Tensors the step replaces with
 // Tensor::assign (parameters, momentum) carry over between calls; anything else it reads but does
 // not compute (frozen weights, host data it uploads such as arange's) is read from its memory as it

@@ -109,7 +109,8 @@ inline Dims leaf_shape(const LazyBufferPtr& b) { return b->shape(); }
 
 // What realize() and Tensor::assign report while a CaptureLog is installed (TinyJit's capture):
 // which tensors were replaced by assign, and work that a replay of the launched kernels would not
-// repeat (copies from a compiled device, random numbers, custom loads, interpreted kernels).
+// repeat (copies from a compiled device, random numbers, custom loads other than the replayable
+// gathers, interpreted kernels).
 struct CaptureLog {
   struct Assign {
     std::shared_ptr<RawBuffer> before;  // the replaced value's buffer (null when it was unrealized)

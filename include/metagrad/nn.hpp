@@ -103,8 +103,8 @@ class LayerNorm {
 
 // Rows of weight (vocab_size, embed_size) picked by integer indices of any shape: the result has the
 // indices' shape plus embed_size. The lookup is weight.index_select(0, idx): forward and backward cost
-// O(indices x embed_size) (the backward a scatter-add), and an index outside [0, vocab_size) throws.
-// Inside a TinyJit step it is a one-hot matmul instead (indices x vocab x embed flops, all kernels).
+// O(indices x embed_size) (the backward a scatter-add), and an index outside [0, vocab_size) throws,
+// in a TinyJit step's replays too.
 class Embedding {
  public:
   Embedding(std::int64_t vocab_size, std::int64_t embed_size);

@@ -233,9 +233,8 @@ class Tensor {
   // larger than this on the other axes; the result has index's shape. index_select: a 1-D index picks
   // whole slices along dim. Both realize the index to check its range (an exception names the op, the
   // shapes and the value). Forward and backward cost O(result): a host loop (LoadOps::CUSTOM) copies the
-  // picked elements, and the gradient is a scatter-add of the result's gradient into zeros. Inside a
-  // TinyJit step, where a custom load cannot replay, they become one-hot selects and sums (O(result x
-  // this.shape[dim]), all kernels).
+  // picked elements, and the gradient is a scatter-add of the result's gradient into zeros. A TinyJit
+  // step replays both loops, each checking the indices it is given.
   Tensor gather(std::int64_t dim, const Tensor& index) const;
   Tensor index_select(std::int64_t dim, const Tensor& index) const;
   // PyTorch's scatter family, gather's inverses: for dim 0, out[index[i][j]][j] = src[i][j] (scatter: the

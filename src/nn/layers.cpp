@@ -172,23 +172,12 @@ Tensor Embedding::operator()(const Tensor& idx) const {
   V shape(idx.shape().begin(), idx.shape().end());
   Tensor flat = idx.reshape({-1});
   if (dtypes::is_float(idx.dtype())) flat = flat.cast(dtypes::int64);  // float indices holding integers
-  if (!CaptureLog::active) {
-    shape.push_back(embed_size);
-    try {
-      return weight.index_select(0, flat).reshape(shape);
-    } catch (const std::out_of_range& e) {
-      throw std::out_of_range(cat("Embedding(", str(vocab_size), ", ", str(embed_size), "): ", e.what()));
-    }
+  shape.push_back(embed_size);
+  try {  // (a TinyJit step replays the gather, which checks each new index itself)
+    return weight.index_select(0, flat).reshape(shape);
+  } catch (const std::out_of_range& e) {
+    throw std::out_of_range(cat("Embedding(", str(vocab_size), ", ", str(embed_size), "): ", e.what()));
   }
-  // In a TinyJit step: one-hot rows (..., vocab) @ weight, all kernels; the range checked on the host.
-  for (std::int64_t i : flat.to_vector<std::int64_t>())
-    if (i < 0 || i >= vocab_size)
-      throw std::out_of_range(cat("Embedding(", str(vocab_size), ", ", str(embed_size), "): index ", str(i),
-                                  " in indices ", to_string(idx.shape()), " is out of range"));
-  shape.push_back(1);
-  Tensor counter =
-      Tensor::arange(static_cast<double>(vocab_size), {.device = idx.device(), .dtype = dtypes::int64});
-  return flat.reshape(shape).eq(counter).cast(weight.dtype()).matmul(weight);
 }
 StateDict Embedding::state_dict() const { return nn::state_dict({{"weight", weight}}); }
 

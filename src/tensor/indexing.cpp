@@ -1,13 +1,14 @@
 // Indexing by data: gather, index_select, topk and multinomial. The kernel language has no load at a
 // computed address, so gather and its scatter-add gradient are host loops over the picked elements
-// (a LoadOps::CUSTOM fill, O(result)); inside a TinyJit step, where a custom load cannot replay, they
-// fall back to one-hot selects, which are kernels.
+// (a LoadOps::CUSTOM fill, O(result)), which a TinyJit step replays (replayable.hpp): they read
+// only their buffers and check the index themselves.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
 
+#include "../replayable.hpp"
 #include "metagrad/runtime/lib.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -53,6 +54,20 @@ struct Pick {
         i[a] = 0;
       }
     }
+  }
+
+  // Each index value in [0, src[dim]): checked_index checks them when the graph is built; a TinyJit
+  // replay reads new ones, checked here before any is used.
+  void check(const std::int64_t* idx) const {
+    const char* who = select ? "index_select" : "gather";
+    std::int64_t n = select ? out[static_cast<std::size_t>(dim)] : prod(out),
+                 size = src[static_cast<std::size_t>(dim)];
+    for (std::int64_t k = 0; k < n; ++k)
+      if (idx[k] < 0 || idx[k] >= size)
+        throw std::out_of_range(detail::cat(who, ": index value ", std::to_string(idx[k]), " (element ",
+                                            std::to_string(k), ") is out of range for dim ",
+                                            std::to_string(dim), " of size ", std::to_string(size),
+                                            " in input ", to_string(src)));
   }
 };
 
@@ -123,35 +138,39 @@ struct Gather final : FunctionImpl<Gather, 2> {
       out = index->shape();
     pick = Pick{x->shape(), out, dim, select};
     idx = index;
-    return custom(
-        out, x->dtype, x->device, {x, index}, [p = pick](RawBuffer& o, const std::vector<RawBuffer*>& in) {
-          check_sizes(*in[0], p.src, "gather"),
-              check_sizes(*in[1], p.select ? Dims{p.out[static_cast<std::size_t>(p.dim)]} : p.out, "gather");
-          HostIn src(*in[0]), ix(*in[1]);
-          HostOut dst(o);
-          auto w = static_cast<std::size_t>(o.dtype.itemsize);
-          p.each(reinterpret_cast<const std::int64_t*>(ix.p), [&](std::int64_t oi, std::int64_t si) {
-            std::memcpy(dst.p + static_cast<std::size_t>(oi) * w, src.p + static_cast<std::size_t>(si) * w,
-                        w);
-          });
-          dst.done();
-        });
+    return custom(out, x->dtype, x->device, {x, index},
+                  ReplayableFill{[p = pick](RawBuffer& o, const std::vector<RawBuffer*>& in) {
+                    check_sizes(*in[0], p.src, "gather"),
+                        check_sizes(*in[1], p.select ? Dims{p.out[static_cast<std::size_t>(p.dim)]} : p.out,
+                                    "gather");
+                    HostIn src(*in[0]), ix(*in[1]);
+                    const auto* iv = reinterpret_cast<const std::int64_t*>(ix.p);
+                    p.check(iv);
+                    HostOut dst(o);
+                    auto w = static_cast<std::size_t>(o.dtype.itemsize);
+                    p.each(iv, [&](std::int64_t oi, std::int64_t si) {
+                      std::memcpy(dst.p + static_cast<std::size_t>(oi) * w,
+                                  src.p + static_cast<std::size_t>(si) * w, w);
+                    });
+                    dst.done();
+                  }});
   }
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override {
     if (g->dtype != dtypes::float32 && g->dtype != dtypes::float64)
       throw std::invalid_argument(
           detail::cat("gather: the gradient of a ", g->dtype.name, " tensor is not supported"));
     auto gx = custom(pick.src, g->dtype, g->device, {g, idx},
-                     [p = pick](RawBuffer& o, const std::vector<RawBuffer*>& in) {
+                     ReplayableFill{[p = pick](RawBuffer& o, const std::vector<RawBuffer*>& in) {
                        HostIn gv(*in[0]), ix(*in[1]);
-                       HostOut dst(o);
                        const auto* iv = reinterpret_cast<const std::int64_t*>(ix.p);
+                       p.check(iv);
+                       HostOut dst(o);
                        if (o.dtype == dtypes::float32)
                          scatter_add<float>(p, iv, gv.p, dst.p, o.size);
                        else
                          scatter_add<double>(p, iv, gv.p, dst.p, o.size);
                        dst.done();
-                     });
+                     }});
     return {gx, nullptr};
   }
 };
@@ -177,24 +196,6 @@ Tensor checked_index(const char* who, const Tensor& x, const Tensor& index, std:
   return i;
 }
 
-// One-hot form for TinyJit steps: out = sum over axis dim's values v of (index == v) * x(v).
-Tensor one_hot_gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
-  std::int64_t r = x.ndim(), n = x.shape()[static_cast<std::size_t>(dim)];
-  std::vector<std::pair<std::int64_t, std::int64_t>> keep;
-  for (std::int64_t a = 0; a < r; ++a)
-    keep.push_back({0, a == dim ? n : index.shape()[static_cast<std::size_t>(a)]});
-  std::vector<std::int64_t> order;
-  for (std::int64_t a = 0; a < r; ++a)
-    if (a != dim) order.push_back(a);
-  order.push_back(dim);
-  Tensor xs = x.shrink(keep).permute(order).unsqueeze(dim);  // index's shape with 1 at dim, then n
-  std::vector<std::int64_t> full(index.shape().begin(), index.shape().end());
-  full.push_back(n);
-  Tensor hot = index.unsqueeze(-1).eq(
-      Tensor::arange(static_cast<double>(n), {.device = x.device(), .dtype = dtypes::int64}));
-  return hot.where(xs.expand(full), 0.0).sum(-1);
-}
-
 }  // namespace
 
 Tensor Tensor::gather(std::int64_t dim, const Tensor& index) const {
@@ -209,7 +210,6 @@ Tensor Tensor::gather(std::int64_t dim, const Tensor& index) const {
                                               std::to_string(a)));
   if (ndim() == 0) return *this;
   Tensor i = checked_index("gather", *this, index, d);
-  if (CaptureLog::active) return one_hot_gather(*this, d, i);
   return Gather::apply(*this, i, d, false);
 }
 
@@ -239,11 +239,6 @@ Tensor Tensor::index_select(std::int64_t dim, const Tensor& index) const {
     throw std::invalid_argument(detail::cat("index_select: index ", to_string(index.shape()),
                                             " must be 1-D and input ", to_string(shape()), " at least 1-D"));
   Tensor i = checked_index("index_select", *this, index, d);
-  if (CaptureLog::active) {  // the 1-D index broadcast to the result's shape, then gather's one-hot form
-    std::vector<std::int64_t> s(static_cast<std::size_t>(ndim()), 1), out(shape().begin(), shape().end());
-    s[static_cast<std::size_t>(d)] = out[static_cast<std::size_t>(d)] = index.shape()[0];
-    return one_hot_gather(*this, d, i.reshape(s).expand(out));
-  }
   return Gather::apply(*this, i, d, true);
 }
 
