@@ -19,6 +19,7 @@
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
 #include "kernel_sources.hpp"
+#include "metagrad/jit.hpp"
 #include "reference.hpp"
 
 using namespace metagrad;
@@ -948,6 +949,16 @@ TEST_CASE("bitcast: the same bytes as another dtype of the same size, against bi
                     Contains("bitcast") && Contains("float32") && Contains("int64"));
   CHECK_THROWS_WITH(Tensor::ones({2}, {.dtype = dtypes::bool_}).bitcast(dtypes::uint8),
                     Contains("bitcast") && Contains("bool"));
+  // A TinyJit step replays the copy on each call's input.
+  if (Device::get(Device::DEFAULT).compiled()) {
+    TinyJit step([](const Tensor& x) { return ((x * 2).bitcast(dtypes::int32) + 1).contiguous(); });
+    for (int call = 0; call < 4; ++call) {
+      std::vector<float> v{1.5f * static_cast<float>(call), -0.25f, 3.0f};
+      std::vector<std::int32_t> want;
+      for (float x : v) want.push_back(std::bit_cast<std::int32_t>(x * 2) + 1);
+      CHECK(step(Tensor(v, {3})).to_vector<std::int32_t>() == want);
+    }
+  }
 }
 
 // ---- int16, uint16, uint32 -------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "../replayable.hpp"
 #include "metagrad/runtime/lib.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -201,14 +202,13 @@ Tensor Tensor::bitcast(DType dt) const {
                                                                     : ": the sizes differ",
                     ", shape ", to_string(shape())));
   if (dt == dtype()) return detach();
-  if (CaptureLog::active)
-    throw std::logic_error(detail::cat("bitcast: ", to_string(*this),
-                                       " is copied on the host, which a TinyJit step cannot replay"));
-  auto arg = std::make_shared<const CustomArg>(CustomArg{[](RawBuffer& o, const std::vector<RawBuffer*>& in) {
-    std::vector<std::byte> b(in[0]->nbytes());
-    in[0]->copyout(b.data());
-    o.copyin(b.data());
-  }});
+  // (its input's bytes alone: a TinyJit step replays it)
+  auto arg = std::make_shared<const CustomArg>(
+      CustomArg{ReplayableFill{[](RawBuffer& o, const std::vector<RawBuffer*>& in) {
+        std::vector<std::byte> b(in[0]->nbytes());
+        in[0]->copyout(b.data());
+        o.copyin(b.data());
+      }}});
   return Tensor(
       LazyBuffer::loadop(LoadOps::CUSTOM, shape(), dt, device(), arg, {lazydata.get()->contiguous()}), false);
 }
