@@ -581,3 +581,83 @@ TEST_CASE("fixed assign: several assignments in one pass equal them one after an
   check_all(a, [&](index_t i) { return double(a0[i]) + b0[i]; });
   check_all(b, [&](index_t i) { return b0[i] - 1.0; });
 }
+
+// ---- a subtree read several times, evaluated once per element (eval.hpp's let) ----
+namespace {
+template <class E>
+using bound_t = decltype(d::bind<boost::mp11::mp_list<>>(std::declval<const E&>(), std::declval<d::Ctx&>()));
+using V1 = fx::Tensor<float, 1500>;
+using Sig = decltype(1.f / (1.f + (std::declval<V1>() * 2.f).exp()));  // an expensive subtree
+using Twice = decltype(std::declval<Sig>() * std::declval<V1>() + std::declval<Sig>());
+using Cheap = decltype(std::declval<V1>() * 2.f * std::declval<V1>() + std::declval<V1>() * 2.f);
+// The largest repeated expensive subtree is found (not its exp alone); cheap repeats are left.
+static_assert(std::is_same_v<d::shared_subtree<bound_t<Twice>>::type, bound_t<Sig>>);
+static_assert(std::is_void_v<d::shared_subtree<bound_t<Cheap>>::type>);
+static_assert(std::is_void_v<d::shared_subtree<bound_t<Sig>>::type>);
+
+// Whether with_shared runs e's bound tree as a let (its copies read the same values).
+template <class E>
+bool runs_as_let(const E& e) {
+  d::Ctx ctx;
+  auto b = d::bind<boost::mp11::mp_list<>>(e.expr(), ctx);
+  bool let = false;
+  d::with_shared(b, [&](const auto& bb) { let = !std::is_same_v<std::remove_cvref_t<decltype(bb)>, decltype(b)>; });
+  return let;
+}
+}  // namespace
+
+TEST_CASE("fixed evaluation computes a subtree read several times once, where its copies read the same values",
+          "[fixed]") {
+  std::mt19937 rng(35);
+  auto x = random_tensor<float, 1500>(rng, -3, 3), y = random_tensor<float, 1500>(rng, -3, 3);
+  auto sig = [](const auto& t, float k) { return 1.f / (1.f + (t * k).exp()); };
+  // the same leaf and constants in each copy: one evaluation per element
+  REQUIRE(runs_as_let(sig(x, 2.f) * y + sig(x, 2.f)));
+  // same types, other values: each copy its own
+  REQUIRE_FALSE(runs_as_let(sig(x, 2.f) * y + sig(y, 2.f)));
+  REQUIRE_FALSE(runs_as_let(sig(x, 2.f) * y + sig(x, 3.f)));
+  REQUIRE_FALSE(runs_as_let(sig(x, 0.f).reciprocal() * y + sig(x, -0.f).reciprocal()));  // 0 and -0 differ
+
+  // Values, against loops in double, over shapes taking each loop: the 1-D vector loop with a
+  // scalar tail, rows of a broadcast (by vector rows), a transposed read (the scalar loop).
+  auto want_sig = [](double t, double k) { return 1 / (1 + std::exp(t * k)); };
+  fx::Tensor<float, 1500> r1 = sig(x, 2.f) * y + sig(x, 2.f) * sig(x, 2.f);
+  check_all(r1, [&](index_t i) {
+    double s = want_sig(x[i], 2);
+    return s * y[i] + s * s;
+  });
+  r1 = sig(x, 2.f) * y + sig(y, 2.f);  // not shared: both values still right
+  check_all(r1, [&](index_t i) { return want_sig(x[i], 2) * y[i] + want_sig(y[i], 2); });
+  auto m = random_tensor<float, 37, 48>(rng, -3, 3);
+  auto row = random_tensor<float, 48>(rng, -3, 3);
+  fx::Tensor<float, 37, 48> r2 = sig(m + row, -1.f) * (1.f - sig(m + row, -1.f)) + row;
+  check_all(r2, [&](index_t i) {
+    double s = want_sig(double(m[i]) + row[i % 48], -1);
+    return s * (1 - s) + row[i % 48];
+  });
+  auto mt = random_tensor<float, 48, 37>(rng, -3, 3);
+  r2 = sig(mt.permute<1, 0>(), 1.f) * m - sig(mt.permute<1, 0>(), 1.f);
+  check_all(r2, [&](index_t i) {
+    double s = want_sig(mt(i % 48, i / 48), 1);
+    return s * m[i] - s;
+  });
+  // in place: the destination one of the shared subtree's leaves
+  auto z = random_tensor<float, 37, 48>(rng, -3, 3), z0 = z;
+  z = sig(z, 1.5f) * z + sig(z, 1.5f);
+  check_all(z, [&](index_t i) {
+    double s = want_sig(z0[i], 1.5);
+    return s * z0[i] + s;
+  });
+  // GELU's backward (sigmoid(2u) three times) through fx::grad, against its derivative in double
+  auto w = random_tensor<float, 64, 40>(rng, -4, 4), u = random_tensor<float, 64, 40>(rng);
+  auto g = fx::grad((w.gelu() * u).sum(), w);
+  fx::Tensor<float, 64, 40> gw = get<0>(g);
+  check_all(
+      gw,
+      [&](index_t i) {
+        const double k = 0.7978845608028654, c = 0.044715, v = w[i];
+        double t = std::tanh(k * (v + c * v * v * v));
+        return u[i] * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * c * v * v));
+      },
+      1e-4, 1e-5);
+}

@@ -51,23 +51,44 @@ void accumulate(void* to, bool& written, const G& g) {
   add_into<S>(static_cast<V*>(to), written, g);
   written = true;
 }
+// A term that is a plain read of a gradient buffer (its walk's root gradient handed through a sum
+// or a residual unchanged).
+template <class G>
+struct plain_read : std::false_type {};
+template <class T, class S>
+struct plain_read<Expr<op::Leaf<T, S>>> : std::true_type {};
+
 // Every counting term into its sink; terms whose leaf is neither a parameter nor a cut (an input)
-// are skipped unevaluated.
+// are skipped unevaluated. lender: the gradient buffer of the cut whose backward this is, dead once
+// its terms are routed: a cut that its gradient reaches unchanged, and that has no gradient yet,
+// takes that buffer instead of a copy (after every other term, which may still read it).
 template <class Terms>
-void route(const Terms& terms, const Sinks& s) {
-  mp::mp_for_each<mp::mp_iota_c<Terms::size>>([&](auto i) {
+void route(const Terms& terms, const Sinks& s, void* lender = nullptr) {
+  bool taken = false;
+  auto each = [&](auto i, auto lent_pass) {
     const auto& t = slot<decltype(i)::value>(terms);
     using L = typename std::remove_cvref_t<decltype(t)>::leaf_type;
+    using G = std::remove_cvref_t<decltype(t.g)>;
     using V = typename L::value_type;
     if (!t.on) return;
     if constexpr (is_cut<L>::value) {
       auto* n = static_cast<TapeNode*>(const_cast<void*>(t.at));
+      bool lent = false;
+      if constexpr (plain_read<G>::value) lent = lender && static_cast<const void*>(t.g.op.data) == lender;
+      if (lent != decltype(lent_pass)::value) return;
+      if (lent && !n->written && !taken) {  // the lender's buffer, once: a second taker would share it
+        n->grad = lender, n->written = true, taken = true;
+        return;
+      }
       accumulate<V, typename L::shape>(n->grad, n->written, t.g);
     } else {
+      if (decltype(lent_pass)::value) return;
       for (std::size_t k = 0; k < s.n; ++k)
         if (s.at[k] == t.at) return accumulate<V, typename L::shape>(s.buf[k], s.written[k], t.g);
     }
-  });
+  };
+  mp::mp_for_each<mp::mp_iota_c<Terms::size>>([&](auto i) { each(i, std::false_type{}); });
+  if (lender) mp::mp_for_each<mp::mp_iota_c<Terms::size>>([&](auto i) { each(i, std::true_type{}); });
 }
 
 // A cut's recorded backward: its expression's walk from the cut's gradient, compiled once per
@@ -77,7 +98,7 @@ void backward_of(const TapeNode& n, const Sinks& s) {
   using V = typename X::value_type;
   Arena::Scope scope;
   Backward<X> plan(*static_cast<const X*>(n.expr));
-  route(plan.run_from(leaf<V, typename X::shape>(static_cast<const V*>(n.grad))), s);
+  route(plan.run_from(leaf<V, typename X::shape>(static_cast<const V*>(n.grad))), s, n.grad);
 }
 
 // The backward pass through the tape: `top` routes the loss's own terms into `s` (returning what
