@@ -601,13 +601,15 @@ bool runs_as_let(const E& e) {
   d::Ctx ctx;
   auto b = d::bind<boost::mp11::mp_list<>>(e.expr(), ctx);
   bool let = false;
-  d::with_shared(b, [&](const auto& bb) { let = !std::is_same_v<std::remove_cvref_t<decltype(bb)>, decltype(b)>; });
+  d::with_shared(
+      b, [&](const auto& bb) { let = !std::is_same_v<std::remove_cvref_t<decltype(bb)>, decltype(b)>; });
   return let;
 }
 }  // namespace
 
-TEST_CASE("fixed evaluation computes a subtree read several times once, where its copies read the same values",
-          "[fixed]") {
+TEST_CASE(
+    "fixed evaluation computes a subtree read several times once, where its copies read the same values",
+    "[fixed]") {
   std::mt19937 rng(35);
   auto x = random_tensor<float, 1500>(rng, -3, 3), y = random_tensor<float, 1500>(rng, -3, 3);
   auto sig = [](const auto& t, float k) { return 1.f / (1.f + (t * k).exp()); };

@@ -61,6 +61,35 @@ TEST_CASE("fixed cut: gradients through cuts read many times against finite diff
   }
 }
 
+// A cut that its user's gradient reaches unchanged (a residual) takes that buffer rather than a copy:
+// the taker later added into by an older cut, a second taker of the same buffer (a copy), one cut
+// reached twice, and one reached by other terms too.
+TEST_CASE("fixed cut: gradients handed on unchanged through residuals against finite differences",
+          "[fixed][cut]") {
+  for (int seed = 0; seed < 3; ++seed) {
+    std::mt19937 rng(seed + 10);
+    auto x = random_tensor<double, 3, 4>(rng);
+    auto w = random_tensor<double, 4, 4>(rng, -1, 1);
+    auto b = random_tensor<double, 4>(rng, -1, 1);
+    auto r = random_tensor<double, 3, 4>(rng);
+    auto taken_then_added = [&] {
+      auto a = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto c = fx::cut(a * a + b);  // adds into a's gradient after y's backward has handed it y's
+      auto y = fx::cut(a + c);      // a takes y's gradient buffer, c gets a copy
+      return (y.sin() * r).sum();
+    };
+    check_fd_cut(taken_then_added, w, b);
+    auto reached_twice = [&] {
+      auto a = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto y = fx::cut(a * b);
+      auto z = fx::cut(y + y + a);          // y takes z's gradient, then adds it again; a copies
+      auto u = fx::cut(z + (z * r).sin());  // z: the sine's term first, then u's gradient added
+      return (u * r).sum() + (y * y).sum();
+    };
+    check_fd_cut(reached_twice, w, b, x);
+  }
+}
+
 TEST_CASE("fixed cut: grad, grad_into and vjp_into agree, and a cut nothing reaches gets none",
           "[fixed][cut]") {
   std::mt19937 rng(7);
