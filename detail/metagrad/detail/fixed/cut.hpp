@@ -27,6 +27,7 @@ struct TapeNode {
   std::size_t bytes;                                // of its value (and of its gradient)
   void* grad;                                       // d loss / d value during a backward pass
   bool written;                                     // grad holds a gradient (else it is garbage)
+  const void* value;                                // the cut's value (its expression's, evaluated)
 };
 
 inline TapeNode*& tape_head() {  // the thread's newest cut
@@ -51,13 +52,6 @@ void accumulate(void* to, bool& written, const G& g) {
   add_into<S>(static_cast<V*>(to), written, g);
   written = true;
 }
-// A term that is a plain read of a gradient buffer (its walk's root gradient handed through a sum
-// or a residual unchanged).
-template <class G>
-struct plain_read : std::false_type {};
-template <class T, class S>
-struct plain_read<Expr<op::Leaf<T, S>>> : std::true_type {};
-
 // Every counting term into its sink; terms whose leaf is neither a parameter nor a cut (an input)
 // are skipped unevaluated. lender: the gradient buffer of the cut whose backward this is, dead once
 // its terms are routed: a cut that its gradient reaches unchanged, and that has no gradient yet,
@@ -97,7 +91,7 @@ template <class X>
 void backward_of(const TapeNode& n, const Sinks& s) {
   using V = typename X::value_type;
   Arena::Scope scope;
-  Backward<X> plan(*static_cast<const X*>(n.expr));
+  Backward<X> plan(*static_cast<const X*>(n.expr), n.value);
   route(plan.run_from(leaf<V, typename X::shape>(static_cast<const V*>(n.grad))), s, n.grad);
 }
 

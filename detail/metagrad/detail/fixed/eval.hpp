@@ -603,14 +603,41 @@ template <std::size_t R, Fn F, class A, class B, class C>
 METAGRAD_INLINE auto vget_row(const BMap<F, A, B, C>& b, const index_t* pos, index_t j) {
   return vapply<F>(vget_row<R>(b.c.k0, pos, j), vget_row<R>(b.c.k1, pos, j), vget_row<R>(b.c.k2, pos, j));
 }
+// W bools as the lanes of an integer vector M: one load widened (vpmovzx), not W loads each put in
+// its lane (what g++ 12 makes of __builtin_convertvector from bytes).
+template <class M, int W>
+METAGRAD_INLINE M widen_bools(const bool* p) {
+  static_assert(sizeof(bool) == 1);
+  [[maybe_unused]] long long bytes8 = 0;
+  std::memcpy(&bytes8, p, W < 8 ? W : 8);
+#if defined(__AVX512F__)
+  if constexpr (sizeof(M) == 64 && W == 16)
+    return (M)_mm512_maskz_cvtepu8_epi32(__mmask16(0xFFFF),
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if constexpr (sizeof(M) == 64 && W == 8)
+    return (M)_mm512_maskz_cvtepu8_epi64(__mmask8(0xFF), _mm_cvtsi64_si128(bytes8));
+#endif
+#if defined(__AVX2__)
+  if constexpr (sizeof(M) == 32 && W == 8) return (M)_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes8));
+  if constexpr (sizeof(M) == 32 && W == 4) return (M)_mm256_cvtepu8_epi64(_mm_cvtsi64_si128(bytes8));
+#endif
+  M c;
+  for (int i = 0; i < W; ++i) c[i] = p[i];
+  return c;
+}
 template <std::size_t R, View V, class X, class Y>
 METAGRAD_INLINE auto vget_row(const BMap<Fn::WHERE, BLeaf<bool, V>, X, Y>& b, const index_t* pos, index_t j) {
   auto x = vget_row<R>(b.c.k1, pos, j), y = vget_row<R>(b.c.k2, pos, j);
   using Lane = std::conditional_t<sizeof(x[0]) == 8, std::int64_t, std::int32_t>;
   using Mask = typename simd<Lane>::V;  // as many lanes as x, each as wide
-  Mask c;
+  constexpr int W = simd<Lane>::W;
   const bool* p = b.c.k0.p + offset_of<V, R>(pos, V.strides[R - 1] == 0 ? 0 : j);
-  for (int i = 0; i < simd<Lane>::W; ++i) c[i] = p[V.strides[R - 1] == 0 ? 0 : i];
+  Mask c;
+  if constexpr (V.strides[R - 1] == 0) {
+    c = Mask{} + Lane(*p);
+  } else {
+    c = widen_bools<Mask, W>(p);
+  }
   return c != 0 ? x : y;
 }
 

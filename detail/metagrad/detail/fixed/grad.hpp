@@ -99,6 +99,13 @@ struct cheap : std::bool_constant<kind<E>::leaf || kind<E>::constant> {};
 template <MovementOps M, auto Arg, class C>
 struct cheap<Expr<op::Move<M, Arg>, C>> : cheap<C> {};
 
+// A gradient that is a plain read of a buffer (a root gradient handed through a sum or a residual
+// unchanged): a sink with no gradient yet may take the buffer itself, not a copy.
+template <class G>
+struct plain_read : std::false_type {};
+template <class T, class S>
+struct plain_read<Expr<op::Leaf<T, S>>> : std::true_type {};
+
 template <class T, class S>
 auto leaf(const T* p) {
   return Expr<op::Leaf<T, S>>(op::Leaf<T, S>{p});
@@ -345,6 +352,20 @@ class Backward {
   using stored = decltype(stored_list(std::make_index_sequence<plan.n_stored>{}));
 
   Backward(const R& root, const P&... params) : root_(root), params_{params.data()...} {}
+  // root_value: the root's forward value where the caller holds it (a cut's), read by the root's
+  // rule (exp's, sigmoid's gradient is their value times g) instead of computing the root again.
+  Backward(const R& root, const void* root_value, const P&... params)
+      : root_(root), params_{params.data()...}, root_value_(root_value) {}
+
+  // The root's value as a leaf: the caller's, else evaluated once into the arena.
+  auto root_value() {
+    if (!root_value_) {
+      T* buf = Arena::local().alloc<T>(R::shape::size);
+      detail::assign(buf, rebuild(root_, 0));
+      root_value_ = buf;
+    }
+    return leaf<T, typename R::shape>(static_cast<const T*>(root_value_));
+  }
 
   // The loss, and every term in the order the walk meets them.
   auto run() {
@@ -397,7 +418,12 @@ class Backward {
     template <std::size_t I>
     using child_t = mp::mp_at_c<typename E::children_types, I>;
     const auto& op() const { return e.op; }
-    auto out() const { return b.cached(e, id); }
+    auto out() const {
+      if constexpr (std::is_same_v<E, R> && !kind<E>::leaf && !kind<E>::constant && !materialised<E>)
+        return b.root_value();  // E is the root: no proper subtree has the root's type
+      else
+        return b.cached(e, id);
+    }
     template <std::size_t I>
     auto x() const {
       return b.cached(fixed::child<I>(e), id + child_offset<E, I>);
@@ -498,10 +524,23 @@ class Backward {
                     "fixed::grad: a rule gave a gradient of the wrong shape");
       if constexpr (shared<E>) {  // summed now, differentiated once later
         using V = typename E::value_type;
+        using S = typename E::shape;
         const std::size_t r = rep_[id];
         const bool written = grad_[r] != nullptr;
-        if (!written) grad_[r] = Arena::local().alloc<V>(E::shape::size);
-        add_into<typename E::shape>(static_cast<V*>(grad_[r]), written, g);
+        if constexpr (plain_read<G>::value) {
+          if (!written) {  // the buffer itself, read only (copied when a second term comes)
+            grad_[r] = const_cast<V*>(g.op.data), lent_[r] = true;
+            return Pack<>{};
+          }
+        }
+        if (lent_[r]) {  // the sum into a buffer of its own, the lent one left as it is
+          V* own = Arena::local().alloc<V>(S::size);
+          detail::assign(own, leaf<V, S>(static_cast<const V*>(grad_[r])) + g);
+          grad_[r] = own, lent_[r] = false;
+          return Pack<>{};
+        }
+        if (!written) grad_[r] = Arena::local().alloc<V>(S::size);
+        add_into<S>(static_cast<V*>(grad_[r]), written, g);
         return Pack<>{};
       } else {
         return expand(e, g, id);
@@ -598,6 +637,8 @@ class Backward {
   std::array<std::size_t, N> rep_{};
   std::array<const void*, N> value_{};  // forward values of reductions and matmuls (by rep_)
   std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
+  std::array<bool, N> lent_{};          // grad_ is a term's buffer, not the walk's: never written
+  const void* root_value_ = nullptr;    // the root's forward value (root_value())
 };
 
 // The nodes of E's tree: a value read n times counts n times (one trait per node type, so cheap
