@@ -663,3 +663,68 @@ TEST_CASE(
       },
       1e-4, 1e-5);
 }
+
+// Rows of kLanes to kLanes * kFanIn elements (65 to 1023 floats) take reduce.hpp's short path: sums,
+// maxima of rows read per vector, of a masked row (a where on a bool tensor, widened per vector),
+// and of a transposed read (element by element), against loops in double.
+template <index_t N>
+void check_rows(std::mt19937& rng) {
+  auto a = random_tensor<float, 6, N>(rng, -3, 3);
+  auto t = random_tensor<float, N, 6>(rng, -3, 3);
+  fx::Tensor<bool, 6, N> mask;
+  for (index_t i = 0; i < mask.size; ++i) mask[i] = rng() % 3 == 0;
+  fx::Tensor<float, 6> s = a.template sum<1>(), m = a.template max<1>(),
+                       st = t.template permute<1, 0>().template sum<1>();
+  fx::Tensor<float, 6> sm = fx::where(mask, a.exp(), a * 2.f).template sum<1>();
+  fx::Tensor<float, 6> mm = fx::masked_fill(a, mask, -INFINITY).template max<1>();
+  for (index_t r = 0; r < 6; ++r) {
+    double ws = 0, wm = -1e30, wt = 0, wsm = 0, wmm = -1e30;
+    for (index_t k = 0; k < N; ++k) {
+      ws += a(r, k), wm = std::max<double>(wm, a(r, k)), wt += t(k, r);
+      wsm += mask(r, k) ? std::exp(double(a(r, k))) : 2.0 * a(r, k);
+      if (!mask(r, k)) wmm = std::max<double>(wmm, a(r, k));
+    }
+    INFO("row length " << N << ", row " << r);
+    REQUIRE(close(s[r], ws, 1e-5, 1e-5));
+    REQUIRE(m[r] == float(wm));
+    REQUIRE(close(st[r], wt, 1e-5, 1e-5));
+    REQUIRE(close(sm[r], wsm, 1e-5, 1e-5));
+    REQUIRE(mm[r] == float(wmm));
+  }
+}
+
+TEST_CASE("fixed row reductions of 65 to 1023 elements, plain, masked and transposed, match loops",
+          "[fixed]") {
+  std::mt19937 rng(36);
+  check_rows<65>(rng), check_rows<100>(rng), check_rows<128>(rng), check_rows<200>(rng);
+  check_rows<512>(rng), check_rows<1000>(rng), check_rows<1023>(rng), check_rows<1024>(rng);
+}
+
+TEST_CASE("fixed where on a bool tensor read per vector (a causal mask) matches loops", "[fixed]") {
+  std::mt19937 rng(37);
+  auto x = random_tensor<float, 8, 40, 48>(rng, -3, 3);
+  fx::Tensor<bool, 40, 48> causal;
+  for (index_t i = 0; i < 40; ++i)
+    for (index_t j = 0; j < 48; ++j) causal(i, j) = j > i;
+  fx::Tensor<bool, 40, 1> rows;
+  for (index_t i = 0; i < 40; ++i) rows(i, 0) = i % 3 == 1;
+  // rows long enough for vectors and a scalar tail (48 = 3 x 16), the mask broadcast over the
+  // batch, then a mask broadcast along the row (stride 0); exp makes each a loop of vectors
+  fx::Tensor<float, 8, 40, 48> r = fx::where(causal, -x, x * 0.5f).exp();
+  check_all(r, [&](index_t i) {
+    const index_t b = i / (40 * 48), q = i / 48 % 40, k = i % 48;
+    return std::exp(k > q ? -double(x(b, q, k)) : 0.5 * x(b, q, k));
+  });
+  r = fx::where(rows, x.exp(), x);
+  check_all(r, [&](index_t i) {
+    const index_t q = i / 48 % 40;
+    return q % 3 == 1 ? std::exp(double(x[i])) : double(x[i]);
+  });
+  // and a permuted copy in rows of 32 (a head's): vectors, not a call per row
+  auto h = random_tensor<float, 4, 64, 4, 32>(rng);
+  fx::Tensor<float, 4, 4, 64, 32> p = h.permute<0, 2, 1, 3>();
+  check_all(p, [&](index_t i) {
+    const index_t b = i / (4 * 64 * 32), hh = i / (64 * 32) % 4, t = i / 32 % 64, d = i % 32;
+    return double(h(b, t, hh, d));
+  });
+}

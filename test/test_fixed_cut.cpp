@@ -87,6 +87,17 @@ TEST_CASE("fixed cut: gradients handed on unchanged through residuals against fi
       return (u * r).sum() + (y * y).sum();
     };
     check_fd_cut(reached_twice, w, b, x);
+    // cuts whose root is a function whose gradient reads its value (exp, sigmoid, sqrt, relu): the
+    // cut's value stands for it
+    auto roots = [&] {
+      auto a = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto e = fx::cut((a * 0.5).exp());
+      auto s = fx::cut((a + e).sigmoid());
+      auto q = fx::cut((e + 1.0).sqrt());
+      auto r2 = fx::cut((a - 0.1).relu());
+      return ((e + s) * r).sum() + (q * s).sum() + (r2 * r2).sum();
+    };
+    check_fd_cut(roots, w, b, x);
   }
 }
 
@@ -287,6 +298,32 @@ void check_slices(std::mt19937& rng) {
       }
 }
 }  // namespace
+
+// Slices' gradients into a cut's gradient as slabs (copied alone, the rest zeroed when something else
+// comes): overlapping slices, a slice then the whole, slices of two axes, and slices with gaps
+// between them, against finite differences.
+TEST_CASE("fixed cut: slabs of a cut's gradient, overlapping, mixed and with gaps", "[fixed][cut]") {
+  std::mt19937 rng(12);
+  auto p = random_tensor<double, 4, 5, 6>(rng), c = random_tensor<double, 4, 5, 6>(rng, 0.5, 1.5);
+  auto r = random_tensor<double, 4, 5, 6>(rng);
+  auto overlapping = [&] {
+    auto h = fx::cut(p * c);
+    return (slice<1, 1, 3>(h) * slice<1, 1, 3>(r)).sum() + (slice<1, 2, 4>(h) * slice<1, 2, 4>(h)).sum();
+  };
+  check_fd_cut(overlapping, p);
+  auto then_whole = [&] {
+    auto h = fx::cut(p * c);
+    auto k = fx::cut(slice<2, 0, 2>(h).sin() + 1.0);  // its slab reaches h after the loss's terms
+    return (slice<2, 4, 6>(h) * slice<2, 4, 6>(r)).sum() + (h * r).sum() + k.sum();
+  };
+  check_fd_cut(then_whole, p, c);
+  auto two_axes_and_gaps = [&] {
+    auto h = fx::cut(p * c);
+    return slice<0, 1, 2>(h).exp().sum() + (slice<0, 3, 4>(h) * slice<0, 3, 4>(r)).sum() +
+           (slice<2, 1, 2>(h) * slice<2, 1, 2>(h)).sum();
+  };
+  check_fd_cut(two_axes_and_gaps, p, c);
+}
 
 TEST_CASE("fixed cut: slices' gradients go into their regions (a packed q, k, v's heads)", "[fixed][cut]") {
   std::mt19937 rng(3);

@@ -907,6 +907,14 @@ METAGRAD_INLINE void with_shared(const B& b, F&& f) {
   f(b);
 }
 
+// A loop that copies one tensor (through a view).
+template <class B>
+struct plain_copy : std::false_type {};
+template <class T, View V>
+struct plain_copy<BLeaf<T, V>> : std::true_type {};
+template <class T, View V, index_t N>
+struct plain_copy<BOwn<T, V, N>> : std::true_type {};
+
 inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place loop (a buffer in L1)
 
 // Elements [lo, hi) (one axis) or outer rows [lo, hi) of the loop over I, written from dst on (where
@@ -936,8 +944,10 @@ METAGRAD_INLINE void loop(const B& b, T* __restrict dst, index_t lo, index_t hi)
     // one unrolled first, inside a caller's loop, leaves branches the straight-line vectoriser cannot.
 #pragma GCC unroll 1
     for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
-  } else if constexpr (std::is_floating_point_v<T> && vector_rows<R, B>::value && vector_math<B>::value) {
-    // (only with expensive functions, as the 1-D loop: the compiler vectorises cheap rows alone)
+  } else if constexpr (std::is_floating_point_v<T> && vector_rows<R, B>::value &&
+                       (vector_math<B>::value || plain_copy<B>::value)) {
+    // (only with expensive functions, as the 1-D loop: the compiler vectorises cheap rows alone; and
+    // for a plain copy, short rows of which g++ makes a memmove call each: a permuted head's 32 floats)
     constexpr index_t W = simd<T>::W, body = n / W * W;
     for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
       T* __restrict row = dst + (o - lo) * n;

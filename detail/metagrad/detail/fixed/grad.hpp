@@ -106,6 +106,14 @@ struct plain_read : std::false_type {};
 template <class T, class S>
 struct plain_read<Expr<op::Leaf<T, S>>> : std::true_type {};
 
+// A view of a leaf that its gradient passes through unchanged but for where it lies (reshapes,
+// permutes, slices, pads; not a broadcast, whose gradient is a sum).
+template <class E>
+struct view_of_leaf : std::bool_constant<kind<E>::leaf> {};
+template <MovementOps M, auto Arg, class C>
+struct view_of_leaf<Expr<op::Move<M, Arg>, C>>
+    : std::bool_constant<M != MovementOps::EXPAND && view_of_leaf<C>::value> {};
+
 template <class T, class S>
 auto leaf(const T* p) {
   return Expr<op::Leaf<T, S>>(op::Leaf<T, S>{p});
@@ -132,7 +140,7 @@ struct padded_term<Expr<op::Move<MovementOps::RESHAPE, D>, C>> : padded_term<C> 
 // whole contiguous rows, so the pad's zeros are neither computed nor added (an add over the whole
 // buffer, its mask tested per element, was three passes of the packed q, k, v's gradient).
 template <class V, class G>
-void add_region(V* buf, bool written, const G& g) {
+void add_region(V* buf, bool written, const G& g, bool zero_gaps = true) {
   using PT = padded_term<G>;
   static constexpr Dims P = PT::padded::dims;
   using Q = typename std::remove_cvref_t<decltype(PT::inner(g))>::shape;
@@ -174,7 +182,7 @@ void add_region(V* buf, bool written, const G& g) {
     if (written) {
       for (index_t j = 0; j < run; ++j) dst[j] += src[j];
     } else {
-      std::fill(gap, dst, V(0));
+      if (zero_gaps) std::fill(gap, dst, V(0));
       std::copy(src, src + run, dst);
       gap = dst + run;
     }
@@ -183,8 +191,34 @@ void add_region(V* buf, bool written, const G& g) {
       pos[d] = 0;
     }
   }
-  if (!written) std::fill(gap, buf + prod(P), V(0));
+  if (!written && zero_gaps) std::fill(gap, buf + prod(P), V(0));
 }
+
+// A padded term whose region spans its buffer but along one axis (a packed q, k, v's head): in each
+// of `outer` blocks of ext x inner elements, the axis's [lo, hi).
+template <class G, bool = padded_term<G>::value>
+struct slab_of : std::false_type {};
+template <class G>
+struct slab_of<G, true> {
+  using PT = padded_term<G>;
+  static constexpr Dims P = PT::padded::dims;
+  using Q = typename std::remove_cvref_t<decltype(PT::inner(std::declval<const G&>()))>::shape;
+  static constexpr std::size_t axis = [] {
+    std::size_t a = P.size(), n = 0;
+    for (std::size_t d = 0; d < P.size(); ++d)
+      if (Q::dims[d] != P[d]) a = d, ++n;
+    return n == 1 ? a : P.size();
+  }();
+  static constexpr bool value = axis < P.size();
+  static constexpr index_t span(std::size_t from, std::size_t to) {
+    index_t k = 1;
+    for (std::size_t d = from; d < to; ++d) k *= P[d];
+    return k;
+  }
+  static constexpr index_t outer = value ? span(0, axis) : 0, ext = value ? P[axis] : 0,
+                           inner = value ? span(axis + 1, P.size()) : 0,
+                           lo = value ? PT::pads[axis].first : 0, hi = value ? lo + Q::dims[axis] : 0;
+};
 
 // g written to buf, or added to what buf holds.
 template <class S, class V, class G>
@@ -315,8 +349,8 @@ class Backward {
     const auto& L = links<R>::value;
     Tables t{};
     const std::size_t type[] = {id_of<node_t<I>>...};
-    const bool leaf[] = {kind<node_t<I>>::leaf...}, mat[] = {materialised<node_t<I>>...},
-               reach[] = {reaches<node_t<I>>...};
+    const bool leaf[] = {kind<node_t<I>>::leaf...}, plain[] = {view_of_leaf<node_t<I>>::value...},
+               mat[] = {materialised<node_t<I>>...}, reach[] = {reaches<node_t<I>>...};
     std::size_t height[N] = {};
     for (std::size_t j = N; j-- > 1;) height[L.parent[j]] = std::max(height[L.parent[j]], height[j] + 1);
     for (std::size_t id = 0; id < N; ++id) {
@@ -330,7 +364,10 @@ class Backward {
           else if (type[L.parent[j]] != type[L.parent[first]] || L.slot[j] != L.slot[first])
             fan_in = true;
         }
-      t.shared[id] = !leaf[id] && reach[id] && fan_in;
+      // (a view of a leaf is not: its gradients go on to the leaf one by one, where a sum first
+      // was a buffer zeroed and added into, and the sink then takes each as a slab, alone; a
+      // broadcast is, its gradient a sum reduced once)
+      t.shared[id] = !leaf[id] && !plain[id] && reach[id] && fan_in;
       t.stored[id] = t.shared[id] || mat[id];
       if (t.stored[id]) t.stored_ids[t.n_stored++] = id;
       if (t.shared[id]) {
