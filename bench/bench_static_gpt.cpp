@@ -82,7 +82,9 @@ auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
   shift = s.template max<-1>(fx::keepdim);
   auto e = fx::cut((s - shift).exp());
   auto probs = fx::cut(e / e.template sum<-1>(fx::keepdim));
-  auto o = fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>();
+  // the heads' outputs cut, as the (B, T, C) the projection reads: read again by its weight's
+  // gradient, which would otherwise compute the product (and its transposing copy) once more
+  auto o = fx::cut(fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>());
   auto x2 = fx::cut(x + linear(o, p.out));
   auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
   auto f = fx::cut(linear(h2, p.fc));  // read by gelu and by its backward

@@ -728,3 +728,40 @@ TEST_CASE("fixed where on a bool tensor read per vector (a causal mask) matches 
     return double(h(b, t, hh, d));
   });
 }
+
+// d::assign_view: an expression written, then added, into a region of a larger buffer (a view with
+// strides and an offset), the rest left as it was; against loops.
+namespace {
+constexpr metagrad::View kRegion({4, 2, 10}, {60, 10, 1}, 20);  // axis 1's [2, 4) of (4, 6, 10)
+constexpr metagrad::View kColumns({4, 6, 3}, {60, 10, 1}, 5);   // axis 2's [5, 8): short rows
+constexpr metagrad::View kTransposed({10, 4}, {1, 60}, 30);     // a transposed region
+}  // namespace
+TEST_CASE("fixed assign_view writes and adds an expression into a region of a buffer", "[fixed]") {
+  std::mt19937 rng(38);
+  auto a = random_tensor<float, 4, 2, 10>(rng);
+  auto c = random_tensor<float, 4, 6, 3>(rng);
+  auto t = random_tensor<float, 4, 10>(rng);
+  auto buf = random_tensor<float, 4, 6, 10>(rng), before = buf;
+  auto in = [](const metagrad::View& v, index_t i, index_t& at) {
+    // is flat index i of (4, 6, 10) inside view v's region, and where in v's shape
+    for (index_t k = 0; k < v.shape[0] * v.shape[1] * (v.shape.size() > 2 ? v.shape[2] : 1); ++k) {
+      index_t rest = k, off = v.offset;
+      for (std::size_t d = v.shape.size(); d-- > 0;)
+        off += rest % v.shape[d] * v.strides[d], rest /= v.shape[d];
+      if (off == i) return at = k, true;
+    }
+    return false;
+  };
+  d::assign_view<kRegion>(buf.data(), (a.exp() * 2.f).expr(), false);
+  d::assign_view<kRegion>(buf.data(), (a + 1.f).expr(), true);
+  d::assign_view<kColumns>(buf.data(), (c * c).expr(), true);
+  d::assign_view<kTransposed>(buf.data(), t.permute<1, 0>().expr(), false);
+  check_all(buf, [&](index_t i) {
+    index_t k = 0;
+    if (in(kTransposed, i, k)) return double(t(k % 4, k / 4));
+    double v = before[i];
+    if (in(kRegion, i, k)) v = 2 * std::exp(double(a[k])) + a[k] + 1;
+    if (in(kColumns, i, k)) v += double(c[k]) * c[k];
+    return v;
+  });
+}

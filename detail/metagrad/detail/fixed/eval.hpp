@@ -1081,6 +1081,37 @@ void assign_big(typename E::value_type* out, const E& e) {
   });
 }
 
+// e written into dst through D, a view of e's shape (strides and an offset: a region of a larger
+// buffer), or added to what is there: one loop, no temporary (a head's gradient into its place in a
+// packed q, k, v's). e must not read dst.
+template <View D, class E>
+void assign_view(typename E::value_type* dst, const E& e, bool add) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  Arena::Scope scope;
+  using Plan = plan<mp::mp_list<>, E>;
+  constexpr Dims I = iteration_shape(S::dims, concat<Plan::count + 1>(Plan::views, Views<1>{D}));
+  constexpr View DI = *D.reshape(I);
+  constexpr std::size_t R = I.size();
+  constexpr index_t n = I[R - 1], s = DI.strides[R - 1];
+  Ctx ctx{dst};
+  auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+  auto part = [&](index_t lo, index_t hi) {
+    for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
+      T* __restrict row = dst + offset_of<DI, R>(pos, 0);
+      if (add)
+        for (index_t j = 0; j < n; ++j) row[j * s] += get<R>(b, pos, j);
+      else
+        for (index_t j = 0; j < n; ++j) row[j * s] = get<R>(b, pos, j);
+    });
+  };
+  constexpr index_t range = outer_count<I>;
+  if constexpr (prod(I) >= kParallelElements)
+    parallel_for(range, 1, std::max<index_t>(1, kParallelElements / 2 / n), part);
+  else
+    part(0, range);
+}
+
 template <class E>
 METAGRAD_INLINE void assign(typename E::value_type* out, const E& e) {
   if constexpr (small_tree<E>())

@@ -168,6 +168,30 @@ void add_region(V* buf, bool written, const G& g, bool zero_gaps = true) {
     for (std::size_t d = 0; d < R; ++d) o += PT::pads[d].first * stride[d];
     return o;
   }();
+  // The region as a view of buf: the inner expression evaluated straight into it.
+  static constexpr View region = [] {
+    Dims st;
+    for (std::size_t d = 0; d < R; ++d) st.push_back(stride[d]);
+    return View(Q::dims, st, base);
+  }();
+  if (!reads(PT::inner(g), buf)) {
+    if (!written && zero_gaps) {  // the gaps between the runs, in increasing address order
+      V* gap = buf;
+      std::array<index_t, R> pos{};
+      for (index_t r = 0; r < Q::size / run; ++r) {
+        index_t at = base;
+        for (std::size_t d = 0; d < outer; ++d) at += pos[d] * stride[d];
+        std::fill(gap, buf + at, V(0));
+        gap = buf + at + run;
+        for (std::size_t d = outer; d-- > 0;) {
+          if (++pos[d] < Q::dims[d]) break;
+          pos[d] = 0;
+        }
+      }
+      std::fill(gap, buf + prod(P), V(0));
+    }
+    return assign_view<region>(buf, PT::inner(g), written);
+  }
   Arena::Scope scope;
   V* tmp = Arena::local().alloc<V>(Q::size);
   detail::assign(tmp, PT::inner(g));
