@@ -765,3 +765,39 @@ TEST_CASE("fixed assign_view writes and adds an expression into a region of a bu
     return v;
   });
 }
+
+// A function under a broadcast (a LayerNorm's 1 / sqrt of its variance, a log-softmax's log of the
+// sum) is evaluated once per element of its own shape, before the loop (hoisted), not per output.
+namespace {
+using X3 = fx::Tensor<float, 8, 40, 48>;
+using R3 = fx::Tensor<float, 8, 40, 1>;
+using Norm = decltype(std::declval<X3>() / std::declval<R3>().sqrt());
+using Bcast3 = std::remove_cvref_t<decltype(fx::child<1>(std::declval<Norm>()))>;
+static_assert(Bcast3::op_type::kind == metagrad::MovementOps::EXPAND);
+using Root3 = std::remove_cvref_t<decltype(fx::child<0>(std::declval<Bcast3>()))>;
+static_assert(d::hoisted<boost::mp11::mp_list<typename Bcast3::op_type>, Root3>);
+static_assert(!d::hoisted<boost::mp11::mp_list<>, Root3>);  // not under a broadcast: in the loop
+using Cheap3 = decltype(std::declval<R3>() * 2.f);
+static_assert(!d::hoisted<boost::mp11::mp_list<typename Bcast3::op_type>, Cheap3>);  // cheap: re-read
+}  // namespace
+TEST_CASE("fixed functions under a broadcast are evaluated once per element of their shape", "[fixed]") {
+  std::mt19937 rng(39);
+  auto x = random_tensor<float, 8, 40, 48>(rng, -2, 2);
+  auto r = random_tensor<float, 8, 40, 1>(rng, 0.1, 3);
+  fx::Tensor<float, 8, 40, 48> y = x / (r + 1e-5f).sqrt();
+  check_all(y, [&](index_t i) { return x[i] / std::sqrt(double(r[i / 48]) + 1e-5); });
+  y = x - x.exp().sum<-1>(fx::keepdim).log() + (r * 0.5f).exp();  // two hoisted, one of a reduction
+  check_all(
+      y,
+      [&](index_t i) {
+        double s = 0;
+        for (index_t k = 0; k < 48; ++k) s += std::exp(double(x[i / 48 * 48 + k]));
+        return x[i] - std::log(s) + std::exp(0.5 * r[i / 48]);
+      },
+      1e-5, 1e-5);
+  // small (inline) too: values inside the bound tree
+  auto xs = random_tensor<float, 3, 5>(rng, -2, 2);
+  auto rs = random_tensor<float, 3, 1>(rng, 0.1, 3);
+  fx::Tensor<float, 3, 5> ys = xs * rs.log();
+  check_all(ys, [&](index_t i) { return xs[i] * std::log(double(rs[i / 5])); });
+}

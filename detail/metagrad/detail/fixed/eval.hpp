@@ -126,17 +126,46 @@ template <std::size_t N>
 constexpr bool all_exist(const Views<N>& views) {
   return std::all_of(views.begin(), views.end(), [](const auto& v) { return v.has_value(); });
 }
+// A function's value that a broadcast reads many times (the log of a row's sum in a log-softmax, a
+// LayerNorm's 1 / sqrt of its variance): computed once per element of its own shape before the loop,
+// as a materialised node, not once per element of the output.
+template <class E>
+struct expensive : std::false_type {};
+template <Fn F, class... C>
+struct expensive<Expr<op::Map<F>, C...>>
+    : std::bool_constant<(FnTraits<F>::cost >= kVectorCost) || (expensive<C>::value || ...)> {};
+template <class U, class C>
+struct expensive<Expr<op::Cast<U>, C>> : expensive<C> {};
+template <MovementOps M, auto Arg, class C>
+struct expensive<Expr<op::Move<M, Arg>, C>> : expensive<C> {};
+template <class M>
+struct is_expand : std::bool_constant<M::kind == MovementOps::EXPAND> {};
+template <class Ops, class E>
+inline constexpr bool hoisted = [] {
+  if constexpr (kind<E>::map && expensive<E>::value && mp::mp_any_of<Ops, is_expand>::value && !has_pad<Ops>)
+    return apply_moves<Ops>(View(E::shape::dims)).has_value();
+  else
+    return false;
+}();
+
 template <class Ops, Fn F, class... C>
 struct plan<Ops, Expr<op::Map<F>, C...>> {
+  using E = Expr<op::Map<F>, C...>;
+  static constexpr bool hoist = hoisted<Ops, E>;
   static constexpr std::size_t guard = has_pad<Ops> ? 1 : 0;
-  static constexpr std::size_t count = guard + (plan<Ops, C>::count + ... + 0);
-  static constexpr Views<count> views = concat<count>(
-      [] {
-        Views<guard> v{};
-        if constexpr (guard) v[0] = apply_moves<Ops>(View(Expr<op::Map<F>, C...>::shape::dims));
-        return v;
-      }(),
-      plan<Ops, C>::views...);
+  static constexpr std::size_t count = hoist ? 1 : guard + (plan<Ops, C>::count + ... + 0);
+  static constexpr Views<count> views = [] {
+    if constexpr (hoist)
+      return Views<1>{apply_moves<Ops>(View(E::shape::dims))};
+    else
+      return concat<count>(
+          [] {
+            Views<guard> v{};
+            if constexpr (guard) v[0] = apply_moves<Ops>(View(E::shape::dims));
+            return v;
+          }(),
+          plan<Ops, C>::views...);
+  }();
 };
 template <class Ops, class U, class C>
 struct plan<Ops, Expr<op::Cast<U>, C>> : plan<Ops, C> {};
@@ -343,6 +372,17 @@ METAGRAD_INLINE auto bind(const E& e, Ctx& ctx) {
       return guarded<Ops, S, T>(BConst<T>{e.op.value});
     else
       return BConst<T>{e.op.value};
+  } else if constexpr (hoisted<Ops, E>) {  // evaluated first, then read through the broadcast
+    constexpr View v = *apply_moves<Ops>(View(S::dims));
+    if constexpr (inline_size<T>(S::size)) {
+      BOwn<T, v, S::size> own;
+      assign(own.v, e);
+      return own;
+    } else {
+      T* tmp = Arena::local().alloc<T>(S::size);
+      assign(tmp, e);
+      return BLeaf<T, v>{tmp};
+    }
   } else if constexpr (kind<E>::map) {
     if constexpr (has_pad<Ops>)
       return guarded<Ops, S, T>(bind_map<Ops>(e, ctx));
