@@ -727,6 +727,9 @@ TEST_CASE("fixed where on a bool tensor read per vector (a causal mask) matches 
     const index_t b = i / (4 * 64 * 32), hh = i / (64 * 32) % 4, t = i / 32 % 64, d = i % 32;
     return double(h(b, t, hh, d));
   });
+  // the same under a reshape at the root: evaluated straight into the destination
+  fx::Tensor<float, 4, 4, 2048> o = (h.permute<0, 2, 1, 3>() * 2.f).reshape<4, 4, 2048>();
+  check_all(o, [&](index_t i) { return 2.0 * p[i]; });
 }
 
 // d::assign_view: an expression written, then added, into a region of a larger buffer (a view with

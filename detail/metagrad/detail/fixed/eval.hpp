@@ -1153,8 +1153,15 @@ void assign_view(typename E::value_type* dst, const E& e, bool add) {
 }
 
 template <class E>
+struct root_reshape : std::false_type {};
+template <Dims D, class C>
+struct root_reshape<Expr<op::Move<MovementOps::RESHAPE, D>, C>> : std::true_type {};
+
+template <class E>
 METAGRAD_INLINE void assign(typename E::value_type* out, const E& e) {
-  if constexpr (small_tree<E>())
+  if constexpr (root_reshape<E>::value)  // the same values in the same order: the child into out (a
+    assign(out, e.kids.k0);              // reshape of a permuted product was two copies, not one)
+  else if constexpr (small_tree<E>())
     assign_small(out, e);
   else
     assign_big(out, e);
