@@ -581,3 +581,226 @@ TEST_CASE("fixed assign: several assignments in one pass equal them one after an
   check_all(a, [&](index_t i) { return double(a0[i]) + b0[i]; });
   check_all(b, [&](index_t i) { return b0[i] - 1.0; });
 }
+
+// ---- a subtree read several times, evaluated once per element (eval.hpp's let) ----
+namespace {
+template <class E>
+using bound_t = decltype(d::bind<boost::mp11::mp_list<>>(std::declval<const E&>(), std::declval<d::Ctx&>()));
+using V1 = fx::Tensor<float, 1500>;
+using Sig = decltype(1.f / (1.f + (std::declval<V1>() * 2.f).exp()));  // an expensive subtree
+using Twice = decltype(std::declval<Sig>() * std::declval<V1>() + std::declval<Sig>());
+using Cheap = decltype(std::declval<V1>() * 2.f * std::declval<V1>() + std::declval<V1>() * 2.f);
+// The largest repeated expensive subtree is found (not its exp alone); cheap repeats are left.
+static_assert(std::is_same_v<d::shared_subtree<bound_t<Twice>>::type, bound_t<Sig>>);
+static_assert(std::is_void_v<d::shared_subtree<bound_t<Cheap>>::type>);
+static_assert(std::is_void_v<d::shared_subtree<bound_t<Sig>>::type>);
+
+// Whether with_shared runs e's bound tree as a let (its copies read the same values).
+template <class E>
+bool runs_as_let(const E& e) {
+  d::Ctx ctx;
+  auto b = d::bind<boost::mp11::mp_list<>>(e.expr(), ctx);
+  bool let = false;
+  d::with_shared(
+      b, [&](const auto& bb) { let = !std::is_same_v<std::remove_cvref_t<decltype(bb)>, decltype(b)>; });
+  return let;
+}
+}  // namespace
+
+TEST_CASE(
+    "fixed evaluation computes a subtree read several times once, where its copies read the same values",
+    "[fixed]") {
+  std::mt19937 rng(35);
+  auto x = random_tensor<float, 1500>(rng, -3, 3), y = random_tensor<float, 1500>(rng, -3, 3);
+  auto sig = [](const auto& t, float k) { return 1.f / (1.f + (t * k).exp()); };
+  // the same leaf and constants in each copy: one evaluation per element
+  REQUIRE(runs_as_let(sig(x, 2.f) * y + sig(x, 2.f)));
+  // same types, other values: each copy its own
+  REQUIRE_FALSE(runs_as_let(sig(x, 2.f) * y + sig(y, 2.f)));
+  REQUIRE_FALSE(runs_as_let(sig(x, 2.f) * y + sig(x, 3.f)));
+  REQUIRE_FALSE(runs_as_let(sig(x, 0.f).reciprocal() * y + sig(x, -0.f).reciprocal()));  // 0 and -0 differ
+
+  // Values, against loops in double, over shapes taking each loop: the 1-D vector loop with a
+  // scalar tail, rows of a broadcast (by vector rows), a transposed read (the scalar loop).
+  auto want_sig = [](double t, double k) { return 1 / (1 + std::exp(t * k)); };
+  fx::Tensor<float, 1500> r1 = sig(x, 2.f) * y + sig(x, 2.f) * sig(x, 2.f);
+  check_all(r1, [&](index_t i) {
+    double s = want_sig(x[i], 2);
+    return s * y[i] + s * s;
+  });
+  r1 = sig(x, 2.f) * y + sig(y, 2.f);  // not shared: both values still right
+  check_all(r1, [&](index_t i) { return want_sig(x[i], 2) * y[i] + want_sig(y[i], 2); });
+  auto m = random_tensor<float, 37, 48>(rng, -3, 3);
+  auto row = random_tensor<float, 48>(rng, -3, 3);
+  fx::Tensor<float, 37, 48> r2 = sig(m + row, -1.f) * (1.f - sig(m + row, -1.f)) + row;
+  check_all(r2, [&](index_t i) {
+    double s = want_sig(double(m[i]) + row[i % 48], -1);
+    return s * (1 - s) + row[i % 48];
+  });
+  auto mt = random_tensor<float, 48, 37>(rng, -3, 3);
+  r2 = sig(mt.permute<1, 0>(), 1.f) * m - sig(mt.permute<1, 0>(), 1.f);
+  check_all(r2, [&](index_t i) {
+    double s = want_sig(mt(i % 48, i / 48), 1);
+    return s * m[i] - s;
+  });
+  // in place: the destination one of the shared subtree's leaves
+  auto z = random_tensor<float, 37, 48>(rng, -3, 3), z0 = z;
+  z = sig(z, 1.5f) * z + sig(z, 1.5f);
+  check_all(z, [&](index_t i) {
+    double s = want_sig(z0[i], 1.5);
+    return s * z0[i] + s;
+  });
+  // GELU's backward (sigmoid(2u) three times) through fx::grad, against its derivative in double
+  auto w = random_tensor<float, 64, 40>(rng, -4, 4), u = random_tensor<float, 64, 40>(rng);
+  auto g = fx::grad((w.gelu() * u).sum(), w);
+  fx::Tensor<float, 64, 40> gw = get<0>(g);
+  check_all(
+      gw,
+      [&](index_t i) {
+        const double k = 0.7978845608028654, c = 0.044715, v = w[i];
+        double t = std::tanh(k * (v + c * v * v * v));
+        return u[i] * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * c * v * v));
+      },
+      1e-4, 1e-5);
+}
+
+// Rows of kLanes to kLanes * kFanIn elements (65 to 1023 floats) take reduce.hpp's short path: sums,
+// maxima of rows read per vector, of a masked row (a where on a bool tensor, widened per vector),
+// and of a transposed read (element by element), against loops in double.
+template <index_t N>
+void check_rows(std::mt19937& rng) {
+  auto a = random_tensor<float, 6, N>(rng, -3, 3);
+  auto t = random_tensor<float, N, 6>(rng, -3, 3);
+  fx::Tensor<bool, 6, N> mask;
+  for (index_t i = 0; i < mask.size; ++i) mask[i] = rng() % 3 == 0;
+  fx::Tensor<float, 6> s = a.template sum<1>(), m = a.template max<1>(),
+                       st = t.template permute<1, 0>().template sum<1>();
+  fx::Tensor<float, 6> sm = fx::where(mask, a.exp(), a * 2.f).template sum<1>();
+  fx::Tensor<float, 6> mm = fx::masked_fill(a, mask, -INFINITY).template max<1>();
+  for (index_t r = 0; r < 6; ++r) {
+    double ws = 0, wm = -1e30, wt = 0, wsm = 0, wmm = -1e30;
+    for (index_t k = 0; k < N; ++k) {
+      ws += a(r, k), wm = std::max<double>(wm, a(r, k)), wt += t(k, r);
+      wsm += mask(r, k) ? std::exp(double(a(r, k))) : 2.0 * a(r, k);
+      if (!mask(r, k)) wmm = std::max<double>(wmm, a(r, k));
+    }
+    INFO("row length " << N << ", row " << r);
+    REQUIRE(close(s[r], ws, 1e-5, 1e-5));
+    REQUIRE(m[r] == float(wm));
+    REQUIRE(close(st[r], wt, 1e-5, 1e-5));
+    REQUIRE(close(sm[r], wsm, 1e-5, 1e-5));
+    REQUIRE(mm[r] == float(wmm));
+  }
+}
+
+TEST_CASE("fixed row reductions of 65 to 1023 elements, plain, masked and transposed, match loops",
+          "[fixed]") {
+  std::mt19937 rng(36);
+  check_rows<65>(rng), check_rows<100>(rng), check_rows<128>(rng), check_rows<200>(rng);
+  check_rows<512>(rng), check_rows<1000>(rng), check_rows<1023>(rng), check_rows<1024>(rng);
+}
+
+TEST_CASE("fixed where on a bool tensor read per vector (a causal mask) matches loops", "[fixed]") {
+  std::mt19937 rng(37);
+  auto x = random_tensor<float, 8, 40, 48>(rng, -3, 3);
+  fx::Tensor<bool, 40, 48> causal;
+  for (index_t i = 0; i < 40; ++i)
+    for (index_t j = 0; j < 48; ++j) causal(i, j) = j > i;
+  fx::Tensor<bool, 40, 1> rows;
+  for (index_t i = 0; i < 40; ++i) rows(i, 0) = i % 3 == 1;
+  // rows long enough for vectors and a scalar tail (48 = 3 x 16), the mask broadcast over the
+  // batch, then a mask broadcast along the row (stride 0); exp makes each a loop of vectors
+  fx::Tensor<float, 8, 40, 48> r = fx::where(causal, -x, x * 0.5f).exp();
+  check_all(r, [&](index_t i) {
+    const index_t b = i / (40 * 48), q = i / 48 % 40, k = i % 48;
+    return std::exp(k > q ? -double(x(b, q, k)) : 0.5 * x(b, q, k));
+  });
+  r = fx::where(rows, x.exp(), x);
+  check_all(r, [&](index_t i) {
+    const index_t q = i / 48 % 40;
+    return q % 3 == 1 ? std::exp(double(x[i])) : double(x[i]);
+  });
+  // and a permuted copy in rows of 32 (a head's): vectors, not a call per row
+  auto h = random_tensor<float, 4, 64, 4, 32>(rng);
+  fx::Tensor<float, 4, 4, 64, 32> p = h.permute<0, 2, 1, 3>();
+  check_all(p, [&](index_t i) {
+    const index_t b = i / (4 * 64 * 32), hh = i / (64 * 32) % 4, t = i / 32 % 64, d = i % 32;
+    return double(h(b, t, hh, d));
+  });
+  // the same under a reshape at the root: evaluated straight into the destination
+  fx::Tensor<float, 4, 4, 2048> o = (h.permute<0, 2, 1, 3>() * 2.f).reshape<4, 4, 2048>();
+  check_all(o, [&](index_t i) { return 2.0 * p[i]; });
+}
+
+// d::assign_view: an expression written, then added, into a region of a larger buffer (a view with
+// strides and an offset), the rest left as it was; against loops.
+namespace {
+constexpr metagrad::View kRegion({4, 2, 10}, {60, 10, 1}, 20);  // axis 1's [2, 4) of (4, 6, 10)
+constexpr metagrad::View kColumns({4, 6, 3}, {60, 10, 1}, 5);   // axis 2's [5, 8): short rows
+constexpr metagrad::View kTransposed({10, 4}, {1, 60}, 30);     // a transposed region
+}  // namespace
+TEST_CASE("fixed assign_view writes and adds an expression into a region of a buffer", "[fixed]") {
+  std::mt19937 rng(38);
+  auto a = random_tensor<float, 4, 2, 10>(rng);
+  auto c = random_tensor<float, 4, 6, 3>(rng);
+  auto t = random_tensor<float, 4, 10>(rng);
+  auto buf = random_tensor<float, 4, 6, 10>(rng), before = buf;
+  auto in = [](const metagrad::View& v, index_t i, index_t& at) {
+    // is flat index i of (4, 6, 10) inside view v's region, and where in v's shape
+    for (index_t k = 0; k < v.shape[0] * v.shape[1] * (v.shape.size() > 2 ? v.shape[2] : 1); ++k) {
+      index_t rest = k, off = v.offset;
+      for (std::size_t d = v.shape.size(); d-- > 0;)
+        off += rest % v.shape[d] * v.strides[d], rest /= v.shape[d];
+      if (off == i) return at = k, true;
+    }
+    return false;
+  };
+  d::assign_view<kRegion>(buf.data(), (a.exp() * 2.f).expr(), false);
+  d::assign_view<kRegion>(buf.data(), (a + 1.f).expr(), true);
+  d::assign_view<kColumns>(buf.data(), (c * c).expr(), true);
+  d::assign_view<kTransposed>(buf.data(), t.permute<1, 0>().expr(), false);
+  check_all(buf, [&](index_t i) {
+    index_t k = 0;
+    if (in(kTransposed, i, k)) return double(t(k % 4, k / 4));
+    double v = before[i];
+    if (in(kRegion, i, k)) v = 2 * std::exp(double(a[k])) + a[k] + 1;
+    if (in(kColumns, i, k)) v += double(c[k]) * c[k];
+    return v;
+  });
+}
+
+// A function under a broadcast (a LayerNorm's 1 / sqrt of its variance, a log-softmax's log of the
+// sum) is evaluated once per element of its own shape, before the loop (hoisted), not per output.
+namespace {
+using X3 = fx::Tensor<float, 8, 40, 48>;
+using R3 = fx::Tensor<float, 8, 40, 1>;
+using Norm = decltype(std::declval<X3>() / std::declval<R3>().sqrt());
+using Bcast3 = std::remove_cvref_t<decltype(fx::child<1>(std::declval<Norm>()))>;
+static_assert(Bcast3::op_type::kind == metagrad::MovementOps::EXPAND);
+using Root3 = std::remove_cvref_t<decltype(fx::child<0>(std::declval<Bcast3>()))>;
+static_assert(d::hoisted<boost::mp11::mp_list<typename Bcast3::op_type>, Root3>);
+static_assert(!d::hoisted<boost::mp11::mp_list<>, Root3>);  // not under a broadcast: in the loop
+using Cheap3 = decltype(std::declval<R3>() * 2.f);
+static_assert(!d::hoisted<boost::mp11::mp_list<typename Bcast3::op_type>, Cheap3>);  // cheap: re-read
+}  // namespace
+TEST_CASE("fixed functions under a broadcast are evaluated once per element of their shape", "[fixed]") {
+  std::mt19937 rng(39);
+  auto x = random_tensor<float, 8, 40, 48>(rng, -2, 2);
+  auto r = random_tensor<float, 8, 40, 1>(rng, 0.1, 3);
+  fx::Tensor<float, 8, 40, 48> y = x / (r + 1e-5f).sqrt();
+  check_all(y, [&](index_t i) { return x[i] / std::sqrt(double(r[i / 48]) + 1e-5); });
+  y = x - x.exp().sum<-1>(fx::keepdim).log() + (r * 0.5f).exp();  // two hoisted, one of a reduction
+  check_all(
+      y,
+      [&](index_t i) {
+        double s = 0;
+        for (index_t k = 0; k < 48; ++k) s += std::exp(double(x[i / 48 * 48 + k]));
+        return x[i] - std::log(s) + std::exp(0.5 * r[i / 48]);
+      },
+      1e-5, 1e-5);
+  // small (inline) too: values inside the bound tree
+  auto xs = random_tensor<float, 3, 5>(rng, -2, 2);
+  auto rs = random_tensor<float, 3, 1>(rng, 0.1, 3);
+  fx::Tensor<float, 3, 5> ys = xs * rs.log();
+  check_all(ys, [&](index_t i) { return xs[i] * std::log(double(rs[i / 5])); });
+}

@@ -61,6 +61,46 @@ TEST_CASE("fixed cut: gradients through cuts read many times against finite diff
   }
 }
 
+// A cut that its user's gradient reaches unchanged (a residual) takes that buffer rather than a copy:
+// the taker later added into by an older cut, a second taker of the same buffer (a copy), one cut
+// reached twice, and one reached by other terms too.
+TEST_CASE("fixed cut: gradients handed on unchanged through residuals against finite differences",
+          "[fixed][cut]") {
+  for (int seed = 0; seed < 3; ++seed) {
+    std::mt19937 rng(seed + 10);
+    auto x = random_tensor<double, 3, 4>(rng);
+    auto w = random_tensor<double, 4, 4>(rng, -1, 1);
+    auto b = random_tensor<double, 4>(rng, -1, 1);
+    auto r = random_tensor<double, 3, 4>(rng);
+    auto taken_then_added = [&] {
+      auto a = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto c = fx::cut(a * a + b);  // adds into a's gradient after y's backward has handed it y's
+      auto y = fx::cut(a + c);      // a takes y's gradient buffer, c gets a copy
+      return (y.sin() * r).sum();
+    };
+    check_fd_cut(taken_then_added, w, b);
+    auto reached_twice = [&] {
+      auto a = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto y = fx::cut(a * b);
+      auto z = fx::cut(y + y + a);          // y takes z's gradient, then adds it again; a copies
+      auto u = fx::cut(z + (z * r).sin());  // z: the sine's term first, then u's gradient added
+      return (u * r).sum() + (y * y).sum();
+    };
+    check_fd_cut(reached_twice, w, b, x);
+    // cuts whose root is a function whose gradient reads its value (exp, sigmoid, sqrt, relu): the
+    // cut's value stands for it
+    auto roots = [&] {
+      auto a = fx::cut((fx::matmul(x, w) + b).tanh());
+      auto e = fx::cut((a * 0.5).exp());
+      auto s = fx::cut((a + e).sigmoid());
+      auto q = fx::cut((e + 1.0).sqrt());
+      auto r2 = fx::cut((a - 0.1).relu());
+      return ((e + s) * r).sum() + (q * s).sum() + (r2 * r2).sum();
+    };
+    check_fd_cut(roots, w, b, x);
+  }
+}
+
 TEST_CASE("fixed cut: grad, grad_into and vjp_into agree, and a cut nothing reaches gets none",
           "[fixed][cut]") {
   std::mt19937 rng(7);
@@ -258,6 +298,32 @@ void check_slices(std::mt19937& rng) {
       }
 }
 }  // namespace
+
+// Slices' gradients into a cut's gradient as slabs (copied alone, the rest zeroed when something else
+// comes): overlapping slices, a slice then the whole, slices of two axes, and slices with gaps
+// between them, against finite differences.
+TEST_CASE("fixed cut: slabs of a cut's gradient, overlapping, mixed and with gaps", "[fixed][cut]") {
+  std::mt19937 rng(12);
+  auto p = random_tensor<double, 4, 5, 6>(rng), c = random_tensor<double, 4, 5, 6>(rng, 0.5, 1.5);
+  auto r = random_tensor<double, 4, 5, 6>(rng);
+  auto overlapping = [&] {
+    auto h = fx::cut(p * c);
+    return (slice<1, 1, 3>(h) * slice<1, 1, 3>(r)).sum() + (slice<1, 2, 4>(h) * slice<1, 2, 4>(h)).sum();
+  };
+  check_fd_cut(overlapping, p);
+  auto then_whole = [&] {
+    auto h = fx::cut(p * c);
+    auto k = fx::cut(slice<2, 0, 2>(h).sin() + 1.0);  // its slab reaches h after the loss's terms
+    return (slice<2, 4, 6>(h) * slice<2, 4, 6>(r)).sum() + (h * r).sum() + k.sum();
+  };
+  check_fd_cut(then_whole, p, c);
+  auto two_axes_and_gaps = [&] {
+    auto h = fx::cut(p * c);
+    return slice<0, 1, 2>(h).exp().sum() + (slice<0, 3, 4>(h) * slice<0, 3, 4>(r)).sum() +
+           (slice<2, 1, 2>(h) * slice<2, 1, 2>(h)).sum();
+  };
+  check_fd_cut(two_axes_and_gaps, p, c);
+}
 
 TEST_CASE("fixed cut: slices' gradients go into their regions (a packed q, k, v's heads)", "[fixed][cut]") {
   std::mt19937 rng(3);

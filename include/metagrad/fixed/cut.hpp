@@ -56,8 +56,9 @@ auto cut(const E& e) {
   detail::Arena& a = detail::Arena::tape();
   T* value = a.alloc<T>(S::size);
   detail::assign(value, e.expr());
+  const void* expr = new (a.alloc<X>(1)) X(e.expr());
   auto* n = new (a.alloc<detail::ad::TapeNode>(1)) detail::ad::TapeNode{
-      detail::ad::tape_head(), new (a.alloc<X>(1)) X(e.expr()), nullptr, sizeof(T) * S::size, nullptr, false};
+      detail::ad::tape_head(), expr, nullptr, sizeof(T) * S::size, nullptr, false, value, {}};
   if constexpr (std::is_floating_point_v<T>) n->backward = &detail::ad::backward_of<X>;
   detail::ad::tape_head() = n;
   return Expr<op::Cut<T, S>>(op::Cut<T, S>{{value}, n});

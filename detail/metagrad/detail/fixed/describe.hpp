@@ -203,7 +203,10 @@ class Planner {
   template <class E>
   void assign(const E& e, int depth, bool root) {
     Scope scope{*this};
-    if constexpr (materialised<E>) {
+    if constexpr (root_reshape<E>::value) {  // its child straight into the buffer
+      step(depth, PlanStep::INLINE, name_of(e) + " (its child into the same buffer)");
+      assign(nth_child<0>(e), depth + 1, root);
+    } else if constexpr (materialised<E>) {
       step(depth, PlanStep::MATERIALISE, name_of(e) + (root ? " [into destination]" : ""));
       Runs<typename E::op_type>::run(*this, e, depth + 1);
     } else {
@@ -241,6 +244,9 @@ class Planner {
       if (e.op.on) bind<Ops>(nth_child<0>(e), depth + 1);
     } else if constexpr (kind<E>::move) {
       bind_move<Ops>(e, depth);
+    } else if constexpr (hoisted<Ops, E>) {  // computed before the loop, read through the broadcast
+      assign_temp(e, depth,
+                  "evaluated once for the broadcast:", inline_size<typename E::value_type>(E::shape::size));
     } else {  // a constant, a map, a cast or a detach
       step(depth, PlanStep::INLINE, name_of(e) + (kind<E>::cast || kind<E>::detach ? "" : masked));
       mp::mp_for_each<mp::mp_iota_c<arity<E>>>(

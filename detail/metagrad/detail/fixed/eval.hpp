@@ -126,17 +126,46 @@ template <std::size_t N>
 constexpr bool all_exist(const Views<N>& views) {
   return std::all_of(views.begin(), views.end(), [](const auto& v) { return v.has_value(); });
 }
+// A function's value that a broadcast reads many times (the log of a row's sum in a log-softmax, a
+// LayerNorm's 1 / sqrt of its variance): computed once per element of its own shape before the loop,
+// as a materialised node, not once per element of the output.
+template <class E>
+struct expensive : std::false_type {};
+template <Fn F, class... C>
+struct expensive<Expr<op::Map<F>, C...>>
+    : std::bool_constant<(FnTraits<F>::cost >= kVectorCost) || (expensive<C>::value || ...)> {};
+template <class U, class C>
+struct expensive<Expr<op::Cast<U>, C>> : expensive<C> {};
+template <MovementOps M, auto Arg, class C>
+struct expensive<Expr<op::Move<M, Arg>, C>> : expensive<C> {};
+template <class M>
+struct is_expand : std::bool_constant<M::kind == MovementOps::EXPAND> {};
+template <class Ops, class E>
+inline constexpr bool hoisted = [] {
+  if constexpr (kind<E>::map && expensive<E>::value && mp::mp_any_of<Ops, is_expand>::value && !has_pad<Ops>)
+    return apply_moves<Ops>(View(E::shape::dims)).has_value();
+  else
+    return false;
+}();
+
 template <class Ops, Fn F, class... C>
 struct plan<Ops, Expr<op::Map<F>, C...>> {
+  using E = Expr<op::Map<F>, C...>;
+  static constexpr bool hoist = hoisted<Ops, E>;
   static constexpr std::size_t guard = has_pad<Ops> ? 1 : 0;
-  static constexpr std::size_t count = guard + (plan<Ops, C>::count + ... + 0);
-  static constexpr Views<count> views = concat<count>(
-      [] {
-        Views<guard> v{};
-        if constexpr (guard) v[0] = apply_moves<Ops>(View(Expr<op::Map<F>, C...>::shape::dims));
-        return v;
-      }(),
-      plan<Ops, C>::views...);
+  static constexpr std::size_t count = hoist ? 1 : guard + (plan<Ops, C>::count + ... + 0);
+  static constexpr Views<count> views = [] {
+    if constexpr (hoist)
+      return Views<1>{apply_moves<Ops>(View(E::shape::dims))};
+    else
+      return concat<count>(
+          [] {
+            Views<guard> v{};
+            if constexpr (guard) v[0] = apply_moves<Ops>(View(E::shape::dims));
+            return v;
+          }(),
+          plan<Ops, C>::views...);
+  }();
 };
 template <class Ops, class U, class C>
 struct plan<Ops, Expr<op::Cast<U>, C>> : plan<Ops, C> {};
@@ -343,6 +372,17 @@ METAGRAD_INLINE auto bind(const E& e, Ctx& ctx) {
       return guarded<Ops, S, T>(BConst<T>{e.op.value});
     else
       return BConst<T>{e.op.value};
+  } else if constexpr (hoisted<Ops, E>) {  // evaluated first, then read through the broadcast
+    constexpr View v = *apply_moves<Ops>(View(S::dims));
+    if constexpr (inline_size<T>(S::size)) {
+      BOwn<T, v, S::size> own;
+      assign(own.v, e);
+      return own;
+    } else {
+      T* tmp = Arena::local().alloc<T>(S::size);
+      assign(tmp, e);
+      return BLeaf<T, v>{tmp};
+    }
   } else if constexpr (kind<E>::map) {
     if constexpr (has_pad<Ops>)
       return guarded<Ops, S, T>(bind_map<Ops>(e, ctx));
@@ -603,16 +643,317 @@ template <std::size_t R, Fn F, class A, class B, class C>
 METAGRAD_INLINE auto vget_row(const BMap<F, A, B, C>& b, const index_t* pos, index_t j) {
   return vapply<F>(vget_row<R>(b.c.k0, pos, j), vget_row<R>(b.c.k1, pos, j), vget_row<R>(b.c.k2, pos, j));
 }
+// W bools as the lanes of an integer vector M: one load widened (vpmovzx), not W loads each put in
+// its lane (what g++ 12 makes of __builtin_convertvector from bytes).
+template <class M, int W>
+METAGRAD_INLINE M widen_bools(const bool* p) {
+  static_assert(sizeof(bool) == 1);
+  [[maybe_unused]] long long bytes8 = 0;
+  std::memcpy(&bytes8, p, W < 8 ? W : 8);
+#if defined(__AVX512F__)
+  if constexpr (sizeof(M) == 64 && W == 16)
+    return (M)_mm512_maskz_cvtepu8_epi32(__mmask16(0xFFFF),
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if constexpr (sizeof(M) == 64 && W == 8)
+    return (M)_mm512_maskz_cvtepu8_epi64(__mmask8(0xFF), _mm_cvtsi64_si128(bytes8));
+#endif
+#if defined(__AVX2__)
+  if constexpr (sizeof(M) == 32 && W == 8) return (M)_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes8));
+  if constexpr (sizeof(M) == 32 && W == 4) return (M)_mm256_cvtepu8_epi64(_mm_cvtsi64_si128(bytes8));
+#endif
+  M c;
+  for (int i = 0; i < W; ++i) c[i] = p[i];
+  return c;
+}
 template <std::size_t R, View V, class X, class Y>
 METAGRAD_INLINE auto vget_row(const BMap<Fn::WHERE, BLeaf<bool, V>, X, Y>& b, const index_t* pos, index_t j) {
   auto x = vget_row<R>(b.c.k1, pos, j), y = vget_row<R>(b.c.k2, pos, j);
   using Lane = std::conditional_t<sizeof(x[0]) == 8, std::int64_t, std::int32_t>;
   using Mask = typename simd<Lane>::V;  // as many lanes as x, each as wide
-  Mask c;
+  constexpr int W = simd<Lane>::W;
   const bool* p = b.c.k0.p + offset_of<V, R>(pos, V.strides[R - 1] == 0 ? 0 : j);
-  for (int i = 0; i < simd<Lane>::W; ++i) c[i] = p[V.strides[R - 1] == 0 ? 0 : i];
+  Mask c;
+  if constexpr (V.strides[R - 1] == 0) {
+    c = Mask{} + Lane(*p);
+  } else {
+    c = widen_bools<Mask, W>(p);
+  }
   return c != 0 ? x : y;
 }
+
+// ---- a subexpression read several times, evaluated once per element (a let): GELU's backward
+// reads sigmoid(2u) three times, and as three copies of one subtree (an expression holds its
+// children by value) the loop computed its exp three times. The largest repeated subtree with an
+// expensive function is found in the bound tree's type; where its copies read the same pointers
+// and constants (checked when bound, else the tree runs as it is) the loop evaluates it once per
+// element and the copies read that value. ----
+template <class X>
+struct BVar {};  // a copy of the shared subtree X
+template <class V>
+struct BVal {  // X's value at the element the loop is at
+  V v;
+};
+template <class B>
+struct BRef {  // a subtree without X, by address (no copy per element of a small node's values)
+  const B* p;
+};
+template <class X, class B>
+struct BLet {
+  X x;     // the shared subtree
+  B body;  // the tree, X's copies BVar<X>
+};
+
+// The bound tree's nodes in preorder, a gate's and a guard's subtrees left out: their children
+// may be read only where they are on (a gate off binds null pointers).
+template <class B>
+struct bnodes {
+  using type = mp::mp_list<B>;
+};
+template <Fn F, class... C>
+struct bnodes<BMap<F, C...>> {
+  using type = mp::mp_append<mp::mp_list<BMap<F, C...>>, typename bnodes<C>::type...>;
+};
+template <class U, class C>
+struct bnodes<BCast<U, C>> {
+  using type = mp::mp_push_front<typename bnodes<C>::type, BCast<U, C>>;
+};
+template <class B>
+inline constexpr std::size_t bsize = mp::mp_size<typename bnodes<B>::type>::value;
+
+template <class L>
+struct largest_of {
+  template <class A, class C>
+  using larger = mp::mp_if_c<(bsize<C> > bsize<A>), C, A>;
+  using type = mp::mp_fold<mp::mp_pop_front<L>, mp::mp_front<L>, larger>;
+};
+template <>
+struct largest_of<mp::mp_list<>> {
+  using type = void;
+};
+// The largest subtree of B with an expensive function that B holds more than once (void: none).
+template <class B>
+struct shared_subtree {
+  using nodes = typename bnodes<B>::type;
+  template <class X>
+  using repeated = mp::mp_bool<vector_math<X>::value && (mp::mp_count<nodes, X>::value > 1)>;
+  using type = typename largest_of<mp::mp_copy_if<mp::mp_unique<nodes>, repeated>>::type;
+};
+
+// Bound trees of one type reading the same values: pointers equal, constants equal bit for bit
+// (0 and -0 differ under a divide).
+template <class T, View V>
+bool bequal(const BLeaf<T, V>& a, const BLeaf<T, V>& b) {
+  return a.p == b.p;
+}
+template <class T, View V, index_t N>
+bool bequal(const BOwn<T, V, N>& a, const BOwn<T, V, N>& b) {
+  return std::memcmp(a.v, b.v, sizeof(a.v)) == 0;
+}
+template <class T>
+bool bequal(const BConst<T>& a, const BConst<T>& b) {
+  return std::memcmp(&a.v, &b.v, sizeof(T)) == 0;
+}
+template <class U, class C>
+bool bequal(const BCast<U, C>& a, const BCast<U, C>& b) {
+  return bequal(a.c, b.c);
+}
+template <View M, class T, class C>
+bool bequal(const BGuard<M, T, C>& a, const BGuard<M, T, C>& b) {
+  return bequal(a.c, b.c);
+}
+template <class T, class C>
+bool bequal(const BGate<T, C>& a, const BGate<T, C>& b) {
+  return a.on == b.on && (!a.on || bequal(a.c, b.c));
+}
+template <Fn F, class... C>
+bool bequal(const BMap<F, C...>& a, const BMap<F, C...>& b) {
+  if constexpr (sizeof...(C) == 1)
+    return bequal(a.c.k0, b.c.k0);
+  else if constexpr (sizeof...(C) == 2)
+    return bequal(a.c.k0, b.c.k0) && bequal(a.c.k1, b.c.k1);
+  else
+    return bequal(a.c.k0, b.c.k0) && bequal(a.c.k1, b.c.k1) && bequal(a.c.k2, b.c.k2);
+}
+
+// Do all copies of X in b read what the first does? (first: the first copy met, in preorder)
+template <class X, class B>
+bool copies_equal(const B& b, const X*& first) {
+  if constexpr (std::is_same_v<B, X>) {
+    if (!first) return first = &b, true;
+    return bequal(*first, b);
+  } else {
+    return true;
+  }
+}
+template <class X, Fn F, class... C>
+bool copies_equal(const BMap<F, C...>& b, const X*& first) {
+  if constexpr (std::is_same_v<BMap<F, C...>, X>) {
+    if (!first) return first = &b, true;
+    return bequal(*first, b);
+  } else if constexpr (sizeof...(C) == 1) {
+    return copies_equal<X>(b.c.k0, first);
+  } else if constexpr (sizeof...(C) == 2) {
+    return copies_equal<X>(b.c.k0, first) && copies_equal<X>(b.c.k1, first);
+  } else {
+    return copies_equal<X>(b.c.k0, first) && copies_equal<X>(b.c.k1, first) && copies_equal<X>(b.c.k2, first);
+  }
+}
+template <class X, class U, class C>
+bool copies_equal(const BCast<U, C>& b, const X*& first) {
+  return copies_equal<X>(b.c, first);
+}
+
+// b with X's copies BVar<X>.
+template <class X, class B>
+auto unshare(const B& b) {
+  if constexpr (std::is_same_v<B, X>)
+    return BVar<X>{};
+  else
+    return b;
+}
+template <class X, Fn F, class... C>
+auto unshare(const BMap<F, C...>& b) {
+  if constexpr (std::is_same_v<BMap<F, C...>, X>)
+    return BVar<X>{};
+  else if constexpr (sizeof...(C) == 1)
+    return BMap<F, decltype(unshare<X>(b.c.k0))>{{unshare<X>(b.c.k0)}};
+  else if constexpr (sizeof...(C) == 2)
+    return BMap<F, decltype(unshare<X>(b.c.k0)), decltype(unshare<X>(b.c.k1))>{
+        {unshare<X>(b.c.k0), unshare<X>(b.c.k1)}};
+  else
+    return BMap<F, decltype(unshare<X>(b.c.k0)), decltype(unshare<X>(b.c.k1)), decltype(unshare<X>(b.c.k2))>{
+        {unshare<X>(b.c.k0), unshare<X>(b.c.k1), unshare<X>(b.c.k2)}};
+}
+template <class X, class U, class C>
+auto unshare(const BCast<U, C>& b) {
+  return BCast<U, decltype(unshare<X>(b.c))>{unshare<X>(b.c)};
+}
+
+template <class B>
+struct is_bvar : std::false_type {};
+template <class X>
+struct is_bvar<BVar<X>> : std::true_type {};
+template <class B>
+inline constexpr bool has_var = mp::mp_any_of<typename bnodes<B>::type, is_bvar>::value;
+
+// The body at one element: BVar's copies the value v; subtrees without one by reference (a pointer
+// or a constant copied).
+template <class B, class V>
+METAGRAD_INLINE auto subst(const B& b, const V&) {
+  if constexpr (std::is_empty_v<B> || sizeof(B) <= sizeof(void*))
+    return b;
+  else
+    return BRef<B>{&b};
+}
+template <class X, class V>
+METAGRAD_INLINE BVal<V> subst(const BVar<X>&, const V& v) {
+  return {v};
+}
+template <Fn F, class... C, class V>
+METAGRAD_INLINE auto subst(const BMap<F, C...>& b, const V& v) {
+  if constexpr (!has_var<BMap<F, C...>>)
+    return BRef<BMap<F, C...>>{&b};
+  else if constexpr (sizeof...(C) == 1)
+    return BMap<F, decltype(subst(b.c.k0, v))>{{subst(b.c.k0, v)}};
+  else if constexpr (sizeof...(C) == 2)
+    return BMap<F, decltype(subst(b.c.k0, v)), decltype(subst(b.c.k1, v))>{
+        {subst(b.c.k0, v), subst(b.c.k1, v)}};
+  else
+    return BMap<F, decltype(subst(b.c.k0, v)), decltype(subst(b.c.k1, v)), decltype(subst(b.c.k2, v))>{
+        {subst(b.c.k0, v), subst(b.c.k1, v), subst(b.c.k2, v)}};
+}
+template <class U, class C, class V>
+METAGRAD_INLINE auto subst(const BCast<U, C>& b, const V& v) {
+  if constexpr (!has_var<BCast<U, C>>)
+    return BRef<BCast<U, C>>{&b};
+  else
+    return BCast<U, decltype(subst(b.c, v))>{subst(b.c, v)};
+}
+
+// What the loops ask of a node, for the three new ones.
+template <class X>
+struct vector_form<BVar<X>> : vector_form<X> {};
+template <class X, class B>
+struct vector_form<BLet<X, B>> : std::bool_constant<vector_form<X>::value && vector_form<B>::value> {};
+template <class X, class B>
+struct vector_math<BLet<X, B>> : std::bool_constant<vector_math<X>::value || vector_math<B>::value> {};
+template <std::size_t R, class X>
+struct vector_rows<R, BVar<X>> : vector_rows<R, X> {};
+template <std::size_t R, class X, class B>
+struct vector_rows<R, BLet<X, B>> : std::bool_constant<vector_rows<R, X>::value && vector_rows<R, B>::value> {
+};
+
+template <std::size_t R, class V>
+METAGRAD_INLINE V get(const BVal<V>& b, const index_t*, index_t) {
+  return b.v;
+}
+template <class V>
+METAGRAD_INLINE V vget(const BVal<V>& b, index_t) {
+  return b.v;
+}
+template <index_t L, class V>
+METAGRAD_INLINE V vget_n(const BVal<V>& b, index_t) {
+  return b.v;
+}
+template <std::size_t R, class V>
+METAGRAD_INLINE V vget_row(const BVal<V>& b, const index_t*, index_t) {
+  return b.v;
+}
+template <std::size_t R, class B>
+METAGRAD_INLINE auto get(const BRef<B>& b, const index_t* pos, index_t j) {
+  return get<R>(*b.p, pos, j);
+}
+template <class B>
+METAGRAD_INLINE auto vget(const BRef<B>& b, index_t j) {
+  return vget(*b.p, j);
+}
+template <index_t L, class B>
+METAGRAD_INLINE auto vget_n(const BRef<B>& b, index_t j) {
+  return vget_n<L>(*b.p, j);
+}
+template <std::size_t R, class B>
+METAGRAD_INLINE auto vget_row(const BRef<B>& b, const index_t* pos, index_t j) {
+  return vget_row<R>(*b.p, pos, j);
+}
+template <std::size_t R, class X, class B>
+METAGRAD_INLINE auto get(const BLet<X, B>& b, const index_t* pos, index_t j) {
+  const auto v = get<R>(b.x, pos, j);
+  return get<R>(subst(b.body, v), pos, j);
+}
+template <class X, class B>
+METAGRAD_INLINE auto vget(const BLet<X, B>& b, index_t j) {
+  const auto v = vget(b.x, j);
+  return vget(subst(b.body, v), j);
+}
+template <index_t L, class X, class B>
+METAGRAD_INLINE auto vget_n(const BLet<X, B>& b, index_t j) {
+  const auto v = vget_n<L>(b.x, j);
+  return vget_n<L>(subst(b.body, v), j);
+}
+template <std::size_t R, class X, class B>
+METAGRAD_INLINE auto vget_row(const BLet<X, B>& b, const index_t* pos, index_t j) {
+  const auto v = vget_row<R>(b.x, pos, j);
+  return vget_row<R>(subst(b.body, v), pos, j);
+}
+
+// f(b as a let) where b holds equal copies of an expensive subtree, else f(b).
+template <class B, class F>
+METAGRAD_INLINE void with_shared(const B& b, F&& f) {
+  using X = typename shared_subtree<B>::type;
+  if constexpr (!std::is_void_v<X>) {
+    const X* first = nullptr;
+    if (copies_equal<X>(b, first)) return f(BLet<X, decltype(unshare<X>(b))>{*first, unshare<X>(b)});
+  }
+  f(b);
+}
+
+// A loop that copies one tensor (through a view).
+template <class B>
+struct plain_copy : std::false_type {};
+template <class T, View V>
+struct plain_copy<BLeaf<T, V>> : std::true_type {};
+template <class T, View V, index_t N>
+struct plain_copy<BOwn<T, V, N>> : std::true_type {};
 
 inline constexpr index_t kChunk = 2048;  // elements per chunk of an in-place loop (a buffer in L1)
 
@@ -643,8 +984,10 @@ METAGRAD_INLINE void loop(const B& b, T* __restrict dst, index_t lo, index_t hi)
     // one unrolled first, inside a caller's loop, leaves branches the straight-line vectoriser cannot.
 #pragma GCC unroll 1
     for (index_t j = lo; j < hi; ++j) dst[j - lo] = get<1>(b, nullptr, j);
-  } else if constexpr (std::is_floating_point_v<T> && vector_rows<R, B>::value && vector_math<B>::value) {
-    // (only with expensive functions, as the 1-D loop: the compiler vectorises cheap rows alone)
+  } else if constexpr (std::is_floating_point_v<T> && vector_rows<R, B>::value &&
+                       (vector_math<B>::value || plain_copy<B>::value)) {
+    // (only with expensive functions, as the 1-D loop: the compiler vectorises cheap rows alone; and
+    // for a plain copy, short rows of which g++ makes a memmove call each: a permuted head's 32 floats)
     constexpr index_t W = simd<T>::W, body = n / W * W;
     for_outer<I>(lo, hi, [&](index_t o, const index_t* pos) {
       T* __restrict row = dst + (o - lo) * n;
@@ -768,17 +1111,57 @@ void assign_big(typename E::value_type* out, const E& e) {
     if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);
   constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
   Ctx ctx{out};
-  auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+  auto bound = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
   constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
-  if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
-  T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
-  run_assign<I>(b, tmp, false);
-  std::copy(tmp, tmp + S::size, out);
+  with_shared(bound, [&](const auto& b) {
+    if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
+    T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
+    run_assign<I>(b, tmp, false);
+    std::copy(tmp, tmp + S::size, out);
+  });
+}
+
+// e written into dst through D, a view of e's shape (strides and an offset: a region of a larger
+// buffer), or added to what is there: one loop, no temporary (a head's gradient into its place in a
+// packed q, k, v's). e must not read dst.
+template <View D, class E>
+void assign_view(typename E::value_type* dst, const E& e, bool add) {
+  using T = typename E::value_type;
+  using S = typename E::shape;
+  Arena::Scope scope;
+  using Plan = plan<mp::mp_list<>, E>;
+  constexpr Dims I = iteration_shape(S::dims, concat<Plan::count + 1>(Plan::views, Views<1>{D}));
+  constexpr View DI = *D.reshape(I);
+  constexpr std::size_t R = I.size();
+  constexpr index_t n = I[R - 1], s = DI.strides[R - 1];
+  Ctx ctx{dst};
+  auto b = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+  auto part = [&](index_t lo, index_t hi) {
+    for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
+      T* __restrict row = dst + offset_of<DI, R>(pos, 0);
+      if (add)
+        for (index_t j = 0; j < n; ++j) row[j * s] += get<R>(b, pos, j);
+      else
+        for (index_t j = 0; j < n; ++j) row[j * s] = get<R>(b, pos, j);
+    });
+  };
+  constexpr index_t range = outer_count<I>;
+  if constexpr (prod(I) >= kParallelElements)
+    parallel_for(range, 1, std::max<index_t>(1, kParallelElements / 2 / n), part);
+  else
+    part(0, range);
 }
 
 template <class E>
+struct root_reshape : std::false_type {};
+template <Dims D, class C>
+struct root_reshape<Expr<op::Move<MovementOps::RESHAPE, D>, C>> : std::true_type {};
+
+template <class E>
 METAGRAD_INLINE void assign(typename E::value_type* out, const E& e) {
-  if constexpr (small_tree<E>())
+  if constexpr (root_reshape<E>::value)  // the same values in the same order: the child into out (a
+    assign(out, e.kids.k0);              // reshape of a permuted product was two copies, not one)
+  else if constexpr (small_tree<E>())
     assign_small(out, e);
   else
     assign_big(out, e);

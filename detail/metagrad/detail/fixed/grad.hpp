@@ -99,6 +99,21 @@ struct cheap : std::bool_constant<kind<E>::leaf || kind<E>::constant> {};
 template <MovementOps M, auto Arg, class C>
 struct cheap<Expr<op::Move<M, Arg>, C>> : cheap<C> {};
 
+// A gradient that is a plain read of a buffer (a root gradient handed through a sum or a residual
+// unchanged): a sink with no gradient yet may take the buffer itself, not a copy.
+template <class G>
+struct plain_read : std::false_type {};
+template <class T, class S>
+struct plain_read<Expr<op::Leaf<T, S>>> : std::true_type {};
+
+// A view of a leaf that its gradient passes through unchanged but for where it lies (reshapes,
+// permutes, slices, pads; not a broadcast, whose gradient is a sum).
+template <class E>
+struct view_of_leaf : std::bool_constant<kind<E>::leaf> {};
+template <MovementOps M, auto Arg, class C>
+struct view_of_leaf<Expr<op::Move<M, Arg>, C>>
+    : std::bool_constant<M != MovementOps::EXPAND && view_of_leaf<C>::value> {};
+
 template <class T, class S>
 auto leaf(const T* p) {
   return Expr<op::Leaf<T, S>>(op::Leaf<T, S>{p});
@@ -125,7 +140,7 @@ struct padded_term<Expr<op::Move<MovementOps::RESHAPE, D>, C>> : padded_term<C> 
 // whole contiguous rows, so the pad's zeros are neither computed nor added (an add over the whole
 // buffer, its mask tested per element, was three passes of the packed q, k, v's gradient).
 template <class V, class G>
-void add_region(V* buf, bool written, const G& g) {
+void add_region(V* buf, bool written, const G& g, bool zero_gaps = true) {
   using PT = padded_term<G>;
   static constexpr Dims P = PT::padded::dims;
   using Q = typename std::remove_cvref_t<decltype(PT::inner(g))>::shape;
@@ -153,6 +168,30 @@ void add_region(V* buf, bool written, const G& g) {
     for (std::size_t d = 0; d < R; ++d) o += PT::pads[d].first * stride[d];
     return o;
   }();
+  // The region as a view of buf: the inner expression evaluated straight into it.
+  static constexpr View region = [] {
+    Dims st;
+    for (std::size_t d = 0; d < R; ++d) st.push_back(stride[d]);
+    return View(Q::dims, st, base);
+  }();
+  if (!reads(PT::inner(g), buf)) {
+    if (!written && zero_gaps) {  // the gaps between the runs, in increasing address order
+      V* gap = buf;
+      std::array<index_t, R> pos{};
+      for (index_t r = 0; r < Q::size / run; ++r) {
+        index_t at = base;
+        for (std::size_t d = 0; d < outer; ++d) at += pos[d] * stride[d];
+        std::fill(gap, buf + at, V(0));
+        gap = buf + at + run;
+        for (std::size_t d = outer; d-- > 0;) {
+          if (++pos[d] < Q::dims[d]) break;
+          pos[d] = 0;
+        }
+      }
+      std::fill(gap, buf + prod(P), V(0));
+    }
+    return assign_view<region>(buf, PT::inner(g), written);
+  }
   Arena::Scope scope;
   V* tmp = Arena::local().alloc<V>(Q::size);
   detail::assign(tmp, PT::inner(g));
@@ -167,7 +206,7 @@ void add_region(V* buf, bool written, const G& g) {
     if (written) {
       for (index_t j = 0; j < run; ++j) dst[j] += src[j];
     } else {
-      std::fill(gap, dst, V(0));
+      if (zero_gaps) std::fill(gap, dst, V(0));
       std::copy(src, src + run, dst);
       gap = dst + run;
     }
@@ -176,8 +215,34 @@ void add_region(V* buf, bool written, const G& g) {
       pos[d] = 0;
     }
   }
-  if (!written) std::fill(gap, buf + prod(P), V(0));
+  if (!written && zero_gaps) std::fill(gap, buf + prod(P), V(0));
 }
+
+// A padded term whose region spans its buffer but along one axis (a packed q, k, v's head): in each
+// of `outer` blocks of ext x inner elements, the axis's [lo, hi).
+template <class G, bool = padded_term<G>::value>
+struct slab_of : std::false_type {};
+template <class G>
+struct slab_of<G, true> {
+  using PT = padded_term<G>;
+  static constexpr Dims P = PT::padded::dims;
+  using Q = typename std::remove_cvref_t<decltype(PT::inner(std::declval<const G&>()))>::shape;
+  static constexpr std::size_t axis = [] {
+    std::size_t a = P.size(), n = 0;
+    for (std::size_t d = 0; d < P.size(); ++d)
+      if (Q::dims[d] != P[d]) a = d, ++n;
+    return n == 1 ? a : P.size();
+  }();
+  static constexpr bool value = axis < P.size();
+  static constexpr index_t span(std::size_t from, std::size_t to) {
+    index_t k = 1;
+    for (std::size_t d = from; d < to; ++d) k *= P[d];
+    return k;
+  }
+  static constexpr index_t outer = value ? span(0, axis) : 0, ext = value ? P[axis] : 0,
+                           inner = value ? span(axis + 1, P.size()) : 0,
+                           lo = value ? PT::pads[axis].first : 0, hi = value ? lo + Q::dims[axis] : 0;
+};
 
 // g written to buf, or added to what buf holds.
 template <class S, class V, class G>
@@ -308,8 +373,8 @@ class Backward {
     const auto& L = links<R>::value;
     Tables t{};
     const std::size_t type[] = {id_of<node_t<I>>...};
-    const bool leaf[] = {kind<node_t<I>>::leaf...}, mat[] = {materialised<node_t<I>>...},
-               reach[] = {reaches<node_t<I>>...};
+    const bool leaf[] = {kind<node_t<I>>::leaf...}, plain[] = {view_of_leaf<node_t<I>>::value...},
+               mat[] = {materialised<node_t<I>>...}, reach[] = {reaches<node_t<I>>...};
     std::size_t height[N] = {};
     for (std::size_t j = N; j-- > 1;) height[L.parent[j]] = std::max(height[L.parent[j]], height[j] + 1);
     for (std::size_t id = 0; id < N; ++id) {
@@ -323,7 +388,10 @@ class Backward {
           else if (type[L.parent[j]] != type[L.parent[first]] || L.slot[j] != L.slot[first])
             fan_in = true;
         }
-      t.shared[id] = !leaf[id] && reach[id] && fan_in;
+      // (a view of a leaf is not: its gradients go on to the leaf one by one, where a sum first
+      // was a buffer zeroed and added into, and the sink then takes each as a slab, alone; a
+      // broadcast is, its gradient a sum reduced once)
+      t.shared[id] = !leaf[id] && !plain[id] && reach[id] && fan_in;
       t.stored[id] = t.shared[id] || mat[id];
       if (t.stored[id]) t.stored_ids[t.n_stored++] = id;
       if (t.shared[id]) {
@@ -345,6 +413,20 @@ class Backward {
   using stored = decltype(stored_list(std::make_index_sequence<plan.n_stored>{}));
 
   Backward(const R& root, const P&... params) : root_(root), params_{params.data()...} {}
+  // root_value: the root's forward value where the caller holds it (a cut's), read by the root's
+  // rule (exp's, sigmoid's gradient is their value times g) instead of computing the root again.
+  Backward(const R& root, const void* root_value, const P&... params)
+      : root_(root), params_{params.data()...}, root_value_(root_value) {}
+
+  // The root's value as a leaf: the caller's, else evaluated once into the arena.
+  auto root_value() {
+    if (!root_value_) {
+      T* buf = Arena::local().alloc<T>(R::shape::size);
+      detail::assign(buf, rebuild(root_, 0));
+      root_value_ = buf;
+    }
+    return leaf<T, typename R::shape>(static_cast<const T*>(root_value_));
+  }
 
   // The loss, and every term in the order the walk meets them.
   auto run() {
@@ -397,7 +479,12 @@ class Backward {
     template <std::size_t I>
     using child_t = mp::mp_at_c<typename E::children_types, I>;
     const auto& op() const { return e.op; }
-    auto out() const { return b.cached(e, id); }
+    auto out() const {
+      if constexpr (std::is_same_v<E, R> && !kind<E>::leaf && !kind<E>::constant && !materialised<E>)
+        return b.root_value();  // E is the root: no proper subtree has the root's type
+      else
+        return b.cached(e, id);
+    }
     template <std::size_t I>
     auto x() const {
       return b.cached(fixed::child<I>(e), id + child_offset<E, I>);
@@ -498,10 +585,23 @@ class Backward {
                     "fixed::grad: a rule gave a gradient of the wrong shape");
       if constexpr (shared<E>) {  // summed now, differentiated once later
         using V = typename E::value_type;
+        using S = typename E::shape;
         const std::size_t r = rep_[id];
         const bool written = grad_[r] != nullptr;
-        if (!written) grad_[r] = Arena::local().alloc<V>(E::shape::size);
-        add_into<typename E::shape>(static_cast<V*>(grad_[r]), written, g);
+        if constexpr (plain_read<G>::value) {
+          if (!written) {  // the buffer itself, read only (copied when a second term comes)
+            grad_[r] = const_cast<V*>(g.op.data), lent_[r] = true;
+            return Pack<>{};
+          }
+        }
+        if (lent_[r]) {  // the sum into a buffer of its own, the lent one left as it is
+          V* own = Arena::local().alloc<V>(S::size);
+          detail::assign(own, leaf<V, S>(static_cast<const V*>(grad_[r])) + g);
+          grad_[r] = own, lent_[r] = false;
+          return Pack<>{};
+        }
+        if (!written) grad_[r] = Arena::local().alloc<V>(S::size);
+        add_into<S>(static_cast<V*>(grad_[r]), written, g);
         return Pack<>{};
       } else {
         return expand(e, g, id);
@@ -598,6 +698,8 @@ class Backward {
   std::array<std::size_t, N> rep_{};
   std::array<const void*, N> value_{};  // forward values of reductions and matmuls (by rep_)
   std::array<void*, N> grad_{};         // summed gradients of shared subtrees (by rep_)
+  std::array<bool, N> lent_{};          // grad_ is a term's buffer, not the walk's: never written
+  const void* root_value_ = nullptr;    // the root's forward value (root_value())
 };
 
 // The nodes of E's tree: a value read n times counts n times (one trait per node type, so cheap

@@ -226,10 +226,50 @@ template <ReduceOps R, std::size_t Rank, index_t N, class B>
 METAGRAD_INLINE auto reduce_few(const B& b, const index_t* pos) {
   return reduce_span<R, Rank, 0, N>(b, pos);
 }
+// A row of kLanes to kLanes * kFanIn elements (a LayerNorm's of 128 or 512): reduce_lanes's sums
+// (the lanes in one level, then pairwise) without its levels, which cost more than such a row; the
+// first block taken as it is (no identity), the pairs by halves of registers where the lanes are
+// vectors.
+template <ReduceOps R, std::size_t Rank, index_t N, class B>
+METAGRAD_INLINE auto reduce_short(const B& b, const index_t* pos) {
+  using T = decltype(get<Rank>(b, pos, 0));
+  constexpr index_t lanes = kLanes<T>;
+  T acc[lanes];
+  if constexpr (vector_reduce<Rank, B, T>) {
+    constexpr index_t W = simd<T>::W;
+#pragma GCC unroll 16
+    for (index_t v = 0; v < lanes; v += W) simd<T>::store(acc + v, vget_row<Rank>(b, pos, v));
+  } else {
+#pragma GCC unroll 64
+    for (index_t l = 0; l < lanes; ++l) acc[l] = get<Rank>(b, pos, l);
+  }
+  index_t j = lanes;
+#pragma GCC unroll 16
+  for (; j + lanes <= N; j += lanes) add_lanes<R, Rank>(acc, b, pos, j);
+  for (index_t l = 0; j + l < N; ++l) acc[l] = combine<R>(acc[l], get<Rank>(b, pos, j + l));
+  if constexpr (std::is_floating_point_v<T> && lanes % simd<T>::W == 0) {
+    constexpr index_t W = simd<T>::W;
+    typename simd<T>::V x[lanes / W];
+#pragma GCC unroll 16
+    for (index_t v = 0; v < lanes / W; ++v) x[v] = simd<T>::load(acc + v * W);
+#pragma GCC unroll 8
+    for (index_t w = lanes / W / 2; w > 0; w /= 2)
+#pragma GCC unroll 8
+      for (index_t v = 0; v < w; ++v) x[v] = vcombine<R>(x[v], x[v + w]);
+    return reduce_vector<R>(x[0]);
+  } else {
+    for (index_t w = lanes / 2; w > 0; w /= 2)
+      for (index_t l = 0; l < w; ++l) acc[l] = combine<R>(acc[l], acc[l + w]);
+    return acc[0];
+  }
+}
 template <ReduceOps R, std::size_t Rank, index_t N, class B>
 METAGRAD_INLINE auto reduce_row(const B& b, const index_t* pos) {
-  if constexpr (N <= kLanes<decltype(get<Rank>(b, pos, 0))>)
+  constexpr index_t lanes = kLanes<decltype(get<Rank>(b, pos, 0))>;
+  if constexpr (N <= lanes)
     return reduce_few<R, Rank, N>(b, pos);
+  else if constexpr (N < lanes * kFanIn)
+    return reduce_short<R, Rank, N>(b, pos);
   else
     return reduce_lanes<R, Rank>(b, pos, 0, N);
 }
@@ -401,7 +441,10 @@ struct Materialise<op::Reduce<R, Axes>> {
           auto col_range = [&](index_t lo, index_t hi) {
             auto add = [&](index_t from, index_t to, T* row, index_t stride) {
               for_outer<I>(from, to, [&](index_t, const index_t* pos) {
-                for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
+                if (stride == 1)  // the scratch rows, and a contiguous output: a loop the compiler vectorises
+                  for (index_t j = lo; j < hi; ++j) row[j - lo] += get<rank>(b, pos, j);
+                else
+                  for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
               });
             };
             sum_halves(dst + lo * s, s, hi - lo, k * each, (k + 1) * each, scratch + lo * levels, add);
