@@ -359,17 +359,18 @@ int main(int argc, char** argv) try {
     auto run = [&](const std::string& config, const std::string& dir) {
       std::string env = dir.empty() ? "" : "METAGRAD_CACHE='" + dir + "' ";
       failed |= std::system(
-          (env + self + " --steps=" + std::to_string(steps) + shape + " '--memory-of=" + config + "'").c_str());
+          (env + self + " --steps=" + std::to_string(steps) + shape + " '--memory-of=" + config + "'")
+              .c_str());
     };
     // Each configuration's own kernel cache: empty for its first run, which compiles during the
     // warm-up (a compiler's pages and heap stay resident), filled for its second, as every later run.
     const std::vector<std::string> configs = {"LLVM eager", "LLVM jit", "CLANG eager", "CLANG jit"};
-    std::printf("first run (an empty kernel cache: kernels compiled during the warm-up)\n");
-    for (std::size_t i = 0; i < configs.size(); ++i)
-      run(configs[i], (std::filesystem::path(cache.get()) / std::to_string(i)).string());
-    std::printf("later runs (kernels from the disk cache the first run filled)\n");
-    for (std::size_t i = 0; i < configs.size(); ++i)
-      run(configs[i], (std::filesystem::path(cache.get()) / std::to_string(i)).string());
+    for (const char* phase : {"first run (an empty kernel cache: kernels compiled during the warm-up)",
+                              "later runs (kernels from the disk cache the first run filled)"}) {
+      std::printf("%s\n", phase);
+      for (std::size_t i = 0; i < configs.size(); ++i)
+        run(configs[i], (std::filesystem::path(cache.get()) / std::to_string(i)).string());
+    }
     run("libtorch", "");
     return failed ? 1 : 0;
   }

@@ -1,10 +1,10 @@
 #pragma once
 // Custom loads a TinyJit step may replay (the gathers behind index_select, gather and Embedding,
-// and their gradients' scatters). A CUSTOM load's fill is a host function; where it reads nothing
-// but its input buffers and checks what it reads itself, running it again on a replay's buffers
-// is the step again, so a capture records it beside the kernels (schedule.cpp) and the replay
-// calls it in its turn (jit.cpp). Any other fill (a bitcast's copy, a collective) still makes
-// the capture refuse the step. Private to the library's sources.
+// and their gradients' scatters, bitcast's copy). A CUSTOM load's fill is a host function; where it
+// reads nothing but its input buffers and checks what it reads itself, running it again on a
+// replay's buffers is the step again, so a capture records it beside the kernels (schedule.cpp) and
+// the replay calls it in its turn (jit.cpp). Any other fill still makes the capture refuse the
+// step. Private to the library's sources.
 #include <functional>
 #include <utility>
 #include <vector>

@@ -174,48 +174,42 @@ void add_region(V* buf, bool written, const G& g, bool zero_gaps = true) {
     for (std::size_t d = 0; d < R; ++d) st.push_back(stride[d]);
     return View(Q::dims, st, base);
   }();
-  if (!reads(PT::inner(g), buf)) {
-    if (!written && zero_gaps) {  // the gaps between the runs, in increasing address order
-      V* gap = buf;
-      std::array<index_t, R> pos{};
-      for (index_t r = 0; r < Q::size / run; ++r) {
-        index_t at = base;
-        for (std::size_t d = 0; d < outer; ++d) at += pos[d] * stride[d];
-        std::fill(gap, buf + at, V(0));
-        gap = buf + at + run;
-        for (std::size_t d = outer; d-- > 0;) {
-          if (++pos[d] < Q::dims[d]) break;
-          pos[d] = 0;
-        }
+  // f(r, dst) for each run r of the region, dst its place in buf, in increasing address order.
+  auto each_run = [&](auto f) {
+    std::array<index_t, R> pos{};
+    for (index_t r = 0; r < Q::size / run; ++r) {
+      index_t at = base;
+      for (std::size_t d = 0; d < outer; ++d) at += pos[d] * stride[d];
+      f(r, buf + at);
+      for (std::size_t d = outer; d-- > 0;) {
+        if (++pos[d] < Q::dims[d]) break;
+        pos[d] = 0;
       }
-      std::fill(gap, buf + prod(P), V(0));
     }
+  };
+  // A first write zeroes the gaps between the runs, not the whole (after the inner expression,
+  // which may read buf, is evaluated).
+  auto clear_gaps = [&] {
+    if (written || !zero_gaps) return;
+    V* gap = buf;
+    each_run([&](index_t, V* dst) { std::fill(gap, dst, V(0)), gap = dst + run; });
+    std::fill(gap, buf + prod(P), V(0));
+  };
+  if (!reads(PT::inner(g), buf)) {
+    clear_gaps();
     return assign_view<region>(buf, PT::inner(g), written);
   }
   Arena::Scope scope;
   V* tmp = Arena::local().alloc<V>(Q::size);
   detail::assign(tmp, PT::inner(g));
-  // Runs in increasing address order: a first write zeroes the gaps between them, not the whole.
-  V* gap = buf;
-  std::array<index_t, R> pos{};
-  for (index_t r = 0; r < Q::size / run; ++r) {
-    index_t at = base;
-    for (std::size_t d = 0; d < outer; ++d) at += pos[d] * stride[d];
-    V* __restrict dst = buf + at;
+  clear_gaps();
+  each_run([&](index_t r, V* __restrict dst) {
     const V* __restrict src = tmp + r * run;
-    if (written) {
+    if (written)
       for (index_t j = 0; j < run; ++j) dst[j] += src[j];
-    } else {
-      if (zero_gaps) std::fill(gap, dst, V(0));
+    else
       std::copy(src, src + run, dst);
-      gap = dst + run;
-    }
-    for (std::size_t d = outer; d-- > 0;) {
-      if (++pos[d] < Q::dims[d]) break;
-      pos[d] = 0;
-    }
-  }
-  if (!written && zero_gaps) std::fill(gap, buf + prod(P), V(0));
+  });
 }
 
 // A padded term whose region spans its buffer but along one axis (a packed q, k, v's head): in each
