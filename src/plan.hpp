@@ -31,11 +31,12 @@ bool shares_source(const Plan& p);
 // Whether the plan launches a kernel: an AST with a non-empty result that is not a shared source.
 inline bool runs_kernel(const Plan& p) { return p.ast && p.buf->st.size() != 0 && !shares_source(p); }
 
-// Env GRAPH, DEBUG and METAGRAD_MULTI_OUTPUT, read in one pass over the environment: realize reads
-// them on every op.
+// Env GRAPH, DEBUG, METAGRAD_MULTI_OUTPUT and METAGRAD_SCHEDULE_CACHE, read in one pass over the environment:
+// realize reads them on every op.
 struct RealizeFlags {
   long graph = 0, debug = 0;
-  long multi_output = 1;  // 0: no multi-output kernels (schedule.cpp, merge_stores)
+  long multi_output = 1;    // 0: no multi-output kernels (schedule.cpp, merge_stores)
+  long schedule_cache = 1;  // 0: every realize schedules its graph (schedule_cache.hpp)
 };
 RealizeFlags realize_flags();
 
@@ -55,12 +56,14 @@ void graph(GraphDraft draft, std::span<const Plan> order);
 // GFLOP/s, memory in use and at peak).
 class RealizeReport {
  public:
-  explicit RealizeReport(long debug);
+  // cached: the schedule came from the schedule cache (said in the totals).
+  explicit RealizeReport(long debug, bool cached = false);
   void build(std::span<const Plan> order) const;
   void finish() const;  // the totals
 
  private:
   long debug_;
+  bool cached_;
   std::int64_t kernels_, ops_, mem_;
   double time_, compile_;
   std::chrono::steady_clock::time_point start_;

@@ -26,9 +26,10 @@ std::string fixed3(double v) {
 
 RealizeFlags realize_flags() {
   RealizeFlags f;
-  bool graph = false, debug = false, multi = false;  // the first of each counts, as for getenv
+  bool graph = false, debug = false, multi = false, cache = false;  // the first of each counts, as getenv
   constexpr std::size_t kMulti = sizeof "METAGRAD_MULTI_OUTPUT=" - 1;
-  for (char** e = environ; e && *e && !(graph && debug && multi); ++e) {
+  constexpr std::size_t kCache = sizeof "METAGRAD_SCHEDULE_CACHE=" - 1;
+  for (char** e = environ; e && *e && !(graph && debug && multi && cache); ++e) {
     const char* v = *e;  // (the first letter first: most variables are none of them)
     if (v[0] == 'G' && !graph && std::strncmp(v, "GRAPH=", 6) == 0)
       f.graph = std::strtol(v + 6, nullptr, 10), graph = true;
@@ -36,12 +37,15 @@ RealizeFlags realize_flags() {
       f.debug = std::strtol(v + 6, nullptr, 10), debug = true;
     else if (v[0] == 'M' && !multi && std::strncmp(v, "METAGRAD_MULTI_OUTPUT=", kMulti) == 0)
       f.multi_output = std::strtol(v + kMulti, nullptr, 10), multi = true;
+    else if (v[0] == 'M' && !cache && std::strncmp(v, "METAGRAD_SCHEDULE_CACHE=", kCache) == 0)
+      f.schedule_cache = std::strtol(v + kCache, nullptr, 10), cache = true;
   }
   return f;
 }
 
-RealizeReport::RealizeReport(long debug)
+RealizeReport::RealizeReport(long debug, bool cached)
     : debug_(debug),
+      cached_(cached),
       kernels_(GlobalCounters::kernel_count),
       ops_(GlobalCounters::global_ops),
       mem_(GlobalCounters::global_mem),
@@ -73,9 +77,9 @@ void RealizeReport::finish() const {
                                                   " scheduling and launching)")
                                     : "";
   std::fprintf(stderr,
-               "*** realize: %lld kernels, %.3f ms in kernels (%.2f GFLOP/s, %.2f GB/s), %.3f ms wall%s, "
+               "*** realize: %lld kernels%s, %.3f ms in kernels (%.2f GFLOP/s, %.2f GB/s), %.3f ms wall%s, "
                "mem %s in use, %s peak\n",
-               static_cast<long long>(kernels), t * 1e3,
+               static_cast<long long>(kernels), cached_ ? " (schedule from cache)" : "", t * 1e3,
                static_cast<double>(GlobalCounters::global_ops - ops_) / t * 1e-9,
                static_cast<double>(GlobalCounters::global_mem - mem_) / t * 1e-9, wall * 1e3, split.c_str(),
                human_bytes(GlobalCounters::mem_used).c_str(), human_bytes(GlobalCounters::mem_peak).c_str());

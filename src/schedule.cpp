@@ -15,6 +15,7 @@
 #include "metagrad/lazy.hpp"
 #include "plan.hpp"
 #include "replayable.hpp"
+#include "schedule_cache.hpp"
 
 namespace metagrad {
 
@@ -847,12 +848,25 @@ void hoist_shrinking(std::vector<Plan>& order) {
   order = std::move(sorted);
 }
 
+void run_plans(std::vector<Plan>& order, long debug, bool graphing, bool cached);
+
 // One schedule for several unrealized bases (the first's plan made already): their kernels, those
 // they need, each once, in an order that runs each after what it reads.
 void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
   scheduler::RealizeFlags flags = scheduler::realize_flags();
   bool graphing = flags.graph >= 1;
   long debug = flags.debug;
+  // (GRAPH=1 draws a plan's dependencies, which a cached plan does not keep)
+  std::optional<scheduler::GraphKey> key;
+  if (flags.schedule_cache && !graphing) key = scheduler::graph_key(targets, flags);
+  if (key && key->nodes.size() < 8) key.reset();  // (as quickly scheduled as looked up)
+  std::optional<std::vector<Plan>> cached;
+  if (key) cached = scheduler::ScheduleCache::get().find(*key);
+  if (cached) {
+    key.reset();  // (its buffers may be freed as the plans run)
+    run_plans(*cached, debug, false, true);
+    return;
+  }
   // Iterative post-order walk (deep graphs must not overflow the stack). A buffer may be pushed
   // by several consumers; the first time it is popped it runs after its own dependencies, and
   // later pops find it done. Targets are pushed last first, so they run in the order given.
@@ -883,11 +897,21 @@ void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
   }
   if (flags.multi_output) merge_stores(order);
   hoist_shrinking(order);
+  plans.clear();
+  if (key) {
+    scheduler::ScheduleCache::get().add(std::move(*key), order);
+    key.reset();
+  }
+  run_plans(order, debug, graphing, false);
+}
+
+// Runs a schedule's plans in order, compiling its new kernels first.
+void run_plans(std::vector<Plan>& order, long debug, bool graphing, bool cached) {
   std::optional<scheduler::RealizeReport> report;
   if (debug >= 1) {
-    report.emplace(debug);
+    report.emplace(debug, cached);
     report->build(order);
-  } else {
+  } else if (!cached) {  // (a cached schedule's kernels were built when it was made)
     prebuild(order);
   }
   std::optional<scheduler::GraphDraft> draft;
@@ -906,7 +930,7 @@ void realize_bases(const std::vector<LazyBufferPtr>& targets, Plan first) {
   }
   if (draft) scheduler::graph(std::move(*draft), order);
   if (report) {  // totals once the plans' hold on intermediate buffers is gone
-    order.clear(), plans.clear();
+    order.clear();
     report->finish();
   }
 }

@@ -1,6 +1,7 @@
 // The scheduler's fusion, counted: how many kernels typical graphs become on a compiled device
 // (CLANG), each result checked against the same formula computed here in double. (GRAPH=1's
 // picture of them: test_graph.cpp.)
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include "device_scope.hpp"
 #include "metagrad/metagrad.hpp"
+#include "stderr_capture.hpp"
 
 using namespace metagrad;
 using i64 = std::int64_t;
@@ -543,6 +545,134 @@ TEST_CASE("row kernels: random row-wise expressions agree with CPU", "[schedule]
       REQUIRE(k >= 1);
       REQUIRE(k <= 2);
       require_same(got, make("CPU"), 1e-4);
+    }
+  }
+}
+
+// ---- the schedule cache (schedule_cache.cpp) ----
+
+namespace {
+
+// Whether a realize in these DEBUG=2 lines took its schedule from the cache.
+bool from_cache(const std::vector<std::string>& lines) {
+  return std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("(schedule from cache)") != std::string::npos;
+  });
+}
+
+struct TinyNet {
+  nn::Linear fc1{6, 12}, fc2{12, 3};
+  nn::LayerNorm ln{12};
+  Tensor operator()(const Tensor& x) const { return fc2(ln(fc1(x)).gelu()); }
+  nn::StateDict state_dict() const { return nn::state_dict({{"fc1", fc1}, {"fc2", fc2}, {"ln", ln}}); }
+};
+
+// Parameters after `steps` AdamW steps on fresh batches, and whether each step after the first took
+// its schedule from the cache.
+std::pair<std::vector<std::vector<float>>, std::vector<bool>> train_tiny(int steps) {
+  Tensor::manual_seed(11);
+  TinyNet net;
+  std::vector<Tensor> ps = nn::get_parameters(net);
+  nn::optim::AdamW opt(ps, 1e-2);
+  std::vector<bool> cached;
+  for (int s = 0; s < steps; ++s) {
+    Tensor x = Tensor(test::random_floats(8 * 6, 50u + static_cast<unsigned>(s)), {8, 6}).realize();
+    Tensor y = Tensor(std::vector<double>{0, 1, 2, 0, 1, 2, 2, 1}, {8}, {.dtype = dtypes::int64}).realize();
+    test::StderrCapture capture("2");
+    {
+      Tensor::TrainingGuard training;
+      opt.zero_grad();
+      net(x).sparse_categorical_crossentropy(y).backward();
+      opt.step();
+    }
+    cached.push_back(from_cache(capture.lines()));
+  }
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : ps) out.push_back(p.to_vector<float>());
+  return {out, cached};
+}
+
+}  // namespace
+
+TEST_CASE("schedule cache: a training loop's later steps reuse its schedule and train as without it",
+          "[schedule][schedule_cache]") {
+  for (const char* d : {"CLANG", "LLVM"}) {
+    test::DeviceScope dev(d);
+    if (!dev.ok) continue;
+    INFO(d);
+    auto [with, hits] = train_tiny(5);
+    for (std::size_t s = 2; s < hits.size(); ++s) {  // (the first step's optimizer states are new)
+      INFO("step " << s + 1);
+      REQUIRE(hits[s]);
+    }
+    setenv("METAGRAD_SCHEDULE_CACHE", "0", 1);
+    auto [without, none] = train_tiny(5);
+    unsetenv("METAGRAD_SCHEDULE_CACHE");
+    REQUIRE(std::none_of(none.begin(), none.end(), [](bool b) { return b; }));
+    REQUIRE(with == without);  // the same kernels on the same values: bitwise
+  }
+}
+
+TEST_CASE("schedule cache: graphs equal but for their inputs reuse a schedule, any other difference does not",
+          "[schedule][schedule_cache]") {
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  auto inputs = [](unsigned seed, const Dims& shape) {
+    std::vector<Tensor> dev_in, cpu_in;
+    for (unsigned i = 0; i < 3; ++i) {
+      auto v = test::random_floats(static_cast<std::size_t>(prod(shape)), seed * 13 + i);
+      dev_in.push_back(Tensor(v, shape, {.dtype = dtypes::float32}).realize());
+      cpu_in.push_back(Tensor(v, shape, {.device = "CPU", .dtype = dtypes::float32}).realize());
+    }
+    return std::pair{dev_in, cpu_in};
+  };
+  auto check = [](const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+    for (std::size_t t = 0; t < got.size(); ++t) {
+      auto g = got[t].to_vector<float>(), w = want[t].to_vector<float>();
+      REQUIRE(g.size() == w.size());
+      for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(g[i] == Approx(w[i]).epsilon(1e-5).margin(1e-6));
+    }
+  };
+  // Realizes the last node of random_graph(seed) and a sum over it, in one schedule; whether the
+  // schedule came from the cache. `extra` holds a node of the graph besides (another consumer).
+  auto run = [&](unsigned graph_seed, unsigned data_seed, const Dims& shape, double scale, bool extra) {
+    auto [dev_in, cpu_in] = inputs(data_seed, shape);
+    std::vector<Tensor> on_dev = random_graph(dev_in, graph_seed, 12),
+                        on_cpu = random_graph(cpu_in, graph_seed, 12);
+    std::vector<Tensor> held;
+    if (extra) held.push_back(on_dev[2] * 3);
+    std::vector<Tensor> got = {on_dev.back() * scale, (on_dev.back() + on_dev[2]).sum()},
+                        want = {on_cpu.back() * scale, (on_cpu.back() + on_cpu[2]).sum()};
+    test::StderrCapture capture("2");
+    kernels_for_all(got);
+    bool cached = from_cache(capture.lines());
+    check(got, want);
+    return cached;
+  };
+  for (unsigned seed = 0; seed < 16; ++seed) {
+    INFO("seed " << seed);
+    const Dims shape = seed % 2 ? Dims{7, 9} : Dims{5, 11};
+    run(seed, seed, shape, 1.5, false);
+    REQUIRE(run(seed, seed + 100, shape, 1.5, false));                      // other values: reused
+    REQUIRE(!run(seed, seed + 200, shape, 2.5, false));                     // another constant
+    REQUIRE(!run(seed, seed + 300, shape, 1.5, true));                      // a node with another consumer
+    REQUIRE(!run(seed, seed + 400, Dims{shape[1], shape[0]}, 1.5, false));  // other shapes
+    REQUIRE(!run(seed + 1000, seed, shape, 1.5, false));                    // another graph
+  }
+  // A one-element host tensor copied over is folded into the kernel as its value: a new value is a
+  // new schedule, never the old constant.
+  Tensor x = on_device(test::random_floats(12, 3), {3, 4});
+  for (double s : {2.0, 3.0, 3.0}) {
+    Tensor k = Tensor(std::vector<double>{s}, {1}, {.device = "CPU", .dtype = dtypes::float32}).to("CLANG");
+    Tensor y = (x * k.reshape({1, 1}) + 1).sum(1) * (x.exp() * 2).sum();
+    kernels_for_all({y});
+    auto xv = x.to_vector<float>(), yv = y.to_vector<float>();
+    double e = 0;
+    for (float v : xv) e += 2 * std::exp(static_cast<double>(v));
+    for (int r = 0; r < 3; ++r) {
+      double row = 0;
+      for (int c = 0; c < 4; ++c) row += xv[static_cast<std::size_t>(r * 4 + c)] * s + 1;
+      REQUIRE(yv[static_cast<std::size_t>(r)] == Approx(row * e).epsilon(1e-5));
     }
   }
 }

@@ -1,0 +1,58 @@
+#pragma once
+// The schedule cache: a realize's plans kept by the graph they were made from, so a graph that
+// comes again (an eager training loop's step) is not scheduled again (tinygrad's schedule cache).
+// Private to the library's sources.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "metagrad/lazy.hpp"
+#include "plan.hpp"
+
+namespace metagrad::scheduler {
+
+// The unrealized graph below a realize's targets, down to realized buffers, written out as tokens:
+// each buffer once, with everything the scheduler reads of it (op and argument, dtype, device,
+// views, whether it is realized, its live consumers), later visits as a reference to its number.
+// Two graphs with equal tokens are scheduled alike, their buffers standing in for each other by
+// number. Buffers are numbered by first visit; `nodes` are valid while the graph is unchanged. The
+// flags that change how a graph is scheduled are tokens too. A graph past the cache's largest is
+// not written out: its key has no nodes.
+struct GraphKey {
+  std::vector<std::uint64_t> tokens;
+  std::vector<LazyBuffer*> nodes;
+  std::size_t hash = 0;
+};
+GraphKey graph_key(const std::vector<LazyBufferPtr>& targets, const RealizeFlags& flags);
+
+// Process-wide, under the realize lock.
+class ScheduleCache {
+ public:
+  // The plans for key's graph when an equal graph was scheduled before (loads made anew, kernels
+  // with their ASTs), or nothing.
+  std::optional<std::vector<Plan>> find(const GraphKey& key);
+  // Keeps order, made from key's graph, unless a plan names a buffer outside it (a FROM's
+  // contiguous copy made while scheduling).
+  void add(GraphKey key, const std::vector<Plan>& order);
+  static ScheduleCache& get();
+
+ private:
+  struct Entry {
+    std::vector<std::uint64_t> tokens;
+    struct Step {
+      std::uint32_t buf;
+      std::shared_ptr<LazyOp> ast;  // null for a load
+      std::vector<std::uint32_t> leaves, stores;
+      std::int64_t from = -1;
+    };
+    std::vector<Step> steps;
+    std::uint64_t used;  // the lookup that last found or made it
+  };
+  std::unordered_multimap<std::size_t, Entry> entries_;
+  std::uint64_t clock_ = 0;  // lookups so far
+  std::size_t tokens_ = 0;   // in all entries
+};
+
+}  // namespace metagrad::scheduler
