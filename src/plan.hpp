@@ -24,6 +24,13 @@ struct Plan {
   std::vector<LazyBufferPtr> stores;
   LazyBufferPtr from;       // FROM: the contiguous source on its own device
   std::int64_t launch = 0;  // a kernel's number once it ran (GlobalCounters::kernel_count, DEBUG=2's)
+  // A cached schedule's kernel (schedule_cache.hpp): its device's runner, found by its first run and
+  // kept, so later steps do not key the AST again. Shared by the plans made from one cache entry.
+  struct Runner {
+    const Backend* dev = nullptr;
+    const ASTRunner* runner = nullptr;  // (a Compiled's runners are never dropped)
+  };
+  std::shared_ptr<Runner> runner;
 };
 
 // A CONTIGUOUS whose source is already its values in order: it shares the source's memory, no kernel.

@@ -396,7 +396,8 @@ void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op,
 }
 
 Plan make_plan(const LazyBufferPtr& b, const std::unordered_set<const LazyBuffer*>* targets = nullptr) {
-  Plan p{b, nullptr, {}, {}, {}, nullptr};
+  Plan p;
+  p.buf = b;
   const GraphOp& op = *b->op;
   if (op.op.type != OpType::Load) {
     plan_kernel(p, b->op, targets);
@@ -414,10 +415,12 @@ Plan make_plan(const LazyBufferPtr& b, const std::unordered_set<const LazyBuffer
   return p;
 }
 
-// Runs a kernel on its inputs' realized buffers into a new buffer for b.
+// Runs a kernel on its inputs' realized buffers into a new buffer for b: through `runner` when one
+// is given (a cached schedule's kernel), found on its first run.
 std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
                                       const std::vector<LazyBufferPtr>& leaves, const LazyBuffer& b,
-                                      const std::vector<LazyBufferPtr>& stores = {}) {
+                                      const std::vector<LazyBufferPtr>& stores = {},
+                                      Plan::Runner* runner = nullptr) {
   auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
   if (b.st.size() == 0) return out;  // nothing to compute for an empty result
   std::vector<std::shared_ptr<RawBuffer>> bufs;
@@ -425,7 +428,17 @@ std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
   bufs.push_back(out);
   for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized);
   for (const auto& s : stores) bufs.push_back(dev.alloc(static_cast<std::size_t>(s->st.size()), s->dtype));
-  dev.exec_ast(ast, bufs);
+  auto* compiled = runner ? dynamic_cast<Compiled*>(&dev) : nullptr;
+  if (compiled) {  // Compiled::exec_ast with the runner known
+    if (runner->dev != compiled) runner->runner = &compiled->runner(ast, bufs), runner->dev = compiled;
+    std::vector<RawBuffer*> raw;
+    raw.reserve(bufs.size());
+    for (const auto& x : bufs) raw.push_back(x.get());
+    runner->runner->exec(raw);
+    if (GlobalCounters::cache) GlobalCounters::cache->push_back({*runner->runner, bufs});
+  } else {
+    dev.exec_ast(ast, bufs);
+  }
   for (std::size_t i = 0; i < stores.size(); ++i) stores[i]->set_realized(bufs[leaves.size() + 1 + i]);
   return out;
 }
@@ -498,7 +511,7 @@ void execute_plan(Plan& p) {
     if (scheduler::shares_source(p)) {
       out = p.leaves[0]->base()->realized;
     } else {
-      out = run_kernel(dev, *p.ast, p.leaves, b, p.stores);
+      out = run_kernel(dev, *p.ast, p.leaves, b, p.stores, p.runner.get());
       p.launch = GlobalCounters::kernel_count;
     }
   } else if (op.op == LoadOps::FROM) {

@@ -14,8 +14,8 @@ namespace {
 
 enum Tag : std::uint64_t { kRef = 0xA1, kNode, kOp };
 
-// The cache's budget (16 MiB of tokens) and the largest graph it keeps, a quarter of it.
-constexpr std::size_t kBudget = std::size_t{1} << 21, kMaxTokens = kBudget / 4;
+// The cache's budget (bytes of tokens) and the largest graph it keeps, a quarter of it.
+constexpr std::size_t kBudget = std::size_t{8} << 20, kMaxBytes = kBudget / 4;
 
 std::uint64_t device_number(const std::string& device) {
   static std::unordered_map<std::string, std::uint64_t> numbers;  // (under the realize lock)
@@ -27,9 +27,14 @@ struct Writer {
   std::unordered_map<const LazyBuffer*, std::uint32_t> number;
   std::vector<std::variant<LazyBuffer*, const GraphOp*>> stack;
 
-  void put(std::uint64_t t) { key.tokens.push_back(t); }
-  void put(std::int64_t t) { key.tokens.push_back(static_cast<std::uint64_t>(t)); }
-  void put(double v) { key.tokens.push_back(std::bit_cast<std::uint64_t>(v)); }
+  // Tokens as LEB128 varints: most are small (sizes, strides, numbers of buffers), a key a few bytes
+  // a token. (A negative stride or offset takes ten bytes: rare, and still one meaning per string.)
+  void put(std::uint64_t t) {
+    for (; t >= 0x80; t >>= 7) key.tokens.push_back(static_cast<char>(t | 0x80));
+    key.tokens.push_back(static_cast<char>(t));
+  }
+  void put(std::int64_t t) { put(static_cast<std::uint64_t>(t)); }
+  void put(double v) { put(std::bit_cast<std::uint64_t>(v)); }
   void dims(const Dims& d) {
     put(static_cast<std::uint64_t>(d.size()));
     for (std::int64_t x : d) put(x);
@@ -95,8 +100,8 @@ GraphKey graph_key(const std::vector<LazyBufferPtr>& targets, const RealizeFlags
   Writer w{key, {}, {}};
   w.put(static_cast<std::uint64_t>(targets.size())), w.put(flags.multi_output);
   for (auto it = targets.rbegin(); it != targets.rend(); ++it) w.stack.emplace_back(it->get());
-  while (!w.stack.empty()) {                        // preorder, iteratively (deep graphs)
-    if (key.tokens.size() > kMaxTokens) return {};  // (no loop's step: not kept, not written out)
+  while (!w.stack.empty()) {                       // preorder, iteratively (deep graphs)
+    if (key.tokens.size() > kMaxBytes) return {};  // (no loop's step: not kept, not written out)
     auto item = w.stack.back();
     w.stack.pop_back();
     if (auto* b = std::get_if<LazyBuffer*>(&item))
@@ -104,9 +109,7 @@ GraphKey graph_key(const std::vector<LazyBufferPtr>& targets, const RealizeFlags
     else
       w.op(std::get<const GraphOp*>(item));
   }
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::uint64_t t : key.tokens) h = (h ^ t) * 0x100000001b3ULL, h ^= h >> 29;
-  key.hash = static_cast<std::size_t>(h);
+  key.hash = std::hash<std::string>{}(key.tokens);
   return key;
 }
 
@@ -126,11 +129,13 @@ std::optional<std::vector<Plan>> ScheduleCache::find(const GraphKey& key) {
     std::vector<Plan> order;
     order.reserve(e.steps.size());
     for (const Entry::Step& s : e.steps) {
-      Plan& p = order.emplace_back(Plan{at(s.buf), s.ast, {}, {}, {}, nullptr});
+      Plan& p = order.emplace_back();
+      p.buf = at(s.buf), p.ast = s.ast;
       p.leaves.reserve(s.leaves.size());
       for (std::uint32_t l : s.leaves) p.leaves.push_back(at(l));
       for (std::uint32_t l : s.stores) p.stores.push_back(at(l));
       if (s.from >= 0) p.from = at(static_cast<std::uint32_t>(s.from));
+      p.runner = s.runner;
     }
     return order;
   }
@@ -150,7 +155,7 @@ void ScheduleCache::add(GraphKey key, const std::vector<Plan>& order) {
     return it == number.end() ? std::nullopt : std::optional(it->second);
   };
   for (const Plan& p : order) {
-    Entry::Step s{0, p.ast, {}, {}, -1};
+    Entry::Step s{0, p.ast, {}, {}, -1, p.ast ? std::make_shared<Plan::Runner>() : nullptr};
     auto buf = id(p.buf);
     if (!buf) return;
     s.buf = *buf;
@@ -171,13 +176,13 @@ void ScheduleCache::add(GraphKey key, const std::vector<Plan>& order) {
     }
     e.steps.push_back(std::move(s));
   }
-  tokens_ += e.tokens.size();
+  bytes_ += e.tokens.size();
   entries_.emplace(key.hash, std::move(e));
-  while (entries_.size() > kEntries || tokens_ > kBudget) {
+  while (entries_.size() > kEntries || bytes_ > kBudget) {
     auto oldest = entries_.begin();
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
       if (it->second.used < oldest->second.used) oldest = it;
-    tokens_ -= oldest->second.tokens.size();
+    bytes_ -= oldest->second.tokens.size();
     entries_.erase(oldest);
   }
 }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -21,7 +22,7 @@ namespace metagrad::scheduler {
 // flags that change how a graph is scheduled are tokens too. A graph past the cache's largest is
 // not written out: its key has no nodes.
 struct GraphKey {
-  std::vector<std::uint64_t> tokens;
+  std::string tokens;
   std::vector<LazyBuffer*> nodes;
   std::size_t hash = 0;
 };
@@ -40,19 +41,20 @@ class ScheduleCache {
 
  private:
   struct Entry {
-    std::vector<std::uint64_t> tokens;
+    std::string tokens;
     struct Step {
       std::uint32_t buf;
       std::shared_ptr<LazyOp> ast;  // null for a load
       std::vector<std::uint32_t> leaves, stores;
       std::int64_t from = -1;
+      std::shared_ptr<Plan::Runner> runner;
     };
     std::vector<Step> steps;
     std::uint64_t used;  // the lookup that last found or made it
   };
   std::unordered_multimap<std::size_t, Entry> entries_;
   std::uint64_t clock_ = 0;  // lookups so far
-  std::size_t tokens_ = 0;   // in all entries
+  std::size_t bytes_ = 0;    // of all entries' tokens
 };
 
 }  // namespace metagrad::scheduler
