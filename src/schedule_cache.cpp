@@ -143,6 +143,13 @@ std::optional<std::vector<Plan>> ScheduleCache::find(const GraphKey& key) {
 }
 
 void ScheduleCache::add(GraphKey key, const std::vector<Plan>& order) {
+  // Kept from its second sighting: a loop's graph comes again, a one-off (an optimizer's first
+  // step, with its new states; a step TinyJit captures and then replays) would only hold its
+  // ASTs (about a megabyte for the GPT bench's step). Sightings by hash: a collision keeps one early.
+  if (seen_.insert(key.hash).second) {
+    if (seen_.size() > 4096) seen_ = {key.hash};
+    return;
+  }
   // A training loop has a few graphs a step (an evaluation, a logged value besides); the least
   // recently used go first past 32 graphs or the budget.
   constexpr std::size_t kEntries = 32;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "metagrad/lazy.hpp"
@@ -34,8 +35,8 @@ class ScheduleCache {
   // The plans for key's graph when an equal graph was scheduled before (loads made anew, kernels
   // with their ASTs), or nothing.
   std::optional<std::vector<Plan>> find(const GraphKey& key);
-  // Keeps order, made from key's graph, unless a plan names a buffer outside it (a FROM's
-  // contiguous copy made while scheduling).
+  // Keeps order, made from key's graph, when the graph was scheduled before, unless a plan names a
+  // buffer outside it (a FROM's contiguous copy made while scheduling).
   void add(GraphKey key, const std::vector<Plan>& order);
   static ScheduleCache& get();
 
@@ -53,8 +54,9 @@ class ScheduleCache {
     std::uint64_t used;  // the lookup that last found or made it
   };
   std::unordered_multimap<std::size_t, Entry> entries_;
-  std::uint64_t clock_ = 0;  // lookups so far
-  std::size_t bytes_ = 0;    // of all entries' tokens
+  std::unordered_set<std::size_t> seen_;  // graphs scheduled once, by hash
+  std::uint64_t clock_ = 0;               // lookups so far
+  std::size_t bytes_ = 0;                 // of all entries' tokens
 };
 
 }  // namespace metagrad::scheduler
