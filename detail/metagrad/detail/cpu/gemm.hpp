@@ -103,10 +103,13 @@ struct Gemm {
 #define MG_PIN(b0, b1) (void)0
 #endif
 #define MG_SPLIT kSplit.n
-// (few tiles: packed A's strip is zero past its rows, and B's strip, packed or in place, NR columns)
-#define MG_TILE(R, Nv, InPlaceA, Ahead, ...) \
-  tile<AllTiles ? (R) : MR, AllTiles ? (Nv) : NV, (InPlaceA) != 0, AllTiles ? (Ahead) : 0>(__VA_ARGS__)
+// (few tiles: A's rows are always read in place, MG_A_ROWS, so the packed tile is never reached; a B
+// strip, packed or in place, is always NR columns wide)
+#define MG_TILE(R, Nv, InPlaceA, Ahead, ...)                                                             \
+  tile<AllTiles ? (R) : MR, AllTiles ? (Nv) : NV, !AllTiles || (InPlaceA) != 0, AllTiles ? (Ahead) : 0>( \
+      __VA_ARGS__)
 #define MG_IN_PLACE in_place
+#define MG_A_ROWS (!AllTiles)
 #include "metagrad/detail/cpu/gemm_kernel.h"
 #undef MG_T
 #undef MG_V
@@ -278,7 +281,15 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
-  if constexpr (AllTiles) {  // (with few tiles, the blocked path: see kAllTiles)
+  if constexpr (!AllTiles) {
+    if (acs != 1) {  // (few tiles: A read in place only) A's rows made contiguous, once
+      Arena::Scope scope;
+      T* at = Arena::local().alloc<T>(m * k);
+      for (index_t i = 0; i < m; ++i)
+        for (index_t p = 0; p < k; ++p) at[i * k + p] = a[i * ars + p * acs];
+      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk);
+    }
+  } else {  // (with few tiles, the blocked path: see kAllTiles)
     if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
       return dots(m, n, k, a, ars, b, bcs, c, ldc);
     if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
