@@ -42,10 +42,10 @@ inline namespace METAGRAD_CPU_ISA {
 // A unit that compiles its own kernel (header-only, or under flags no library copy has) trades the
 // speed of edge tiles and of a few shapes for compile time (kAllTiles false): the kernel's 25 tile
 // shapes, its dot-product and one- or two-row paths were the bulk of such a unit's code generation
-// (1.5 s of the MLP step's 6.7 with g++ -O2, which put it above Eigen's). Its copy has two tiles,
-// MR rows by NR columns, one for A in place and one packed: a B strip is always NR columns wide
-// (zeros past n) and a packed A strip MR rows (zeros past m); the last rows read in place (fewer
-// than MR) are copied into a tile's worth of rows (see in_place). No prefetching variants; deep
+// (1.5 s of the MLP step's 6.7 with g++ -O2, which put it above Eigen's). Its copy has one tile,
+// MR rows by NR columns, A read in place (a transposed A is first copied to contiguous rows): a B
+// strip is always NR columns wide (zeros past n), and the last rows (fewer than MR) are copied,
+// a chunk of k at a time, into a tile's worth of rows (see in_place). No prefetching variants; deep
 // products and one or two rows go the blocked way. Full tiles run at full speed. The library's
 // copies (src/gemm), and so the units that call them, keep every shape and path.
 #ifdef METAGRAD_FIXED_GEMM_PREBUILT
