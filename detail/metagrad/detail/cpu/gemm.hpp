@@ -46,8 +46,8 @@ inline namespace METAGRAD_CPU_ISA {
 // MR rows by NR columns, A read in place (a transposed A is first copied to contiguous rows): a B
 // strip is always NR columns wide (zeros past n), and the last rows (fewer than MR) are copied,
 // a chunk of k at a time, into a tile's worth of rows (see in_place). No prefetching variants; deep
-// products and one or two rows go the blocked way. Full tiles run at full speed. The library's
-// copies (src/gemm), and so the units that call them, keep every shape and path.
+// products go the blocked way, one or two rows on one thread. Full tiles run at full speed. The
+// library's copies (src/gemm), and so the units that call them, keep every shape and path.
 #ifdef METAGRAD_FIXED_GEMM_PREBUILT
 inline constexpr bool kAllTiles = true;
 #else
@@ -289,6 +289,8 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
         for (index_t p = 0; p < k; ++p) at[i * k + p] = a[i * ars + p * acs];
       return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk);
     }
+    // (one thread: a tile of MR rows for one was 4x slower at 1 x 512 x 512)
+    if (m <= kFewRows && bcs == 1) return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc);
   } else {  // (with few tiles, the blocked path: see kAllTiles)
     if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
       return dots(m, n, k, a, ars, b, bcs, c, ldc);
