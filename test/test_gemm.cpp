@@ -228,6 +228,33 @@ TEST_CASE("gemm: one or two rows of A (a vector times a matrix), B read along it
     }
 }
 
+TEST_CASE("gemm: a header-only unit's kernel (few tiles) over edge shapes, strides and blockings", "[gemm]") {
+  // Gemm<float, false>: the copy a unit without the library compiles (cpu/gemm.hpp, kAllTiles), one
+  // tile shape in place and one packed, edges copied into a tile of MR rows; under this unit's flags.
+  using Few = cpu::detail::Gemm<float, false>;
+  std::mt19937 g(35);
+  const i64 mr = Few::MR;
+  std::vector<i64> dims{1, 2, 3, 5, 7, 13, 17, 31, 64, 97, 100, mr - 1, mr + 1, 2 * mr - 1, 2 * mr + 1};
+  std::uniform_int_distribution<i64> pick(0, static_cast<i64>(dims.size()) - 1);
+  for (int t = 0; t < 90; ++t) {
+    Case c = random_case(g, t < 60 ? 2 : 300);
+    if (t < 60) c.m = dims[pick(g)], c.n = dims[pick(g)], c.k = dims[pick(g)];
+    // deep: edge rows copied a chunk of k at a time (A row-major, B row-major: not dot products)
+    if (t % 10 == 9) c.k = std::uniform_int_distribution<i64>(700, 2500)(g), c.tb = false;
+    c.allocate(g);
+    cpu::GemmBlocking bk = Few::host_blocking();
+    if (t % 3 == 1)
+      bk = {std::uniform_int_distribution<i64>(1, 50)(g), std::uniform_int_distribution<i64>(1, 40)(g),
+            std::uniform_int_distribution<i64>(1, 80)(g)};
+    const gemm::Problem p = c.problem();
+    Few::run(p.m, p.n, p.k, p.a, p.ars, p.acs, p.b, p.brs, p.bcs, p.c, p.ldc, bk);
+    check(c, "few tiles case " + std::to_string(t) + " m=" + std::to_string(c.m) +
+                 " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + (c.ta ? " A transposed" : "") +
+                 (c.tb ? " B transposed" : "") + (c.flip_b ? " B reversed" : "") + " blocking " +
+                 std::to_string(bk.mc) + "/" + std::to_string(bk.kc) + "/" + std::to_string(bk.nc));
+  }
+}
+
 TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {
   std::mt19937 g(7);
   int saved = fixed::threads();

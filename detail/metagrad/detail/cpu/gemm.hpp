@@ -26,9 +26,37 @@ using namespace plan;  // gemm_kernel.h calls the plan's functions as C does, un
 
 inline namespace METAGRAD_CPU_ISA {
 
+// A unit linked against the runtime library (METAGRAD_PREBUILT, which the metagrad target
+// exports) calls the library's copy for its ISA (src/gemm/sgemm_isa.inc) rather than compiling
+// its own: the kernel is the largest part of a static unit's code generation (0.7 s of g++'s 3.3 s
+// for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
+// (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the
+// compiler instantiate it anyway.
+#if defined(METAGRAD_PREBUILT) && (defined(__AVX512F__) ? defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+                                                              defined(__AVX512BW__) && defined(__FMA__)     \
+                                   : defined(__AVX__) ? defined(__AVX2__) && defined(__FMA__)               \
+                                                      : true)
+#define METAGRAD_FIXED_GEMM_PREBUILT 1
+#endif
+
+// A unit that compiles its own kernel (header-only, or under flags no library copy has) trades the
+// speed of edge tiles and of a few shapes for compile time (kAllTiles false): the kernel's 25 tile
+// shapes, its dot-product and one- or two-row paths were the bulk of such a unit's code generation
+// (1.5 s of the MLP step's 6.7 with g++ -O2, which put it above Eigen's). Its copy has one tile,
+// MR rows by NR columns, A read in place (a transposed A is first copied to contiguous rows): a B
+// strip is always NR columns wide (zeros past n), and the last rows (fewer than MR) are copied,
+// a chunk of k at a time, into a tile's worth of rows (see in_place). No prefetching variants; deep
+// products go the blocked way, one or two rows on one thread. Full tiles run at full speed. The
+// library's copies (src/gemm), and so the units that call them, keep every shape and path.
+#ifdef METAGRAD_FIXED_GEMM_PREBUILT
+inline constexpr bool kAllTiles = true;
+#else
+inline constexpr bool kAllTiles = false;
+#endif
+
 inline constexpr int kTileRows = METAGRAD_GEMM_MR(kVectorBytes);  // (gemm_plan.h)
 
-template <class T>
+template <class T, bool AllTiles = kAllTiles>
 struct Gemm {
   using V = typename simd<T>::V;
   static constexpr int W = simd<T>::W;
@@ -75,7 +103,13 @@ struct Gemm {
 #define MG_PIN(b0, b1) (void)0
 #endif
 #define MG_SPLIT kSplit.n
-#define MG_TILE(R, Nv, InPlaceA, Ahead, ...) tile<R, Nv, (InPlaceA) != 0, Ahead>(__VA_ARGS__)
+// (few tiles: A's rows are always read in place, MG_A_ROWS, so the packed tile is never reached; a B
+// strip, packed or in place, is always NR columns wide)
+#define MG_TILE(R, Nv, InPlaceA, Ahead, ...)                                                             \
+  tile<AllTiles ? (R) : MR, AllTiles ? (Nv) : NV, !AllTiles || (InPlaceA) != 0, AllTiles ? (Ahead) : 0>( \
+      __VA_ARGS__)
+#define MG_IN_PLACE in_place
+#define MG_A_ROWS (!AllTiles)
 #include "metagrad/detail/cpu/gemm_kernel.h"
 #undef MG_T
 #undef MG_V
@@ -92,6 +126,30 @@ struct Gemm {
 #undef MG_PIN
 #undef MG_SPLIT
 #undef MG_TILE
+  // Rows of A read in place times one B strip (mg_gemm_rows): the kernel's runs of tile sizes, or with
+  // few tiles, tiles of MR rows and the last rows (fewer) copied, a chunk of k at a time, into the
+  // first rows of a buffer of MR (the rest zero), so that no load passes A's last row.
+  static void in_place(index_t kc, const T* a, index_t lda, index_t rows, const T* b, index_t bs, T* c,
+                       index_t ldc, index_t cols, int acc, const T* ahead, int packed) {
+    if constexpr (AllTiles) {
+      mg_gemm_in_place(kc, a, lda, rows, b, bs, c, ldc, cols, acc, ahead, packed);
+    } else {
+      for (; rows >= MR; rows -= MR, a += MR * lda, c += MR * ldc)
+        tile<MR, NV, true>(kc, a, b, bs, c, ldc, MR, cols, acc, lda);
+      if (rows == 0) return;
+      constexpr index_t KB = std::max<index_t>(16, 16384 / (MR * sizeof(T)) / 16 * 16);  // (16 KiB)
+      alignas(64) T rest[MR * KB];
+      for (index_t k0 = 0; k0 < kc; k0 += KB) {
+        const index_t kb = std::min(KB, kc - k0);
+        for (index_t r = 0; r < MR; ++r)
+          if (r < rows)
+            std::copy(a + r * lda + k0, a + r * lda + k0 + kb, rest + r * KB);
+          else
+            std::fill(rest + r * KB, rest + r * KB + kb, T(0));
+        tile<MR, NV, true>(kb, rest, b + k0 * bs, bs, c, ldc, rows, cols, acc || k0 > 0, KB);
+      }
+    }
+  }
   // mg_gemm_tile_body for one shape, out of line (a tile is called once a strip, its k loop inside).
   template <int Rows, int Nv, bool InPlaceA = false, int Ahead = 0>
   static void tile(index_t kc, const T* a, const T* b, index_t bs, T* c, index_t ldc, index_t rows,
@@ -205,26 +263,39 @@ bool run_on_widest_isa(index_t m, index_t n, index_t k, const T* a, index_t ars,
                        index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk);
 #endif
 
-template <class T>
-void Gemm<T>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
+template <class T, bool AllTiles>
+void Gemm<T, AllTiles>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
+                            index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
 #ifdef METAGRAD_GEMM_FORWARD
   if (run_on_widest_isa(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk)) return;
 #endif
   run_here(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
 }
 
-template <class T>
-void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
+template <class T, bool AllTiles>
+void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs,
+                                 const T* b, index_t brs, index_t bcs, T* c, index_t ldc,
+                                 const GemmBlocking& bk) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
-  if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
-    return dots(m, n, k, a, ars, b, bcs, c, ldc);
-  if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
+  if constexpr (!AllTiles) {
+    if (acs != 1) {  // (few tiles: A read in place only) A's rows made contiguous, once
+      Arena::Scope scope;
+      T* at = Arena::local().alloc<T>(m * k);
+      for (index_t i = 0; i < m; ++i)
+        for (index_t p = 0; p < k; ++p) at[i * k + p] = a[i * ars + p * acs];
+      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk);
+    }
+    // (one thread: a tile of MR rows for one was 4x slower at 1 x 512 x 512)
+    if (m <= kFewRows && bcs == 1) return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc);
+  } else {  // (with few tiles, the blocked path: see kAllTiles)
+    if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
+      return dots(m, n, k, a, ars, b, bcs, c, ldc);
+    if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
+  }
   const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
                 NC = std::max<index_t>(bk.nc / NR, 1) * NR;
   constexpr index_t S = sizeof(T);
@@ -298,17 +369,7 @@ void Gemm<T>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars,
   }
 }
 
-// A unit linked against the runtime library (METAGRAD_PREBUILT, which the metagrad target
-// exports) calls the library's copy for its ISA (src/gemm/sgemm_isa.inc) rather than compiling
-// its own: the kernel is the largest part of a static unit's code generation (0.7 s of g++'s 3.3 s
-// for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
-// (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the
-// compiler instantiate it anyway.
-#if defined(METAGRAD_PREBUILT) && (defined(__AVX512F__) ? defined(__AVX512VL__) && defined(__AVX512DQ__) && \
-                                                              defined(__AVX512BW__) && defined(__FMA__)     \
-                                   : defined(__AVX__) ? defined(__AVX2__) && defined(__FMA__)               \
-                                                      : true)
-#define METAGRAD_FIXED_GEMM_PREBUILT 1
+#ifdef METAGRAD_FIXED_GEMM_PREBUILT
 extern template struct Gemm<float>;
 extern template struct Gemm<double>;
 #endif

@@ -167,6 +167,15 @@ static void mg_gemm_in_place(int64_t kc, const MG_T* a, int64_t lda, int64_t row
   MG_GEMM_RUN(METAGRAD_GEMM_TILE_ROWS(MG_MR, 5), n[5]);
 }
 #undef MG_GEMM_RUN
+/* The in-place runs' function: this one, unless the includer names another (its arguments). */
+#ifndef MG_IN_PLACE
+#define MG_IN_PLACE mg_gemm_in_place
+#endif
+/* MG_A_ROWS: the includer's constant, true where A's rows are always contiguous (acs 1), which leaves
+   the packed strips of A out (else 0). */
+#ifndef MG_A_ROWS
+#define MG_A_ROWS 0
+#endif
 
 /* dst[strip][p][w] = src[p * step + (strip * Width + w) * across], zero past `count`. Strips whose
    Width elements are contiguous are copied row by row, all of them a row: each source row is read
@@ -261,7 +270,7 @@ typedef struct {
 static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t kc, int64_t MC,
                          const MG_T* a, int64_t ars, int64_t acs, const mg_gemm_panel* B, MG_T* ap,
                          MG_T* edge, MG_T* c, int64_t ldc, int acc, int whole_a) {
-  const int arows = acs == 1, alias = mg_gemm_copy_a(ars, acs, whole_a, (int64_t)sizeof(MG_T));
+  const int arows = MG_A_ROWS || acs == 1, alias = mg_gemm_copy_a(ars, acs, whole_a, (int64_t)sizeof(MG_T));
   const int64_t lda = alias ? mg_gemm_padded_row(kc, (int64_t)sizeof(MG_T)) : ars;
   for (int64_t ic = r0; ic < r1; ic += MC) {
     const int64_t mc = MG_GEMM_MIN(MC, r1 - ic);
@@ -283,11 +292,11 @@ static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t
       const int64_t cols = MG_GEMM_MIN((int64_t)MG_NR, c1 - jr);
       MG_T* cj = c + ic * ldc + jr;
       if (arows) {
-        mg_gemm_in_place(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc,
-                         B->ahead && jr + 2 * MG_NR <= B->nc ? B->b + jr + MG_NR
-                         : B->next && jr + MG_NR < c1        ? B->b + (jr + MG_NR) * kc
-                                                             : 0,
-                         B->next);
+        MG_IN_PLACE(kc, ablock, lda, mc, bj, bs, cj, ldc, cols, acc,
+                    B->ahead && jr + 2 * MG_NR <= B->nc ? B->b + jr + MG_NR
+                    : B->next && jr + MG_NR < c1        ? B->b + (jr + MG_NR) * kc
+                                                        : 0,
+                    B->next);
         continue;
       }
       for (int64_t ir = 0; ir < mc; ir += MG_MR)
@@ -340,3 +349,5 @@ static void mg_gemm_few_range(int64_t m, int64_t j0, int64_t j1, int64_t k, cons
 
 #undef MG_GEMM_INLINE
 #undef MG_GEMM_MIN
+#undef MG_IN_PLACE
+#undef MG_A_ROWS
