@@ -24,7 +24,6 @@ std::uint64_t device_number(const std::string& device) {
 
 struct Writer {
   GraphKey& key;
-  std::unordered_map<const LazyBuffer*, std::uint32_t> number;
   std::vector<std::variant<LazyBuffer*, const GraphOp*>> stack;
 
   // Tokens as LEB128 varints: most are small (sizes, strides, numbers of buffers), a key a few bytes
@@ -41,7 +40,7 @@ struct Writer {
   }
 
   void buffer(LazyBuffer* b) {
-    if (auto [it, fresh] = number.emplace(b, static_cast<std::uint32_t>(key.nodes.size())); !fresh) {
+    if (auto [it, fresh] = key.number.emplace(b, static_cast<std::uint32_t>(key.nodes.size())); !fresh) {
       put(std::uint64_t{kRef}), put(std::uint64_t{it->second});
       return;
     }
@@ -97,7 +96,7 @@ struct Writer {
 
 GraphKey graph_key(const std::vector<LazyBufferPtr>& targets, const RealizeFlags& flags) {
   GraphKey key;
-  Writer w{key, {}, {}};
+  Writer w{key, {}};
   w.put(static_cast<std::uint64_t>(targets.size())), w.put(flags.multi_output);
   for (auto it = targets.rbegin(); it != targets.rend(); ++it) w.stack.emplace_back(it->get());
   while (!w.stack.empty()) {                       // preorder, iteratively (deep graphs)
@@ -153,13 +152,11 @@ void ScheduleCache::add(GraphKey key, const std::vector<Plan>& order) {
   // A training loop has a few graphs a step (an evaluation, a logged value besides); the least
   // recently used go first past 32 graphs or the budget.
   constexpr std::size_t kEntries = 32;
-  std::unordered_map<const LazyBuffer*, std::uint32_t> number;
-  for (std::uint32_t i = 0; i < key.nodes.size(); ++i) number.emplace(key.nodes[i], i);
   Entry e{std::move(key.tokens), {}, clock_};
   e.steps.reserve(order.size());
   auto id = [&](const LazyBufferPtr& b) -> std::optional<std::uint32_t> {
-    auto it = number.find(b.get());
-    return it == number.end() ? std::nullopt : std::optional(it->second);
+    auto it = key.number.find(b.get());
+    return it == key.number.end() ? std::nullopt : std::optional(it->second);
   };
   for (const Plan& p : order) {
     Entry::Step s{0, p.ast, {}, {}, -1, p.ast ? std::make_shared<Plan::Runner>() : nullptr};

@@ -19,12 +19,13 @@ namespace metagrad::scheduler {
 // each buffer once, with everything the scheduler reads of it (op and argument, dtype, device,
 // views, whether it is realized, its live consumers), later visits as a reference to its number.
 // Two graphs with equal tokens are scheduled alike, their buffers standing in for each other by
-// number. Buffers are numbered by first visit; `nodes` are valid while the graph is unchanged. The
-// flags that change how a graph is scheduled are tokens too. A graph past the cache's largest is
-// not written out: its key has no nodes.
+// number. Buffers are numbered by first visit (`nodes`, and `number` back); both are valid while
+// the graph is unchanged. The flags that change how a graph is scheduled are tokens too. A graph
+// past the cache's largest is not written out: its key has no nodes.
 struct GraphKey {
   std::string tokens;
   std::vector<LazyBuffer*> nodes;
+  std::unordered_map<const LazyBuffer*, std::uint32_t> number;
   std::size_t hash = 0;
 };
 GraphKey graph_key(const std::vector<LazyBufferPtr>& targets, const RealizeFlags& flags);
