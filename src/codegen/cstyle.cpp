@@ -211,15 +211,20 @@ static inline float mg_exp2f(float x) {
   /* 2^x in straight-line code the compiler vectorizes (exp2f is a library call): x = n + r with
      |r| <= 1/2, 2^r by its Taylor polynomial to r^7 (error < 1e-8), 2^n in two exponent steps so
      results between 2^-151 and 2^129 round to subnormals, 0 or inf as exp2f's do. NaN passes.
-     Every step is one vector instruction: selects that clamp (NaN to -151), rint, FMAs, shifts. */
-  float c = x > -151.0f ? x : -151.0f, n, r, p, s1, s2; int i, h; unsigned int b1, b2;
+     Every step is one vector instruction: selects that clamp (NaN to -151), rint, FMAs, shifts.
+     Below -150 the result is 0: those lanes work on 0, since a product rounding to a subnormal or
+     0 costs a microcode assist per vector instruction (a causal mask's -inf). */
+  float c = x > -151.0f ? x : -151.0f, n, r, p, s1, s2; int i, h, live; unsigned int b1, b2;
   c = c < 129.0f ? c : 129.0f; /* one select a statement: gcc if-converts (vectorizes) these */
+  live = c > -150.0f;
+  c = live ? c : 0.0f;
   n = __builtin_rintf(c); r = c - n; p = 1.5252733804059841e-05f;
   p = mg_fma(p, r, 1.5403530393381610e-04f); p = mg_fma(p, r, 1.3333558146428443e-03f);
   p = mg_fma(p, r, 9.6181291076284772e-03f); p = mg_fma(p, r, 5.5504108664821580e-02f);
   p = mg_fma(p, r, 2.4022650695910071e-01f); p = mg_fma(p, r, 6.9314718055994531e-01f); p = mg_fma(p, r, 1.0f);
   i = (int)n; h = i >> 1; b1 = (unsigned int)(h + 127) << 23; b2 = (unsigned int)(i - h + 127) << 23;
   __builtin_memcpy(&s1, &b1, 4); __builtin_memcpy(&s2, &b2, 4); p = p * s1 * s2;
+  p = live ? p : 0.0f;
   return x == x ? p : x; }
 static inline float mg_h2f(unsigned short h) { unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u; float f;
   if (e == 0x1f) u = s | 0x7f800000u | (m << 13); else if (e == 0) { f = (float)m * (1.0f / 16777216.0f); return s ? -f : f; } else u = s | ((e + 112) << 23) | (m << 13);
@@ -267,7 +272,9 @@ const CStyleLanguage& c_language() {
     l.prelude = kMaxMacro +
                 integer_helpers("static inline ", "long long", "long long", "unsigned long long", "0ULL") +
                 kPreludeC;
-    l.types = {"_Bool",
+    // Bools are stored as bytes and compute as _Bool: gcc vectorizes no loop that loads a _Bool
+    // (a causal mask's softmax ran scalar).
+    l.types = {"unsigned char",
                "signed char",
                "unsigned char",
                "int",
@@ -280,6 +287,7 @@ const CStyleLanguage& c_language() {
                "unsigned short",
                "unsigned int",
                "unsigned long long"};
+    l.bool_compute = "_Bool";
     l.int64_suffix = "LL";
     l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";
     l.nan32 = "__builtin_nanf(\"\")", l.nan64 = "__builtin_nan(\"\")";

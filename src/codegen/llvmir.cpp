@@ -247,6 +247,10 @@ struct Renderer {
     llvm::Type* i32 = b.getInt32Ty();
     llvm::Value* c = b.CreateSelect(b.CreateFCmpOGT(x, f(-151)), x, f(-151));  // NaN -> -151
     c = b.CreateSelect(b.CreateFCmpOLT(c, f(129)), c, f(129));
+    // Below -150 the result is 0: such lanes work on 0 instead, since a product rounding to a
+    // subnormal or 0 costs a microcode assist per vector instruction (a causal mask's -inf).
+    llvm::Value* live = b.CreateFCmpOGT(c, f(-150));
+    c = b.CreateSelect(live, c, f(0));
     llvm::Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, c);
     llvm::Value* r = b.CreateFSub(c, n);
     llvm::Value* p = f(1.5252733804059841e-05);
@@ -260,7 +264,7 @@ struct Renderer {
       return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, b.getInt32(127)), 23), b.getFloatTy());
     };
     llvm::Value* y = b.CreateFMul(b.CreateFMul(p, scale(h)), scale(b.CreateSub(i, h)));
-    return b.CreateSelect(b.CreateFCmpORD(x, x), y, x);
+    return b.CreateSelect(b.CreateFCmpORD(x, x), b.CreateSelect(live, y, f(0)), x);
   }
 
   // op on values of dtype `in` (already converted); the result has dtype `out`. The op table's row
