@@ -1,6 +1,7 @@
 // BufferPool: freed buffers by (size, dtype), handed out again before the device allocates.
 #include "metagrad/runtime/buffer_pool.hpp"
 
+#include <algorithm>
 #include <new>
 
 namespace metagrad {
@@ -19,6 +20,7 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
       inner = std::move(it->second.back());
       it->second.pop_back();
       stats_.pooled -= 1, stats_.pooled_bytes -= inner->nbytes(), stats_.reused += 1;
+      in_use(static_cast<std::int64_t>(inner->nbytes()));
       ++RawBuffer::live_count;  // in use again
       GlobalCounters::mem_alloc(static_cast<std::int64_t>(inner->nbytes()));
     }
@@ -33,6 +35,7 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
     }
     std::lock_guard lock(mu_);
     stats_.fresh += 1;
+    in_use(static_cast<std::int64_t>(inner->nbytes()));
   }
   RawBuffer* raw = inner.get();
   return {raw, [pool = shared_from_this(), inner = std::move(inner)](RawBuffer*) mutable {
@@ -40,9 +43,17 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
           }};
 }
 
+void BufferPool::in_use(std::int64_t bytes) {
+  stats_.in_use_bytes = static_cast<std::size_t>(static_cast<std::int64_t>(stats_.in_use_bytes) + bytes);
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
+}
+
 void BufferPool::give_back(std::shared_ptr<RawBuffer> b) {
   std::unique_lock lock(mu_);
-  if (stats_.pooled_bytes + b->nbytes() > cap_) {
+  // Kept only while what is in use and kept (b among them) is within the peak in use and the cap.
+  const bool keep = cap_ > 0 && stats_.in_use_bytes + stats_.pooled_bytes <= stats_.peak_bytes + cap_;
+  in_use(-static_cast<std::int64_t>(b->nbytes()));
+  if (!keep) {
     lock.unlock();  // freed here, outside the lock
     return;
   }

@@ -14,14 +14,31 @@ namespace metagrad {
 
 namespace {
 constexpr std::size_t kMappedFrom = std::size_t{1} << 20;
+// From here on a buffer starts on a huge-page boundary and asks for transparent huge pages: the
+// first write to each 4 KiB page is a fault (about 20 us each on a virtual machine: 5 ms per MiB,
+// where the kernel writes at 10 GB/s), and a model whose step makes more than the pool keeps
+// (GPT-2 small's AdamW) paid it every step.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kPage = 4096;
 }  // namespace
 
 std::byte* RawMallocBuffer::host_alloc(std::size_t bytes) {
   if (bytes < kMappedFrom)
     return static_cast<std::byte*>(::operator new (std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool huge = bytes >= kHugePage;
+  const std::size_t len = (bytes + kPage - 1) / kPage * kPage, span = huge ? len + kHugePage : len;
+  void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-  return static_cast<std::byte*>(p);
+  if (!huge) return static_cast<std::byte*>(p);
+  // The mapping trimmed to [start, start + len), start aligned: host_free unmaps just that.
+  auto* base = static_cast<std::byte*>(p);
+  const std::size_t head = (kHugePage - reinterpret_cast<std::uintptr_t>(base) % kHugePage) % kHugePage;
+  if (head) munmap(base, head);
+  if (span - head > len) munmap(base + head + len, span - head - len);
+#if defined(MADV_HUGEPAGE)
+  madvise(base + head, len, MADV_HUGEPAGE);  // (advice: ignored where huge pages are off)
+#endif
+  return base + head;
 }
 
 void RawMallocBuffer::host_free(std::byte* p, std::size_t bytes) noexcept {

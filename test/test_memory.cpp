@@ -5,12 +5,15 @@
 #include <metagrad/metagrad.hpp>
 #include <metagrad/runtime/buffer_pool.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <random>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "device_scope.hpp"
 #include "gradcheck.hpp"
@@ -87,7 +90,10 @@ TEST_CASE("a compiled device reuses the memory of freed buffers", "[memory]") {
   }
 }
 
-TEST_CASE("a buffer pool keeps at most its cap and empties itself when allocation fails", "[memory]") {
+TEST_CASE(
+    "a buffer pool keeps freed buffers within its peak in use and its cap, and empties itself when "
+    "allocation fails",
+    "[memory]") {
   int fail_next = 0;
   auto pool = std::make_shared<BufferPool>(
       [&](std::size_t n, DType dt) -> std::shared_ptr<RawBuffer> {
@@ -99,13 +105,21 @@ TEST_CASE("a buffer pool keeps at most its cap and empties itself when allocatio
     std::vector<std::shared_ptr<RawBuffer>> held;
     for (int i = 0; i < 10; ++i) held.push_back(pool->alloc(100, dtypes::float32));  // 400 bytes each
   }
-  REQUIRE(pool->stats().pooled == 2);  // 800 of the 4000 freed bytes fit under 1000
-  REQUIRE(pool->stats().pooled_bytes == 800);
+  // All 4000 bytes kept: with nothing in use they are within the 4000 that were in use at once.
+  REQUIRE(pool->stats().pooled == 10);
+  REQUIRE(pool->stats().in_use_bytes == 0);
+  REQUIRE(pool->stats().peak_bytes == 4000);
+  {
+    std::vector<std::shared_ptr<RawBuffer>> held;  // same bytes, another dtype: not interchangeable
+    for (int i = 0; i < 10; ++i) held.push_back(pool->alloc(100, dtypes::int32));
+    REQUIRE(pool->stats().reused == 0);
+  }
+  // 4000 in use and 4000 kept: freed until in use and kept are within 4000 + 1000 (8 of them), then kept.
+  REQUIRE(pool->stats().pooled == 12);
+  REQUIRE(pool->stats().pooled_bytes == 4800);
   auto reused = pool->alloc(100, dtypes::float32);
   REQUIRE(pool->stats().reused == 1);
-  REQUIRE(pool->stats().pooled == 1);
-  auto other = pool->alloc(100, dtypes::int32);  // same bytes, another dtype: not interchangeable
-  REQUIRE(pool->stats().reused == 1);
+  REQUIRE(pool->stats().pooled == 11);
   fail_next = 1;  // the device is out of memory once: the pool frees its buffers and the retry works
   auto big = pool->alloc(50, dtypes::float64);
   REQUIRE(big->size == 50);
@@ -119,6 +133,45 @@ TEST_CASE("a buffer pool keeps at most its cap and empties itself when allocatio
   pool->clear();
   REQUIRE(RawBuffer::live_count == live - 1);
   REQUIRE(pool->stats().pooled == 0);
+}
+
+TEST_CASE("a buffer pool against a model of its rule, over random allocations and frees", "[memory]") {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 gen(seed);
+    const std::size_t cap = (gen() % 4) * 1000;  // 0 keeps nothing
+    auto pool = std::make_shared<BufferPool>(
+        [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); }, cap);
+    // The model: bytes in use, their peak, and the kept buffers' count by (elements, dtype).
+    std::size_t in_use = 0, peak = 0, kept_bytes = 0;
+    std::map<std::pair<std::size_t, int>, int> kept;
+    std::vector<std::shared_ptr<RawBuffer>> held;
+    const DType types[] = {dtypes::float32, dtypes::int32};
+    for (int op = 0; op < 300; ++op) {
+      INFO("seed " << seed << " cap " << cap << " op " << op);
+      if (held.empty() || gen() % 5 < 3) {
+        std::size_t n = 50 * (1 + gen() % 6);
+        int t = static_cast<int>(gen() % 2);
+        auto before = pool->stats();
+        held.push_back(pool->alloc(n, types[t]));
+        bool hit = kept[{n, t}] > 0;
+        REQUIRE(pool->stats().reused - before.reused == (hit ? 1 : 0));
+        if (hit) --kept[{n, t}], kept_bytes -= 4 * n;
+        in_use += 4 * n, peak = std::max(peak, in_use);
+      } else {
+        std::size_t i = gen() % held.size();
+        std::size_t n = held[i]->size;
+        int t = held[i]->dtype == dtypes::int32 ? 1 : 0;
+        bool keep = cap > 0 && in_use + kept_bytes <= peak + cap;
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        in_use -= 4 * n;
+        if (keep) ++kept[{n, t}], kept_bytes += 4 * n;
+      }
+      auto st = pool->stats();
+      REQUIRE(st.in_use_bytes == in_use);
+      REQUIRE(st.peak_bytes == peak);
+      REQUIRE(st.pooled_bytes == kept_bytes);
+    }
+  }
 }
 
 namespace {
@@ -262,4 +315,23 @@ TEST_CASE("host buffers of a mebibyte and more go back to the system when freed"
   INFO("resident: " << before / 1e6 << " MB before, " << touched / 1e6 << " touched, " << freed / 1e6
                     << " freed");
   REQUIRE(freed < touched - 0.9 * static_cast<double>(n * 4));
+}
+
+TEST_CASE("host buffers from 2 MiB start on a huge-page boundary and keep their bytes", "[memory]") {
+  std::mt19937_64 gen(11);
+  for (int i = 0; i < 24; ++i) {
+    // Around the thresholds (1 MiB: mapped, 2 MiB: aligned) and odd sizes past them.
+    std::size_t n = std::size_t{1} << 18;
+    n = i < 8 ? n * (2 + static_cast<std::size_t>(i % 4) * 2) - 1 + static_cast<std::size_t>(i / 4) * 2
+              : 1 + gen() % (n * 8);
+    RawMallocBuffer buf(n, dtypes::float32);
+    auto* p = reinterpret_cast<float*>(buf.data());
+    INFO(n << " floats at " << static_cast<const void*>(p));
+    if (buf.nbytes() >= (std::size_t{2} << 20))
+      REQUIRE(reinterpret_cast<std::uintptr_t>(p) % (std::size_t{2} << 20) == 0);
+    for (std::size_t j = 0; j < n; ++j) p[j] = static_cast<float>(j % 1021);
+    std::vector<float> back = buf.toCPU<float>();
+    for (std::size_t j = 0; j < n; j += 1 + j / 64) REQUIRE(back[j] == static_cast<float>(j % 1021));
+    REQUIRE(back[n - 1] == static_cast<float>((n - 1) % 1021));
+  }
 }
