@@ -1,6 +1,7 @@
 // Host memory for RawMallocBuffer, and host conversions of a RawBuffer's elements to and from
 // double, whatever its dtype.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -19,7 +20,7 @@ constexpr std::size_t kMappedFrom = std::size_t{1} << 20;
 // where the kernel writes at 10 GB/s), and a model whose step makes more than the pool keeps
 // (GPT-2 small's AdamW) paid it every step.
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
-constexpr std::size_t kPage = 4096;
+const std::size_t kPage = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }  // namespace
 
 std::byte* RawMallocBuffer::host_alloc(std::size_t bytes) {
