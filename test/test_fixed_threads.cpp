@@ -6,6 +6,7 @@
 // values in [-2, 2] within 1e-5 relative plus 2e-4 absolute (float rounding with cancellation),
 // matmul 1.6e-5 sqrt(k). Outputs start as NaN, so a range no thread wrote shows.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -140,6 +141,26 @@ TEST_CASE("fixed threads: the pool runs each part once, each thread when asked, 
     });
     REQUIRE(misaligned == 0);
     for (int s : seen) REQUIRE(s == 1);
+  }
+}
+
+// Workers sleep (a futex) once a job is a while away: after each pause every worker must wake for
+// the next job (an each-thread job waits for all of them: a lost wake-up would hang here), and
+// resizing joins the old threads and starts new ones, each job's parts run once.
+TEST_CASE("fixed threads: sleeping workers wake for the next job, and resizing restarts them", "[fixed]") {
+  for (int n : {2, 3, 1, 4, 2}) {
+    Threads t(n);
+    REQUIRE(fx::threads() == n);
+    for (int round = 0; round < 3; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the workers' spin
+      std::thread::id ids[8];
+      fx::detail::parallel_parts(
+          n, [&](int p, int) { ids[p] = std::this_thread::get_id(); }, true);
+      REQUIRE(std::set<std::thread::id>(ids, ids + n).size() == static_cast<std::size_t>(n));
+      std::atomic<int> hits[17] = {};
+      fx::detail::parallel_parts(17, [&](int p, int) { ++hits[p]; });
+      for (auto& h : hits) REQUIRE(h == 1);
+    }
   }
 }
 

@@ -109,6 +109,7 @@ struct Gemm {
   tile<AllTiles ? (R) : MR, AllTiles ? (Nv) : NV, !AllTiles || (InPlaceA) != 0, AllTiles ? (Ahead) : 0>( \
       __VA_ARGS__)
 #define MG_IN_PLACE in_place
+#define MG_PACK_EDGE(dst, kc, count, src, step) pack_edge(dst, kc, count, src, step)
 #define MG_A_ROWS (!AllTiles)
 #include "metagrad/detail/cpu/gemm_kernel.h"
 #undef MG_T
@@ -162,6 +163,15 @@ struct Gemm {
   static void pack(T* dst, index_t kc, index_t count, const T* src, index_t step, index_t across) {
     mg_gemm_pack_body(dst, kc, count, src, step, across, Width);
   }
+  // mg_gemm_rows' edge strip of B: inline, or (few tiles) the B panel's pack<NR>, out of line, rather
+  // than a second copy of the packing loops.
+  __attribute__((always_inline)) static void pack_edge(T* dst, index_t kc, index_t count, const T* src,
+                                                       index_t step) {
+    if constexpr (AllTiles)
+      mg_gemm_pack_body(dst, kc, count, src, step, 1, NR);
+    else
+      pack<NR>(dst, kc, count, src, step, 1);
+  }
 
   // Cache blocking, by default derived from the host's caches (caches.hpp), by gemm_plan.h's rules
   // (docs/gemm.md, "Blocking from the machine it runs on"). BEAM search (src/gemm) tunes them
@@ -186,6 +196,19 @@ struct Gemm {
   // whatever the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking());
+  // One KC step of the blocked path, cut into parts over the pool (step_part: one function for the
+  // three kinds of part, rather than a lambda and its pool instantiations each). phase 0: part p
+  // packs its share of B's strips; 1: then C's row strips of part p times all of B; 2: part p's B
+  // strips, packed, then all of C's rows times them (the column split).
+  struct Step {
+    const mg_gemm_panel* panel;
+    const T *asrc, *bsrc;
+    T *bp, *ap, *c;
+    index_t m, nc, kc, MC, ars, acs, brs, bcs, ldc, bstrips, rstrips, ablock, apack;
+    bool direct, acc, whole_a;
+    int phase;
+  };
+  static void step_part(void* ctx, int p, int np);
   // run on this copy whatever the CPU (run itself may hand the product to a wider copy: below).
   static void run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                        index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk);
@@ -341,32 +364,37 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       const T* asrc = a + pc * acs;
       const mg_gemm_panel panel{
           direct ? bsrc : bp, direct, brs, nc, ahead, plan::mg_gemm_next(direct, kc, nc, S, caches.l2)};
-      // Part p of np's B strips, packed (strips of NR columns, row p then p+1) unless read in
-      // place; returns their columns [c0, c1).
-      auto b_part = [&](int p, int np) {
-        const index_t s0 = bstrips * p / np, c0 = s0 * NR, c1 = std::min(nc, bstrips * (p + 1) / np * NR);
-        if (!direct && c0 < c1) pack<NR>(bp + s0 * NR * kc, kc, c1 - c0, bsrc + c0 * bcs, brs, bcs);
-        return std::pair{c0, c1};
-      };
-      auto a_part = [&](int p) { return ap + p * ablock; };
+      Step st{&panel, asrc, bsrc, bp,      ap,      c + jc, m,     nc,     kc,     MC,        ars, acs,
+              brs,    bcs,  ldc,  bstrips, rstrips, ablock, apack, direct, pc > 0, parts > 1, 0};
       if (by_rows) {  // (one part included)
-        if (!direct) parallel_parts(parts, [&](int p, int np) { b_part(p, np); });
-        parallel_parts(parts, [&](int p, int np) {
-          const index_t r0 = rstrips * p / np * MR, r1 = std::min(m, rstrips * (p + 1) / np * MR);
-          if (r0 < r1)
-            mg_gemm_rows(r0, r1, 0, nc, kc, MC, asrc, ars, acs, &panel, a_part(p), a_part(p) + apack, c + jc,
-                         ldc, pc > 0, false);
-        });
+        if (!direct) Pool::get().run(parts, &step_part, &st);
+        st.phase = 1;
       } else {
-        parallel_parts(parts, [&](int p, int np) {
-          const auto [c0, c1] = b_part(p, np);
-          if (c0 < c1)
-            mg_gemm_rows(0, m, c0, c1, kc, MC, asrc, ars, acs, &panel, a_part(p), a_part(p) + apack, c + jc,
-                         ldc, pc > 0, parts > 1);
-        });
+        st.phase = 2;
       }
+      Pool::get().run(parts, &step_part, &st);
     }
   }
+}
+
+template <class T, bool AllTiles>
+void Gemm<T, AllTiles>::step_part(void* ctx, int p, int np) {
+  const Step& s = *static_cast<const Step*>(ctx);
+  T* ap = s.ap + p * s.ablock;
+  if (s.phase == 1) {  // C's row strips [r0, r1), all columns
+    const index_t r0 = s.rstrips * p / np * MR, r1 = std::min(s.m, s.rstrips * (p + 1) / np * MR);
+    if (r0 < r1)
+      mg_gemm_rows(r0, r1, 0, s.nc, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
+                   s.acc, false);
+    return;
+  }
+  // B's strips [s0, s1) (columns [c0, c1)), packed (strips of NR columns, row p then p+1) unless read
+  // in place
+  const index_t s0 = s.bstrips * p / np, c0 = s0 * NR, c1 = std::min(s.nc, s.bstrips * (p + 1) / np * NR);
+  if (!s.direct && c0 < c1) pack<NR>(s.bp + s0 * NR * s.kc, s.kc, c1 - c0, s.bsrc + c0 * s.bcs, s.brs, s.bcs);
+  if (s.phase == 2 && c0 < c1)  // then all of C's rows times them
+    mg_gemm_rows(0, s.m, c0, c1, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
+                 s.acc, s.whole_a);
 }
 
 #ifdef METAGRAD_FIXED_GEMM_PREBUILT

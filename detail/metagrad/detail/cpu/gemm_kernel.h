@@ -245,6 +245,12 @@ MG_GEMM_INLINE void mg_gemm_pack_body(MG_T* dst, int64_t kc, int64_t count, cons
   }
 }
 
+/* The packing of an edge strip of B read in place (its columns past count zeroed): this
+   function, unless the includer names another (its arguments). */
+#ifndef MG_PACK_EDGE
+#define MG_PACK_EDGE(dst, kc, count, src, step) mg_gemm_pack_body(dst, kc, count, src, step, 1, MG_NR)
+#endif
+
 /* The kc x nc step's B: packed strips, or (direct) B's own rows, row p at b + p * stride, then
    (ahead) from memory: see mg_gemm_tile_body. Packed strips past half the L2 (`next`): each strip's first
    tile asks the L2 (not the L1: there the strips evicted A's rows) for the next strip, which the
@@ -288,7 +294,7 @@ static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t
       if (B->direct && jr + MG_NR <= B->nc)
         bj = B->b + jr, bs = B->stride;
       else if (B->direct)
-        mg_gemm_pack_body(edge, kc, B->nc - jr, B->b + jr, B->stride, 1, MG_NR), bj = edge;
+        MG_PACK_EDGE(edge, kc, B->nc - jr, B->b + jr, B->stride), bj = edge;
       const int64_t cols = MG_GEMM_MIN((int64_t)MG_NR, c1 - jr);
       MG_T* cj = c + ic * ldc + jr;
       if (arows) {
@@ -351,3 +357,4 @@ static void mg_gemm_few_range(int64_t m, int64_t j0, int64_t j1, int64_t k, cons
 #undef MG_GEMM_MIN
 #undef MG_IN_PLACE
 #undef MG_A_ROWS
+#undef MG_PACK_EDGE

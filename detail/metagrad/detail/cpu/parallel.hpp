@@ -27,13 +27,23 @@
 //                           for a thread count, rounded differently from one thread); the innermost
 //                           axis kept: column ranges (W3b), bitwise the same. Other axis sets: one
 //                           thread.
+// Threads and the lock are POSIX's, not <thread>/<mutex>, and the sleep a futex, not
+// std::atomic::wait: this header is compiled by every header-only unit, and <thread> alone (C++20:
+// stop_token, semaphores, jthread) cost more to parse than the rest of the pool, atomic::wait's
+// waiter pools more to instantiate.
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <type_traits>
 
 #include "metagrad/detail/cpu/arena.hpp"
 
@@ -59,9 +69,10 @@ class BasicPool {
 
   static BasicPool& get();
   ~BasicPool() { stop(); }
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  int size() const { return workers_ + 1; }
   void resize(int n) {
-    std::lock_guard lock(busy_);
+    pthread_mutex_lock(&busy_);
+    Unlock unlock{&busy_};
     stop();
     start(std::clamp(n, 1, kMaxThreads));
   }
@@ -94,10 +105,26 @@ class BasicPool {
     Next next[kMaxThreads];
   };
 
+  struct Unlock {
+    pthread_mutex_t* m;
+    ~Unlock() { pthread_mutex_unlock(m); }
+  };
+  struct Start {  // what a worker's thread starts with
+    BasicPool* pool;
+    int index;
+    std::uint32_t seen;
+  };
+  static void* enter(void* s) {
+    auto* st = static_cast<Start*>(s);
+    st->pool->work(st->index, st->seen);
+    return nullptr;
+  }
+
   explicit BasicPool(int n) { start(std::clamp(n, 1, kMaxThreads)); }
   static int default_size() {
     const char* v = std::getenv("THREADS");
-    long n = v && *v ? std::strtol(v, nullptr, 10) : static_cast<long>(std::thread::hardware_concurrency());
+    long n =
+        v && *v ? std::strtol(v, nullptr, 10) : sysconf(_SC_NPROCESSORS_ONLN);  // (as hardware_concurrency)
     return static_cast<int>(std::clamp<long>(n, 1, kMaxThreads));
   }
   static bool& inside() {  // this thread is running a part: nested calls run inline
@@ -106,6 +133,28 @@ class BasicPool {
   }
   void start(int n);
   void stop();
+  // A new job (or stop) in wake_, and the sleeping workers woken; a worker asleep until wake_ is no
+  // longer `seen`. (Both seq_cst: a bump that finds no sleeper came before the sleeper's own check.)
+  void bump() {
+    wake_.fetch_add(1);
+    if (sleepers_.load() == 0) return;
+#ifdef __linux__
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_), FUTEX_WAKE_PRIVATE, kMaxThreads, nullptr,
+            nullptr, 0);
+#else
+    wake_.notify_all();
+#endif
+  }
+  void sleep(std::uint32_t seen) {
+    sleepers_.fetch_add(1);
+#ifdef __linux__
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr,
+            0);
+#else
+    wake_.wait(seen);
+#endif
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  }
   // Claims parts of job g until none is left: thread `self`'s own range, then (unless `own`, as in
   // an each-thread job) the others'. A claim by a thread still looking at a finished job fails on
   // the generation, so no part runs twice or under the wrong job; one that succeeds leaves the job
@@ -113,12 +162,15 @@ class BasicPool {
   void claim(std::uint32_t g, Job& j, int self, bool own);
   void work(int index, std::uint32_t seen);
 
-  std::vector<std::thread> workers_;
-  std::mutex busy_;  // one job at a time
+  int workers_ = 0;  // threads_[0, workers_) run work(1..workers_)
+  pthread_t threads_[kMaxThreads];
+  Start starts_[kMaxThreads];
+  pthread_mutex_t busy_ = PTHREAD_MUTEX_INITIALIZER;  // one job at a time
   Job jobs_[2];
   std::atomic<bool> stop_{false};
   alignas(64) std::atomic<std::uint64_t> state_{0};  // the current job: generation << 1 | each-thread
   alignas(64) std::atomic<std::uint32_t> wake_{0};   // bumped per job: what sleeping workers wait on
+  std::atomic<int> sleepers_{0};                     // workers in sleep()
 };
 
 // Pool is a class template only so that the runtime library can hold its one compiled copy: a unit
@@ -138,11 +190,11 @@ BasicPool<V>& BasicPool<V>::get() {
 
 template <class V>
 void BasicPool<V>::run(int parts, Fn fn, void* ctx, bool each_thread) {
-  if (parts <= 1 || parts > kMaxParts || size() == 1 || inside() || !busy_.try_lock()) {
+  if (parts <= 1 || parts > kMaxParts || size() == 1 || inside() || pthread_mutex_trylock(&busy_) != 0) {
     for (int p = 0; p < parts; ++p) fn(ctx, p, parts);
     return;
   }
-  std::lock_guard lock(busy_, std::adopt_lock);
+  Unlock unlock{&busy_};
   const int threads = size();
   const auto g = static_cast<std::uint32_t>(state_.load(std::memory_order_relaxed) >> 1) + 1;
   Job& j = jobs_[g & 1];
@@ -157,8 +209,7 @@ void BasicPool<V>::run(int parts, Fn fn, void* ctx, bool each_thread) {
     j.next[r].value.store(range(g, b, e), std::memory_order_relaxed);
   }
   state_.store(std::uint64_t{g} << 1 | std::uint64_t{each_thread}, std::memory_order_release);
-  wake_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();
+  bump();
   inside() = true;
   claim(g, j, 0, each_thread);
   inside() = false;
@@ -168,24 +219,28 @@ void BasicPool<V>::run(int parts, Fn fn, void* ctx, bool each_thread) {
     if (spin < kSpin)
       cpu_relax();
     else
-      std::this_thread::yield();
+      sched_yield();
 }
 
 template <class V>
 void BasicPool<V>::start(int n) {
   stop_.store(false, std::memory_order_relaxed);
   const std::uint32_t w = wake_.load(std::memory_order_relaxed);  // before any bump they must see
-  for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, w] { work(i, w); });
+  // A thread the system refuses leaves the pool smaller (std::thread threw).
+  for (int i = 1; i < n; ++i) {
+    starts_[workers_] = {this, i, w};
+    if (pthread_create(&threads_[workers_], nullptr, &enter, &starts_[workers_]) != 0) break;
+    ++workers_;
+  }
 }
 
 template <class V>
 void BasicPool<V>::stop() {
-  if (workers_.empty()) return;
+  if (workers_ == 0) return;
   stop_.store(true, std::memory_order_relaxed);
-  wake_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
+  bump();
+  for (int i = 0; i < workers_; ++i) pthread_join(threads_[i], nullptr);
+  workers_ = 0;
 }
 
 template <class V>
@@ -215,7 +270,7 @@ void BasicPool<V>::work(int index, std::uint32_t seen) {
       if (spin < kSpin)
         cpu_relax();
       else
-        wake_.wait(seen, std::memory_order_acquire);
+        sleep(seen);
     seen = wake_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_relaxed)) return;
     // Generation and kind in one load: a job's slot may already hold the next job's fields.
@@ -245,14 +300,27 @@ inline int parts_for(std::int64_t n, std::int64_t grain) {
 }
 // f(begin, end) over [0, n) cut into parts_for(n, grain) ranges, each starting at a multiple of
 // `align`; with one range, f(0, n) on the caller.
+// (One function per F, called through the pool's pointer: nested lambdas through parallel_parts
+// were four instantiations a call site, in every header-only unit.)
+inline std::int64_t range_cut(std::int64_t n, std::int64_t align, int q, int np) {
+  return q == np ? n : n * q / np / align * align;
+}
 template <class F>
 void parallel_for(std::int64_t n, std::int64_t align, std::int64_t grain, F&& f) {
   int parts = parts_for(n, grain);
   if (parts <= 1) return f(std::int64_t{0}, n);
-  parallel_parts(parts, [&](int p, int np) {
-    auto cut = [&](int q) { return q == np ? n : n * q / np / align * align; };
-    if (cut(p) < cut(p + 1)) f(cut(p), cut(p + 1));
-  });
+  struct Job {
+    std::remove_reference_t<F>* f;
+    std::int64_t n, align;
+  } job{&f, n, align};
+  Pool::get().run(
+      parts,
+      [](void* c, int p, int np) {
+        const Job& j = *static_cast<const Job*>(c);
+        const std::int64_t lo = range_cut(j.n, j.align, p, np), hi = range_cut(j.n, j.align, p + 1, np);
+        if (lo < hi) (*j.f)(lo, hi);
+      },
+      &job);
 }
 
 }  // namespace metagrad::cpu::detail
