@@ -158,21 +158,19 @@ void ScheduleCache::add(GraphKey key, const std::vector<Plan>& order) {
     auto it = key.number.find(b.get());
     return it == key.number.end() ? std::nullopt : std::optional(it->second);
   };
+  auto ids = [&](const std::vector<LazyBufferPtr>& bs, std::vector<std::uint32_t>& out) {
+    for (const LazyBufferPtr& b : bs) {
+      auto i = id(b);
+      if (!i) return false;
+      out.push_back(*i);
+    }
+    return true;
+  };
   for (const Plan& p : order) {
     Entry::Step s{0, p.ast, {}, {}, -1, p.ast ? std::make_shared<Plan::Runner>() : nullptr};
     auto buf = id(p.buf);
-    if (!buf) return;
+    if (!buf || !ids(p.leaves, s.leaves) || !ids(p.stores, s.stores)) return;
     s.buf = *buf;
-    for (const LazyBufferPtr& l : p.leaves)
-      if (auto i = id(l))
-        s.leaves.push_back(*i);
-      else
-        return;
-    for (const LazyBufferPtr& l : p.stores)
-      if (auto i = id(l))
-        s.stores.push_back(*i);
-      else
-        return;
     if (p.from) {
       auto i = id(p.from);
       if (!i) return;
