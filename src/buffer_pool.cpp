@@ -17,7 +17,7 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
   {
     std::lock_guard lock(mu_);
     if (auto it = free_.find(key(size, dtype)); it != free_.end() && !it->second.empty()) {
-      inner = std::move(it->second.back());
+      inner = std::move(it->second.back().buf);  // the warmest in cache
       it->second.pop_back();
       stats_.pooled -= 1, stats_.pooled_bytes -= inner->nbytes(), stats_.reused += 1;
       in_use(static_cast<std::int64_t>(inner->nbytes()));
@@ -26,6 +26,12 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
     }
   }
   if (!inner) {
+    std::vector<std::shared_ptr<RawBuffer>> room;  // freed here, outside the lock
+    {
+      std::lock_guard lock(mu_);
+      make_room(size * static_cast<std::size_t>(dtype.itemsize), room);
+    }
+    room.clear();
     try {
       inner = make_(size, dtype);
     } catch (const std::exception&) {  // out of memory (host or device): free what is pooled, retry
@@ -48,10 +54,31 @@ void BufferPool::in_use(std::int64_t bytes) {
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
 }
 
+void BufferPool::make_room(std::size_t bytes, std::vector<std::shared_ptr<RawBuffer>>& out) {
+  if (slack_ < 0) return;
+  const std::size_t slack = static_cast<std::size_t>(slack_),
+                    limit = std::max(stats_.peak_bytes, stats_.in_use_bytes + bytes) + slack;
+  while (stats_.pooled > 0 && stats_.in_use_bytes + stats_.pooled_bytes + bytes > limit) {
+    auto newest = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (!it->second.empty() &&
+          (newest == free_.end() || it->second.back().since > newest->second.back().since))
+        newest = it;
+    std::vector<Kept>& v = newest->second;
+    out.push_back(std::move(v.back().buf));
+    v.pop_back();
+    stats_.pooled -= 1, stats_.pooled_bytes -= out.back()->nbytes(), stats_.evicted += 1;
+    // Counted out by its destructor, like a buffer never pooled (added back without a new peak).
+    ++RawBuffer::live_count;
+    GlobalCounters::mem_used += static_cast<std::int64_t>(out.back()->nbytes());
+  }
+}
+
 void BufferPool::give_back(std::shared_ptr<RawBuffer> b) {
   std::unique_lock lock(mu_);
-  // Kept only while what is in use and kept (b among them) is within the peak in use and the cap.
-  const bool keep = cap_ > 0 && stats_.in_use_bytes + stats_.pooled_bytes <= stats_.peak_bytes + cap_;
+  // Kept only while what is in use and kept (b among them) is within the peak in use and the slack.
+  const bool keep = slack_ >= 0 && stats_.in_use_bytes + stats_.pooled_bytes <=
+                                       stats_.peak_bytes + static_cast<std::size_t>(slack_);
   in_use(-static_cast<std::int64_t>(b->nbytes()));
   if (!keep) {
     lock.unlock();  // freed here, outside the lock
@@ -60,7 +87,7 @@ void BufferPool::give_back(std::shared_ptr<RawBuffer> b) {
   stats_.pooled += 1, stats_.pooled_bytes += b->nbytes();
   --RawBuffer::live_count;  // free memory now, though the object lives on
   GlobalCounters::mem_used -= static_cast<std::int64_t>(b->nbytes());
-  free_[key(b->size, b->dtype)].push_back(std::move(b));
+  free_[key(b->size, b->dtype)].push_back({returns_++, std::move(b)});
 }
 
 void BufferPool::clear() {

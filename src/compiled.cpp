@@ -29,7 +29,7 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
 Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles,
                    DiskProbe on_disk, Precompile precompile)
     : pool_(std::make_shared<BufferPool>(
-          std::move(buffer), static_cast<std::size_t>(getenv_int("METAGRAD_POOL_MB", 1024)) << 20)),
+          std::move(buffer), static_cast<std::int64_t>(getenv_int("METAGRAD_POOL_MB", 1024)) * (1 << 20))),
       codegen_(std::move(codegen)),
       runtime_(std::move(runtime)),
       concurrent_compiles_(concurrent_compiles),
@@ -199,7 +199,10 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shar
 }
 
 void Compiled::exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
-  const ASTRunner& r = runner(ast, bufs);
+  exec(runner(ast, bufs), bufs);
+}
+
+void Compiled::exec(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
   std::vector<RawBuffer*> raw;
   raw.reserve(bufs.size());
   for (const auto& b : bufs) raw.push_back(b.get());

@@ -76,10 +76,11 @@ void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, st
 }
 
 ASTRunner host_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                      const Compiled::Runtime& compile, const codegen::Opts& opts) {
+                      const Compiled::Runtime& compile, const Compiled::BufferFactory& scratch,
+                      const codegen::Opts& opts) {
   if (out_dtype == dtypes::float32 && gemm::enabled()) {
     codegen::Kernel k(ast, out_dtype);
-    if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile);
+    if (auto plan = codegen::match_gemm(k)) return gemm_runner(k, *plan, render, compile, scratch);
   }
   return codegen::run_pipeline(ast, out_dtype, render, opts);
 }

@@ -294,6 +294,7 @@ std::unique_ptr<Backend> make_clang_backend() {
             [](const std::string& name, const std::string& src) {
               return std::make_shared<ClangProgram>(name, src);
             },
+            [](std::size_t n, DType dt) { return Device::get("CLANG").alloc(n, dt); },
             [] {
               codegen::Opts o = codegen::Opts::host();
               o.row_sum_lanes = 8;  // (C reorders a kernel's additions only function-wide)

@@ -206,7 +206,7 @@ void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
   return host_runner(
       ast, out_dtype, [](const codegen::LinearizedKernel& k) { return codegen::render_llvm(k); },
-      llvm_runtime);
+      llvm_runtime, [](std::size_t n, DType dt) { return Device::get("LLVM").alloc(n, dt); });
 }
 
 std::shared_ptr<Program> llvm_runtime(const std::string& name, const std::string& src) {

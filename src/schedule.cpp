@@ -429,13 +429,9 @@ std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
   for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized);
   for (const auto& s : stores) bufs.push_back(dev.alloc(static_cast<std::size_t>(s->st.size()), s->dtype));
   auto* compiled = runner ? dynamic_cast<Compiled*>(&dev) : nullptr;
-  if (compiled) {  // Compiled::exec_ast with the runner known
+  if (compiled) {
     if (runner->dev != compiled) runner->runner = &compiled->runner(ast, bufs), runner->dev = compiled;
-    std::vector<RawBuffer*> raw;
-    raw.reserve(bufs.size());
-    for (const auto& x : bufs) raw.push_back(x.get());
-    runner->runner->exec(raw);
-    if (GlobalCounters::cache) GlobalCounters::cache->push_back({*runner->runner, bufs});
+    compiled->exec(*runner->runner, bufs);
   } else {
     dev.exec_ast(ast, bufs);
   }

@@ -118,6 +118,8 @@ class Compiled : public Backend {
   bool compiled() const override { return true; }
   // The compiled kernel for an AST run on `bufs` (output first), built on first use.
   const ASTRunner& runner(const LazyOp& ast, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
+  // Runs one of runner()'s kernels on `bufs` (exec_ast with the kernel known).
+  void exec(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
   // Builds the kernels of these ASTs (each writing its dtype) that runner() does not have yet, their
   // programs compiled concurrently over the cores where the device allows: a cold step's many
   // kernels, which runner() would otherwise build one after another as they run.

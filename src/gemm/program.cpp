@@ -1,7 +1,5 @@
 #include "metagrad/runtime/gemm_program.hpp"
 
-#include <unordered_map>
-
 #include "metagrad/cpu/parallel.hpp"
 #include "metagrad/helpers.hpp"
 #include "metagrad/runtime/gemm.hpp"
@@ -10,15 +8,6 @@
 namespace metagrad {
 
 namespace {
-
-// C for an epilogue (slot 0) and gathered operands (slots 1, 2): one buffer per slot, size and
-// thread, reused by every later call.
-RawBuffer* scratch(int slot, std::int64_t elements) {
-  thread_local std::unordered_map<std::int64_t, std::unique_ptr<RawMallocBuffer>> bufs[3];
-  auto& b = bufs[slot][elements];
-  if (!b) b = std::make_unique<RawMallocBuffer>(static_cast<std::size_t>(elements), dtypes::float32);
-  return b.get();
-}
 
 // A copy of `op` with the node `target` replaced by `c`, and every buffer leaf renumbered by `index`.
 std::shared_ptr<LazyOp> replace(const LazyOp& op, const LazyOp* target, const MemBuffer& c,
@@ -47,11 +36,15 @@ void used_above(const LazyOp& op, const LazyOp* target, std::vector<bool>& used)
 
 }  // namespace
 
-void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const {
+void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs, RawBuffer* const* gathered) const {
   const codegen::GemmPlan& p = plan_;
+  // An operand in place, or its gathered copy.
+  auto operand = [&](std::size_t buf, int pack) {
+    return static_cast<const float*>(host_pointer("GEMM", pack < 0 ? bufs.at(buf) : gathered[pack]));
+  };
   c += p.c_offset;
-  const float* a = operand(p.a, p.a_pack, bufs) + p.a_offset;
-  const float* b = operand(p.b, p.b_pack, bufs) + p.b_offset;
+  const float* a = operand(p.a, p.a_pack) + p.a_offset;
+  const float* b = operand(p.b, p.b_pack) + p.b_offset;
   const std::int64_t count = p.batch_count();
   // Batch indices [i0, i1): each product's offsets from its index, innermost batch axis last.
   auto run = [&](std::int64_t i0, std::int64_t i1) {
@@ -74,24 +67,21 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs) const 
     run(0, count);
 }
 
-// An operand in place, or its gathered copy (made by operator() before the products).
-const float* GemmProgram::operand(std::size_t buf, int pack, const std::vector<RawBuffer*>& bufs) const {
-  if (pack < 0) return static_cast<const float*>(host_pointer("GEMM", bufs.at(buf)));
-  auto n = prod(plan_.packs[static_cast<std::size_t>(pack)].shape);
-  return static_cast<const float*>(host_pointer("GEMM", scratch(1 + pack, n)));
-}
-
 void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
+  auto fresh = [&](std::int64_t n) { return scratch_(static_cast<std::size_t>(n), dtypes::float32); };
+  std::shared_ptr<RawBuffer> held[2];  // (a plan gathers at most its two operands)
+  RawBuffer* gathered[2] = {};
   for (std::size_t i = 0; i < packs_.size(); ++i) {  // counted as part of this kernel
     const codegen::GemmPlan::Pack& pk = plan_.packs[i];
-    packs_[i].launch({scratch(1 + static_cast<int>(i), prod(pk.shape)), bufs.at(pk.buf)});
+    gathered[i] = (held[i] = fresh(prod(pk.shape))).get();
+    packs_[i].launch({gathered[i], bufs.at(pk.buf)});
   }
-  if (!epilogue_) return products(static_cast<float*>(host_pointer("GEMM", bufs.at(0))), bufs);
-  RawBuffer* c = scratch(0, epilogue_->c_size);
-  products(static_cast<float*>(host_pointer("GEMM", c)), bufs);
+  if (!epilogue_) return products(static_cast<float*>(host_pointer("GEMM", bufs.at(0))), bufs, gathered);
+  std::shared_ptr<RawBuffer> c = fresh(epilogue_->c_size);
+  products(static_cast<float*>(host_pointer("GEMM", c.get())), bufs, gathered);
   std::vector<RawBuffer*> epi{bufs.at(0)};
-  for (int i : epilogue_->inputs) epi.push_back(i < 0 ? c : bufs.at(static_cast<std::size_t>(i)));
+  for (int i : epilogue_->inputs) epi.push_back(i < 0 ? c.get() : bufs.at(static_cast<std::size_t>(i)));
   epilogue_->runner.launch(epi);  // counted as part of this kernel
 }
 
@@ -143,7 +133,7 @@ std::string gemm_name(const codegen::GemmPlan& p) {
 }
 
 ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
-                      const GemmCompile& compile) {
+                      const GemmCompile& compile, Compiled::BufferFactory scratch) {
   ASTRunner r;
   const std::int64_t batch = p.batch_count();
   auto str = [](std::int64_t v) { return std::to_string(v); };
@@ -162,7 +152,7 @@ ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, cons
       compile);
   r.prg += parts.source;
   r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(parts.epilogue),
-                                          std::move(parts.packs));
+                                          std::move(parts.packs), std::move(scratch));
   r.clprg->op_estimate = r.op_estimate;
   return r;
 }

@@ -23,13 +23,16 @@ struct GemmEpilogue {
 class GemmProgram : public Program {
  public:
   // `blocking` is chosen once, when the kernel is built (a BEAM search runs then, not per call).
-  // `packs[i]` gathers plan.packs[i] (a kernel over that one buffer).
+  // `packs[i]` gathers plan.packs[i] (a kernel over that one buffer). C for the epilogue and the
+  // gathered operands are buffers from `scratch` (the device's pool), held for the call only: kept
+  // from call to call they would hold a model's largest activations outside the pool for good.
   GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking, std::optional<GemmEpilogue> epilogue,
-              std::vector<ASTRunner> packs = {})
+              std::vector<ASTRunner> packs, Compiled::BufferFactory scratch)
       : plan_(std::move(plan)),
         blocking_(blocking),
         epilogue_(std::move(epilogue)),
-        packs_(std::move(packs)) {}
+        packs_(std::move(packs)),
+        scratch_(std::move(scratch)) {}
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
   const codegen::GemmPlan& plan() const { return plan_; }
@@ -38,12 +41,13 @@ class GemmProgram : public Program {
   std::vector<const std::string*> parts() const override;
 
  private:
-  void products(float* c, const std::vector<RawBuffer*>& bufs) const;
-  const float* operand(std::size_t buf, int pack, const std::vector<RawBuffer*>& bufs) const;
+  // `gathered[i]`: plan.packs[i]'s copy.
+  void products(float* c, const std::vector<RawBuffer*>& bufs, RawBuffer* const* gathered) const;
   codegen::GemmPlan plan_;
   gemm::GemmBlocking blocking_;
   std::optional<GemmEpilogue> epilogue_;
   std::vector<ASTRunner> packs_;
+  Compiled::BufferFactory scratch_;
 };
 
 using GemmCompile = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;
@@ -69,8 +73,9 @@ std::string gemm_name(const codegen::GemmPlan& plan);
 
 // The runner of a kernel that `plan` covers: a readable description (and the epilogue's source)
 // as its source, the kernel's estimates, and a GemmProgram. `render` and `compile` build the
-// epilogue kernel on the device.
+// epilogue kernel on the device; `scratch` allocates there.
 ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan,
-                      const codegen::Renderer& render, const GemmCompile& compile);
+                      const codegen::Renderer& render, const GemmCompile& compile,
+                      Compiled::BufferFactory scratch);
 
 }  // namespace metagrad

@@ -37,10 +37,11 @@ void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, st
 // A call of fn(ptrs[0..count)...) without a range (hand-written kernels, at most kMaxHostArgs buffers).
 void call_host(void* fn, void* const* ptrs, std::size_t count);
 // AST -> runner for a host device: a float32 contraction runs the runtime GEMM (runtime/gemm.hpp;
-// its program comes with the runner, `compile` builds its epilogue), anything else is rendered by
-// `render` through the codegen pipeline.
+// its program comes with the runner, `compile` builds its epilogue, `scratch` allocates its
+// temporaries on the device), anything else is rendered by `render` through the codegen pipeline.
 ASTRunner host_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,
-                      const Compiled::Runtime& compile, const codegen::Opts& opts = codegen::Opts::host());
+                      const Compiled::Runtime& compile, const Compiled::BufferFactory& scratch,
+                      const codegen::Opts& opts = codegen::Opts::host());
 // AST -> C-style source in `lang`, through the codegen pipeline (codegen/pipeline.hpp).
 ASTRunner cstyle_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype,
                         const codegen::CStyleLanguage& lang,
