@@ -67,7 +67,7 @@ class BasicPool {
  public:
   using Fn = void (*)(void* ctx, int part, int parts);
 
-  static BasicPool& get();
+  [[gnu::noinline]] static BasicPool& get();  // (its first-use setup not copied into every caller)
   ~BasicPool() { stop(); }
   int size() const { return workers_ + 1; }
   void resize(int n) {
