@@ -14,6 +14,8 @@ std::uint64_t key(std::size_t size, DType dtype) {
 
 std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
   std::shared_ptr<RawBuffer> inner;
+  // Kept buffers let go to make room for a fresh one, freed outside the lock.
+  std::vector<std::shared_ptr<RawBuffer>> room;
   {
     std::lock_guard lock(mu_);
     if (auto it = free_.find(key(size, dtype)); it != free_.end() && !it->second.empty()) {
@@ -23,15 +25,12 @@ std::shared_ptr<RawBuffer> BufferPool::alloc(std::size_t size, DType dtype) {
       in_use(static_cast<std::int64_t>(inner->nbytes()));
       ++RawBuffer::live_count;  // in use again
       GlobalCounters::mem_alloc(static_cast<std::int64_t>(inner->nbytes()));
-    }
-  }
-  if (!inner) {
-    std::vector<std::shared_ptr<RawBuffer>> room;  // freed here, outside the lock
-    {
-      std::lock_guard lock(mu_);
+    } else {
       make_room(size * static_cast<std::size_t>(dtype.itemsize), room);
     }
-    room.clear();
+  }
+  room.clear();
+  if (!inner) {
     try {
       inner = make_(size, dtype);
     } catch (const std::exception&) {  // out of memory (host or device): free what is pooled, retry

@@ -36,11 +36,12 @@ void used_above(const LazyOp& op, const LazyOp* target, std::vector<bool>& used)
 
 }  // namespace
 
-void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs, RawBuffer* const* gathered) const {
+void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
+                           const std::shared_ptr<RawBuffer>* gathered) const {
   const codegen::GemmPlan& p = plan_;
   // An operand in place, or its gathered copy.
   auto operand = [&](std::size_t buf, int pack) {
-    return static_cast<const float*>(host_pointer("GEMM", pack < 0 ? bufs.at(buf) : gathered[pack]));
+    return static_cast<const float*>(host_pointer("GEMM", pack < 0 ? bufs.at(buf) : gathered[pack].get()));
   };
   c += p.c_offset;
   const float* a = operand(p.a, p.a_pack) + p.a_offset;
@@ -70,12 +71,11 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs, RawBuf
 void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
   auto fresh = [&](std::int64_t n) { return scratch_(static_cast<std::size_t>(n), dtypes::float32); };
-  std::shared_ptr<RawBuffer> held[2];  // (a plan gathers at most its two operands)
-  RawBuffer* gathered[2] = {};
+  std::shared_ptr<RawBuffer> gathered[2];            // (a plan gathers at most its two operands)
   for (std::size_t i = 0; i < packs_.size(); ++i) {  // counted as part of this kernel
     const codegen::GemmPlan::Pack& pk = plan_.packs[i];
-    gathered[i] = (held[i] = fresh(prod(pk.shape))).get();
-    packs_[i].launch({gathered[i], bufs.at(pk.buf)});
+    gathered[i] = fresh(prod(pk.shape));
+    packs_[i].launch({gathered[i].get(), bufs.at(pk.buf)});
   }
   if (!epilogue_) return products(static_cast<float*>(host_pointer("GEMM", bufs.at(0))), bufs, gathered);
   std::shared_ptr<RawBuffer> c = fresh(epilogue_->c_size);

@@ -42,7 +42,8 @@ class GemmProgram : public Program {
 
  private:
   // `gathered[i]`: plan.packs[i]'s copy.
-  void products(float* c, const std::vector<RawBuffer*>& bufs, RawBuffer* const* gathered) const;
+  void products(float* c, const std::vector<RawBuffer*>& bufs,
+                const std::shared_ptr<RawBuffer>* gathered) const;
   codegen::GemmPlan plan_;
   gemm::GemmBlocking blocking_;
   std::optional<GemmEpilogue> epilogue_;
