@@ -206,7 +206,8 @@ TEST_CASE("fixed threads: back-to-back jobs from several callers run every part 
 
 TEST_CASE("fixed threads: elementwise results equal one thread's, bitwise", "[fixed]") {
   std::mt19937 rng(21);
-  check_flat<100>(rng);  // below the threshold
+  check_flat<100>(rng);            // below the threshold
+  check_flat<(1 << 14) + 5>(rng);  // just above it
   check_flat<(1 << 16) + 13>(rng);
   check_flat<3 * (1 << 15) + 7>(rng);
   check_flat<(1 << 18) + 1>(rng);
@@ -260,6 +261,20 @@ TEST_CASE("fixed threads: matmul results equal one thread's, bitwise", "[fixed]"
         return s;
       },
       1.6e-5 * std::sqrt(60.0), 1.6e-5 * std::sqrt(60.0));
+  // batched with B per batch index, each product too small to split (attention's q k^T per head):
+  // the batch is split over the threads instead
+  auto q = random_tensor<float, 16, 64, 32>(rng), k = random_tensor<float, 16, 64, 32>(rng);
+  auto qk =
+      same_on_threads<fx::Tensor<float, 16, 64, 64>>([&](auto& o) { o = fx::matmul(q, k.transpose()); });
+  check_all(
+      *qk,
+      [&](index_t i) {
+        const index_t bi = i / (64 * 64), r = i / 64 % 64, c = i % 64;
+        double s = 0;
+        for (index_t p = 0; p < 32; ++p) s += double(q[(bi * 64 + r) * 32 + p]) * k[(bi * 64 + c) * 32 + p];
+        return s;
+      },
+      1.6e-5 * std::sqrt(32.0), 1.6e-5 * std::sqrt(32.0));
 }
 
 TEST_CASE("fixed threads: reductions by rows and columns equal one thread's, a full sum is close",

@@ -356,11 +356,20 @@ struct Materialise<op::MatMul> {
     if constexpr (foldable<da, va, vb, rb>())  // one product of batch * m rows
       return Gemm<T>::run(batch * m, n, k, pa + va.offset, va.strides[ra - 2], va.strides[ra - 1],
                           pb + vb.offset, vb.strides[rb - 2], vb.strides[rb - 1], out, n);
-    for (index_t bi = 0; bi < batch; ++bi) {
-      const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
-      Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
-                   vb.strides[rb - 1], out + bi * m * n, n);
-    }
+    auto products = [&](index_t b0, index_t b1) {
+      for (index_t bi = b0; bi < b1; ++bi) {
+        const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
+        Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
+                     vb.strides[rb - 1], out + bi * m * n, n);
+      }
+    };
+    // A product too small to split over threads (attention's 64 x 64 x 32 per head) would run the
+    // whole batch on one core: the batch is split instead, each part at least one split product's work.
+    constexpr index_t macs = m * n * k;
+    if constexpr (batch > 1 && macs < kParallelMacs)
+      parallel_for(batch, 1, (kParallelMacs + macs - 1) / std::max<index_t>(macs, 1), products);
+    else
+      products(0, batch);
   }
 };
 
