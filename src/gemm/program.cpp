@@ -59,13 +59,7 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
       gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
     }
   };
-  // A product too small to split over threads (attention's 64 x 64 x 32 per head) would run every
-  // batch index on one core: the batch is split instead, each part at least one split product's work.
-  const std::int64_t macs = p.m * p.n * p.k;
-  if (count > 1 && macs < cpu::kParallelMacs)
-    cpu::parallel_for(count, 1, (cpu::kParallelMacs + macs - 1) / std::max<std::int64_t>(macs, 1), run);
-  else
-    run(0, count);
+  cpu::parallel_products(count, p.m * p.n * p.k, run);
 }
 
 void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,

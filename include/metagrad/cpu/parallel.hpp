@@ -19,5 +19,8 @@ using detail::parallel_parts;
 using detail::parallel_for;
 // Below this many multiply-adds a product runs on one thread.
 using detail::kParallelMacs;
+// f(begin, end) over a batch of `count` products of `macs` multiply-adds each, split by whole
+// products where each is too small to split itself.
+using detail::parallel_products;
 
 }  // namespace metagrad::cpu

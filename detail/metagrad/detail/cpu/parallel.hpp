@@ -325,4 +325,15 @@ void parallel_for(std::int64_t n, std::int64_t align, std::int64_t grain, F&& f)
       &job);
 }
 
+// f(begin, end) over [0, count) products of `macs` multiply-adds each. A product too small to split
+// over the threads itself (attention's 64 x 64 x 32 per head) would leave the whole batch on one
+// core: the batch is split instead, each part at least one split product's work.
+template <class F>
+void parallel_products(std::int64_t count, std::int64_t macs, F&& f) {
+  if (count > 1 && macs < kParallelMacs)
+    parallel_for(count, 1, (kParallelMacs + macs - 1) / std::max<std::int64_t>(macs, 1), f);
+  else
+    f(std::int64_t{0}, count);
+}
+
 }  // namespace metagrad::cpu::detail

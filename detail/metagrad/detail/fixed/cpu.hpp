@@ -22,6 +22,7 @@ using cpu::detail::kVectorBytes;
 using cpu::detail::kVectorMath;
 using cpu::detail::parallel_for;
 using cpu::detail::parallel_parts;
+using cpu::detail::parallel_products;
 using cpu::detail::parts_for;
 using cpu::detail::simd;
 using cpu::detail::stream;

@@ -363,13 +363,7 @@ struct Materialise<op::MatMul> {
                      vb.strides[rb - 1], out + bi * m * n, n);
       }
     };
-    // A product too small to split over threads (attention's 64 x 64 x 32 per head) would run the
-    // whole batch on one core: the batch is split instead, each part at least one split product's work.
-    constexpr index_t macs = m * n * k;
-    if constexpr (batch > 1 && macs < kParallelMacs)
-      parallel_for(batch, 1, (kParallelMacs + macs - 1) / std::max<index_t>(macs, 1), products);
-    else
-      products(0, batch);
+    parallel_products(batch, m * n * k, products);
   }
 };
 
