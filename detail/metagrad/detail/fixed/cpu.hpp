@@ -27,8 +27,8 @@ using cpu::detail::parts_for;
 using cpu::detail::simd;
 using cpu::detail::stream;
 using cpu::detail::stream_fence;
-#if defined(__AVX512F__)
-using cpu::detail::F16;
+#if defined(METAGRAD_CPU_VECTOR_MATH)
+using cpu::detail::FV;
 using cpu::detail::vexp;
 using cpu::detail::vexp2;
 using cpu::detail::vsigmoid;

@@ -2,8 +2,8 @@
 // The static path's own vector forms of the elementwise functions, for its inline evaluation
 // (eval.hpp). Each function's definition (name, arity, scalar form, backward rule, lowering) is its
 // FnTraits entry in metagrad/functions.hpp, shared with the dynamic path; what only the contiguous
-// loop needs is here: the vector forms of the expensive functions on AVX-512 (simd.hpp) and the cost
-// from which the loop writes them out by hand.
+// loop needs is here: the vector forms of the expensive functions on AVX-512 and on AVX2 with FMA
+// (simd.hpp), and the cost from which the loop writes them out by hand.
 #include <cmath>
 #include <cstddef>
 #include <type_traits>
@@ -13,11 +13,11 @@
 
 namespace metagrad::fixed::detail {
 
-#if defined(__AVX512F__)
+#if defined(METAGRAD_CPU_VECTOR_MATH)
 // f on a float vector; other vectors (double) lane by lane with g.
 template <class V>
-V float_vector(V x, F16 (*f)(F16), double (*g)(double)) {
-  if constexpr (std::is_same_v<V, F16>) {
+V float_vector(V x, FV (*f)(FV), double (*g)(double)) {
+  if constexpr (std::is_same_v<V, FV>) {
     return f(x);
   } else {
     for (std::size_t i = 0; i < sizeof(V) / sizeof(x[0]); ++i) x[i] = g(x[i]);
@@ -35,7 +35,7 @@ template <fn::Fn F>
 struct VecForm {
   static constexpr bool has = false;
 };
-#if defined(__AVX512F__)
+#if defined(METAGRAD_CPU_VECTOR_MATH)
 template <>
 struct VecForm<fn::Fn::EXP> {
   static constexpr bool has = true;
@@ -58,6 +58,19 @@ struct VecForm<fn::Fn::SIGMOID> {
   template <class V>
   static V vec(V x) {
     return float_vector<V>(x, vsigmoid, fn::FnTraits<fn::Fn::SIGMOID>::scalar<double>);
+  }
+};
+// GELU's tanh form as its scalar form computes it, x sigmoid(2u), with the sigmoid per vector.
+inline FV vgelu(FV x) {
+  using G = fn::FnTraits<fn::Fn::GELU>;
+  return x * vsigmoid(float(2 * G::k) * x * (1.f + float(G::c) * x * x));
+}
+template <>
+struct VecForm<fn::Fn::GELU> {
+  static constexpr bool has = true;
+  template <class V>
+  static V vec(V x) {
+    return float_vector<V>(x, vgelu, fn::FnTraits<fn::Fn::GELU>::scalar<double>);
   }
 };
 #endif
