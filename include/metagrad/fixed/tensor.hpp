@@ -46,13 +46,15 @@ class Tensor : public ExprBase<Tensor<T, D...>> {
     std::copy(values, values + size, t.data());
     return t;
   }
+  // These two inline wherever they are called, as the evaluation under them does (a big expression's
+  // loops are out of line there): else g++ may keep each a call, half of a 2 x 2 sum's time.
   template <Operand E>
-  requires(!std::is_same_v<E, Tensor>) Tensor(const E& e) : s_(detail::uninitialized) {  // NOLINT: as Eigen
+  requires(!std::is_same_v<E, Tensor>) METAGRAD_INLINE Tensor(const E& e)  // NOLINT: as Eigen
+      : s_(detail::uninitialized) {
     *this = e;
   }
-
   template <Operand E>
-  requires(!std::is_same_v<E, Tensor>) Tensor& operator=(const E& e) {
+  requires(!std::is_same_v<E, Tensor>) METAGRAD_INLINE Tensor& operator=(const E& e) {
     using X = expr_t<E>;
     constexpr bool same = X::shape::dims == shape::dims;
     METAGRAD_FIXED_SHAPE_CHECK(same || detail::any_failed<X>,
