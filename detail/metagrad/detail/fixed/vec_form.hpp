@@ -36,28 +36,13 @@ struct VecForm {
   static constexpr bool has = false;
 };
 #if defined(METAGRAD_CPU_VECTOR_MATH)
-template <>
-struct VecForm<fn::Fn::EXP> {
+// F by f on the ISA's float vectors (simd.hpp); on others (double) by F's scalar form, lane by lane.
+template <fn::Fn F, FV (*f)(FV)>
+struct FloatForm {
   static constexpr bool has = true;
   template <class V>
   static V vec(V x) {
-    return float_vector<V>(x, vexp, fn::FnTraits<fn::Fn::EXP>::scalar<double>);
-  }
-};
-template <>
-struct VecForm<fn::Fn::EXP2> {
-  static constexpr bool has = true;
-  template <class V>
-  static V vec(V x) {
-    return float_vector<V>(x, vexp2, fn::FnTraits<fn::Fn::EXP2>::scalar<double>);
-  }
-};
-template <>
-struct VecForm<fn::Fn::SIGMOID> {
-  static constexpr bool has = true;
-  template <class V>
-  static V vec(V x) {
-    return float_vector<V>(x, vsigmoid, fn::FnTraits<fn::Fn::SIGMOID>::scalar<double>);
+    return float_vector<V>(x, f, fn::FnTraits<F>::template scalar<double>);
   }
 };
 // GELU's tanh form as its scalar form computes it, x sigmoid(2u), with the sigmoid per vector.
@@ -66,13 +51,13 @@ inline FV vgelu(FV x) {
   return x * vsigmoid(float(2 * G::k) * x * (1.f + float(G::c) * x * x));
 }
 template <>
-struct VecForm<fn::Fn::GELU> {
-  static constexpr bool has = true;
-  template <class V>
-  static V vec(V x) {
-    return float_vector<V>(x, vgelu, fn::FnTraits<fn::Fn::GELU>::scalar<double>);
-  }
-};
+struct VecForm<fn::Fn::EXP> : FloatForm<fn::Fn::EXP, vexp> {};
+template <>
+struct VecForm<fn::Fn::EXP2> : FloatForm<fn::Fn::EXP2, vexp2> {};
+template <>
+struct VecForm<fn::Fn::SIGMOID> : FloatForm<fn::Fn::SIGMOID, vsigmoid> {};
+template <>
+struct VecForm<fn::Fn::GELU> : FloatForm<fn::Fn::GELU, vgelu> {};
 #endif
 #if defined(__AVX__)
 // The ISA's square root, correctly rounded as std::sqrt is: the same results (AdamW's update).
