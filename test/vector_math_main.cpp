@@ -1,16 +1,18 @@
-// Runs vector_math.cpp's checks where this CPU has the ISA that unit was compiled for, else says it
-// skipped. Built for the baseline ISA, so that nothing wider runs before the check.
+// Runs vector_math.cpp's checks where this CPU has the ISA that unit was compiled for (the library's
+// gemm::best_isa, the same CPUID test that picks its GEMM copy), else says it skipped. Built for the
+// baseline ISA, so that nothing wider runs before the check.
 #include <cstdio>
-#include <cstring>
+
+#include "metagrad/runtime/gemm.hpp"
 
 extern const char* const kVectorMathIsa;
 int vector_math_check();
 
 int main() {
-  const bool has = std::strcmp(kVectorMathIsa, "avx512") == 0
-                       ? __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw")
-                       : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  namespace gemm = metagrad::gemm;
+  bool has = false;
+  for (gemm::Isa i : {gemm::Isa::avx2, gemm::Isa::avx512})
+    if (gemm::to_string(i) == kVectorMathIsa) has = i <= gemm::best_isa();
   if (!has) {
     std::printf("skipped: this CPU lacks %s\n", kVectorMathIsa);
     return 0;

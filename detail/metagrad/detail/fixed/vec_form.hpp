@@ -13,19 +13,6 @@
 
 namespace metagrad::fixed::detail {
 
-#if defined(METAGRAD_CPU_VECTOR_MATH)
-// f on a float vector; other vectors (double) lane by lane with g.
-template <class V>
-V float_vector(V x, FV (*f)(FV), double (*g)(double)) {
-  if constexpr (std::is_same_v<V, FV>) {
-    return f(x);
-  } else {
-    for (std::size_t i = 0; i < sizeof(V) / sizeof(x[0]); ++i) x[i] = g(x[i]);
-    return x;
-  }
-}
-#endif
-
 // FnTraits::cost from which the contiguous loop writes a function's vector form out by hand.
 inline constexpr int kVectorCost = 10;
 
@@ -42,7 +29,12 @@ struct FloatForm {
   static constexpr bool has = true;
   template <class V>
   static V vec(V x) {
-    return float_vector<V>(x, f, fn::FnTraits<F>::template scalar<double>);
+    if constexpr (std::is_same_v<V, FV>) {
+      return f(x);
+    } else {
+      for (std::size_t i = 0; i < sizeof(V) / sizeof(x[0]); ++i) x[i] = fn::FnTraits<F>::scalar(double(x[i]));
+      return x;
+    }
   }
 };
 // GELU's tanh form as its scalar form computes it, x sigmoid(2u), with the sigmoid per vector.
