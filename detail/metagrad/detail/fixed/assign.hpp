@@ -33,6 +33,25 @@ constexpr bool elementwise_only() {
 template <class E>
 inline constexpr Dims flat_shape = iteration_shape(E::shape::dims, plan<mp::mp_list<>, E>::views);
 
+// Elements [lo, hi) of every assignment, each vector of positions written assignment by assignment:
+// an expression reads a destination only at its own position (assign_fused), so at each position
+// the earlier ones' new values and the later ones' old values, with neither buffers nor copies (an
+// AdamW step reads its four tensors once and writes three). On copies of out and the expressions,
+// as assign_range.
+template <class T, std::size_t N, class... B>
+METAGRAD_NOINLINE void assign_vectors(const std::array<T*, N>& out, const std::tuple<B...>& bound, index_t lo,
+                                      index_t hi) {
+  const std::array<T*, N> o = out;
+  const std::tuple<B...> b = bound;
+  constexpr index_t W = simd<T>::W;
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    index_t j = lo;
+    for (; j + W <= hi; j += W) (simd<T>::store(o[K] + j, vget(std::get<K>(b), j)), ...);
+    for (; j < hi; ++j) ((o[K][j] = get<1>(std::get<K>(b), nullptr, j)), ...);
+  }
+  (std::index_sequence_for<B...>{});
+}
+
 // out[k] = e[k] for each k in turn, as one pass: each chunk of kChunk elements of every expression
 // in order, so an expression reads the earlier ones' new values and the later ones' old values,
 // as the assignments one after another would. Where that cannot hold (an expression computes
@@ -67,7 +86,11 @@ void assign_fused(const std::array<T*, sizeof...(E)>& out, const E&... e) {
     if (apart) return one_by_one();
     Ctx ctx{};
     auto b = std::tuple{bind<mp::mp_list<op::Move<MovementOps::RESHAPE, flat_shape<E>>>>(e, ctx)...};
+    constexpr bool vectors = std::is_floating_point_v<T> && []<class... B>(std::tuple<B...>*) {
+      return (vector_form<B>::value && ...);
+    }(static_cast<decltype(b)*>(nullptr));
     auto part = [&](index_t lo, index_t hi) {
+      if constexpr (vectors) return assign_vectors(out, b, lo, hi);
       alignas(kVectorBytes) T buf[kChunk];
       for (index_t c = lo; c < hi; c += kChunk) {
         const index_t end = std::min(hi, c + kChunk);
