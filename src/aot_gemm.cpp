@@ -190,7 +190,7 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
   if (m == 0 || n == 0 || k == 0) return;
   if (!P_split_ready) mg_gemm_split(P_split, P_MR), P_split_ready = 1;
   if (m <= METAGRAD_GEMM_FEW_ROWS && bcs == 1) {
-    mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc);
+    mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc, 0);
     return;
   }
   parts = P_CLAMP(parts, 1, by_rows ? rstrips : nstrips);

@@ -409,6 +409,74 @@ TEST_CASE("fixed matmul reads moved tensors in place and evaluates expressions f
   }
 }
 
+// A sum of a product and something else is evaluated as the other addend written first, then the
+// product added in the GEMM's stores (eval.hpp's assign_big): a bias, the destination itself (a
+// gradient added to), another product, and a product that reads the destination (then the usual
+// way, through a temporary), batched and not, on one thread and two.
+TEST_CASE("fixed matmul added to a bias, to the destination or to another product", "[fixed]") {
+  std::mt19937 rng(12);
+  auto x = random_tensor<float, 37, 53>(rng);
+  auto w = random_tensor<float, 53, 61>(rng);
+  auto v = random_tensor<float, 37, 29>(rng);
+  auto u = random_tensor<float, 29, 61>(rng);
+  auto b = random_tensor<float, 61>(rng);
+  auto xw = reference_matmul(
+      37, 53, 61, [&](index_t i, index_t p) { return double(x(i, p)); },
+      [&](index_t p, index_t j) { return double(w(p, j)); });
+  auto vu = reference_matmul(
+      37, 29, 61, [&](index_t i, index_t p) { return double(v(i, p)); },
+      [&](index_t p, index_t j) { return double(u(p, j)); });
+  auto at = [](const std::vector<double>& r, index_t i) { return r[static_cast<std::size_t>(i)]; };
+  const int before = fx::threads();
+  for (int threads : {1, 2}) {
+    fx::set_threads(threads);
+    INFO(threads << " threads");
+    fx::Tensor<float, 37, 61> y = fx::matmul(x, w) + b;
+    check_all(
+        y, [&](index_t i) { return at(xw, i) + b[i % 61]; }, 1e-4, 1e-4);
+    y = b + fx::matmul(x, w) * 1.f;  // (a product under a map: the usual way)
+    check_all(
+        y, [&](index_t i) { return at(xw, i) + b[i % 61]; }, 1e-4, 1e-4);
+    auto y0 = y;
+    y = y + fx::matmul(v, u);  // added to what y holds
+    check_all(
+        y, [&](index_t i) { return double(y0[i]) + at(vu, i); }, 1e-4, 1e-4);
+    y = fx::matmul(x, w) + fx::matmul(v, u);
+    check_all(
+        y, [&](index_t i) { return at(xw, i) + at(vu, i); }, 1e-4, 1e-4);
+    y0 = y;
+    y = y.transpose().transpose() * 2.f + fx::matmul(v, u);  // the destination read by the other addend
+    check_all(
+        y, [&](index_t i) { return 2.0 * y0[i] + at(vu, i); }, 1e-4, 1e-4);
+    // a product reading the destination: y = y @ s + y, s square
+    auto s = random_tensor<float, 61, 61>(rng);
+    y0 = y;
+    y = fx::matmul(y, s) + y;
+    auto ys = reference_matmul(
+        37, 61, 61, [&](index_t i, index_t p) { return double(y0(i, p)); },
+        [&](index_t p, index_t j) { return double(s(p, j)); });
+    check_all(
+        y, [&](index_t i) { return at(ys, i) + y0[i]; }, 1e-3, 1e-3);
+    // batched: (3, 20, 33) @ (33, 40) plus a (40) bias, and plus a batched product
+    auto a3 = random_tensor<float, 3, 20, 33>(rng);
+    auto w3 = random_tensor<float, 33, 40>(rng);
+    auto q3 = random_tensor<float, 3, 33, 40>(rng);
+    auto b3 = random_tensor<float, 40>(rng);
+    fx::Tensor<float, 3, 20, 40> z = fx::matmul(a3, w3) + b3, z2 = fx::matmul(a3, q3) + fx::matmul(a3, w3);
+    for (index_t i = 0; i < z.size; ++i) {
+      auto [p, m, n] = unravel(i, std::array<index_t, 3>{3, 20, 40});
+      double s1 = b3[n], s2 = 0;
+      for (index_t k = 0; k < 33; ++k) {
+        s1 += double(a3(p, m, k)) * w3(k, n);
+        s2 += double(a3(p, m, k)) * (q3(p, k, n) + double(w3(k, n)));
+      }
+      REQUIRE(close(z[i], s1, 1e-4, 1e-4));
+      REQUIRE(close(z2[i], s2, 1e-4, 1e-4));
+    }
+  }
+  fx::set_threads(before);
+}
+
 TEST_CASE("fixed matmul and linear agree with the dynamic path on the CPU device", "[fixed]") {
   std::mt19937 rng(9);
   auto x = random_tensor<float, 12, 20>(rng);

@@ -85,7 +85,8 @@ Case random_case(std::mt19937& g, i64 max_dim) {
   c.flip_b = g() % 4 == 0;
   return c;
 }
-void check(Case& c, const std::string& what) {
+// C's values before an accumulating product (acc): each is added to, so check adds them back.
+void check(Case& c, const std::string& what, const std::vector<float>& before = {}) {
   gemm::Problem p = c.problem();
   for (i64 i = 0; i < c.m; ++i)
     for (i64 j = 0; j < c.n + c.pad_c; ++j) {
@@ -94,7 +95,7 @@ void check(Case& c, const std::string& what) {
         if (got != 7.f) FAIL(what << ": C padding written at (" << i << ", " << j << ")");
         continue;
       }
-      double want = 0;
+      double want = before.empty() ? 0 : before[static_cast<std::size_t>(p.c - c.c.data() + i * p.ldc + j)];
       for (i64 q = 0; q < c.k; ++q) want += double(p.a[i * p.ars + q * p.acs]) * p.b[q * p.brs + j * p.bcs];
       if (std::abs(got - want) > 1e-5 * static_cast<double>(c.k) + 1e-5)
         FAIL(what << ": C(" << i << ", " << j << ") = " << got << ", want " << want);
@@ -253,6 +254,49 @@ TEST_CASE("gemm: a header-only unit's kernel (few tiles) over edge shapes, strid
                  (c.tb ? " B transposed" : "") + (c.flip_b ? " B reversed" : "") + " blocking " +
                  std::to_string(bk.mc) + "/" + std::to_string(bk.kc) + "/" + std::to_string(bk.nc));
   }
+}
+
+// C += A B (the static path's sum of a product and a bias, or of a gradient and one already there):
+// through every path (tiles over several k steps, dot products, one or two rows, a first product up
+// to a cache line, threads, k = 0), on the library's copy for this CPU and on a header-only unit's.
+TEST_CASE("gemm: accumulating into C (C += A B) over random shapes, strides and blockings", "[gemm]") {
+  using Lib = cpu::detail::Gemm<float>;
+  using Few = cpu::detail::Gemm<float, false>;
+  std::mt19937 g(23);
+  std::uniform_real_distribution<float> u(-2, 2);
+  const int saved = fixed::threads();
+  for (int t = 0; t < 120; ++t) {
+    Case c = random_case(g, t % 4 == 3 ? 300 : 70);
+    if (t % 6 == 1) c.m = std::uniform_int_distribution<i64>(1, 2)(g), c.tb = false;  // one or two rows
+    if (t % 6 == 2)                                                                   // dot products
+      c.m = std::uniform_int_distribution<i64>(1, 9)(g), c.n = std::uniform_int_distribution<i64>(1, 9)(g),
+      c.k = std::uniform_int_distribution<i64>(300, 2000)(g), c.ta = false, c.tb = true;
+    if (t % 10 == 5) c.k = 0;
+    c.allocate(g);
+    for (float& x : c.c)
+      if (x == 7.f) x = u(g);
+    const gemm::Problem p = c.problem();
+    for (i64 i = 0; i < c.m; ++i)  // (the padding stays 7: written, it fails)
+      std::fill(p.c + i * p.ldc + c.n, p.c + i * p.ldc + c.n + c.pad_c, 7.f);
+    const std::vector<float> before = c.c;
+    cpu::GemmBlocking bk = t % 2 ? Few::host_blocking() : Lib::host_blocking();
+    if (t % 3 == 1)
+      bk = {std::uniform_int_distribution<i64>(1, 50)(g), std::uniform_int_distribution<i64>(1, 40)(g),
+            std::uniform_int_distribution<i64>(1, 80)(g)};
+    fixed::set_threads(t % 5 == 4 ? 2 : 1);
+    if (t % 2)
+      Few::run(p.m, p.n, p.k, p.a, p.ars, p.acs, p.b, p.brs, p.bcs, p.c, p.ldc, bk, true);
+    else
+      Lib::run(p.m, p.n, p.k, p.a, p.ars, p.acs, p.b, p.brs, p.bcs, p.c, p.ldc, bk, true);
+    check(c,
+          std::string(t % 2 ? "few tiles" : "library") + " acc case " + std::to_string(t) +
+              " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+              (c.ta ? " A transposed" : "") + (c.tb ? " B transposed" : "") +
+              (c.flip_b ? " B reversed" : "") + " blocking " + std::to_string(bk.mc) + "/" +
+              std::to_string(bk.kc) + "/" + std::to_string(bk.nc),
+          before);
+  }
+  fixed::set_threads(saved);
 }
 
 TEST_CASE("gemm: splits over 2 and 3 threads give one thread's result bitwise", "[gemm]") {

@@ -189,13 +189,15 @@ struct Gemm {
     return b;
   }
 
-  // C (m x n, row stride ldc) = A B; A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs].
+  // C (m x n, row stride ldc) = A B, or (acc) C += A B; A[i][p] = a[i * ars + p * acs],
+  // B[p][j] = b[p * brs + j * bcs].
   // Above kParallelMacs the work of each KC step is cut into parts (kPartsPerThread a pool thread)
   // over C's row strips or its column strips (by_rows below); each part packs its A blocks into its
   // own buffer (from the caller's arena, so no worker allocates). Every element is the same sum
   // whatever the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking());
+                  index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking(),
+                  bool acc = false);
   // One KC step of the blocked path, cut into parts over the pool (step_part: one function for the
   // three kinds of part, rather than a lambda and its pool instantiations each). phase 0: part p
   // packs its share of B's strips; 1: then C's row strips of part p times all of B; 2: part p's B
@@ -211,7 +213,7 @@ struct Gemm {
   static void step_part(void* ctx, int p, int np);
   // run on this copy whatever the CPU (run itself may hand the product to a wider copy: below).
   static void run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk);
+                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk, bool acc = false);
 
   // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
   // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
@@ -221,7 +223,7 @@ struct Gemm {
   // 6 x 4 accumulators of AVX-512's 32 registers; 4 x 3 of AVX2's 16 (with 3 of B, 1 of A)
   static constexpr int DI = kVectorBytes == 64 ? 6 : 4, DJ = kVectorBytes == 64 ? 4 : 3;
   static void dots(index_t m, index_t n, index_t k, const T* a, index_t ars, const T* b, index_t bcs, T* c,
-                   index_t ldc) {
+                   index_t ldc, bool acc) {
     const index_t bi = (m + DI - 1) / DI, bj = (n + DJ - 1) / DJ;
     // Blocks run along the longer side: the shorter operand's rows (16 x 4096 of a conv's gradient,
     // 256 KiB) stay in L2 while the longer one's (150 x 4096, from L3) are read once, not bi times.
@@ -251,7 +253,8 @@ struct Gemm {
           T t = 0;
           for (int l = 0; l < W; ++l) t += sum[i][j][l];
           for (index_t q = p; q < k; ++q) t += ar[i][q] * br[j][q];
-          c[(i0 + i) * ldc + j0 + j] = t;
+          T& out = c[(i0 + i) * ldc + j0 + j];
+          out = acc ? out + t : t;
         }
     };
     const int parts = m * n * k >= kParallelMacs ? parts_for(bi * bj, 1) : 1;
@@ -268,9 +271,9 @@ struct Gemm {
   // split over threads in parts of whole vectors.
   static constexpr index_t kFewRows = METAGRAD_GEMM_FEW_ROWS;
   static void few_rows(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                       index_t brs, T* c, index_t ldc) {
+                       index_t brs, T* c, index_t ldc, bool acc) {
     auto range = [&](index_t j0, index_t j1) {
-      mg_gemm_few_range(m, j0, j1, k, a, ars, acs, b, brs, c, ldc);
+      mg_gemm_few_range(m, j0, j1, k, a, ars, acs, b, brs, c, ldc, acc);
     };
     if (m * n * k < kParallelMacs) return range(0, n);
     parallel_for(n, W, W, range);
@@ -283,23 +286,23 @@ struct Gemm {
 // Release build of a static unit gets AVX2 or AVX-512 products without -march. False: run here.
 template <class T>
 bool run_on_widest_isa(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk);
+                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk, bool acc);
 #endif
 
 template <class T, bool AllTiles>
 void Gemm<T, AllTiles>::run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                            index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk) {
+                            index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk, bool acc) {
 #ifdef METAGRAD_GEMM_FORWARD
-  if (run_on_widest_isa(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk)) return;
+  if (run_on_widest_isa(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk, acc)) return;
 #endif
-  run_here(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
+  run_here(m, n, k, a, ars, acs, b, brs, bcs, c, ldc, bk, acc);
 }
 
 template <class T, bool AllTiles>
 void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs,
                                  const T* b, index_t brs, index_t bcs, T* c, index_t ldc,
-                                 const GemmBlocking& bk) {
-  if (m == 0 || n == 0) return;
+                                 const GemmBlocking& bk, bool acc) {
+  if (m == 0 || n == 0 || (k == 0 && acc)) return;
   if (k == 0) {
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
@@ -310,14 +313,14 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       T* at = Arena::local().alloc<T>(m * k);
       for (index_t i = 0; i < m; ++i)
         for (index_t p = 0; p < k; ++p) at[i * k + p] = a[i * ars + p * acs];
-      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk);
+      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk, acc);
     }
     // (one thread: a tile of MR rows for one was 4x slower at 1 x 512 x 512)
-    if (m <= kFewRows && bcs == 1) return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc);
+    if (m <= kFewRows && bcs == 1) return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc, acc);
   } else {  // (with few tiles, the blocked path: see kAllTiles)
     if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
-      return dots(m, n, k, a, ars, b, bcs, c, ldc);
-    if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc);
+      return dots(m, n, k, a, ars, b, bcs, c, ldc, acc);
+    if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc, acc);
   }
   const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
                 NC = std::max<index_t>(bk.nc / NR, 1) * NR;
@@ -335,8 +338,8 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
   if (const index_t lead =
           plan::mg_gemm_lead(direct, static_cast<index_t>(reinterpret_cast<std::uintptr_t>(b) % 64) / S, n,
                              brs, ks, S, caches.l1)) {
-    run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk);
-    return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk);
+    run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk, acc);
+    return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk, acc);
   }
   // A B read in place from memory (CacheSizes::from_memory) asks for each next strip (see tile); on
   // a B in the L2 or L3 the requests cost more than they gain, so not there (docs/gemm.md, "From
@@ -364,8 +367,9 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       const T* asrc = a + pc * acs;
       const mg_gemm_panel panel{
           direct ? bsrc : bp, direct, brs, nc, ahead, plan::mg_gemm_next(direct, kc, nc, S, caches.l2)};
-      Step st{&panel, asrc, bsrc, bp,      ap,      c + jc, m,     nc,     kc,     MC,        ars, acs,
-              brs,    bcs,  ldc,  bstrips, rstrips, ablock, apack, direct, pc > 0, parts > 1, 0};
+      Step st{&panel, asrc,   bsrc,          bp,        ap,  c + jc, m,       nc,      kc,
+              MC,     ars,    acs,           brs,       bcs, ldc,    bstrips, rstrips, ablock,
+              apack,  direct, acc || pc > 0, parts > 1, 0};
       if (by_rows) {  // (one part included)
         if (!direct) Pool::get().run(parts, &step_part, &st);
         st.phase = 1;

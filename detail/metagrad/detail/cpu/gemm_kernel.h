@@ -313,15 +313,15 @@ static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t
 }
 
 /* One or two rows of A (batch 1: a vector times a matrix) times a B whose rows are contiguous, C's
-   columns [j0, j1): C's rows are sums of B's rows, four at a time, B read once along its rows in
+   columns [j0, j1) (acc: added to them): C's rows are sums of B's rows, four at a time, B read once along its rows in
    runs of METAGRAD_GEMM_FEW_BYTES (no packing; a B strip, packed or in place, is read down its
    columns, at n = 1024 a row a page apart, which no prefetcher follows); from 3 rows on, tiles are
    faster (docs/gemm.md). C's run of a row stays in L1, and each element sums its terms in k's
    order, as a tile does. */
 MG_GEMM_INLINE void mg_gemm_few_block(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a,
                                       int64_t ars, int64_t acs, const MG_T* b, int64_t brs, MG_T* c,
-                                      int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
+                                      int64_t ldc, int acc) {
+  for (int64_t i = 0; i < m && !acc; ++i)
     for (int64_t j = j0; j < j1; ++j) c[i * ldc + j] = (MG_T)0;
   for (int64_t p = 0; p < k; p += 4) {
     const MG_T* bp = b + p * brs;
@@ -347,10 +347,10 @@ MG_GEMM_INLINE void mg_gemm_few_block(int64_t m, int64_t j0, int64_t j1, int64_t
   }
 }
 static void mg_gemm_few_range(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a, int64_t ars,
-                              int64_t acs, const MG_T* b, int64_t brs, MG_T* c, int64_t ldc) {
+                              int64_t acs, const MG_T* b, int64_t brs, MG_T* c, int64_t ldc, int acc) {
   const int64_t run = METAGRAD_GEMM_FEW_BYTES / (int64_t)sizeof(MG_T);
   for (int64_t j = j0; j < j1; j += run)
-    mg_gemm_few_block(m, j, MG_GEMM_MIN(j1, j + run), k, a, ars, acs, b, brs, c, ldc);
+    mg_gemm_few_block(m, j, MG_GEMM_MIN(j1, j + run), k, a, ars, acs, b, brs, c, ldc, acc);
 }
 
 #undef MG_GEMM_INLINE

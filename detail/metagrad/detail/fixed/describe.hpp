@@ -209,6 +209,12 @@ class Planner {
     } else if constexpr (materialised<E>) {
       step(depth, PlanStep::MATERIALISE, name_of(e) + (root ? " [into destination]" : ""));
       Runs<typename E::op_type>::run(*this, e, depth + 1);
+    } else if constexpr (added_into<E> >= 0) {  // eval.hpp's assign_big: the other addend, then the product
+      step(depth, PlanStep::INLINE, name_of(e) + " (the product added in its own stores)");
+      assign(nth_child<1 - added_into<E>>(e), depth + 1, root);
+      const auto& p = nth_child<added_into<E>>(e);
+      step(depth + 1, PlanStep::MATERIALISE, name_of(p) + (root ? " [added into destination]" : " [added]"));
+      Runs<typename std::remove_cvref_t<decltype(p)>::op_type>::run(*this, p, depth + 2);
     } else {
       constexpr Dims I = iteration_shape(E::shape::dims, plan<mp::mp_list<>, E>::views);
       step(depth, PlanStep::LOOP,

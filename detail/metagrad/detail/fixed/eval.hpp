@@ -23,6 +23,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include <boost/mp11/algorithm.hpp>
@@ -315,6 +316,10 @@ template <class Op>
 struct Materialise;
 template <class E>
 METAGRAD_INLINE void assign(typename E::value_type* out, const E& e);
+// Can Materialise add E's result to what out holds, in its own stores (`add(out, e)`)? A product's
+// GEMM can (matmul.hpp).
+template <class E>
+inline constexpr bool adds_into = false;
 
 // b masked by the pads in Ops (for constants and elementwise nodes only: a movement node's view
 // may not exist). Called only below a pad: elsewhere bind returns b itself, one function fewer.
@@ -1105,10 +1110,33 @@ METAGRAD_INLINE void assign_small(typename E::value_type* out, const E& e) {
   std::copy(tmp, tmp + S::size, out);
 }
 
+// Which addend of a sum Materialise adds in its own stores (adds_into), or -1: the other is written
+// into out first, then, say, the GEMM adds the product in its tile stores (a linear layer's bias, a
+// gradient added to one there) with no product in a temporary and no pass to add the two.
+template <class E>
+inline constexpr int added_into = -1;
+template <class X, class Y>
+inline constexpr int added_into<Expr<op::Map<Fn::ADD>, X, Y>> = adds_into<Y>   ? 1
+                                                                : adds_into<X> ? 0
+                                                                               : -1;
+
 template <class E>
 void assign_big(typename E::value_type* out, const E& e) {
   using T = typename E::value_type;
   using S = typename E::shape;
+  if constexpr (added_into<E> >= 0) {
+    const auto& p = std::get<added_into<E>>(std::tie(e.kids.k0, e.kids.k1));
+    const auto& rest = std::get<1 - added_into<E>>(std::tie(e.kids.k0, e.kids.k1));
+    if (!reads(p, out)) {
+      using R = std::remove_cvref_t<decltype(rest)>;
+      if constexpr (kind<R>::leaf) {  // (out += p: nothing to write first)
+        if (rest.op.data != out) assign(out, rest);
+      } else {
+        assign(out, rest);
+      }
+      return Materialise<typename std::remove_cvref_t<decltype(p)>::op_type>::add(out, p);
+    }
+  }
   Arena::Scope scope;
   if constexpr (materialised<E>)  // a matmul or reduction computed straight into out, when it may be
     if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);

@@ -340,7 +340,12 @@ struct Materialise<op::MatMul> {
       run_gemm(out, e);
   }
   template <class T, class A, class B>
-  static void run_gemm(T* out, const Expr<op::MatMul, A, B>& e) {
+  static void add(T* out, const Expr<op::MatMul, A, B>& e) {  // (adds_into)
+    run_gemm(out, e, true);
+  }
+  // out = the product, or (acc) out += it
+  template <class T, class A, class B>
+  static void run_gemm(T* out, const Expr<op::MatMul, A, B>& e, bool acc = false) {
     constexpr Dims da = A::shape::dims, db = B::shape::dims;
     constexpr std::size_t ra = da.size(), rb = db.size();
     constexpr index_t m = da[ra - 2], k = da[ra - 1], n = db[rb - 1];
@@ -355,17 +360,21 @@ struct Materialise<op::MatMul> {
     const T* pb = operand_data(fixed::child<1>(e));
     if constexpr (foldable<da, va, vb, rb>())  // one product of batch * m rows
       return Gemm<T>::run(batch * m, n, k, pa + va.offset, va.strides[ra - 2], va.strides[ra - 1],
-                          pb + vb.offset, vb.strides[rb - 2], vb.strides[rb - 1], out, n);
+                          pb + vb.offset, vb.strides[rb - 2], vb.strides[rb - 1], out, n,
+                          Gemm<T>::host_blocking(), acc);
     auto products = [&](index_t b0, index_t b1) {
       for (index_t bi = b0; bi < b1; ++bi) {
         const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
         Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
-                     vb.strides[rb - 1], out + bi * m * n, n);
+                     vb.strides[rb - 1], out + bi * m * n, n, Gemm<T>::host_blocking(), acc);
       }
     };
     parallel_products(batch, m * n * k, products);
   }
 };
+
+template <class A, class B>
+inline constexpr bool adds_into<Expr<op::MatMul, A, B>> = !small_product<A, B>;
 
 template <class A, class B>
 constexpr bool matmul_fits() {
