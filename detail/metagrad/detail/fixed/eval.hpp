@@ -1124,32 +1124,35 @@ template <class E>
 void assign_big(typename E::value_type* out, const E& e) {
   using T = typename E::value_type;
   using S = typename E::shape;
+  Arena::Scope scope;
   if constexpr (added_into<E> >= 0) {
     const auto& p = std::get<added_into<E>>(std::tie(e.kids.k0, e.kids.k1));
     const auto& rest = std::get<1 - added_into<E>>(std::tie(e.kids.k0, e.kids.k1));
-    if (!reads(p, out)) {
-      using R = std::remove_cvref_t<decltype(rest)>;
-      if constexpr (kind<R>::leaf) {  // (out += p: nothing to write first)
-        if (rest.op.data != out) assign(out, rest);
-      } else {
-        assign(out, rest);
-      }
-      return Materialise<typename std::remove_cvref_t<decltype(p)>::op_type>::add(out, p);
+    // (a product that reads out: the same two steps into a temporary, copied after, rather than a
+    // third way for the compiler to instantiate)
+    T* dst = reads(p, out) ? Arena::local().alloc<T>(S::size) : out;
+    using R = std::remove_cvref_t<decltype(rest)>;
+    if constexpr (kind<R>::leaf) {  // (out += p: nothing to write first)
+      if (rest.op.data != dst) assign(dst, rest);
+    } else {
+      assign(dst, rest);
     }
+    Materialise<typename std::remove_cvref_t<decltype(p)>::op_type>::add(dst, p);
+    if (dst != out) std::copy(dst, dst + S::size, out);
+  } else {
+    if constexpr (materialised<E>)  // a matmul or reduction computed straight into out, when it may be
+      if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);
+    constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
+    Ctx ctx{out};
+    auto bound = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
+    constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
+    with_shared(bound, [&](const auto& b) {
+      if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
+      T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
+      run_assign<I>(b, tmp, false);
+      std::copy(tmp, tmp + S::size, out);
+    });
   }
-  Arena::Scope scope;
-  if constexpr (materialised<E>)  // a matmul or reduction computed straight into out, when it may be
-    if (!reads(e, out)) return Materialise<typename E::op_type>::run(out, e);
-  constexpr Dims I = iteration_shape(S::dims, plan<mp::mp_list<>, E>::views);
-  Ctx ctx{out};
-  auto bound = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
-  constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
-  with_shared(bound, [&](const auto& b) {
-    if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
-    T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
-    run_assign<I>(b, tmp, false);
-    std::copy(tmp, tmp + S::size, out);
-  });
 }
 
 // e written into dst through D, a view of e's shape (strides and an offset: a region of a larger
