@@ -313,11 +313,11 @@ static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t
 }
 
 /* One or two rows of A (batch 1: a vector times a matrix) times a B whose rows are contiguous, C's
-   columns [j0, j1) (acc: added to them): C's rows are sums of B's rows, four at a time, B read once along its rows in
-   runs of METAGRAD_GEMM_FEW_BYTES (no packing; a B strip, packed or in place, is read down its
-   columns, at n = 1024 a row a page apart, which no prefetcher follows); from 3 rows on, tiles are
-   faster (docs/gemm.md). C's run of a row stays in L1, and each element sums its terms in k's
-   order, as a tile does. */
+   columns [j0, j1) (acc: added to them): C's rows are sums of B's rows, four at a time, B read once
+   along its rows in runs of METAGRAD_GEMM_FEW_BYTES (no packing; a B strip, packed or in place, is read down
+   its columns, at n = 1024 a row a page apart, which no prefetcher follows); from 3 rows on, tiles are faster
+   (docs/gemm.md). C's run of a row stays in L1, and each element sums its terms in k's order, as a tile does.
+ */
 MG_GEMM_INLINE void mg_gemm_few_block(int64_t m, int64_t j0, int64_t j1, int64_t k, const MG_T* a,
                                       int64_t ars, int64_t acs, const MG_T* b, int64_t brs, MG_T* c,
                                       int64_t ldc, int acc) {

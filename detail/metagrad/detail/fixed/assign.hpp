@@ -90,24 +90,27 @@ void assign_fused(const std::array<T*, sizeof...(E)>& out, const E&... e) {
       return (vector_form<B>::value && ...);
     }(static_cast<decltype(b)*>(nullptr));
     auto part = [&](index_t lo, index_t hi) {
-      if constexpr (vectors) return assign_vectors(out, b, lo, hi);
-      alignas(kVectorBytes) T buf[kChunk];
-      for (index_t c = lo; c < hi; c += kChunk) {
-        const index_t end = std::min(hi, c + kChunk);
-        [&]<std::size_t... K>(std::index_sequence<K...>) {
-          (
-              [&] {
-                constexpr Dims I = flat_shape<std::tuple_element_t<K, std::tuple<E...>>>;
-                if (in_place[K]) {
-                  assign_range<I>(std::get<K>(b), buf, c, end);
-                  std::copy(buf, buf + (end - c), out[K] + c);
-                } else {
-                  assign_range<I>(std::get<K>(b), out[K] + c, c, end);
-                }
-              }(),
-              ...);
+      if constexpr (vectors) {
+        assign_vectors(out, b, lo, hi);
+      } else {  // (else: the chunks' kernels are not instantiated where the vector loop runs)
+        alignas(kVectorBytes) T buf[kChunk];
+        for (index_t c = lo; c < hi; c += kChunk) {
+          const index_t end = std::min(hi, c + kChunk);
+          [&]<std::size_t... K>(std::index_sequence<K...>) {
+            (
+                [&] {
+                  constexpr Dims I = flat_shape<std::tuple_element_t<K, std::tuple<E...>>>;
+                  if (in_place[K]) {
+                    assign_range<I>(std::get<K>(b), buf, c, end);
+                    std::copy(buf, buf + (end - c), out[K] + c);
+                  } else {
+                    assign_range<I>(std::get<K>(b), out[K] + c, c, end);
+                  }
+                }(),
+                ...);
+          }
+          (std::index_sequence_for<E...>{});
         }
-        (std::index_sequence_for<E...>{});
       }
     };
     if constexpr (n >= kParallelElements)
