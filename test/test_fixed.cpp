@@ -441,6 +441,10 @@ TEST_CASE("fixed matmul added to a bias, to the destination or to another produc
     y = y + fx::matmul(v, u);  // added to what y holds
     check_all(
         y, [&](index_t i) { return double(y0[i]) + at(vu, i); }, 1e-4, 1e-4);
+    auto c = random_tensor<float, 37, 61>(rng);
+    y = c + fx::matmul(v, u);  // a whole tensor added: copied into y, then the product added
+    check_all(
+        y, [&](index_t i) { return double(c[i]) + at(vu, i); }, 1e-4, 1e-4);
     y = fx::matmul(x, w) + fx::matmul(v, u);
     check_all(
         y, [&](index_t i) { return at(xw, i) + at(vu, i); }, 1e-4, 1e-4);

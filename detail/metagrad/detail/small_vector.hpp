@@ -11,7 +11,7 @@ namespace metagrad::detail {
 
 template <class T, std::size_t N>
 struct small_vector {
-  std::array<T, N> items{};
+  T items[N]{};  // (a plain array: each element read in a constant expression is one call, not three)
   std::size_t count = 0;
 
   constexpr small_vector() = default;
@@ -54,13 +54,16 @@ struct small_vector {
   constexpr const T& operator[](std::size_t i) const { return items[i]; }
   constexpr T& back() { return items[count - 1]; }
   constexpr const T& back() const { return items[count - 1]; }
-  constexpr T* begin() { return items.data(); }
-  constexpr T* end() { return items.data() + count; }
-  constexpr const T* begin() const { return items.data(); }
-  constexpr const T* end() const { return items.data() + count; }
+  constexpr T* begin() { return items; }
+  constexpr T* end() { return items + count; }
+  constexpr const T* begin() const { return items; }
+  constexpr const T* end() const { return items + count; }
 
   friend constexpr bool operator==(const small_vector& a, const small_vector& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+    if (a.count != b.count) return false;
+    for (std::size_t i = 0; i < a.count; ++i)
+      if (!(a.items[i] == b.items[i])) return false;
+    return true;
   }
 };
 

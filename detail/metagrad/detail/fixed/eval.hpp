@@ -1132,8 +1132,8 @@ void assign_big(typename E::value_type* out, const E& e) {
     // third way for the compiler to instantiate)
     T* dst = reads(p, out) ? Arena::local().alloc<T>(S::size) : out;
     using R = std::remove_cvref_t<decltype(rest)>;
-    if constexpr (kind<R>::leaf) {  // (out += p: nothing to write first)
-      if (rest.op.data != dst) assign(dst, rest);
+    if constexpr (kind<R>::leaf) {  // (out += p: nothing to write first; else a plain copy, no loop)
+      if (rest.op.data != dst) std::copy(rest.op.data, rest.op.data + S::size, dst);
     } else {
       assign(dst, rest);
     }

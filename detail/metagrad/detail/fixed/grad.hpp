@@ -371,21 +371,23 @@ class Backward {
                mat[] = {materialised<node_t<I>>...}, reach[] = {reaches<node_t<I>>...};
     std::size_t height[N] = {};
     for (std::size_t j = N; j-- > 1;) height[L.parent[j]] = std::max(height[L.parent[j]], height[j] + 1);
+    // fan_in[type]: the edges into the type's nodes differ from the first (one pass: the plan is the
+    // largest constant expression of a step, and a pass per node made it quadratic)
+    std::size_t first[N] = {};  // by type: the first edge into it (0: none yet)
+    bool fan_in[N] = {};
+    for (std::size_t j = 1; j < N; ++j) {
+      const std::size_t f = first[type[j]];
+      if (!f)
+        first[type[j]] = j;
+      else if (type[L.parent[j]] != type[L.parent[f]] || L.slot[j] != L.slot[f])
+        fan_in[type[j]] = true;
+    }
     for (std::size_t id = 0; id < N; ++id) {
       t.type[id] = type[id];
-      bool fan_in = false;
-      std::size_t first = 0;  // the first edge into this type
-      for (std::size_t j = 1; j < N; ++j)
-        if (type[j] == type[id]) {
-          if (!first)
-            first = j;
-          else if (type[L.parent[j]] != type[L.parent[first]] || L.slot[j] != L.slot[first])
-            fan_in = true;
-        }
       // (a view of a leaf is not: its gradients go on to the leaf one by one, where a sum first
       // was a buffer zeroed and added into, and the sink then takes each as a slab, alone; a
       // broadcast is, its gradient a sum reduced once)
-      t.shared[id] = !leaf[id] && !plain[id] && reach[id] && fan_in;
+      t.shared[id] = !leaf[id] && !plain[id] && reach[id] && fan_in[type[id]];
       t.stored[id] = t.shared[id] || mat[id];
       if (t.stored[id]) t.stored_ids[t.n_stored++] = id;
       if (t.shared[id]) {
