@@ -19,7 +19,7 @@
 #include <functional>
 #include <metagrad/jit.hpp>
 #include <metagrad/metagrad.hpp>
-#include <metagrad/runtime/ops_cuda.hpp>
+#include <metagrad/backends/ops_cuda.hpp>
 #include <random>
 #include <string>
 #include <vector>

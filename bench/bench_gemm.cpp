@@ -45,8 +45,8 @@
 #include "gemm_shapes.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/gemm.hpp"
-#include "metagrad/runtime/threadpool.hpp"
+#include "metagrad/device/gemm.hpp"
+#include "metagrad/device/threadpool.hpp"
 #ifdef METAGRAD_BENCH_AVX2
 #include "gemm_aot_avx2.h"
 #else

@@ -30,7 +30,7 @@
 #include "../examples/gpt_model.hpp"
 #include "../examples/static_gpt.hpp"
 #include "metagrad/fixed.hpp"
-#include "metagrad/runtime/threadpool.hpp"
+#include "metagrad/device/threadpool.hpp"
 
 namespace {
 

@@ -31,8 +31,8 @@
 #include <functional>
 #include <map>
 #include <metagrad/metagrad.hpp>
-#include <metagrad/runtime/gemm.hpp>
-#include <metagrad/runtime/threadpool.hpp>
+#include <metagrad/device/gemm.hpp>
+#include <metagrad/device/threadpool.hpp>
 #include <optional>
 #include <random>
 #include <sstream>

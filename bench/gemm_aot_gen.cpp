@@ -1,6 +1,6 @@
 // Generator of bench_gemm's AOT library (metagrad_add_aot_library): one C function per product of
 // gemm_shapes.hpp, gemm_<i>(a, b, c) for shape i, each a matmul captured on CLANG and emitted as C
-// with the library's C GEMM (src/aot_gemm.cpp).
+// with the library's C GEMM (runtime/aot/aot_gemm.cpp).
 #include <metagrad/aot.hpp>
 #include <string>
 

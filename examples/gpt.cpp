@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <metagrad/metagrad.hpp>
-#include <metagrad/runtime/threadpool.hpp>
+#include <metagrad/device/threadpool.hpp>
 #include <random>
 #include <string>
 #include <vector>

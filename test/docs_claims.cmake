@@ -1,5 +1,5 @@
 # The claims of README.md and docs/*.md that a script can check against the tree:
-#  - every repository path they name exists (`runtime/gemm.hpp` may stand for the header under
+#  - every repository path they name exists (`device/gemm.hpp` may stand for the header under
 #    include/metagrad/ or detail/metagrad/, `examples/gpt` for examples/gpt.cpp; placeholders with
 #    `X`, `...` or a trailing `_` are patterns, not paths);
 #  - every program they run as `build/bench/NAME` or `build/examples/NAME` is built by that folder;
@@ -49,7 +49,7 @@ endforeach()
 
 # Environment variables the library reads by name.
 file(READ ${ROOT}/docs/environment.md env_doc)
-file(GLOB_RECURSE sources ${ROOT}/src/*.cpp ${ROOT}/src/*.hpp ${ROOT}/include/*.hpp ${ROOT}/detail/*.hpp)
+file(GLOB_RECURSE sources ${ROOT}/runtime/*.cpp ${ROOT}/runtime/*.hpp ${ROOT}/include/*.hpp ${ROOT}/detail/*.hpp)
 set(read_vars "")
 foreach(src IN LISTS sources)
   file(STRINGS ${src} lines REGEX "(getenv[a-z_]*|env)\\(\"[A-Z][A-Z0-9_]+\"")

@@ -1,4 +1,4 @@
-# The runtime library holds the GEMM once per ISA (src/gemm/sgemm_*.cpp, each compiled with its
+# The runtime library holds the GEMM once per ISA (runtime/gemm/sgemm_*.cpp, each compiled with its
 # ISA's flags). An inline function those files share with the rest of the library must keep its
 # baseline copy, or a CPU without AVX would run AVX code: no function outside the ISA namespaces
 # (avx512::, avx::) may touch a ymm or zmm register. Run with -DLIBRARY=<libmetagrad.so>

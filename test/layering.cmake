@@ -14,7 +14,7 @@
 #
 # Rules, each a fixture test (test/layering/):
 #   every include form counts ("metagrad/...", <metagrad/...>, and quoted includes relative to the
-#   file), in every source and header under include/, detail/ and src/ (.hpp, .h, .inc, .cpp,
+#   file), in every source and header under include/, detail/ and runtime/ (.hpp, .h, .inc, .cpp,
 #   .c); every file is in the table; no include goes to a layer the row does not allow; no file
 #   includes itself through others (a cycle, even within a layer); a header under include/metagrad
 #   opens no `namespace detail` (its internals go to detail/metagrad/detail/<same path>).
@@ -114,7 +114,7 @@ endfunction()
 # --- the files and their includes ---------------------------------------------------------------
 set(errors "")
 set(globs "")
-foreach(dir IN ITEMS include/metagrad detail/metagrad src)
+foreach(dir IN ITEMS include/metagrad detail/metagrad runtime)
   foreach(ext IN ITEMS hpp h inc cpp c)
     list(APPEND globs "${ROOT}/${dir}/*.${ext}")
   endforeach()
@@ -160,7 +160,7 @@ foreach(f IN LISTS files)
     list(APPEND edges_${id} "${found}")
     layer_of("${found}" tlayer)
     if(tlayer STREQUAL "")
-      continue()  # reported as a file of its own (or outside include/, detail/, src/)
+      continue()  # reported as a file of its own (or outside include/, detail/, runtime/)
     endif()
     if(NOT tlayer IN_LIST allowed_${layer})
       string(REPLACE ";" ", " may "${allowed_${layer}}")

@@ -21,5 +21,5 @@ if(NOT needed)
 endif()
 if(bad)
   message(FATAL_ERROR "${LIBRARY} needs ${bad}: only libc, libm, libstdc++, libgcc_s and zlib are allowed; "
-                      "load other libraries on demand (src/device_plugins.cpp)")
+                      "load other libraries on demand (runtime/backends/device_plugins.cpp)")
 endif()

@@ -18,7 +18,7 @@
 #include "metagrad/aot.hpp"
 #include "metagrad/cpu/caches.hpp"
 #include "metagrad/cpu/gemm.hpp"
-#include "metagrad/runtime/gemm.hpp"
+#include "metagrad/device/gemm.hpp"
 
 using namespace metagrad;
 using Catch::Contains;

@@ -15,7 +15,7 @@
 #include "kernel_sources.hpp"
 #include "metagrad/codegen/cstyle.hpp"
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/backends/ops_clang.hpp"
 
 using namespace metagrad;
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 
 #include "metagrad/codegen/pipeline.hpp"
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/backends/ops_clang.hpp"
 
 using namespace metagrad;
 

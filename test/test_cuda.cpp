@@ -27,8 +27,8 @@
 
 #include "child_process.hpp"
 #include "gradcheck.hpp"
-#include "metagrad/runtime/cuda_gemm.hpp"
-#include "metagrad/runtime/ops_cuda.hpp"
+#include "metagrad/backends/cuda_gemm.hpp"
+#include "metagrad/backends/ops_cuda.hpp"
 
 using namespace metagrad;
 using Catch::Matchers::Contains;

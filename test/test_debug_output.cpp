@@ -18,7 +18,7 @@
 #include "child_process.hpp"
 #include "device_scope.hpp"
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/buffer_pool.hpp"
+#include "metagrad/device/buffer_pool.hpp"
 #include "stderr_capture.hpp"
 
 using namespace metagrad;

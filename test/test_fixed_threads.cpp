@@ -18,7 +18,7 @@
 #include "alloc_count.hpp"
 #include "fixed_check.hpp"
 #include "metagrad/fixed/mlp.hpp"
-#include "metagrad/runtime/threadpool.hpp"
+#include "metagrad/device/threadpool.hpp"
 
 using namespace metagrad::test;
 

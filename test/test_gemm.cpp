@@ -1,4 +1,4 @@
-// The runtime GEMM (runtime/gemm.hpp): every ISA's kernel this CPU runs against a double-precision
+// The runtime GEMM (device/gemm.hpp): every ISA's kernel this CPU runs against a double-precision
 // reference over random shapes, strides, offsets and blockings (edges of every tile and block);
 // thread splits bitwise equal to one thread; the host devices' contractions (matmul, transposed,
 // batched, broadcast, matrix-vector) run it and agree with CPU; BEAM's choice gives the same
@@ -26,7 +26,7 @@
 #include "metagrad/cpu/gemm.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/gemm.hpp"
+#include "metagrad/device/gemm.hpp"
 
 using namespace metagrad;
 namespace fs = std::filesystem;
@@ -551,7 +551,7 @@ TEST_CASE("fixed: the cache sizes read from sysfs agree with a stream reading of
 }
 
 // A unit built without ISA flags (a plain Release build, as this one) runs its products on the
-// widest copy the CPU has: the library's baseline copy hands them over (src/gemm/sgemm_generic.cpp).
+// widest copy the CPU has: the library's baseline copy hands them over (runtime/gemm/sgemm_generic.cpp).
 TEST_CASE("fixed: a unit built without ISA flags runs its products on the widest copy the CPU has",
           "[gemm]") {
 #if defined(__AVX__)

@@ -18,8 +18,8 @@
 #include "device_scope.hpp"
 
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/disk_cache.hpp"
-#include "metagrad/runtime/ops_clang.hpp"
+#include "metagrad/device/disk_cache.hpp"
+#include "metagrad/backends/ops_clang.hpp"
 
 using namespace metagrad;
 namespace fs = std::filesystem;

@@ -22,7 +22,7 @@
 #include "device_scope.hpp"
 
 #include "metagrad/metagrad.hpp"
-#include "metagrad/runtime/disk_cache.hpp"
+#include "metagrad/device/disk_cache.hpp"
 
 using namespace metagrad;
 namespace fs = std::filesystem;

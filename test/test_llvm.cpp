@@ -21,9 +21,9 @@
 
 #include "gradcheck.hpp"
 #include "metagrad/codegen/linearizer.hpp"
-#include "metagrad/runtime/ops_clang.hpp"
-#include "metagrad/runtime/ops_llvm.hpp"
-#include "metagrad/runtime/threadpool.hpp"
+#include "metagrad/backends/ops_clang.hpp"
+#include "metagrad/backends/ops_llvm.hpp"
+#include "metagrad/device/threadpool.hpp"
 
 #include "reference.hpp"
 

@@ -3,7 +3,7 @@
 // a compiled device's buffer pool serves repeated work from freed memory within its bounds.
 #include <metagrad/jit.hpp>
 #include <metagrad/metagrad.hpp>
-#include <metagrad/runtime/buffer_pool.hpp>
+#include <metagrad/device/buffer_pool.hpp>
 
 #include <algorithm>
 #include <cstdlib>

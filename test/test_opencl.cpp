@@ -20,7 +20,7 @@
 
 #include "child_process.hpp"
 #include "gradcheck.hpp"
-#include "metagrad/runtime/ops_opencl.hpp"
+#include "metagrad/backends/ops_opencl.hpp"
 
 #include "reference.hpp"
 

@@ -1,6 +1,6 @@
 // Issue 38, item 1: long float32 sums keep float64's answer to 1e-6 on every device. One float32
 // accumulator stops growing at 2^24 ones and drifts well before (a value added 4096 times is off by
-// 5e-5); the compiled devices sum in levels (src/codegen/linearizer.cpp), the CPU device in
+// 5e-5); the compiled devices sum in levels (runtime/codegen/linearizer.cpp), the CPU device in
 // double. Expanded inputs cost no memory, so their lengths go to 2^31; realized ones to 2^24.
 #include <catch2/catch.hpp>
 

@@ -3,7 +3,7 @@
 // baseline ISA, so that nothing wider runs before the check.
 #include <cstdio>
 
-#include "metagrad/runtime/gemm.hpp"
+#include "metagrad/device/gemm.hpp"
 
 extern const char* const kVectorMathIsa;
 int vector_math_check();

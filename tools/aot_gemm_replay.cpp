@@ -1,5 +1,5 @@
 // AOT GEMM replay: runs bench_gemm's AOT products (bench/gemm_shapes.hpp, one function each) from two
-// generated libraries, say one built before a change to the C GEMM (src/aot_gemm.cpp,
+// generated libraries, say one built before a change to the C GEMM (runtime/aot/aot_gemm.cpp,
 // detail/metagrad/detail/cpu/gemm_plan.h) and one after, on the same random operands at 1 and 2
 // threads, and says whether every output is bitwise the same. tools/aot_gemm_replay.sh builds both
 // libraries from their generated C (build/bench/gemm_aot.aot/gemm_aot.c) and runs this.

@@ -3,7 +3,7 @@
 // AST over buffer descriptors (ast.hpp) and the buffers themselves, output first: it never sees the
 // lazy graph. Backend: allocate, run one kernel. Compiled: a code generator and a runtime, kernels
 // cached by AST. Interpreted: a table of functions. Each device registers itself (Device::Registrar
-// in its src/ops_X.cpp), so adding one touches no shared file.
+// in its runtime/backends/ops_X.cpp), so adding one touches no shared file.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,7 +13,7 @@
 
 #include "metagrad/ast.hpp"
 #include "metagrad/helpers.hpp"
-#include "metagrad/runtime/lib.hpp"
+#include "metagrad/device/lib.hpp"
 
 namespace metagrad {
 
@@ -58,7 +58,7 @@ class Program {
                           const std::vector<RawBuffer*>& bufs) = 0;
   // A kernel that runs on the host (CLANG, LLVM) returns its function
   // fn(buffer pointers..., int64 start, int64 end), which TinyJit's replay calls directly through
-  // run_host (runtime/host_program.hpp); other programs return null.
+  // run_host (backends/host_program.hpp); other programs return null.
   virtual void* host_function() const { return nullptr; }
   // The sources of the kernels a program made at code generation builds and runs besides its
   // runner's own source (a contraction's epilogue and gathers; on CUDA the product too): where
@@ -187,7 +187,7 @@ class Device {
 
   // Builds the device; throws when it is not available here (no compiler, no OpenCL platform).
   using Factory = std::unique_ptr<Backend> (*)();
-  // Registers a device where it is defined (src/ops_X.cpp):
+  // Registers a device where it is defined (runtime/backends/ops_X.cpp):
   //   [[gnu::init_priority(kRegistrationPriority)]] const Device::Registrar reg{"CLANG", 10, make};
   // `rank` orders available() and the choice of DEFAULT: lower is preferred (faster). The priority
   // runs registrations before any ordinary static initializer, DEFAULT's included.

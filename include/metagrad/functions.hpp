@@ -2,7 +2,7 @@
 // The elementwise functions, one definition for both paths: a traits entry per Fn (as Eigen's
 // functor_traits) holds all that either path knows of a function. The static path's nodes
 // (fixed::op::Map<F>, inline evaluation, fixed::grad, lowering) and the dynamic path's mlops
-// (mlops::Map<F>, src/mlops.cpp) are both generated from it, so a new differentiable function
+// (mlops::Map<F>, runtime/tensor/mlops.cpp) are both generated from it, so a new differentiable function
 // is one entry here plus its method on each front end (fixed::ExprBase, Tensor).
 //
 // An entry has
@@ -23,7 +23,7 @@
 //   lower(t...)   the function as a metagrad::Tensor method, for lowering a static expression
 //
 // forward and grad are written once in a small vocabulary that both paths instantiate: operands
-// are static expressions or the dynamic path's adaptor over LazyBuffer (src/mlops.cpp), with
+// are static expressions or the dynamic path's adaptor over LazyBuffer (runtime/tensor/mlops.cpp), with
 // +, -, *, / (also with a double on either side), unary -, ==, != (against an operand or a
 // double), where(c, a, b) and maximum(a, b) (either side may be a double), pow(a, b), and the
 // methods of the functions themselves (x.exp(), x.log(), x.sin(), ...). A node n gives the

@@ -18,14 +18,14 @@
 #include "metagrad/ast.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/ops.hpp"
-#include "metagrad/runtime/lib.hpp"
+#include "metagrad/device/lib.hpp"
 #include "metagrad/shape/shapetracker.hpp"
 
 namespace metagrad {
 
 struct LazyBuffer;
 using LazyBufferPtr = std::shared_ptr<LazyBuffer>;
-// A node of the lazy graph: an op on LazyBuffers. The scheduler (src/schedule.cpp) turns the
+// A node of the lazy graph: an op on LazyBuffers. The scheduler (runtime/lazy/schedule.cpp) turns the
 // graph into kernel ASTs (LazyOp, ast.hpp), whose leaves are buffer descriptors instead.
 using GraphOp = OpNode<LazyBufferPtr>;
 using GraphSrc = GraphOp::Src;

@@ -47,7 +47,7 @@ class FunctionImpl : public Function {
 namespace mlops {
 
 // Every differentiable elementwise function: its forward and backward are its FnTraits entry's
-// (metagrad/functions.hpp), run on LazyBuffers by src/mlops.cpp.
+// (metagrad/functions.hpp), run on LazyBuffers by runtime/tensor/mlops.cpp.
 template <fn::Fn F>
 struct Map final : FunctionImpl<Map<F>, fn::FnTraits<F>::arity> {
   std::array<LazyBufferPtr, fn::FnTraits<F>::arity> x;

@@ -1,6 +1,6 @@
 #pragma once
 // The elementwise hlops whose formula both paths share, written once: templates over the tensor
-// type X, a metagrad::Tensor (src/tensor/elementwise.cpp, after its float promotion) or a
+// type X, a metagrad::Tensor (runtime/tensor/elementwise.cpp, after its float promotion) or a
 // static expression (fixed/elementwise.hpp). They use only what both have: the mlop methods
 // (relu, exp, log, sin, sigmoid), maximum/minimum with a scalar, arithmetic with scalars, and
 // other hlops as methods. Where tinygrad's formula overflows (exp of a large x gives inf, and

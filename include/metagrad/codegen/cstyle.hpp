@@ -71,7 +71,7 @@ struct CStyleLanguage {
 // The dialects: C as the CLANG device compiles it (gcc or clang) and OpenCL C 1.2.
 const CStyleLanguage& c_language();
 const CStyleLanguage& opencl_language();
-// CUDA C as NVRTC compiles it (src/codegen/cstyle_cuda.cpp, docs/cuda.md).
+// CUDA C as NVRTC compiles it (runtime/codegen/cstyle_cuda.cpp, docs/cuda.md).
 const CStyleLanguage& cuda_language();
 // The threads a flat_global dialect launches for k (times its local size, when it has groups): the
 // product of the extents of the global loops its thread index covers.

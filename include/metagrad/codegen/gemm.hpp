@@ -2,7 +2,7 @@
 // Contractions that run as a GEMM. A kernel whose reduce is a multiply-accumulate (FusedOps::MULACC)
 // of two float32 buffers read through plain strided views (matmul, batched matmul, linear) is a
 // batch of products C = A B. The host devices run those through the runtime's blocked kernel
-// (runtime/gemm.hpp) instead of rendering loops for them: no compile, and BLAS speed whatever
+// (device/gemm.hpp) instead of rendering loops for them: no compile, and BLAS speed whatever
 // the shape. Ops above the reduce (a bias, an activation) become an elementwise epilogue kernel
 // that reads C from a scratch buffer.
 #include <cstdint>

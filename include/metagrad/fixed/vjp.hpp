@@ -4,7 +4,7 @@
 // expression g (the node's shape) and the node n (n.out(): its forward value, n.x<I>(): child I's,
 // n.op(): its op, for ops with run-time data), or `none` where child I gets no gradient
 // (comparisons, a where's condition). The rules are the
-// dynamic path's (src/mlops.cpp), so both paths agree to rounding.
+// dynamic path's (runtime/tensor/mlops.cpp), so both paths agree to rounding.
 #include <cstddef>
 #include <tuple>
 

@@ -27,7 +27,7 @@ using namespace plan;  // gemm_kernel.h calls the plan's functions as C does, un
 inline namespace METAGRAD_CPU_ISA {
 
 // A unit linked against the runtime library (METAGRAD_PREBUILT, which the metagrad target
-// exports) calls the library's copy for its ISA (src/gemm/sgemm_isa.inc) rather than compiling
+// exports) calls the library's copy for its ISA (runtime/gemm/sgemm_isa.inc) rather than compiling
 // its own: the kernel is the largest part of a static unit's code generation (0.7 s of g++'s 3.3 s
 // for the MLP step at -O2). Only where the unit's flags are those the library's copy was built with
 // (CMakeLists.txt); run is defined outside the class so that it is not inline, which would let the
@@ -47,7 +47,7 @@ inline namespace METAGRAD_CPU_ISA {
 // strip is always NR columns wide (zeros past n), and the last rows (fewer than MR) are copied,
 // a chunk of k at a time, into a tile's worth of rows (see in_place). No prefetching variants; deep
 // products go the blocked way, one or two rows on one thread. Full tiles run at full speed. The
-// library's copies (src/gemm), and so the units that call them, keep every shape and path.
+// library's copies (runtime/gemm), and so the units that call them, keep every shape and path.
 #ifdef METAGRAD_FIXED_GEMM_PREBUILT
 inline constexpr bool kAllTiles = true;
 #else
@@ -174,7 +174,7 @@ struct Gemm {
   }
 
   // Cache blocking, by default derived from the host's caches (caches.hpp), by gemm_plan.h's rules
-  // (docs/gemm.md, "Blocking from the machine it runs on"). BEAM search (src/gemm) tunes them
+  // (docs/gemm.md, "Blocking from the machine it runs on"). BEAM search (runtime/gemm) tunes them
   // per shape.
   static GemmBlocking blocking(const CacheSizes& c = host_caches()) {
     constexpr std::int64_t S = sizeof(T);
@@ -281,8 +281,8 @@ struct Gemm {
 };
 
 #ifdef METAGRAD_GEMM_FORWARD
-// The library's baseline copy (src/gemm/sgemm_generic.cpp), which units built without ISA flags
-// call, hands each product to the widest copy the CPU runs (src/gemm/forward.cpp): a plain
+// The library's baseline copy (runtime/gemm/sgemm_generic.cpp), which units built without ISA flags
+// call, hands each product to the widest copy the CPU runs (runtime/gemm/dispatch.cpp): a plain
 // Release build of a static unit gets AVX2 or AVX-512 products without -march. False: run here.
 template <class T>
 bool run_on_widest_isa(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,

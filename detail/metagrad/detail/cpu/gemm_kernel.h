@@ -2,7 +2,7 @@
    the one- or two-row products, functions named mg_gemm_*. C that also compiles as C++ (GNU vector
    extensions): the C++ kernel includes it inside struct Gemm<T> (cpu/gemm.hpp), once per element
    type and ISA, and an AOT library's C GEMM carries this text verbatim after gemm_plan.h's
-   (src/aot_gemm.cpp; CMake reads both at build time), so a change to the kernel is made here
+   (runtime/aot/aot_gemm.cpp; CMake reads both at build time), so a change to the kernel is made here
    for both. The drivers around it (threads, buffers) are each side's own.
 
    No include guard: the includer defines the element type MG_T, its vector MG_V of MG_W lanes, the

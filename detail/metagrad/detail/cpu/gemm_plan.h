@@ -1,7 +1,7 @@
 /* The GEMM's plan, written once: the register tile's size, the cache blocking, how k is stepped,
    when B is read in place, when its first columns go apart, when threads split C's rows rather
    than its columns. C that also compiles as C++: the C++ kernel (cpu/gemm.hpp) calls these
-   functions, and an AOT library's C GEMM (src/aot_gemm.cpp) carries this text verbatim (CMake
+   functions, and an AOT library's C GEMM (runtime/aot/aot_gemm.cpp) carries this text verbatim (CMake
    reads it into the library at build time), so a rule changed here changes both. The measurements
    behind each rule are in docs/gemm.md. Sizes in bytes, counts in elements of `s` bytes each. */
 #ifndef METAGRAD_CPU_GEMM_PLAN_H

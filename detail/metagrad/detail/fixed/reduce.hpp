@@ -31,7 +31,7 @@ METAGRAD_INLINE T combine(T a, T b) {
 template <class T>
 inline constexpr index_t kLanes = 256 / sizeof(T);  // 256 bytes of accumulators: 4 AVX-512 registers
 // At most this many terms go into one float accumulator in a row (as on the dynamic path's devices,
-// src/codegen/linearizer.cpp): one accumulator stops growing at 2^24 ones and drifts well
+// runtime/codegen/linearizer.cpp): one accumulator stops growing at 2^24 ones and drifts well
 // before, so long sums go in levels, each passing its sum up after kFanIn terms.
 inline constexpr index_t kFanIn = 16;
 

@@ -1,5 +1,5 @@
 #pragma once
-// The internals of shape/symbolic.hpp: what a Node shares. Only src/shape/symbolic.cpp builds
+// The internals of shape/symbolic.hpp: what a Node shares. Only runtime/shape/symbolic.cpp builds
 // and reads it; it names Node and NodeKind before shape/symbolic.hpp defines them.
 #include <cstdint>
 #include <string>
