@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "metagrad/device.hpp"
-#include "plan.hpp"
+#include "schedule_plan.hpp"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "plan.hpp"
+#include "schedule_plan.hpp"
 
 extern char** environ;
 

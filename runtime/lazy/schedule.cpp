@@ -13,9 +13,9 @@
 #include <utility>
 
 #include "metagrad/lazy.hpp"
-#include "plan.hpp"
-#include "replayable.hpp"
+#include "replayable_fill.hpp"
 #include "schedule_cache.hpp"
+#include "schedule_plan.hpp"
 
 namespace metagrad {
 
@@ -448,7 +448,7 @@ std::shared_ptr<RawBuffer> copy_to(Backend& dev, const RawBuffer& src) {
   return out;
 }
 
-// A custom load whose fill a TinyJit replay may run again (replayable.hpp).
+// A custom load whose fill a TinyJit replay may run again (replayable_fill.hpp).
 const ReplayableFill* replayable(const GraphOp& op) {
   return std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill.target<ReplayableFill>();
 }

@@ -1,6 +1,7 @@
-// Processing hlops (tinygrad's matmul, conv, pooling and normalisation): each is a composition of
-// movement views, elementwise ops and one reduce, so it stays lazy, fuses, and differentiates
-// through the mlops alone.
+// The functional forms of the neural-network layers (PyTorch's torch.nn.functional, tinygrad's
+// processing hlops): matmul and linear, conv, pooling, interpolation, normalisation, dropout and
+// attention. Each is a composition of movement views, elementwise ops and one reduce, so it stays
+// lazy, fuses, and differentiates through the mlops alone.
 #include <algorithm>
 #include <cmath>
 #include <map>
