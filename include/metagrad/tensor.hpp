@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/tensor.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/lazy.hpp"

@@ -1,9 +1,10 @@
 #include "metagrad/backends/gemm_program.hpp"
 
-#include "metagrad/cpu/parallel.hpp"
-#include "metagrad/helpers.hpp"
-#include "metagrad/device/gemm.hpp"
 #include "metagrad/backends/host_program.hpp"  // host_pointer
+#include "metagrad/cpu/parallel.hpp"
+#include "metagrad/detail/cat.hpp"
+#include "metagrad/device/gemm.hpp"
+#include "metagrad/helpers.hpp"
 
 namespace metagrad {
 

@@ -1,4 +1,5 @@
 #include "metagrad/codegen/kernel.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <algorithm>
 #include <numeric>

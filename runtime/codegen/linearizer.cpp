@@ -1,4 +1,5 @@
 #include "metagrad/codegen/linearizer.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <cmath>
 #include <cstdio>

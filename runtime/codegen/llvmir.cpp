@@ -1,4 +1,5 @@
 #include "metagrad/codegen/llvmir.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>

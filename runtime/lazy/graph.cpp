@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
 #include "schedule_plan.hpp"
 

@@ -12,6 +12,8 @@
 
 #include "schedule_plan.hpp"
 
+#include "metagrad/detail/cat.hpp"
+
 extern char** environ;
 
 namespace metagrad::scheduler {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ast_builder.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/lazy.hpp"
 #include "replayable_fill.hpp"
 #include "schedule_cache.hpp"

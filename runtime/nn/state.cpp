@@ -1,5 +1,6 @@
 // StateDict, loading a model's state, and safetensors files with a small JSON reader and writer.
 #include "metagrad/nn/state.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 #include "subscript.hpp"
 

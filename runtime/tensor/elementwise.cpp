@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/hlops.hpp"
 #include "metagrad/tensor.hpp"
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "../lazy/replayable_fill.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device/raw_buffer.hpp"
 #include "metagrad/tensor.hpp"
 

@@ -11,6 +11,7 @@
 
 #include "../lazy/replayable_fill.hpp"
 #include "metagrad/backends/host_program.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/device/buffer_pool.hpp"
 

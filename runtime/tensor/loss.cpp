@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

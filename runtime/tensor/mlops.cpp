@@ -7,6 +7,7 @@
 #include <numbers>
 #include <utility>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/helpers.hpp"
 #include "metagrad/tensor.hpp"
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 #include "subscript.hpp"
 

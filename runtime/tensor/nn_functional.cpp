@@ -8,6 +8,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <numbers>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

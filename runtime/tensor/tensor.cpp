@@ -1,6 +1,7 @@
 // Tensor core: the shared-state handle, creation, data access and autograd.
 #include "metagrad/tensor.hpp"
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/format.hpp"
 
 #include <cmath>
