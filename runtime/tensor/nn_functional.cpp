@@ -330,7 +330,7 @@ struct KeptAxis {
 };
 
 KeptAxis matmul_keepdim(const Tensor& x, const Tensor& w) {
-  const Dims &xs = x.shape(), &ws = w.shape();
+  const Dims &xs = x.shape("matmul"), &ws = w.shape("matmul");
   auto fail = [&](const std::string& why) {
     throw std::invalid_argument(detail::cat("matmul: ", to_string(xs), " @ ", to_string(ws), ": ", why));
   };
