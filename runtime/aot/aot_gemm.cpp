@@ -8,7 +8,6 @@
 
 #include <algorithm>
 
-#include "metagrad/detail/cat.hpp"
 #include "metagrad/shape/view.hpp"  // metagrad::detail::cat
 
 namespace metagrad::aot {

@@ -1,10 +1,9 @@
 #include "metagrad/backends/gemm_program.hpp"
 
-#include "metagrad/backends/host_program.hpp"  // host_pointer
 #include "metagrad/cpu/parallel.hpp"
-#include "metagrad/detail/cat.hpp"
-#include "metagrad/device/gemm.hpp"
 #include "metagrad/helpers.hpp"
+#include "metagrad/device/gemm.hpp"
+#include "metagrad/backends/host_program.hpp"  // host_pointer
 
 namespace metagrad {
 

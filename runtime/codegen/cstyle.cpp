@@ -1,5 +1,4 @@
 #include "metagrad/codegen/cstyle.hpp"
-#include "metagrad/detail/cat.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -275,10 +274,19 @@ const CStyleLanguage& c_language() {
                 kPreludeC;
     // Bools are stored as bytes and compute as _Bool: gcc vectorizes no loop that loads a _Bool
     // (a causal mask's softmax ran scalar).
-    l.types = {
-        "unsigned char",     "signed char", "unsigned char", "int",   "long long",      "unsigned short",
-        "unsigned short",    "float",       "double",        "short", "unsigned short", "unsigned int",
-        "unsigned long long"};
+    l.types = {"unsigned char",
+               "signed char",
+               "unsigned char",
+               "int",
+               "long long",
+               "unsigned short",
+               "unsigned short",
+               "float",
+               "double",
+               "short",
+               "unsigned short",
+               "unsigned int",
+               "unsigned long long"};
     l.bool_compute = "_Bool";
     l.int64_suffix = "LL";
     l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";

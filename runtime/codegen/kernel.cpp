@@ -1,5 +1,4 @@
 #include "metagrad/codegen/kernel.hpp"
-#include "metagrad/detail/cat.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,5 +1,4 @@
 #include "metagrad/codegen/linearizer.hpp"
-#include "metagrad/detail/cat.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,4 @@
 #include "metagrad/codegen/llvmir.hpp"
-#include "metagrad/detail/cat.hpp"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
