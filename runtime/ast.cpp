@@ -1,5 +1,6 @@
 // The kernel AST: its leaves, dtypes and shapes, its cache key, and printing.
 #include "metagrad/ast.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -19,7 +19,7 @@
 
 namespace metagrad {
 
-class RawBuffer;  // device/lib.hpp: only CustomArg names it
+class RawBuffer;  // device/raw_buffer.hpp: only CustomArg names it
 
 // A constant (LoadOps::CONST) with the dtype and, inside a kernel's AST, the shape it stands for.
 // As a LoadOps::RAND arg, `value` is the seed.

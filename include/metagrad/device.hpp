@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "metagrad/ast.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 #include "metagrad/helpers.hpp"
-#include "metagrad/device/lib.hpp"
 
 namespace metagrad {
 

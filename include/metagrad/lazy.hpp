@@ -17,8 +17,8 @@
 
 #include "metagrad/ast.hpp"
 #include "metagrad/device.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 #include "metagrad/ops.hpp"
-#include "metagrad/device/lib.hpp"
 #include "metagrad/shape/shapetracker.hpp"
 
 namespace metagrad {

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/fixed.hpp"
 #include "metagrad/ops.hpp"
 #include "metagrad/tensor.hpp"

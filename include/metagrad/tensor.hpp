@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/tensor.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/lazy.hpp"
@@ -115,6 +116,11 @@ class Tensor {
   };
 
   // ---- construction ----
+  // An undefined tensor, libtorch's: a place for a tensor assigned later (`Tensor t;`, `Tensor t{}`,
+  // std::vector<Tensor>(n), a struct's members). Assigning a tensor to it defines it; every op and
+  // method given one throws std::invalid_argument naming the operation (to_string and printing
+  // say "undefined"); nn::get_state_dict skips it.
+  Tensor();
   Tensor(std::initializer_list<float> data, TensorOptions opts = {});
   Tensor(std::initializer_list<std::initializer_list<float>> data, TensorOptions opts = {});
   Tensor(std::initializer_list<std::initializer_list<std::initializer_list<float>>> data,
@@ -153,11 +159,13 @@ class Tensor {
   static Tensor kaiming_uniform(const Dims& shape, double a = 0.01, TensorOptions opts = {});
 
   // ---- properties and data ----
-  const Dims& shape() const;
-  DType dtype() const;
-  const std::string& device() const;
-  std::int64_t numel() const;
-  std::int64_t ndim() const;
+  bool defined() const noexcept { return state_->lazydata != nullptr; }
+  // `op` is the function asking, the operation an undefined tensor's error names; callers leave it out.
+  const Dims& shape(const char* op = __builtin_FUNCTION()) const;
+  DType dtype(const char* op = __builtin_FUNCTION()) const;
+  const std::string& device(const char* op = __builtin_FUNCTION()) const;
+  std::int64_t numel(const char* op = __builtin_FUNCTION()) const;
+  std::int64_t ndim(const char* op = __builtin_FUNCTION()) const;
   Tensor& realize();
   template <class T>
   std::vector<T> to_vector() const;  // realizes; the seed's .numpy(), row-major
@@ -529,6 +537,13 @@ class Tensor {
  private:
   std::shared_ptr<detail::TensorState> state_;
   explicit Tensor(std::shared_ptr<detail::TensorState> s);
+  // The data of a defined tensor; an undefined one throws, naming op. Every accessor of the data goes
+  // through it (and apply checks its inputs first), so no op reaches an undefined tensor's null data.
+  const std::shared_ptr<LazyBuffer>& defined_data(const char* op = __builtin_FUNCTION()) const {
+    if (!state_->lazydata) [[unlikely]]
+      detail::undefined_tensor(op);
+    return state_->lazydata;
+  }
   void rebind();
   std::int64_t resolve_axis(std::int64_t axis) const;
   Dims reduced_shape(const Axes& axis) const;
@@ -624,12 +639,12 @@ Tensor::Tensor(const std::vector<T>& data, const Dims& shape, TensorOptions opts
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  return state_->lazydata->to_vector<T>();
+  return defined_data("Tensor.to_vector")->to_vector<T>();
 }
 
 template <class T>
 T Tensor::item() const {
-  if (numel() != 1)
+  if (numel("Tensor.item") != 1)
     throw std::invalid_argument(
         detail::cat("Tensor.item: needs exactly one element, the shape is ", to_string(shape())));
   return to_vector<T>()[0];
@@ -643,6 +658,9 @@ detail::dependent<Tensor, Args...> FunctionImpl<Derived, Arity>::apply(const Arg
   auto ctx = std::make_shared<Derived>();
   return [&]<std::size_t... I, std::size_t... R>(std::index_sequence<I...>, std::index_sequence<R...>) {
     const T* inputs[] = {&std::get<I>(all)...};
+    for (const T* t : inputs)
+      if (!t->defined()) [[unlikely]]
+        detail::undefined_input(ctx->name());
     ctx->device = inputs[0]->device();
     bool unset = false;  // tinygrad's three states: True if an input needs grad, else None if one is unset
     for (const T* t : inputs) {

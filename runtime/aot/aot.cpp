@@ -16,11 +16,12 @@
 #include <utility>
 
 #include "aot_gemm.hpp"
-#include "metagrad/codegen/cstyle.hpp"
-#include "metagrad/device.hpp"
-#include "metagrad/lazy.hpp"
 #include "metagrad/backends/gemm_program.hpp"
 #include "metagrad/backends/ops_clang.hpp"
+#include "metagrad/codegen/cstyle.hpp"
+#include "metagrad/detail/cat.hpp"
+#include "metagrad/device.hpp"
+#include "metagrad/lazy.hpp"
 
 namespace metagrad::aot {
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
 
 namespace metagrad {

@@ -6,11 +6,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "metagrad/backends/gemm_program.hpp"
 #include "metagrad/codegen/gemm.hpp"
 #include "metagrad/device/gemm.hpp"
-#include "metagrad/backends/gemm_program.hpp"
 
 #include "metagrad/codegen/pipeline.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device/threadpool.hpp"
 
 namespace metagrad {

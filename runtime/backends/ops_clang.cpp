@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device/disk_cache.hpp"
 
 extern char** environ;

@@ -23,9 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "metagrad/backends/cuda_gemm.hpp"
 #include "metagrad/codegen/gemm.hpp"
 #include "metagrad/codegen/pipeline.hpp"
-#include "metagrad/backends/cuda_gemm.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device/disk_cache.hpp"
 
 namespace metagrad {

@@ -26,6 +26,7 @@
 
 #include "metagrad/codegen/llvmir.hpp"
 #include "metagrad/codegen/pipeline.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device/disk_cache.hpp"
 
 namespace metagrad {

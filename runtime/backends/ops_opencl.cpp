@@ -20,8 +20,9 @@
 #include <sstream>
 #include <utility>
 
-#include "metagrad/device/disk_cache.hpp"
 #include "metagrad/backends/host_program.hpp"  // cstyle_runner
+#include "metagrad/detail/cat.hpp"
+#include "metagrad/device/disk_cache.hpp"
 
 namespace metagrad {
 

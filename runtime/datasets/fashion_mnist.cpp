@@ -1,5 +1,6 @@
 // Fashion-MNIST: IDX files through zlib's gz* interface, which also reads plain files unchanged.
 #include "metagrad/datasets/fashion_mnist.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <zlib.h>
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
 
 namespace metagrad {

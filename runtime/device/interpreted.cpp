@@ -8,6 +8,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
 
 namespace metagrad {

@@ -3,6 +3,7 @@
 // result. A fresh buffer, not the old one written over: other tensors and captured steps may share
 // the old buffer, and a collective must change only the tensor it was given.
 #include "metagrad/dist/allreduce.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include "host_memory.hpp"
 

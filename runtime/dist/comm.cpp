@@ -3,6 +3,7 @@
 // back as return codes (MPI_ERRORS_RETURN) that become dist::Error.
 #include "metagrad/dist/comm.hpp"
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/shape/view.hpp"  // detail::cat
 
 #include <mpi.h>

@@ -1,6 +1,7 @@
 // DataParallel: gradients packed into flat buckets, one MPI_Iallreduce per bucket started as soon
 // as its gradients are realized, then unpacked into fresh buffers of the gradients' device.
 #include "metagrad/dist/data_parallel.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <chrono>
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/dist/comm.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/tensor.hpp"

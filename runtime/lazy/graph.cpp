@@ -19,8 +19,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
-#include "plan.hpp"
+#include "schedule_plan.hpp"
 
 extern char** environ;
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/helpers.hpp"
 
 namespace metagrad {

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "plan.hpp"
+#include "schedule_plan.hpp"
+
+#include "metagrad/detail/cat.hpp"
 
 extern char** environ;
 

@@ -12,10 +12,12 @@
 #include <unordered_set>
 #include <utility>
 
+#include "ast_builder.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/lazy.hpp"
-#include "plan.hpp"
-#include "replayable.hpp"
+#include "replayable_fill.hpp"
 #include "schedule_cache.hpp"
+#include "schedule_plan.hpp"
 
 namespace metagrad {
 
@@ -25,6 +27,7 @@ namespace metagrad {
 // view) with no other live consumer; constants are folded into the AST; anything else is a leaf
 // whose base is realized first.
 
+using scheduler::AstBuilder;
 using scheduler::Plan;
 
 namespace {
@@ -32,298 +35,6 @@ namespace {
 std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg arg = {}) {
   return std::make_shared<GraphOp>(op, std::move(src), std::move(arg));
 }
-
-DType graph_dtype(const GraphSrc& src) { return node_dtype<LazyBufferPtr>(src); }
-Dims graph_shape(const GraphSrc& src) { return node_shape<LazyBufferPtr>(src); }
-
-bool is_elementwise(const LazyBuffer& b) {
-  return !b.realized && b.op &&
-         (b.op->op.type == OpType::Unary || b.op->op.type == OpType::Binary ||
-          b.op->op.type == OpType::Ternary || b.op->op.type == OpType::Fused);
-}
-
-// The constant a source stands for, when it is one everywhere: a CONST, or one element of a host
-// buffer coming to this device, seen through a view without padding.
-std::optional<ConstArg> folded_constant(LazyBuffer& s) {
-  if (s.st.views().back().mask.size() || s.st.views().size() > 1) return std::nullopt;
-  LazyBufferPtr b = s.base();
-  if (b->realized || !b->op) return std::nullopt;
-  if (b->op->op == LoadOps::CONST) return ConstArg{std::get<ConstArg>(b->op->arg).value, s.dtype, s.shape()};
-  if (b->op->op == LoadOps::FROM && b->st.size() == 1) {
-    LazyBufferPtr host = std::get<LazyBufferPtr>(b->op->src[0])->base();
-    if (host->realized && host->device == "CPU" && host->realized->size == 1) {
-      double v = read_as_double(*host->realized)[0];
-      DType hd = host->realized->dtype;  // a 64-bit integer past 2^53 may have no double: kept a buffer
-      if ((hd == dtypes::int64 || hd == dtypes::uint64) && std::fabs(v) >= 0x1p53) return std::nullopt;
-      return ConstArg{v, s.dtype, s.shape()};
-    }
-  }
-  return std::nullopt;
-}
-
-bool is_reduce(const LazyBuffer& b) {
-  return !b.realized && b.op && (b.op->op.type == OpType::Reduce || b.op->op == FusedOps::MULACC);
-}
-
-// Builds one kernel's AST from a buffer's op, inlining what fuses:
-//  - an unrealized elementwise source with no other consumer, read whole or through views that
-//    neither pad nor add elements (its leaves then read through those views: movement ops move
-//    through elementwise ops instead of forcing a copy);
-//  - an unrealized reduce with no other consumer read whole by elementwise work, when the kernel
-//    holds no reduce yet (elementwise after a reduce runs in the reduce's kernel);
-//  - constants, folded.
-// A SUM of a MUL becomes FusedOps::MULACC. Anything else is a leaf whose base is realized first.
-// Leaves are MemBuffers numbered, while building, by their place in `inputs` (a buffer read whole
-// once however often it is read; one entry per read through views); number_leaves renumbers them.
-struct AstBuilder {
-  LazyBuffer& consumer;
-  std::vector<LazyBufferPtr>& deps;
-  // The realize's other targets: computed anyway, so read, never recomputed inline (merge_stores
-  // may then make the reading kernel compute and store them).
-  const std::unordered_set<const LazyBuffer*>* targets = nullptr;
-  bool rows = false;  // reduces read back over the axes they reduced may be inlined (a row kernel)
-  bool has_reduce = false;
-  std::size_t row_reduces = 0;
-  // Ops on the path from the kernel's root to the node being built. A kernel fuses at most
-  // kMaxFusedDepth levels: past them a source is a leaf, realized first by a kernel of its own, so a
-  // chain of 10^6 ops runs in pieces and no walk of a kernel's AST (this one, codegen's, the
-  // interpreter's) recurses deeper than that.
-  static constexpr std::size_t kMaxFusedDepth = 256;
-  std::size_t depth = 0;
-  std::vector<LazyBufferPtr> inputs;  // per provisional index - 1: the buffer read
-  std::vector<bool> whole;            // per provisional index - 1: read without further views
-
-  // `above`: views (relative to the current base's contiguous layout) the kernel reads through.
-  LazySrc build(const GraphSrc& src, const std::vector<View>& above) {
-    if (auto* o = std::get_if<std::shared_ptr<GraphOp>>(&src)) return build_op(**o, above);
-    const LazyBufferPtr& b = std::get<LazyBufferPtr>(src);
-    if (auto c = folded_constant(*b)) {
-      if (!above.empty()) c->shape = above.back().shape;
-      return kernel_op(LoadOps::CONST, {}, *c);
-    }
-    LazyBufferPtr base = b->base();
-    bool room = depth < kMaxFusedDepth && !(targets && targets->count(base.get()));
-    if (room && base == b && is_elementwise(*b) && b->device == consumer.device &&
-        (b->live_children() <= 1 || (cheap_to_recompute(*b) && !recomputes_rows_elsewhere(*b))))
-      return build(b->op, above);
-    if (room && rows && above.empty())  // (before pushable_views: a one-row reduce is one element)
-      if (auto r = broadcast_reduce(*b)) return *r;
-    if (auto through = room ? pushable_views(*b, above) : std::nullopt) return build(base->op, *through);
-    if (room && base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
-        b->live_children() <= 1)
-      return build(b->op, above);
-    if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
-    return read_through(b, above);
-  }
-
-  LazySrc build_op(const GraphOp& op, const std::vector<View>& above) {
-    if (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC) {
-      if (!above.empty()) throw std::logic_error("scheduler: a reduce cannot be read through views");
-      // Reducing nothing gives the identity: no loop over an empty axis reaches a kernel.
-      if (prod(graph_shape(op.src.at(0))) == 0) {
-        DType dt = graph_dtype(op.src.at(0));
-        double init = op.op == ReduceOps::MAX ? dtypes::min_value(dt) : 0.0;
-        return kernel_op(LoadOps::CONST, {}, ConstArg{init, dt, std::get<Dims>(op.arg)});
-      }
-      has_reduce = true;
-    }
-    std::vector<LazySrc> s;
-    ++depth;
-    for (const GraphSrc& x : op.src) s.push_back(build(x, above));
-    --depth;
-    if (op.op == ReduceOps::SUM)
-      if (auto* m = std::get_if<std::shared_ptr<LazyOp>>(&s[0]); m && (*m)->op == BinaryOps::MUL)
-        return kernel_op(FusedOps::MULACC, (*m)->src, op.arg);
-    return kernel_op(op.op, std::move(s), op.arg);
-  }
-
-  // b computes a reduce's result: the reduce, or elementwise work on it (each step read by nothing
-  // else).
-  static bool reduce_result(const LazyBuffer& b, int level = 0) {
-    if (is_reduce(b)) return true;
-    if (!is_elementwise(b) || level > 8) return false;
-    std::vector<const GraphOp*> stack{b.op.get()};
-    while (!stack.empty()) {
-      const GraphOp* o = stack.back();
-      stack.pop_back();
-      for (const GraphSrc& x : o->src) {
-        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
-          stack.push_back(op->get());
-        } else if (const LazyBufferPtr& s = std::get<LazyBufferPtr>(x);
-                   s->base() == s && s->live_children() <= 1 && reduce_result(*s, level + 1)) {
-          return true;
-        }
-      }
-    }
-    return false;
-  }
-
-  // A reduce read back, through one expanding view, over the axes it reduced (softmax's max and
-  // sum, LayerNorm's mean and variance) that nothing else reads: computed in this kernel, a row
-  // kernel (codegen/kernel.hpp), as MovementOps::EXPAND of the reduce. Rows of at most 4096
-  // elements (one accumulator chain, as the linearizer's kChainLimit).
-  std::optional<LazySrc> broadcast_reduce(LazyBuffer& b) {
-    if (!b.is_view() || b.live_children() > 1) return std::nullopt;
-    LazyBufferPtr r = b.base();
-    if (!reduce_result(*r) || r->device != consumer.device || r->live_children() > 1) return std::nullopt;
-    for (LazyBufferPtr v = b.shared_from_this(); v != r; v = std::get<LazyBufferPtr>(v->op->src[0]))
-      if (v->live_children() > 1) return std::nullopt;
-    Dims in = b.shape(), out = r->shape();
-    if (b.st.views().size() != 1 || in.size() != out.size()) return std::nullopt;
-    const View& v = b.st.views()[0];
-    if (!v.mask.empty() || v.offset != 0) return std::nullopt;
-    Dims strides = strides_for_shape(out);
-    std::int64_t n = 1;
-    for (std::size_t d = 0; d < in.size(); ++d) {
-      if (in[d] == 1) continue;
-      if (out[d] == 1) {
-        if (v.strides[d] != 0) return std::nullopt;
-        n *= in[d];
-      } else if (v.strides[d] != strides[d]) {
-        return std::nullopt;
-      }
-    }
-    if (n > 4096 || n < 2) return std::nullopt;
-    bool saved = has_reduce;
-    has_reduce = false;  // (the reduce it reads is inlined below the EXPAND)
-    ++depth;
-    LazySrc red = build_op(*r->op, {});
-    --depth;
-    has_reduce = saved;
-    ++row_reduces;
-    return kernel_op(MovementOps::EXPAND, {red}, in);
-  }
-
-  // The views from b's base to the kernel when b is a chain of views of an unrealized elementwise
-  // base that nothing else reads, with no padding and no more elements than the base (but for a
-  // cheap scalar).
-  std::optional<std::vector<View>> pushable_views(LazyBuffer& b, const std::vector<View>& above) {
-    if (!b.is_view() || b.live_children() > 1) return std::nullopt;
-    LazyBufferPtr base = b.base();
-    if (!is_elementwise(*base) || base->device != consumer.device || base->live_children() > 1)
-      return std::nullopt;
-    for (LazyBufferPtr v = b.shared_from_this(); v != base; v = std::get<LazyBufferPtr>(v->op->src[0]))
-      if (v->live_children() > 1) return std::nullopt;
-    // More elements than the base would recompute it for each copy; a small computation on one
-    // element (an optimizer's scalar cast to a parameter's dtype and broadcast) is cheaper so than
-    // as a kernel of its own.
-    if (b.st.size() > base->st.size() && !(base->st.size() == 1 && cheap_to_recompute(*base)))
-      return std::nullopt;
-    for (const View& v : b.st.views())
-      if (!v.mask.empty()) return std::nullopt;
-    std::vector<View> out = b.st.views();
-    out.insert(out.end(), above.begin(), above.end());
-    return out;
-  }
-
-  // Several consumers may each recompute a small elementwise buffer: rereading its few inputs costs
-  // about what writing and rereading it would, and saves a kernel (softmax's exp(x - max)). The
-  // size cap also bounds repeated inlining through chains of shared buffers.
-  static bool cheap_to_recompute(LazyBuffer& b) {
-    int budget = 6;
-    std::vector<const GraphOp*> stack{b.op.get()};
-    while (!stack.empty()) {
-      const GraphOp* o = stack.back();
-      stack.pop_back();
-      if (--budget < 0) return false;
-      for (const GraphSrc& x : o->src) {
-        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
-          stack.push_back(op->get());
-        } else {
-          const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
-          if (src->base() == src && is_elementwise(*src)) stack.push_back(src->op.get());
-        }
-      }
-    }
-    return true;
-  }
-
-  // A few ops over a reduce read back over its axes (softmax's y = e / sum(e), LayerNorm's output)
-  // are a row kernel's work, not a few loads: when something outside this kernel reads b too (so
-  // b is computed there or stored anyway), this kernel reads b rather than recomputing its rows.
-  // (Measured on the GPT step: reading softmax's and LayerNorm's outputs where their backward and
-  // the next product need them is 4-8% faster than recomputing them in each, and a cold step
-  // compiles in half the time, for about 10% more, smaller kernels.)
-  // Whether all of b's consumers are in this kernel is counted over what the kernel may inline:
-  // softmax's e is read by y and by the sum in y's kernel, and nowhere else.
-  bool recomputes_rows_elsewhere(LazyBuffer& b) const {
-    if (!reads_row_reduce(b)) return false;
-    std::size_t within = 0, live = b.live_children();
-    // (buffer, reached through a view that broadcasts: past one, a reduce is a row kernel's and
-    // inlined; a reduce read directly, a product, is a kernel of its own, and past it lies the rest
-    // of the graph)
-    std::vector<std::pair<const LazyBuffer*, bool>> stack{{&consumer, false}};
-    std::unordered_set<const LazyBuffer*> seen{&consumer};
-    while (!stack.empty() && seen.size() < 256) {
-      auto [x, broadcast] = stack.back();
-      stack.pop_back();
-      if (!x->op || x->realized) continue;
-      std::vector<const GraphOp*> ops{x->op.get()};
-      while (!ops.empty()) {
-        const GraphOp* o = ops.back();
-        ops.pop_back();
-        for (const GraphSrc& src : o->src) {
-          if (auto* sub = std::get_if<std::shared_ptr<GraphOp>>(&src)) {
-            ops.push_back(sub->get());
-            continue;
-          }
-          const LazyBuffer* s = std::get<LazyBufferPtr>(src).get();
-          if (s == &b) ++within;
-          bool expands = x->is_view() && prod(x->shape()) > prod(s->shape());
-          bool inlinable = s->is_view() || is_elementwise(*s) || (is_reduce(*s) && (broadcast || expands));
-          if (s != &b && inlinable && seen.insert(s).second)
-            stack.emplace_back(s, !is_reduce(*s) && (broadcast || expands));
-        }
-      }
-    }
-    return within < live;
-  }
-  // Whether b's op tree, through the elementwise bases it would inline, reads a reduce broadcast
-  // back over its axes (a row kernel's reduce).
-  static bool reads_row_reduce(LazyBuffer& b) {
-    int budget = 16;
-    std::vector<const GraphOp*> stack{b.op.get()};
-    while (!stack.empty() && --budget >= 0) {
-      const GraphOp* o = stack.back();
-      stack.pop_back();
-      for (const GraphSrc& x : o->src) {
-        if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
-          stack.push_back(op->get());
-          continue;
-        }
-        const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
-        if (src->is_view()) {  // (a product's reshaped result is no row reduce: not broadcast)
-          LazyBufferPtr base = src->base();
-          if (!base->realized && prod(src->shape()) > prod(base->shape()) && reduce_result(*base))
-            return true;
-        } else if (is_elementwise(*src)) {
-          stack.push_back(src->op.get());
-        }
-      }
-    }
-    return false;
-  }
-
-  static std::shared_ptr<LazyOp> kernel_op(Op op, std::vector<LazySrc> src = {}, OpArg arg = {}) {
-    return std::make_shared<LazyOp>(op, std::move(src), std::move(arg));
-  }
-
-  // A leaf that reads b, through more views when `above` has any.
-  LazySrc read_through(const LazyBufferPtr& b, const std::vector<View>& above) {
-    if (above.empty()) {
-      for (std::size_t i = 0; i < inputs.size(); ++i)
-        if (whole[i] && inputs[i] == b) return MemBuffer{i + 1, b->dtype, b->st};
-      inputs.push_back(b), whole.push_back(true);
-      return MemBuffer{inputs.size(), b->dtype, b->st};
-    }
-    std::vector<View> views = b->st.views();
-    views.insert(views.end(), above.begin(), above.end());
-    ShapeTracker st(views);
-    st.simplify();
-    inputs.push_back(b), whole.push_back(false);
-    return MemBuffer{inputs.size(), b->dtype, std::move(st)};
-  }
-};
 
 // Renumbers the leaves of a kernel built with provisional indices (into `inputs`) in
 // for_each_leaf's order, which numbers the kernel's buffers (generated sources and cache keys
@@ -448,7 +159,7 @@ std::shared_ptr<RawBuffer> copy_to(Backend& dev, const RawBuffer& src) {
   return out;
 }
 
-// A custom load whose fill a TinyJit replay may run again (replayable.hpp).
+// A custom load whose fill a TinyJit replay may run again (replayable_fill.hpp).
 const ReplayableFill* replayable(const GraphOp& op) {
   return std::get<std::shared_ptr<const CustomArg>>(op.arg)->fill.target<ReplayableFill>();
 }

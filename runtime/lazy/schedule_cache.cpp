@@ -6,7 +6,7 @@
 #include <string>
 #include <variant>
 
-#include "metagrad/device/lib.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 
 namespace metagrad::scheduler {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "metagrad/lazy.hpp"
-#include "plan.hpp"
+#include "schedule_plan.hpp"
 
 namespace metagrad::scheduler {
 

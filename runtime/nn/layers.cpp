@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/nn.hpp"
 
 namespace metagrad::nn {

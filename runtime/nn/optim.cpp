@@ -1,5 +1,6 @@
 // Optimizers: tinygrad's update formulas, applied with Tensor::assign outside the autograd graph.
 #include "metagrad/nn/optim.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -1,5 +1,6 @@
 // StateDict, loading a model's state, and safetensors files with a small JSON reader and writer.
 #include "metagrad/nn/state.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -41,7 +42,9 @@ std::vector<std::string> StateDict::keys() const {
   return out;
 }
 
-StateDict get_state_dict(const Tensor& t, const std::string& prefix) { return {{prefix, t}}; }
+StateDict get_state_dict(const Tensor& t, const std::string& prefix) {
+  return t.defined() ? StateDict{{prefix, t}} : StateDict{};
+}
 StateDict get_state_dict(const StateDict& d, const std::string& prefix) {
   StateDict out;
   for (const auto& [k, t] : d) out.add(detail::join_key(prefix, k), t);

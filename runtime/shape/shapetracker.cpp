@@ -1,4 +1,5 @@
 #include "metagrad/shape/shapetracker.hpp"
+#include "metagrad/detail/cat.hpp"
 
 #include <algorithm>
 #include <unordered_map>

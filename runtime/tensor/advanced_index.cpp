@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 #include "subscript.hpp"
 
@@ -55,8 +56,8 @@ std::vector<std::int64_t> walk(const std::vector<Axis>& axes) {
 }
 
 Offsets offsets(const char* who, const Tensor& x, const std::vector<Index>& index) {
-  const Dims& xs = x.shape();
-  auto r = static_cast<std::size_t>(x.ndim());
+  const Dims& xs = x.shape(who);
+  auto r = static_cast<std::size_t>(xs.size());
   auto fail = [&](const std::string& why) -> void {
     throw std::invalid_argument(detail::cat(who, ": indexing a tensor of shape ", to_string(xs), ": ", why));
   };
@@ -231,7 +232,7 @@ Tensor& Tensor::index_put_(const std::vector<Index>& index, const Tensor& values
         detail::cat("index_put_: ", to_string(*this),
                     " is a leaf that requires grad, so cannot be written in place; use "
                     "index_put"));
-  Tensor old(state_->lazydata, state_->requires_grad);
+  Tensor old(defined_data(), state_->requires_grad);
   old._ctx = state_->ctx;
   Tensor r = old.index_put(index, values, accumulate);
   note_assign(state_->lazydata, r.state_->lazydata);  // TinyJit learns which state a step updates

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

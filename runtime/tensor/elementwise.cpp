@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/hlops.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -160,7 +161,10 @@ Tensor Tensor::masked_fill(const Tensor& mask, double value) const {
 namespace {
 // Float math on integer or bool input computes in float32, as PyTorch does (the integer kernels of
 // EXP2, LOG2 and SIN are the identity).
-Tensor floating(const Tensor& x) { return dtypes::is_float(x.dtype()) ? x : x.cast(dtypes::float32); }
+// (op: the caller, named in an undefined tensor's error)
+Tensor floating(const Tensor& x, const char* op = __builtin_FUNCTION()) {
+  return dtypes::is_float(x.dtype(op)) ? x : x.cast(dtypes::float32);
+}
 // A bound that keeps an integer tensor integer when it is whole (clip(int_x, 0, 6) stays int).
 Tensor bound_for(const Tensor& x, double v) {
   bool whole = std::isfinite(v) && std::floor(v) == v && x.dtype() != dtypes::bool_;

@@ -1,6 +1,6 @@
 // Indexing by data: gather, index_select, topk and multinomial. The kernel language has no load at a
 // computed address, so gather and its scatter-add gradient are host loops over the picked elements
-// (a LoadOps::CUSTOM fill, O(result)), which a TinyJit step replays (replayable.hpp): they read
+// (a LoadOps::CUSTOM fill, O(result)), which a TinyJit step replays (replayable_fill.hpp): they read
 // only their buffers and check the index themselves.
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,9 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "../lazy/replayable.hpp"
-#include "metagrad/device/lib.hpp"
+#include "../lazy/replayable_fill.hpp"
+#include "metagrad/detail/cat.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

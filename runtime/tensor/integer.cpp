@@ -10,8 +10,9 @@
 #include <functional>
 #include <stdexcept>
 
-#include "../lazy/replayable.hpp"
-#include "metagrad/device/lib.hpp"
+#include "../lazy/replayable_fill.hpp"
+#include "metagrad/detail/cat.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {

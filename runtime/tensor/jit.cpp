@@ -9,10 +9,11 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "../lazy/replayable_fill.hpp"
+#include "metagrad/backends/host_program.hpp"
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/device/buffer_pool.hpp"
-#include "metagrad/backends/host_program.hpp"
-#include "../lazy/replayable.hpp"
 
 namespace metagrad {
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {
@@ -20,7 +21,10 @@ std::string num(double v) {
   return o.str();
 }
 
-Tensor floating(const Tensor& x) { return dtypes::is_float(x.dtype()) ? x : x.cast(dtypes::float32); }
+// (op: the caller, named in an undefined tensor's error)
+Tensor floating(const Tensor& x, const char* op = __builtin_FUNCTION()) {
+  return dtypes::is_float(x.dtype(op)) ? x : x.cast(dtypes::float32);
+}
 
 // Stable log_softmax along axis. The shift is detached: log-softmax does not depend on it, so its
 // gradient is exactly zero and the graph stays smaller.

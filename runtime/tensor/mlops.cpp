@@ -1,14 +1,13 @@
 // Forward and backward of every mlop, on LazyBuffers. Gradients keep the forward's dtype.
 #include "metagrad/mlops.hpp"
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <numbers>
 #include <utility>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/helpers.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -18,12 +17,6 @@ namespace metagrad {
 // Tensor's last handle frees its Function, whose parents would free theirs, a frame per op.
 Function::~Function() {
   if (!parents.empty()) detail::release_flat(std::move(parents));
-}
-
-std::string detail::demangle(const char* name) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
-  return status == 0 && out ? out.get() : name;
 }
 
 namespace mlops {

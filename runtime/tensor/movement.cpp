@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 #include "subscript.hpp"
 
@@ -286,6 +287,7 @@ using subscript::index_error;
 // The index with its Ellipsis (or, without one, the end) filled with full slices: one integer or
 // slice per dimension of t, new axes where they were.
 std::vector<Index> expand_ellipsis(const Tensor& t, const std::vector<Index>& index) {
+  t.shape("operator[]");  // (an undefined tensor's error names the subscript)
   std::int64_t consuming = 0, ellipses = 0;
   for (const Index& i : index) {
     consuming += std::holds_alternative<std::int64_t>(i) || std::holds_alternative<Slice>(i);

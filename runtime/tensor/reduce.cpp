@@ -4,6 +4,7 @@
 #include <limits>
 #include <numbers>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {
@@ -63,7 +64,7 @@ void check_nonempty(const Plan& p, const Dims& shape, const Axes& axis, const ch
 DType sum_dtype(DType dt) { return dtypes::is_float(dt) || dt == dtypes::uint64 ? dt : dtypes::int64; }
 
 std::int64_t checked_axis(const Tensor& x, std::int64_t axis, const char* op) {
-  std::int64_t nd = std::max<std::int64_t>(x.ndim(), 1), a = axis < 0 ? axis + nd : axis;
+  std::int64_t nd = std::max<std::int64_t>(x.ndim(op), 1), a = axis < 0 ? axis + nd : axis;
   if (a < 0 || a >= nd)
     throw std::invalid_argument(detail::cat(op, ": axis ", std::to_string(axis),
                                             " is out of range for shape ", to_string(x.shape())));

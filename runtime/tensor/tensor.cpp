@@ -1,6 +1,7 @@
 // Tensor core: the shared-state handle, creation, data access and autograd.
 #include "metagrad/tensor.hpp"
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/format.hpp"
 
 #include <cmath>
@@ -35,8 +36,18 @@ Tensor from_host(const std::vector<float>& data, const Dims& shape, const Tensor
 
 // ---- the handle ----
 
+void detail::undefined_tensor(const char* op) {
+  throw std::invalid_argument(detail::cat(op, ": the tensor is undefined (default-constructed)"));
+}
+void detail::undefined_input(const char* mlop) {
+  std::string_view n = mlop;  // "metagrad::mlops::Relu" (demangled) or the seed's "Sigmoid"
+  if (auto at = n.rfind("::"); at != std::string_view::npos) n.remove_prefix(at + 2);
+  undefined_tensor(detail::cat("mlops::", n).c_str());
+}
+
 Tensor::Tensor(std::shared_ptr<detail::TensorState> s)
     : lazydata(s.get()), grad(s.get()), requires_grad(s.get()), _ctx(s.get()), state_(std::move(s)) {}
+Tensor::Tensor() : Tensor(std::make_shared<detail::TensorState>()) {}
 Tensor::Tensor(const Tensor& o) : Tensor(o.state_) {}
 Tensor::~Tensor() = default;
 Tensor& Tensor::operator=(const Tensor& o) {
@@ -259,23 +270,24 @@ Tensor Tensor::kaiming_uniform(const Dims& shape, double a, TensorOptions opts) 
 
 // ---- properties and data ----
 
-const Dims& Tensor::shape() const { return state_->lazydata->shape(); }
-DType Tensor::dtype() const { return state_->lazydata->dtype; }
-const std::string& Tensor::device() const { return state_->lazydata->device; }
-std::int64_t Tensor::numel() const { return metagrad::prod(shape()); }
-std::int64_t Tensor::ndim() const { return static_cast<std::int64_t>(shape().size()); }
+const Dims& Tensor::shape(const char* op) const { return defined_data(op)->shape(); }
+DType Tensor::dtype(const char* op) const { return defined_data(op)->dtype; }
+const std::string& Tensor::device(const char* op) const { return defined_data(op)->device; }
+std::int64_t Tensor::numel(const char* op) const { return metagrad::prod(shape(op)); }
+std::int64_t Tensor::ndim(const char* op) const { return static_cast<std::int64_t>(shape(op).size()); }
 
 Tensor& Tensor::realize() {
-  state_->lazydata->realize();
+  defined_data()->realize();
   return *this;
 }
 Tensor Tensor::to(const std::string& dev) const {
-  Tensor ret(state_->lazydata->to(dev), state_->requires_grad);
+  Tensor ret(defined_data()->to(dev), state_->requires_grad);
   if (state_->grad) ret.grad = Tensor(state_->grad).to(dev);
   return ret;
 }
-Tensor Tensor::detach() const { return Tensor(state_->lazydata, false); }
+Tensor Tensor::detach() const { return Tensor(defined_data(), false); }
 Tensor& Tensor::requires_grad_(bool on) {
+  defined_data();
   state_->requires_grad = on;
   return *this;
 }
@@ -289,12 +301,14 @@ Tensor& Tensor::assign(const Tensor& x) {
 }
 
 std::string to_string(const Tensor& t) {
+  if (!t.defined()) return "<Tensor undefined>";
   return detail::cat("<Tensor shape=", to_string(t.shape()), " dtype=", t.dtype().name,
                      " device=", t.device(), t.requires_grad.get().value_or(false) ? " requires_grad" : "",
                      ">");
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
   DType dt = t.dtype();
   detail::ValueKind kind = dtypes::is_float(dt)  ? detail::ValueKind::floating
                            : dt == dtypes::bool_ ? detail::ValueKind::boolean
@@ -312,6 +326,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 // ---- autograd ----
 
 void Tensor::backward() {
+  defined_data();
   if (!state_->requires_grad.value_or(false) && !state_->ctx)
     throw std::invalid_argument("Tensor.backward: " + to_string(*this) + " does not require grad");
   if (numel() != 1)

@@ -33,7 +33,7 @@ void release_flat(T owned) {
 
 template <class T, class...>
 using dependent = T;                     // delays needing a type complete until a template is instantiated
-std::string demangle(const char* name);  // a type's readable name (runtime/tensor/mlops.cpp)
+std::string demangle(const char* name);  // a type's readable name (runtime/helpers.cpp)
 
 // A state dict's "prefix.key", or whichever of the two is not empty.
 inline std::string join_key(const std::string& prefix, const std::string& key) {

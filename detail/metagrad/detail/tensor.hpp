@@ -1,6 +1,6 @@
 #pragma once
 // The internals of tensor.hpp: the state every copy of a Tensor shares, and the members that reach
-// into it.
+// into it. An undefined tensor (default-constructed) has a state without data.
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -13,11 +13,21 @@ namespace metagrad {
 
 namespace detail {
 struct TensorState {
-  std::shared_ptr<LazyBuffer> lazydata;
+  std::shared_ptr<LazyBuffer> lazydata;  // null: an undefined tensor
   std::shared_ptr<TensorState> grad;
   std::optional<bool> requires_grad;
   std::shared_ptr<Function> ctx;
 };
+
+// The error of an op given an undefined tensor: std::invalid_argument, "<op>: the tensor is undefined
+// (default-constructed)".
+[[noreturn]] void undefined_tensor(const char* op);
+[[noreturn]] void undefined_input(const char* mlop);  // the same, of an mlop's input: "mlops::Relu: ..."
+
+template <auto M>
+inline constexpr bool is_data_field = false;
+template <>
+inline constexpr bool is_data_field<&TensorState::lazydata> = true;
 
 // A member of Tensor that reads and writes the shared state: `t.lazydata = x` changes every copy.
 template <class T, T TensorState::*M>
@@ -30,7 +40,13 @@ class Field {
     s_->*M = std::move(v);
     return *this;
   }
-  T& get() const { return s_->*M; }
+  // The data field of an undefined tensor throws, so that no op dereferences its null data.
+  T& get() const {
+    if constexpr (is_data_field<M>)
+      if (!(s_->*M)) [[unlikely]]
+        undefined_tensor("Tensor.lazydata");
+    return s_->*M;
+  }
   operator T&() const { return get(); }  // NOLINT
   decltype(auto) operator->() const {
     if constexpr (std::is_pointer_v<T>)
@@ -39,10 +55,10 @@ class Field {
       return get().operator->();
   }
   decltype(auto) operator*() const { return *get(); }
-  explicit operator bool() const { return static_cast<bool>(get()); }
+  explicit operator bool() const { return static_cast<bool>(s_->*M); }
   template <class U>
   friend bool operator==(const Field& f, const U& v) {
-    return f.get() == v;
+    return f.s_->*M == v;
   }
   void rebind(TensorState* s) { s_ = s; }
 

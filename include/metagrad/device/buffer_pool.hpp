@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "metagrad/device/lib.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 
 namespace metagrad {
 

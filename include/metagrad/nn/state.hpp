@@ -13,14 +13,37 @@
 //   };
 //   nn::get_state_dict(net);  // l1.weight, l1.bias, l2.weight, l2.bias, in that order
 //
+// A plain struct needs no state_dict(): reflected with Boost.Hana (BOOST_HANA_DEFINE_STRUCT inside
+// it, or BOOST_HANA_ADAPT_STRUCT after it), it is a model whose members are its entries, each under
+// its name (PyTorch's named_parameters), nested structs, std::vector and std::array of blocks dotted:
+//
+//   struct Block { BOOST_HANA_DEFINE_STRUCT(Block, (Tensor, w), (Tensor, b)); };
+//   struct Net { BOOST_HANA_DEFINE_STRUCT(Net, (std::vector<Block>, blocks), (nn::Linear, head)); };
+//   nn::state_dict(net);  // blocks.0.w, blocks.0.b, blocks.1.w, ..., head.weight, head.bias
+//
+// Members that are plain values (numbers, enums, strings: sizes, flags) are not state and are
+// skipped; any other member must be a model. An undefined tensor (Tensor's default) has no entry,
+// as PyTorch's None parameter: an optional part of a model left unset.
+//
 // A StateDict holds Tensor handles, so its entries alias the model's parameters: an optimizer built
 // on get_parameters(net) and load_state_dict(net, ...) both change the tensors the model uses.
+#include <array>
+#include <boost/hana/accessors.hpp>
+#include <boost/hana/adapt_struct.hpp>
+#include <boost/hana/concept/struct.hpp>
+#include <boost/hana/define_struct.hpp>
+#include <boost/hana/first.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/second.hpp>
+#include <boost/hana/string.hpp>
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -60,6 +83,9 @@ template <class M>
 concept HasStateDict = requires(const M& m) {
   { m.state_dict() } -> std::convertible_to<StateDict>;
 };
+// A struct reflected with Boost.Hana that does not name its tensors itself.
+template <class M>
+concept ReflectedModel = boost::hana::Struct<M>::value && !HasStateDict<M>;
 
 // Every overload first, so each can find the others for nested models.
 StateDict get_state_dict(const Tensor& t, const std::string& prefix = "");
@@ -70,11 +96,19 @@ template <class M>
 StateDict get_state_dict(const std::optional<M>& m, const std::string& prefix = "");
 template <class M>
 StateDict get_state_dict(const std::vector<M>& ms, const std::string& prefix = "");
+template <class M, std::size_t N>
+StateDict get_state_dict(const std::array<M, N>& ms, const std::string& prefix = "");
+template <ReflectedModel M>
+StateDict get_state_dict(const M& m, const std::string& prefix = "");
 
 template <class M>
 concept Model = requires(const M& m) {
   get_state_dict(m, std::string());
 };
+// A member of a reflected struct that is no state: a size, a flag, a name.
+template <class V>
+concept PlainValue =
+    std::is_arithmetic_v<V> || std::is_enum_v<V> || std::is_convertible_v<V, std::string_view>;
 
 template <HasStateDict M>
 StateDict get_state_dict(const M& m, const std::string& prefix) {
@@ -92,6 +126,31 @@ StateDict get_state_dict(const std::vector<M>& ms, const std::string& prefix) {
       out.add(k, t);
   return out;
 }
+template <class M, std::size_t N>
+StateDict get_state_dict(const std::array<M, N>& ms, const std::string& prefix) {
+  StateDict out;
+  for (std::size_t i = 0; i < N; ++i)
+    for (const auto& [k, t] : get_state_dict(ms[i], detail::join_key(prefix, std::to_string(i))))
+      out.add(k, t);
+  return out;
+}
+template <ReflectedModel M>
+StateDict get_state_dict(const M& m, const std::string& prefix) {
+  StateDict out;
+  boost::hana::for_each(boost::hana::accessors<M>(), [&](const auto& named) {
+    const auto& member = boost::hana::second(named)(m);
+    using V = std::remove_cvref_t<decltype(member)>;
+    static_assert(Model<V> || PlainValue<V>,
+                  "nn::get_state_dict: a member of a reflected struct is neither a model (a Tensor, a layer, "
+                  "a StateDict, a reflected struct, or a std::vector, std::array or std::optional of "
+                  "them) nor a plain value (a number, an enum, a string)");
+    if constexpr (Model<V>) {
+      std::string name = boost::hana::to<const char*>(boost::hana::first(named));
+      for (const auto& [k, t] : get_state_dict(member, detail::join_key(prefix, name))) out.add(k, t);
+    }
+  });
+  return out;
+}
 
 // One member of a composite: a name and any model (a layer, a tensor, a vector of layers...).
 struct Member {
@@ -103,6 +162,11 @@ struct Member {
 // The members' state, each under its name: state_dict({{"l1", l1}, {"l2", l2}}). Call it qualified
 // (nn::state_dict) inside a member function that is itself named state_dict.
 StateDict state_dict(std::initializer_list<Member> members);
+// A reflected struct's state: its members, each under its name (see the top of this file).
+template <ReflectedModel M>
+StateDict state_dict(const M& model) {
+  return get_state_dict(model);
+}
 
 // The tensors of the state dict, in order: what an optimizer takes.
 template <Model M>

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/detail/shape/view.hpp"
 #include "metagrad/detail/small_vector.hpp"
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/fixed/shape.hpp"
 #include "metagrad/helpers.hpp"
 

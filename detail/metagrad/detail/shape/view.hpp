@@ -1,19 +1,13 @@
 #pragma once
-// The internals of shape/view.hpp: string building and the errors of bad shapes and arguments.
+// The internals of shape/view.hpp: shapes as text and the errors of bad shapes and arguments.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-namespace metagrad::detail {
+#include "metagrad/detail/cat.hpp"
 
-// Appends every part to one string. Also sidesteps a g++ 12 -O3 false -Wrestrict on `"(" + str`.
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-  std::string out;
-  ((out += parts), ...);
-  return out;
-}
+namespace metagrad::detail {
 
 // Python tuple syntax, as the seed prints: (10, 10), (100,), ((0, 10), (2, 5)).
 template <class Seq, class F>

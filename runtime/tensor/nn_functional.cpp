@@ -1,12 +1,14 @@
-// Processing hlops (tinygrad's matmul, conv, pooling and normalisation): each is a composition of
-// movement views, elementwise ops and one reduce, so it stays lazy, fuses, and differentiates
-// through the mlops alone.
+// The functional forms of the neural-network layers (PyTorch's torch.nn.functional, tinygrad's
+// processing hlops): matmul and linear, conv, pooling, interpolation, normalisation, dropout and
+// attention. Each is a composition of movement views, elementwise ops and one reduce, so it stays
+// lazy, fuses, and differentiates through the mlops alone.
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad {
@@ -328,7 +330,7 @@ struct KeptAxis {
 };
 
 KeptAxis matmul_keepdim(const Tensor& x, const Tensor& w) {
-  const Dims &xs = x.shape(), &ws = w.shape();
+  const Dims &xs = x.shape("matmul"), &ws = w.shape("matmul");
   auto fail = [&](const std::string& why) {
     throw std::invalid_argument(detail::cat("matmul: ", to_string(xs), " @ ", to_string(ws), ": ", why));
   };

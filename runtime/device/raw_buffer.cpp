@@ -9,7 +9,7 @@
 #include <new>
 #include <vector>
 
-#include "metagrad/device/lib.hpp"
+#include "metagrad/device/raw_buffer.hpp"
 
 namespace metagrad {
 
