@@ -3,7 +3,9 @@
 // reference) and on each compiled device, compared element by element. A quarter of the programs
 // read inputs sprinkled with NaN, +-inf, +-0, subnormals and values near float32's limits, so a fold
 // that is valid only for integers or finite values (x * 0 -> 0, x - x -> 0, (a + b) - a -> b, a
-// reassociated product that no longer overflows) shows as a difference.
+// reassociated product that no longer overflows) shows as a difference. Programs whose sums add
+// finite values past 1e4 are left out: their float32 sums overflow or cancel by the order of the
+// additions, which each device chooses (the CPU device sums in double).
 //
 // Each device is a test case of its own ([fuzz_programs_clang], ...; a missing device is skipped
 // with a message). The CI counts keep each case under a minute (PoCL's kernel builds are the
@@ -124,7 +126,16 @@ struct Program {
   std::vector<Step> steps;
   std::string text;  // the program as code, for a failure's message
   bool zero_sign = true;
+  bool order_sensitive = false;
 };
+
+// A sum's float32 partial sums overflow or cancel differently in another order (the CPU device sums
+// in double, a device in its own order): a program that sums finite values past 1e4 is left out.
+bool has_big(const Tensor& t) {
+  for (float v : t.to_vector<float>())
+    if (std::isfinite(v) && std::abs(v) > 1e4f) return true;
+  return false;
+}
 
 std::string list(const std::vector<i64>& v) {
   std::string r = "{";
@@ -311,12 +322,17 @@ void fuzz_device(const std::string& dev, long ci_programs, std::uint64_t salt) {
     Program prog;
     prog.text = "y = Tensor(a, " + to_string(dims) + "), b likewise;\n";
     Tensor y = Tensor(va, dims), b = Tensor(vb, dims);
+    bool b_big = has_big(b);
     for (i64 k = 0, len = rng.in(1, 6); k < len; ++k) {
       Step s = random_step(rng, y);
+      if ((s.kind == REDUCE && (s.op == 0 || s.op == 3) && has_big(y)) ||
+          ((s.kind == OTHER_OP || s.kind == WHERE) && b_big))
+        prog.order_sensitive = true;
       y = apply(s, y, b, &prog.text);
       prog.steps.push_back(s);
       prog.zero_sign = prog.zero_sign && keeps_zero_sign(s);
     }
+    if (prog.order_sensitive) continue;
     std::vector<float> want = y.to_vector<float>();
     Tensor z = Tensor(va, dims, {.device = dev}), bd = Tensor(vb, dims, {.device = dev});
     for (const Step& s : prog.steps) z = apply(s, z, bd, nullptr);
