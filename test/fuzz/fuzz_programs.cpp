@@ -7,10 +7,10 @@
 // finite values past 1e4 are left out: their float32 sums overflow or cancel by the order of the
 // additions, which each device chooses (the CPU device sums in double).
 //
-// Each device is a test case of its own ([fuzz_programs_clang], ...; a missing device is skipped
-// with a message). The CI counts keep each case under a minute (PoCL's kernel builds are the
-// slowest); METAGRAD_FUZZ_PROGRAMS=n runs n programs on each device instead, METAGRAD_FUZZ_SEED
-// another seed (fuzz_common.hpp).
+// Each device is a test case of its own ([fuzz_programs_clang], _llvm, _opencl, _cuda; a missing
+// device is skipped with a message). The CI counts keep each case under a minute (PoCL's kernel
+// builds are the slowest); METAGRAD_FUZZ_PROGRAMS=n runs n programs on each device instead,
+// METAGRAD_FUZZ_SEED another seed (fuzz_common.hpp).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -364,4 +364,8 @@ TEST_CASE("fuzz: random programs with NaN, inf, -0 and subnormals agree with CPU
 TEST_CASE("fuzz: random programs with NaN, inf, -0 and subnormals agree with CPU on OPENCL",
           "[fuzz_programs_opencl]") {
   fuzz_device("OPENCL", 60, 3);
+}
+TEST_CASE("fuzz: random programs with NaN, inf, -0 and subnormals agree with CPU on CUDA",
+          "[fuzz_programs_cuda]") {
+  fuzz_device("CUDA", 200, 4);
 }
