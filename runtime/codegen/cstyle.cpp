@@ -202,7 +202,10 @@ std::string c_storage_type(DType d, const CStyleLanguage& lang) { return lang.ty
 namespace {
 
 // After kMaxMacro and the integer helpers (prelude.hpp).
-const char* kPreludeC = R"(#if defined(__FMA__) || defined(__FP_FAST_FMAF)
+// A sum's `#pragma omp simd` is read under -fopenmp-simd (the CLANG device, AOT libraries); a build
+// without it runs the loop in order, and says nothing (-Wall -Werror included).
+const char* kPreludeC = R"(#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#if defined(__FMA__) || defined(__FP_FAST_FMAF)
 #define mg_fma(a,b,c) __builtin_fmaf(a,b,c)
 #else
 #define mg_fma(a,b,c) ((a)*(b)+(c))
