@@ -42,9 +42,10 @@ function(metagrad_add_aot_library name)
   endif()
   set_target_properties(${name} PROPERTIES LINKER_LANGUAGE C C_STANDARD 99 C_EXTENSIONS ON
                                            POSITION_INDEPENDENT_CODE ON)
-  # The CLANG device's flags for these kernels. COMPILE_OPTIONS come after: -march=native (or the
-  # target machine's -march) gives the contractions' GEMM its widest vectors (docs/gemm.md).
-  target_compile_options(${name} PRIVATE -O2 -fno-math-errno ${AOT_COMPILE_OPTIONS})
+  # The CLANG device's flags for these kernels (-fopenmp-simd: a sum's `#pragma omp simd
+  # reduction`, no OpenMP runtime). COMPILE_OPTIONS come after: -march=native (or the target
+  # machine's -march) gives the contractions' GEMM its widest vectors (docs/gemm.md).
+  target_compile_options(${name} PRIVATE -O2 -fno-math-errno -fopenmp-simd ${AOT_COMPILE_OPTIONS})
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${dir}>)
   # Threads only for NAME_set_threads's products; from glibc 2.34 they are part of libc.
   find_package(Threads REQUIRED)

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -501,5 +502,25 @@ TEST_CASE("fixed grad: a small CNN against finite differences and the dynamic pa
     same(gw, dw);
     same(gcb, dcb);
     same(gw2, dw2);
+  }
+}
+
+TEST_CASE("fixed grad: 0 and -0 are different constants; x * -0 is -0 in every lane", "[fixed]") {
+  // x * -0 evaluated by the vector loop (a constant splat into lanes: 0 + -0 made it +0) and by the
+  // scalar one; then two subtrees that differ only in the sign of a zero, which the gradient's plan
+  // took for one (its forward value shared): d/dy2 of y2 / max(x * -0) is 1 / -0 = -inf.
+  fx::Tensor<float, 32> xf = fx::Tensor<float, 32>::full(2);
+  fx::Tensor<float, 32> zf = xf * -0.f;
+  fx::Tensor<double, 1> one = fx::Tensor<double, 1>::full(3);
+  fx::Tensor<double, 1> zd = one * -0.0;
+  for (float v : zf) REQUIRE((v == 0 && std::signbit(v)));
+  REQUIRE((zd[0] == 0 && std::signbit(zd[0])));
+  fx::Tensor<double, 4> x, y1 = fx::Tensor<double, 4>::full(1), y2 = fx::Tensor<double, 4>::full(1);
+  for (index_t i = 0; i < 4; ++i) x[i] = 1.0 + static_cast<double>(i);
+  auto loss = (y1 / (x * 0.0).max() + y2 / (x * -0.0).max()).sum();
+  auto [g1, g2] = fx::eval(fx::grad(loss, y1, y2));
+  for (index_t i = 0; i < 4; ++i) {
+    REQUIRE(g1[i] == std::numeric_limits<double>::infinity());
+    REQUIRE(g2[i] == -std::numeric_limits<double>::infinity());
   }
 }

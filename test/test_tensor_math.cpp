@@ -837,3 +837,34 @@ TEST_CASE("integer minimum at INT_MIN; sign, sqrt, rsqrt and clip gradients as P
         std::vector<double>{1, 1, 1});
   CHECK(std::isnan(Tensor(std::vector<double>{std::nan("")}, {1}).clip(0, 1).item<double>()));
 }
+
+TEST_CASE("logaddexp, rsqrt and acosh gradients at their special points as PyTorch's", "[math]") {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  // PyTorch: d/dx logaddexp(x, y) = 1 / (1 + exp(y - x)), a half each at x = y.
+  std::vector<double> v = {-3, 0, 2.5, 1e30};
+  Tensor x(v, {4}, {.requires_grad = true}), y(v, {4}, {.requires_grad = true});
+  Tensor r = x.logaddexp(y);
+  r.sum().backward();
+  require_close(r.to_vector<double>(),
+                {-3 + std::numbers::ln2, std::numbers::ln2, 2.5 + std::numbers::ln2, 1e30});
+  CHECK(x.grad->to_vector<double>() == std::vector<double>(4, 0.5));
+  CHECK(y.grad->to_vector<double>() == std::vector<double>(4, 0.5));
+  // rsqrt at +0: -0.5 x^-1.5 = -inf, the reciprocal's there (was NaN: 0 times the power's inf).
+  Tensor z(std::vector<double>{0, 4}, {2}, {.requires_grad = true});
+  z.rsqrt().sum().backward();
+  std::vector<double> gz = z.grad->to_vector<double>();
+  CHECK(gz[0] == -inf);
+  require_close({gz[1]}, {-0.0625}, 1e-15, 1e-12);
+  // acosh: PyTorch's 1 / sqrt(x^2 - 1) everywhere: finite below -1 (the value NaN), NaN between -1
+  // and 1, inf at 1; above 1 as before.
+  Tensor a(std::vector<double>{-3, -1.5, -0.5, 0.5, 1, 2, 1e30}, {7}, {.requires_grad = true});
+  Tensor h = a.acosh();
+  h.sum().backward();
+  std::vector<double> hv = h.to_vector<double>(), g = a.grad->to_vector<double>();
+  for (std::size_t i = 0; i < 4; ++i) CHECK(std::isnan(hv[i]));
+  require_close({g[0], g[1]}, {1 / std::sqrt(8.0), 1 / std::sqrt(1.25)}, 1e-12, 1e-12);
+  CHECK(std::isnan(g[2]));
+  CHECK(std::isnan(g[3]));
+  CHECK(g[4] == inf);
+  require_close({g[5], g[6]}, {1 / std::sqrt(3.0), 1e-30}, 1e-12, 1e-12);
+}

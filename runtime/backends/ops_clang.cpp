@@ -35,8 +35,11 @@ namespace {
 // whether a*b+c becomes an FMA then depends on how each kernel vectorizes, and two kernels that
 // compute one expression must agree to the bit (a max's backward compares a value recomputed in
 // one kernel with the forward's). -fvect-cost-model=dynamic: -O2's default model vectorizes little.
+// -fopenmp-simd: a sum's `#pragma omp simd reduction` (cstyle.cpp), no OpenMP runtime.
 const char* kFlags =
-    "-shared -fPIC -O2 -fvect-cost-model=dynamic -ffp-contract=off -march=native -fno-math-errno -lm";
+    "-shared -fPIC -O2 -fvect-cost-model=dynamic -ffp-contract=off -march=native -fno-math-errno "
+    "-fopenmp-simd "
+    "-lm";
 
 std::string compiler() { return getenv("CC", "cc"); }
 

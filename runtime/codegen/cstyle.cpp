@@ -202,7 +202,10 @@ std::string c_storage_type(DType d, const CStyleLanguage& lang) { return lang.ty
 namespace {
 
 // After kMaxMacro and the integer helpers (prelude.hpp).
-const char* kPreludeC = R"(#if defined(__FMA__) || defined(__FP_FAST_FMAF)
+// A sum's `#pragma omp simd` is read under -fopenmp-simd (the CLANG device, AOT libraries); a build
+// without it runs the loop in order, and says nothing (-Wall -Werror included).
+const char* kPreludeC = R"(#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#if defined(__FMA__) || defined(__FP_FAST_FMAF)
 #define mg_fma(a,b,c) __builtin_fmaf(a,b,c)
 #else
 #define mg_fma(a,b,c) ((a)*(b)+(c))
@@ -262,31 +265,21 @@ const CStyleLanguage& c_language() {
     // scalar loop; the register tiles the optimiser upcast are vectorized across (SLP) instead.
     l.reduce_attribute = "__attribute__((optimize(\"no-tree-loop-vectorize\"))) ";
     // A sum along memory is one loop that gcc vectorizes with partial sums in vector lanes, which
-    // needs float additions reassociable (and, for that, signed zeros and traps ignored). gcc has
-    // no per-operation flag (LLVM's `reassoc` marks the sum's additions alone), so in this kernel
-    // the elementwise work before the sum may be reassociated too: rounding differences of the
-    // order a sum has anyway. NaN and inf still behave (no finite-math).
-    l.reassociate_attribute =
-        "__attribute__((optimize(\"tree-loop-vectorize\", \"associative-math\", \"no-signed-zeros\", "
-        "\"no-trapping-math\"))) ";
+    // needs its additions reassociable. gcc's associative-math (and the no-signed-zeros it wants)
+    // would be the whole function's: it folded (a + b) - a to b and, vectorized, x * 0 to 0, where
+    // an inf or a NaN gives NaN. OpenMP's simd reduction (-fopenmp-simd) relaxes the sum alone,
+    // as LLVM's `reassoc` on its additions does; the elementwise work keeps IEEE semantics.
+    l.reassociate_attribute = "__attribute__((optimize(\"tree-loop-vectorize\"))) ";
+    l.sum_pragma = "#pragma omp simd reduction(+:{0})";
     l.prelude = kMaxMacro +
                 integer_helpers("static inline ", "long long", "long long", "unsigned long long", "0ULL") +
                 kPreludeC;
     // Bools are stored as bytes and compute as _Bool: gcc vectorizes no loop that loads a _Bool
     // (a causal mask's softmax ran scalar).
-    l.types = {"unsigned char",
-               "signed char",
-               "unsigned char",
-               "int",
-               "long long",
-               "unsigned short",
-               "unsigned short",
-               "float",
-               "double",
-               "short",
-               "unsigned short",
-               "unsigned int",
-               "unsigned long long"};
+    l.types = {
+        "unsigned char",     "signed char", "unsigned char", "int",   "long long",      "unsigned short",
+        "unsigned short",    "float",       "double",        "short", "unsigned short", "unsigned int",
+        "unsigned long long"};
     l.bool_compute = "_Bool";
     l.int64_suffix = "LL";
     l.inf32 = "__builtin_inff()", l.inf64 = "__builtin_inf()";
@@ -324,6 +317,13 @@ const CStyleLanguage& opencl_language() {
     l.inf32 = l.inf64 = "INFINITY", l.nan32 = l.nan64 = "NAN";
     l.half_load = "mg_lh({1},{0})", l.half_store = "mg_sh({2},{1},{0});";
     l.half_round = "mg_rh({0})";
+    // PoCL folded exp2 of a NaN it could see (x + NAN) to poison and dropped the store that read it
+    // (the output kept whatever the buffer held): NaN passes by a select instead.
+    l.code_for_op = {{UnaryOps::EXP2, [](const AluArgs& a) {
+                        if (!dtypes::is_float(a.in)) return unary_math(a, "exp2");
+                        return detail::cat("(", a.v[0], "!=", a.v[0], "?", a.v[0], ":", unary_math(a, "exp2"),
+                                           ")");
+                      }}};
     return l;
   }();
   return lang;
@@ -454,6 +454,24 @@ struct Renderer {
     names[i] = self;
   }
 
+  // A reassociable kernel's innermost loop at uop i: the float accumulators it sums into that are
+  // declared before it, comma-separated ("" for another loop, or where the dialect has no pragma).
+  std::string simd_sums(std::size_t i) const {
+    if (!k.reassociate || lang.sum_pragma.empty() || k.uops[i].threaded) return "";
+    std::vector<int> accs;
+    for (std::size_t j = i + 1; j < k.uops.size() && k.uops[j].uop != UOps::ENDLOOP; ++j) {
+      const UOp& u = k.uops[j];
+      if (u.uop == UOps::LOOP || u.uop == UOps::LOCAL) return "";
+      if (u.uop != UOps::ACC) continue;
+      if (u.alu != BinaryOps::ADD || !dtypes::is_float(uop(u.vin[0]).dtype) || u.vin[0] > static_cast<int>(i))
+        return "";
+      if (std::find(accs.begin(), accs.end(), u.vin[0]) == accs.end()) accs.push_back(u.vin[0]);
+    }
+    std::string out;
+    for (int a : accs) out += detail::cat(out.empty() ? "" : ",", "acc", std::to_string(a));
+    return out;
+  }
+
   // One uop's lines; names[i] becomes its value's expression.
   void emit(std::size_t i) {
     const UOp& u = k.uops[i];
@@ -464,7 +482,10 @@ struct Renderer {
         bool covered = std::find(flat.begin(), flat.end(), i) != flat.end();
         braces.push_back(!covered || u.threaded);
         if (covered && u.threaded) line(flat_head()), ++depth;
-        if (!covered) line(loop_head(u)), ++depth;
+        if (!covered) {
+          if (std::string sums = simd_sums(i); !sums.empty()) line(format(lang.sum_pragma, {sums}));
+          line(loop_head(u)), ++depth;
+        }
         break;
       }
       case UOps::ENDLOOP:

@@ -213,9 +213,11 @@ Tensor minus_inf_to_nan(const Tensor& x) {
 }
 }  // namespace
 Tensor Tensor::sqrt() const { return minus_inf_to_nan(floating(*this)).pow(0.5); }
+// The power's operand is 1 at zero, so that its gradient there, 0 times inf, does not reach x as
+// NaN beside the reciprocal's -inf.
 Tensor Tensor::rsqrt() const {
-  Tensor x = floating(*this);
-  return x.eq(x.scalar_like(0)).where(x.reciprocal(), minus_inf_to_nan(x).pow(-0.5));
+  Tensor x = floating(*this), zero = x.eq(x.scalar_like(0));
+  return zero.where(x.reciprocal(), minus_inf_to_nan(zero.where(x.scalar_like(1), x)).pow(-0.5));
 }
 Tensor Tensor::square() const { return hlops::square(*this); }
 // min > max gives max everywhere, as PyTorch's clamp; NaN stays NaN.
@@ -299,10 +301,14 @@ Tensor Tensor::asinh() const {  // odd: computed on |x|, so large negative x doe
   Tensor x = floating(*this), r = log_x_plus_root(x.abs(), 1);
   return x.lt(x.scalar_like(0)).where(-r, r);
 }
-Tensor Tensor::acosh() const {  // NaN below 1, also where x^2 - 1 would overflow to +inf
-  Tensor x = floating(*this);
-  return x.lt(x.scalar_like(1))
-      .where(x.scalar_like(std::numeric_limits<double>::quiet_NaN()), log_x_plus_root(x, -1));
+// NaN below 1, also where x^2 - 1 would overflow to +inf. The gradient is PyTorch's 1 / sqrt(x^2 - 1)
+// everywhere: below 1 it is that of NaN - acosh(-x) (finite below -1, NaN between -1 and 1). Each
+// branch reads x only where it is taken (2 or -2 elsewhere), so the other's gradient stays 0.
+Tensor Tensor::acosh() const {
+  Tensor x = floating(*this), low = x.lt(x.scalar_like(1));
+  Tensor below = x.scalar_like(std::numeric_limits<double>::quiet_NaN()) -
+                 log_x_plus_root(-low.where(x, x.scalar_like(-2)), -1);
+  return low.where(below, log_x_plus_root(low.where(x.scalar_like(2), x), -1));
 }
 Tensor Tensor::atanh() const {
   Tensor x = floating(*this);
@@ -329,13 +335,14 @@ Tensor Tensor::copysign(const Tensor& y) const {
 }
 Tensor Tensor::lerp(const Tensor& end, double weight) const { return *this + (end - *this) * weight; }
 Tensor Tensor::lerp(const Tensor& end, const Tensor& weight) const { return *this + (end - *this) * weight; }
-// max + log(1 + exp(-|x - y|)); equal arguments (both +-inf among them) give x + log 2.
+// max + log(1 + exp(-|x - y|)); equal arguments (both +-inf among them) give x/2 + y/2 + log 2
+// (x, without overflow), whose gradient is PyTorch's there, a half each.
 Tensor Tensor::logaddexp(const Tensor& y) const {
   Tensor a = floating(*this), b = floating(y);
   Tensor m = a.maximum(b), d = (a - b).abs();
   Tensor tie = a.eq(b);
   Tensor safe = tie.where(d.scalar_like(0), d);
-  return tie.where(a + std::numbers::ln2, m + ((-safe).exp() + 1).log());
+  return tie.where(a * 0.5 + b * 0.5 + std::numbers::ln2, m + ((-safe).exp() + 1).log());
 }
 Tensor Tensor::isnan() const {
   return dtypes::is_float(dtype()) ? ne(*this) : Tensor::zeros_like(*this, {.dtype = dtypes::bool_});

@@ -182,25 +182,38 @@ Tensor Tensor::pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg
 }
 
 // Each axis in turn: the borders are slices of x (flipped for reflect) concatenated on either side,
-// so the gradient of every copy flows back to the element it copied.
+// so the gradient of every copy flows back to the element it copied. A negative pad crops that side
+// after the other is padded, as PyTorch's (output j reads input j - before, reflected, clamped or
+// wrapped into the input).
 Tensor Tensor::pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg,
                    std::string_view mode) const {
-  if (mode == "constant") return pad(arg, 0.0);
-  bool reflect = mode == "reflect", replicate = mode == "replicate", circular = mode == "circular";
+  bool constant = mode == "constant", reflect = mode == "reflect", replicate = mode == "replicate",
+       circular = mode == "circular";
   Pairs p;
   for (auto [b, e] : arg) p.push_back({b, e});
   auto fail = [&](const std::string& why) {
     throw std::invalid_argument(detail::cat("pad of shape ", to_string(shape()), " with ", to_string(p), " (",
                                             std::string(mode), "): ", why));
   };
-  if (!reflect && !replicate && !circular)
+  if (!constant && !reflect && !replicate && !circular)
     fail("mode must be \"constant\", \"reflect\", \"replicate\" or \"circular\"");
   if (p.size() != shape().size()) fail("one (before, after) per dimension");
-  Tensor x = *this;
+  PadArg grow, keep;
   for (std::size_t d = 0; d < p.size(); ++d) {
     auto [b, e] = p[d];
     std::int64_t n = shape()[d];
-    if (b < 0 || e < 0) fail("padding must be non-negative");
+    if (n + b + e < 0)
+      fail(detail::cat("dimension ", std::to_string(d), " of size ", std::to_string(n), " cropped below 0"));
+    grow.push_back({std::max<std::int64_t>(b, 0), std::max<std::int64_t>(e, 0)});
+    std::int64_t from = std::max<std::int64_t>(-b, 0);
+    keep.push_back({from, n + grow.back().first + grow.back().second - std::max<std::int64_t>(-e, 0)});
+  }
+  auto crop = [&](const Tensor& t) { return keep == full_range(t) ? t : t.shrink(keep); };
+  if (constant) return crop(pad(grow, 0.0));
+  Tensor x = *this;
+  for (std::size_t d = 0; d < p.size(); ++d) {
+    auto [b, e] = grow[d];
+    std::int64_t n = shape()[d];
     if (b == 0 && e == 0) continue;
     if (n == 0) fail(detail::cat("dimension ", std::to_string(d), " is empty"));
     if (reflect && (b >= n || e >= n))
@@ -227,7 +240,7 @@ Tensor Tensor::pad(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg
                                   : slice(0, e));
     x = parts[0].cat(std::vector<Tensor>(parts.begin() + 1, parts.end()), axis);
   }
-  return x;
+  return crop(x);
 }
 
 Tensor Tensor::shrink(const std::vector<std::pair<std::int64_t, std::int64_t>>& arg) const {

@@ -529,7 +529,14 @@ Tensor Tensor::unfold(std::int64_t dim, std::int64_t size, std::int64_t step) co
   if (dim < -ndim() || dim >= ndim()) fail("dim is out of range");
   std::int64_t d = dim < 0 ? dim + ndim() : dim;
   if (step < 1) fail("step must be positive");
-  if (size < 1 || size > shape()[static_cast<std::size_t>(d)]) fail("size must be in [1, the dim's size]");
+  std::int64_t n = shape()[static_cast<std::size_t>(d)];
+  if (size < 0 || size > n) fail("size must be in [0, the dim's size]");
+  if (size == 0) {  // n / step + 1 empty windows, as PyTorch's
+    Dims s = shape();
+    s[static_cast<std::size_t>(d)] = n / step + 1;
+    s.push_back(0);
+    return Tensor::zeros(s, {.device = device(), .dtype = dtype()});
+  }
   V order, back;
   for (std::int64_t i = 0; i < ndim(); ++i)
     if (i != d) order.push_back(i);
@@ -600,20 +607,24 @@ Tensor Tensor::layernorm(const Axes& axis, double eps) const {
 }
 
 // The norm is clamped below at eps before its root (max(s, eps^p)^(1/p) = max(s^(1/p), eps)), so a
-// zero vector's gradient is finite (1/eps), not 0 * inf = NaN.
+// zero vector's gradient is finite (1/eps), not 0 * inf = NaN. As PyTorch's vector norms: p = 0
+// counts the non-zero elements (no gradient), a negative p is (sum |x|^p)^(1/p) clamped at eps
+// after the root (a zero element makes it 0), -INFINITY the min of |x|.
 Tensor Tensor::normalize(double p, std::int64_t dim, double eps) const {
-  if (!(p > 0))
-    throw std::invalid_argument(detail::cat("normalize of shape ", to_string(shape()),
-                                            ": p must be positive or INFINITY, got ", std::to_string(p)));
+  if (std::isnan(p))
+    throw std::invalid_argument(detail::cat("normalize of shape ", to_string(shape()), ": p is NaN"));
   std::int64_t n = std::max<std::int64_t>(ndim(), 1);
   if (dim < -n || dim >= n)
     throw std::invalid_argument(
         detail::cat("normalize of shape ", to_string(shape()), ": dim ", str(dim), " is out of range"));
   Tensor x = dtypes::is_float(dtype()) ? *this : cast(dtypes::float32);
-  Tensor norm = std::isinf(p) ? x.abs().max(dim, true).maximum(eps)
-                : p == 1      ? x.abs().sum(dim, true).maximum(eps)
-                : p == 2      ? x.square().sum(dim, true).maximum(eps * eps).sqrt()
-                              : x.abs().pow(p).sum(dim, true).maximum(std::pow(eps, p)).pow(1 / p);
+  Tensor norm = p == INFINITY    ? x.abs().max(dim, true).maximum(eps)
+                : p == -INFINITY ? x.abs().min(dim, true).maximum(eps)
+                : p == 0         ? x.ne(x.scalar_like(0)).cast(x.dtype()).sum(dim, true).detach().maximum(eps)
+                : p < 0          ? x.abs().pow(p).sum(dim, true).pow(1 / p).maximum(eps)
+                : p == 1         ? x.abs().sum(dim, true).maximum(eps)
+                : p == 2         ? x.square().sum(dim, true).maximum(eps * eps).sqrt()
+                                 : x.abs().pow(p).sum(dim, true).maximum(std::pow(eps, p)).pow(1 / p);
   return x / norm;
 }
 

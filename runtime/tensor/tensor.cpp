@@ -195,10 +195,10 @@ std::vector<Tensor> Tensor::meshgrid(const std::vector<Tensor>& ts, std::string_
     throw std::invalid_argument(
         detail::cat("meshgrid: indexing must be \"ij\" or \"xy\", got \"", std::string(indexing), "\""));
   std::vector<std::int64_t> shape;
-  for (const Tensor& t : ts) {
-    if (t.ndim() != 1)
+  for (const Tensor& t : ts) {  // a 0-d tensor counts as 1-D of one element, as in PyTorch
+    if (t.ndim() > 1)
       throw std::invalid_argument(
-          detail::cat("meshgrid: every tensor must be 1-D, got shape ", to_string(t.shape())));
+          detail::cat("meshgrid: every tensor must be 0-D or 1-D, got shape ", to_string(t.shape())));
     shape.push_back(t.numel());
   }
   bool xy = indexing == "xy" && ts.size() >= 2;

@@ -33,6 +33,9 @@ struct CStyleLanguage {
   std::string reduce_attribute;  // before a kernel with a reduce loop (gcc's loop-vectorizer switch)
   // Before a kernel whose sum may be reassociated (Kernel::reassociate), in place of reduce_attribute.
   std::string reassociate_attribute;
+  // In such a kernel, before each innermost loop that sums into accumulators declared outside it
+  // ({0}: their names, comma-separated): the sum alone may be reordered (OpenMP's simd reduction).
+  std::string sum_pragma;
   std::string prelude;  // what every kernel source starts with: helpers (mg_max...), pragmas
   // ---- how the threaded loop's index arrives ----
   bool range_arguments = true;  // C: (long long start, long long end) bound the threaded loop

@@ -40,9 +40,12 @@ struct simd {
     return v;
   }
   static void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
-  static V splat(T x) { return V{} + x; }
-  // *p in every lane as one broadcast load (V{} + x would add a zero first: an extra ALU op that
-  // the compiler may not drop, since -0 + 0 is +0).
+  // x in every lane (V{} + x would add a zero: an extra ALU op, and -0 + 0 is +0, so x * -0.f gave +0).
+  static V splat(T x) {
+    return [x]<std::size_t... I>(std::index_sequence<I...>) { return V{(static_cast<void>(I), x)...}; }
+    (std::make_index_sequence<W>{});
+  }
+  // *p in every lane as one broadcast load.
   static V broadcast(const T* p) {
 #if defined(__AVX512F__)
     if constexpr (sizeof(T) == 4)
@@ -56,9 +59,7 @@ struct simd {
       return (V)_mm256_broadcast_sd(p);
 #else  // (one initialiser of W lanes: a loop over the lanes became an insert and shuffles per lane in
        // g++'s SSE tile, twice its code and 1% of a header-only MLP step's compile)
-    const T x = *p;
-    return [x]<std::size_t... I>(std::index_sequence<I...>) { return V{(static_cast<void>(I), x)...}; }
-    (std::make_index_sequence<W>{});
+    return splat(*p);
 #endif
   }
 

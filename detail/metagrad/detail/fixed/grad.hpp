@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -66,13 +67,14 @@ struct links {
   (std::make_index_sequence<count<R>>{});
 };
 
-// Same type, same leaves and constants: the same value.
+// Same type, same leaves and constants: the same value. Constants bit for bit: 0 and -0 differ
+// (under a divide, a max's forward), and a NaN is its own.
 template <class E>
 bool equal(const E& a, const E& b) {
   if constexpr (kind<E>::leaf)
     return a.op.data == b.op.data;
   else if constexpr (kind<E>::constant)
-    return a.op.value == b.op.value;
+    return std::memcmp(&a.op.value, &b.op.value, sizeof a.op.value) == 0;
   else if constexpr (arity_of<E> == 1)
     return equal(a.kids.k0, b.kids.k0);
   else if constexpr (arity_of<E> == 2)
