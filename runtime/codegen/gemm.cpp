@@ -115,8 +115,79 @@ std::optional<GemmPlan> plan_for(const Kernel& k, std::size_t ia, std::size_t ib
     }
   }
   for (std::size_t d = 0; d < red; ++d)
-    if (!taken[d]) p.batch.push_back({shape[d], va->strides[d], vb->strides[d], vc->strides[d]});
+    if (!taken[d]) p.batch.push_back({shape[d], va->strides[d], vb->strides[d], vc->strides[d], d});
   return p;
+}
+
+// Adds scale x the linear form `n` (in the variables idx<d>, the kernel's axes) to coef and c; false
+// where it is not linear (a division, a modulo, a comparison).
+bool linear(const symbolic::Node& n, std::int64_t scale, std::vector<std::int64_t>& coef, std::int64_t& c) {
+  using symbolic::NodeKind;
+  switch (n.kind()) {
+    case NodeKind::Num:
+      c += scale * n.b();
+      return true;
+    case NodeKind::Variable: {
+      const std::string& name = n.name();
+      if (name.rfind("idx", 0) != 0 || name.size() == 3) return false;
+      std::size_t d = 0;
+      for (std::size_t i = 3; i < name.size(); ++i) {
+        if (name[i] < '0' || name[i] > '9') return false;
+        d = d * 10 + static_cast<std::size_t>(name[i] - '0');
+      }
+      if (d >= coef.size()) return false;
+      coef[d] += scale;
+      return true;
+    }
+    case NodeKind::Mul:
+      return linear(n.a(), scale * n.b(), coef, c);
+    case NodeKind::Sum:
+      for (const symbolic::Node& x : n.nodes())
+        if (!linear(x, scale, coef, c)) return false;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// B's window when its views read an affine one (GemmPlan::Window): the index a linear form of the
+// kernel's axes and its validity bounds on linear forms, none on axes B does not vary along.
+std::optional<GemmPlan::Window> window_of(const Kernel& k, const GemmPlan& p,
+                                          const std::vector<std::size_t>& cols) {
+  const Dims& shape = k.full_shape();
+  const std::size_t rank = shape.size();
+  auto [idx, valid] = k.sts[p.b].expr_idxs();
+  GemmPlan::Window w;
+  w.index.assign(rank, 0);
+  if (!linear(idx, 1, w.index, w.offset)) return std::nullopt;
+  std::vector<symbolic::Node> terms;
+  if (valid.is_num()) {
+    if (valid.b() != 1) return std::nullopt;  // (nothing valid: the copy)
+  } else if (valid.kind() == symbolic::NodeKind::And) {
+    terms = valid.nodes();
+  } else {
+    terms.push_back(valid);
+  }
+  for (const symbolic::Node& t : terms) {
+    if (t.kind() != symbolic::NodeKind::Lt) return std::nullopt;
+    std::vector<std::int64_t> coef(rank, 0);
+    std::int64_t c = 0;
+    if (!linear(t.a(), 1, coef, c)) return std::nullopt;
+    w.bounds.push_back(coef), w.below.push_back(t.b() - c);
+  }
+  // B[p][j] may vary only along its rows (the reduce axes), its columns and the batch loops
+  std::vector<bool> used(rank, false);
+  for (std::size_t d = k.first_reduce; d < rank; ++d) used[d] = true, w.rows.push_back(d);
+  for (std::size_t d : cols) used[d] = true;
+  for (const GemmPlan::Loop& l : p.batch) used[l.axis] = true;
+  for (std::size_t d = 0; d < rank; ++d) {
+    bool varies = w.index[d] != 0;
+    for (const auto& b : w.bounds) varies = varies || b[d] != 0;
+    if (varies && !used[d]) return std::nullopt;
+  }
+  w.cols.assign(cols.rbegin(), cols.rend());
+  w.shape = shape;
+  return w;
 }
 
 }  // namespace
@@ -155,7 +226,8 @@ std::optional<GemmPlan> match_gemm(const Kernel& k) {
     relaid[i] = laid;
     std::vector<std::size_t> cols2;
     if (auto q = plan_for(k, *ia, *ib, relaid, cols2); q && q->b == p->b && q->m == p->m && q->n == p->n)
-      p = std::move(q);
+      p = std::move(q), cols = cols2;
+    p->b_window = window_of(k, *p, cols);
   }
   // A dot product is a sum, which a rendered kernel vectorizes at memory speed; a batch of them (a
   // LayerNorm weight's gradient: one per channel, over every token) a column sum of products,
