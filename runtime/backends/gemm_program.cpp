@@ -1,6 +1,9 @@
 #include "metagrad/backends/gemm_program.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
 
 #include "metagrad/backends/host_program.hpp"  // host_pointer
 #include "metagrad/cpu/parallel.hpp"
@@ -66,7 +69,7 @@ std::vector<std::int64_t> linear_table(const std::vector<std::size_t>& axes, con
 }
 
 std::shared_ptr<const GemmWindow> window_tables(const codegen::GemmPlan& p) {
-  if (!p.b_window) return nullptr;
+  if (!p.b_window || p.b_window->bounds.size() > 16) return nullptr;  // (pack_window's kMaxBounds)
   const codegen::GemmPlan::Window& w = *p.b_window;
   auto t = std::make_shared<GemmWindow>();
   std::vector<std::size_t> outer(w.cols.begin(), w.cols.end() - 1);
@@ -81,7 +84,8 @@ std::shared_ptr<const GemmWindow> window_tables(const codegen::GemmPlan& p) {
   return t;
 }
 
-// One product's gather of B through its window (GemmGatherB's pack).
+// One product's gather of B through its window (GemmGatherB's pack), of at most kMaxBounds bounds.
+constexpr std::size_t kMaxBounds = 16;
 struct WindowPack {
   const GemmWindow* t;
   const float* src;
@@ -97,38 +101,66 @@ void pack_window(const void* ctx, float* dst, std::int64_t p0, std::int64_t kc, 
                  std::int64_t count, std::int64_t width) {
   const WindowPack& w = *static_cast<const WindowPack*>(ctx);
   const GemmWindow& t = *w.t;
-  const std::size_t nb = t.slope.size();
+  const std::size_t nb = t.slope.size();  // (at most kMaxBounds)
+  // The columns [j0, j0 + count) as runs (or runs' parts), each with its bounds' column terms and its
+  // parts in strips of `width` (where out[i .. i + n) go, less row p's p * width), once a call.
+  struct Run {
+    std::int64_t col, len;
+    std::size_t first;  // its chunks [first, next run's first)
+  };
+  struct Chunk {
+    std::int64_t i, n, out;
+  };
+  thread_local std::vector<Run> runs;
+  thread_local std::vector<Chunk> chunks;
+  thread_local std::vector<std::int64_t> col_terms;
+  runs.clear(), chunks.clear(), col_terms.clear();
+  for (std::int64_t j = j0, end = j0 + count; j < end;) {
+    const std::int64_t u = j / t.run, x0 = j % t.run, len = std::min(t.run - x0, end - j);
+    runs.push_back({t.col[static_cast<std::size_t>(u)] + t.step * x0, len, chunks.size()});
+    for (std::size_t q = 0; q < nb; ++q)
+      col_terms.push_back(t.col_bound[q][static_cast<std::size_t>(u)] + t.slope[q] * x0);
+    for (std::int64_t i = 0; i < len;) {
+      const std::int64_t c = j - j0 + i, lane = c % width, n = std::min(len - i, width - lane);
+      chunks.push_back({i, n, (c / width) * kc * width + lane - i});
+      i += n;
+    }
+    j += len;
+  }
+  runs.push_back({0, 0, chunks.size()});
+  std::int64_t room0[kMaxBounds];
   for (std::int64_t p = 0; p < kc; ++p) {
     const auto row = static_cast<std::size_t>(p0 + p);
     const float* src = w.src + w.base + t.row[row];
-    // the columns [j0, j0 + count), a run (or a run's part) at a time
-    for (std::int64_t j = j0, end = j0 + count; j < end;) {
-      const std::int64_t u = j / t.run, x0 = j % t.run, len = std::min(t.run - x0, end - j);
-      // the run's valid positions x0 + [lo, hi): every bound linear in x
-      std::int64_t lo = 0, hi = len;
+    for (std::size_t q = 0; q < nb; ++q) room0[q] = w.below[q] - t.row_bound[q][row];
+    for (std::size_t r = 0; r + 1 < runs.size(); ++r) {
+      // the run's valid positions [lo, hi): x0 + i is valid where slope i < room, for every bound
+      std::int64_t lo = 0, hi = runs[r].len;
       for (std::size_t q = 0; q < nb; ++q) {
-        const std::int64_t room = w.below[q] - t.row_bound[q][row] -
-                                  t.col_bound[q][static_cast<std::size_t>(u)] - t.slope[q] * x0,
-                           g = t.slope[q];  // x0 + i is valid where g i < room
-        if (g == 0 && room <= 0) hi = 0;
-        if (g > 0) hi = std::min(hi, floor_div(room - 1, g) + 1);
-        if (g < 0) lo = std::max(lo, floor_div(-room, -g) + 1);
+        const std::int64_t room = room0[q] - col_terms[r * nb + q], g = t.slope[q];
+        if (g == 1)
+          hi = std::min(hi, room);
+        else if (g == -1)
+          lo = std::max(lo, 1 - room);
+        else if (g == 0)
+          hi = room <= 0 ? 0 : hi;
+        else if (g > 0)
+          hi = std::min(hi, floor_div(room - 1, g) + 1);
+        else
+          lo = std::max(lo, floor_div(-room, -g) + 1);
       }
-      const float* in = src + t.col[static_cast<std::size_t>(u)] + t.step * x0;
-      // columns j - j0 + i, in strips of `width`: a strip's part at a time
-      for (std::int64_t i = 0; i < len;) {
-        const std::int64_t c = j - j0 + i, lane = c % width, n = std::min(len - i, width - lane);
-        float* out = dst + (c / width) * kc * width + p * width + lane - i;  // out[i .. i + n)
-        const std::int64_t a = std::clamp(lo, i, i + n), b = std::clamp(hi, a, i + n);
-        std::fill(out + i, out + a, 0.0f);
+      const float* in = src + runs[r].col;
+      for (std::size_t ch = runs[r].first; ch < runs[r + 1].first; ++ch) {
+        const std::int64_t i = chunks[ch].i, e = i + chunks[ch].n;
+        float* out = dst + p * width + chunks[ch].out;  // out[i .. e)
+        const std::int64_t a = std::clamp(lo, i, e), b = std::clamp(hi, a, e);
+        for (std::int64_t x = i; x < a; ++x) out[x] = 0.0f;
         if (t.step == 1)
           std::copy(in + a, in + b, out + a);
         else
-          for (std::int64_t e = a; e < b; ++e) out[e] = in[e * t.step];
-        std::fill(out + b, out + i + n, 0.0f);
-        i += n;
+          for (std::int64_t x = a; x < b; ++x) out[x] = in[x * t.step];
+        for (std::int64_t x = b; x < e; ++x) out[x] = 0.0f;
       }
-      j += len;
     }
     if (const std::int64_t tail = count % width)  // the last strip's lanes past count
       std::fill(dst + (count / width) * kc * width + p * width + tail,
@@ -263,8 +295,27 @@ std::string gemm_name(const codegen::GemmPlan& p) {
   return detail::cat("gemm_", str(p.batch_count()), "x", str(p.m), "x", str(p.n), "x", str(p.k));
 }
 
-ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
-                      const GemmCompile& compile, Compiled::BufferFactory scratch) {
+namespace {
+
+// Whether a gathered B is packed through its window rather than copied whole first: env
+// METAGRAD_GEMM_WINDOW=1 always, 0 never, else where the copy would pass 32 MiB. The copy, a
+// vectorized kernel, and then B read in place cost less (ResNet-18's 3x3 convs at batch 1, 64 to 512
+// channels: 86-92 GFLOP/s against 67-78 through the window on one Zen 4 core), but its scratch
+// grows with the batch (a 56 x 56 x 64 conv's windows: 7 MiB an image).
+bool use_window(const codegen::GemmPlan& p) {
+  if (p.b_pack < 0) return false;
+  const char* e = std::getenv("METAGRAD_GEMM_WINDOW");
+  if (e && *e) return std::string_view(e) != "0";
+  return prod(p.packs[static_cast<std::size_t>(p.b_pack)].shape) * 4 > (std::int64_t{32} << 20);
+}
+
+}  // namespace
+
+ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan,
+                      const codegen::Renderer& render, const GemmCompile& compile,
+                      Compiled::BufferFactory scratch) {
+  codegen::GemmPlan p = plan;
+  if (use_window(p)) p.b_window = codegen::gemm_window(k, p);
   ASTRunner r;
   const std::int64_t batch = p.batch_count();
   auto str = [](std::int64_t v) { return std::to_string(v); };

@@ -150,10 +150,12 @@ bool linear(const symbolic::Node& n, std::int64_t scale, std::vector<std::int64_
   }
 }
 
+}  // namespace
+
 // B's window when its views read an affine one (GemmPlan::Window): the index a linear form of the
 // kernel's axes and its validity bounds on linear forms, none on axes B does not vary along.
-std::optional<GemmPlan::Window> window_of(const Kernel& k, const GemmPlan& p,
-                                          const std::vector<std::size_t>& cols) {
+std::optional<GemmPlan::Window> gemm_window(const Kernel& k, const GemmPlan& p) {
+  if (p.b_pack < 0) return std::nullopt;
   const Dims& shape = k.full_shape();
   const std::size_t rank = shape.size();
   auto [idx, valid] = k.sts[p.b].expr_idxs();
@@ -178,19 +180,17 @@ std::optional<GemmPlan::Window> window_of(const Kernel& k, const GemmPlan& p,
   // B[p][j] may vary only along its rows (the reduce axes), its columns and the batch loops
   std::vector<bool> used(rank, false);
   for (std::size_t d = k.first_reduce; d < rank; ++d) used[d] = true, w.rows.push_back(d);
-  for (std::size_t d : cols) used[d] = true;
+  for (std::size_t d : p.cols) used[d] = true;
   for (const GemmPlan::Loop& l : p.batch) used[l.axis] = true;
   for (std::size_t d = 0; d < rank; ++d) {
     bool varies = w.index[d] != 0;
     for (const auto& b : w.bounds) varies = varies || b[d] != 0;
     if (varies && !used[d]) return std::nullopt;
   }
-  w.cols.assign(cols.rbegin(), cols.rend());
+  w.cols = p.cols;
   w.shape = shape;
   return w;
 }
-
-}  // namespace
 
 std::optional<GemmPlan> match_gemm(const Kernel& k) {
   const LazyOp* r = k.reduceop;
@@ -227,8 +227,8 @@ std::optional<GemmPlan> match_gemm(const Kernel& k) {
     std::vector<std::size_t> cols2;
     if (auto q = plan_for(k, *ia, *ib, relaid, cols2); q && q->b == p->b && q->m == p->m && q->n == p->n)
       p = std::move(q), cols = cols2;
-    p->b_window = window_of(k, *p, cols);
   }
+  p->cols.assign(cols.rbegin(), cols.rend());
   // A dot product is a sum, which a rendered kernel vectorizes at memory speed; a batch of them (a
   // LayerNorm weight's gradient: one per channel, over every token) a column sum of products,
   // vectorized across the batch. The GEMM would run each as a 1 x 1 tile.

@@ -39,11 +39,12 @@ struct GemmPlan {
     ShapeTracker st;  // reads that buffer over `shape`
     Dims shape;
   };
+  std::vector<std::size_t> cols;  // the kernel axes of C's columns, outermost first
   // A gathered B whose views read an affine window (a conv's padded, strided, dilated windows):
   // at kernel position i, B is buf[offset + sum_d index[d] i_d] where every bound q holds,
-  // sum_d bounds[q][d] i_d < below[q], else 0. The host GEMM then gathers each panel of B in its
-  // packing (im2col folded into the packing, no copy of the whole operand); the copy kernel of its
-  // Pack remains for the devices that run it (AOT libraries).
+  // sum_d bounds[q][d] i_d < below[q], else 0 (gemm_window). The host GEMM can then gather each
+  // panel of B in its packing (im2col folded into the packing, no copy of the whole operand); the
+  // copy kernel of its Pack remains for the devices that run it (AOT libraries).
   struct Window {
     std::vector<std::int64_t> index;
     std::int64_t offset = 0;
@@ -59,5 +60,7 @@ struct GemmPlan {
 
 // The plan for `k` when it is such a contraction (before hand_coded_optimizations).
 std::optional<GemmPlan> match_gemm(const Kernel& k);
+// The window of the plan's gathered B, where its views read an affine one.
+std::optional<GemmPlan::Window> gemm_window(const Kernel& k, const GemmPlan& p);
 
 }  // namespace metagrad::codegen
