@@ -205,9 +205,16 @@ std::optional<GemmPlan> match_gemm(const Kernel& k) {
   const std::size_t rank = k.full_shape().size(), red = k.first_reduce;
   Dims natural;
   for (std::size_t d = 0; d < rank; ++d) natural.push_back(static_cast<std::int64_t>(d));
+  // So is one whose reduce axes are not one stride run (a conv's output gradient, summed over batch
+  // and pixels for the weight's: the channels lie between them).
+  auto one_run = [&](const View& v) {
+    for (std::size_t d = red; d + 1 < rank; ++d)
+      if (v.strides[d] != v.strides[d + 1] * k.full_shape()[d + 1]) return false;
+    return true;
+  };
   Dims order[2];
   for (int i = 0; i < 2; ++i)
-    if (!plain_view(k.sts[i == 0 ? *ia : *ib])) order[i] = natural;
+    if (const View* v = plain_view(k.sts[i == 0 ? *ia : *ib]); !v || !one_run(*v)) order[i] = natural;
   std::vector<std::size_t> cols;
   std::optional<GemmPlan> p = plan_for(k, *ia, *ib, order, cols);
   if (!p) return std::nullopt;
