@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -181,6 +182,48 @@ TEST_CASE("AOT: contractions run the library's C GEMM at every vector width and 
                                                                           got.data());
       check_close(got, want.to_vector<float>(), 1e-6 * static_cast<double>(k));  // sums in other orders
     }
+  }
+}
+
+TEST_CASE("AOT: convolutions (their windows gathered, then the C GEMM) equal the CPU device", "[aot]") {
+  // A padded 3x3 conv with a bias and ReLU (an epilogue), a batch of 2 in 2 groups with stride 2 and
+  // dilation 2, and one whose device kernel gathers its windows in the GEMM's packing
+  // (METAGRAD_GEMM_WINDOW=1): the library copies them first all the same.
+  struct Form {
+    Dims x, w;
+    std::int64_t groups, stride, dilation, pad;
+    const char* window;
+  };
+  const Form forms[] = {{{1, 3, 10, 10}, {8, 3, 3, 3}, 1, 1, 1, 1, "0"},
+                        {{2, 4, 11, 9}, {6, 2, 3, 3}, 2, 2, 2, 2, "0"},
+                        {{1, 5, 9, 12}, {7, 5, 3, 3}, 1, 1, 1, 1, "1"}};
+  std::mt19937 rng(5);
+  for (std::size_t form = 0; form < std::size(forms); ++form) {
+    const Form& f = forms[form];
+    INFO("form " << form);
+    const char* saved = std::getenv("METAGRAD_GEMM_WINDOW");
+    const std::string before = saved ? saved : "";
+    setenv("METAGRAD_GEMM_WINDOW", f.window, 1);
+    const std::int64_t cout = f.w[0];
+    auto graph = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return x.conv2d(w, b, f.groups, {f.stride}, {f.dilation}, {f.pad}).relu();
+    };
+    const std::string name = "conv" + std::to_string(form);
+    aot::Generator g(name);
+    Tensor x = Tensor::empty(f.x, {.device = "CLANG"}), w = Tensor::empty(f.w, {.device = "CLANG"}),
+           b = Tensor::empty({cout}, {.device = "CLANG"});
+    Tensor out = graph(x, w, b);
+    g.function("f", {{"x", x}, {"w", w}, {"b", b}}, {{"out", out}});
+    saved ? (void)setenv("METAGRAD_GEMM_WINDOW", before.c_str(), 1) : (void)unsetenv("METAGRAD_GEMM_WINDOW");
+    REQUIRE_THAT(g.source(), Contains(name + "_sgemm("));
+    std::vector<float> xv = randn(rng, prod(f.x)), wv = randn(rng, prod(f.w)), bv = randn(rng, cout);
+    Tensor want = graph(Tensor(xv, f.x, {.device = "CPU"}), Tensor(wv, f.w, {.device = "CPU"}),
+                        Tensor(bv, {cout}, {.device = "CPU"}));
+    CLibrary lib(g, name);
+    std::vector<float> got(static_cast<std::size_t>(out.numel()));
+    lib.fn<void(const float*, const float*, const float*, float*)>("f")(xv.data(), wv.data(), bv.data(),
+                                                                        got.data());
+    check_close(got, want.to_vector<float>(), 1e-4);
   }
 }
 

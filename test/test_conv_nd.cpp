@@ -5,9 +5,14 @@
 // device against the same loops.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <random>
+#include <string>
 
+#include "device_scope.hpp"
 #include "gradcheck.hpp"
+#include "kernel_sources.hpp"
 #include "reference.hpp"
 
 using namespace metagrad;
@@ -345,4 +350,148 @@ TEST_CASE("conv and pooling errors name the op and the shapes", "[processing]") 
                       Contains("avg_pool2d: input (1, 1, 5, 5)") && Contains("dilation (3, 1)"));
   REQUIRE_THROWS_WITH(img.avg_pool2d({2}, {1}, {1, 2, 3}),
                       Contains("dilation (1, 2, 3) needs 1 or 2 values"));
+}
+
+namespace {
+// A random float32 convolution for the GEMM path: batch 1-3, up to 3 groups of up to 5 input and 6
+// output channels (a quarter depthwise: one channel a group), odd sizes, strides, dilations, pads.
+ConvCase gemm_conv_case(std::mt19937& gen, std::size_t n) {
+  auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
+  ConvCase c = random_conv(gen, n, false);
+  const bool depthwise = pick(0, 3) == 0;
+  c.g.groups = depthwise ? pick(2, 6) : pick(1, 3);
+  const I cin = depthwise ? 1 : pick(1, 5), cout = depthwise ? 1 : pick(1, 6);
+  c.xs[0] = pick(1, 3), c.xs[1] = c.g.groups * cin;
+  c.ws[0] = c.g.groups * cout, c.ws[1] = cin;
+  for (std::size_t j = 0; j < n; ++j) c.xs[2 + j] += pick(0, n == 3 ? 2 : 9);
+  return c;
+}
+
+Tensor on(const Vd& v, const V& shape, const std::string& dev) {
+  return Tensor(std::vector<float>(v.begin(), v.end()), Dims(shape), {.device = dev});
+}
+
+// Sets an environment variable for a scope, then restores it.
+struct EnvScope {
+  std::string name;
+  std::optional<std::string> saved;
+  EnvScope(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) saved = v;
+    setenv(name.c_str(), value, 1);
+  }
+  ~EnvScope() { saved ? (void)setenv(name.c_str(), saved->c_str(), 1) : (void)unsetenv(name.c_str()); }
+};
+
+bool ran_gemm(const std::vector<std::string>& sources) {
+  return std::any_of(sources.begin(), sources.end(),
+                     [](const std::string& s) { return s.rfind("// gemm_", 0) == 0; });
+}
+}  // namespace
+
+TEST_CASE("conv2d through the GEMM: forward against a float64 loop, gradients against CPU", "[gemm][conv]") {
+  std::mt19937 gen(29);
+  std::uint64_t seed = 9000;
+  // The windows gathered whole first (the default at these sizes), then in the GEMM's packing: a
+  // batch of 4 there, so that no kernel of the first pass is reused from the device's cache.
+  for (const char* window : {"0", "1"})
+    for (const char* dev : {"CLANG", "LLVM"}) {
+      test::DeviceScope scope(dev);
+      if (!scope.ok) continue;
+      EnvScope env("METAGRAD_GEMM_WINDOW", window);
+      for (std::size_t n : {1u, 2u, 3u})
+        for (int trial = 0; trial < (n == 3 ? 3 : 6); ++trial) {
+          ConvCase c = gemm_conv_case(gen, n);
+          if (*window == '1') c.xs[0] = 4;
+          INFO(dev << " window " << window << " " << describe(c));
+          const Vd xv = test::random_values(test::numel_of(c.xs), seed++),
+                   wv = test::random_values(test::numel_of(c.ws), seed++),
+                   bv = test::random_values(c.ws[0], seed++);
+          auto [want, os] = ref_conv(xv, c.xs, wv, c.ws, c.g);
+          const Vd dyv = test::random_values(test::numel_of(os), seed++);
+          const I terms = c.ws[1] * test::numel_of(V(c.ws.begin() + 2, c.ws.end()));
+          // The forward through the GEMM wherever it is a product (two or more output channels a group,
+          // two or more pixels, a sum of two or more terms); a depthwise conv is a rendered kernel.
+          Tensor x = on(xv, c.xs, dev), w = on(wv, c.ws, dev);
+          Tensor y = x.conv2d(w, {}, c.g.groups, c.g.stride, c.g.dilation, torch_pads(c.g));
+          const auto sources = test::kernel_sources(y);
+          if (c.ws[0] / c.g.groups >= 2 && test::numel_of(V(os.begin() + 2, os.end())) >= 2 && terms >= 2)
+            CHECK(ran_gemm(sources));
+          for (const std::string& s : sources)
+            if (*window == '0') CHECK(s.find("gathered in the packing") == std::string::npos);
+          // (a depthwise conv whose windows do not overlap is a batch of matrix-vector products)
+          bool overlap = false;
+          for (std::size_t j = 0; j < n; ++j)
+            overlap = overlap || c.ws[2 + j] > c.g.stride[j] || c.g.dilation[j] > 1;
+          if (c.ws[0] == c.g.groups && c.ws[1] == 1 && c.g.groups > 1 && overlap)
+            CHECK_FALSE(ran_gemm(sources));
+          REQUIRE(dims_of(y) == os);
+          require_close(vals(y), want, 1e-5 * static_cast<double>(terms), 1e-5);
+          // Both gradients and the bias's, against the reference device's.
+          auto grads = [&](const std::string& d) {
+            Tensor xg = on(xv, c.xs, d).requires_grad_(), wg = on(wv, c.ws, d).requires_grad_(),
+                   bg = on(bv, {c.ws[0]}, d).requires_grad_();
+            (xg.conv2d(wg, bg, c.g.groups, c.g.stride, c.g.dilation, torch_pads(c.g)).relu() * on(dyv, os, d))
+                .sum()
+                .backward();
+            return std::vector<Vd>{vals(*xg.grad), vals(*wg.grad), vals(*bg.grad)};
+          };
+          const std::vector<Vd> got = grads(dev), ref = grads("CPU");
+          const char* what[] = {"input gradient", "weight gradient", "bias gradient"};
+          for (int i = 0; i < 3; ++i) require_close(got[i], ref[i], 1e-4, 1e-4, what[i]);
+        }
+    }
+}
+
+TEST_CASE("conv2d through the GEMM: ResNet's kinds of conv, forward and both gradients, are products",
+          "[gemm][conv]") {
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    struct Case {
+      const char* what;
+      Dims x, w;
+      I groups, stride, pad;
+      const char* forward;  // the forward's kernel: a product of cout x pixels x (cin k...), or none
+      bool gathered;        // its windows gathered first (im2col); a 1x1 stride-1 conv reads x in place
+    } cases[] = {
+        {"3x3 pad 1", {2, 8, 9, 9}, {16, 8, 3, 3}, 1, 1, 1, "// gemm_2x16x81x72", true},
+        {"3x3 stride 2", {1, 8, 9, 9}, {16, 8, 3, 3}, 1, 2, 1, "// gemm_1x16x25x72", true},
+        {"1x1", {1, 8, 7, 7}, {16, 8, 1, 1}, 1, 1, 0, "// gemm_1x16x49x8", false},
+        {"grouped 3x3", {1, 8, 6, 6}, {8, 4, 3, 3}, 2, 1, 1, "// gemm_2x4x36x36", true},
+        {"depthwise 3x3", {1, 8, 6, 6}, {8, 1, 3, 3}, 8, 1, 1, nullptr, false},
+        // the windows gathered in the GEMM's packing, not copied whole (METAGRAD_GEMM_WINDOW=1)
+        {"3x3 pad 1, in the packing", {3, 8, 9, 9}, {16, 8, 3, 3}, 1, 1, 1, "// gemm_3x16x81x72", false},
+        {"3x3 stride 2 dilation 2, in the packing",
+         {1, 8, 11, 11},
+         {16, 8, 3, 3},
+         1,
+         2,
+         2,
+         "// gemm_1x16x36x72",
+         false},
+    };
+    for (const Case& c : cases) {
+      INFO(dev << " " << c.what);
+      const bool packing = std::string(c.what).find("in the packing") != std::string::npos;
+      EnvScope env("METAGRAD_GEMM_WINDOW", packing ? "1" : "0");
+      const I dilation = std::string(c.what).find("dilation 2") != std::string::npos ? 2 : 1;
+      Tensor x = Tensor::rand(c.x).realize(), w = Tensor::rand(c.w).realize();
+      auto src = test::kernel_sources(x.conv2d(w, {}, c.groups, {c.stride}, {dilation}, {c.pad}));
+      if (!c.forward) {  // its padded input copied, then a rendered kernel across the output's width
+        REQUIRE(src.size() == 2);
+        CHECK_FALSE(ran_gemm(src));
+        continue;
+      }
+      REQUIRE(src.size() == 1);
+      CHECK(src[0].rfind(c.forward, 0) == 0);
+      CHECK((src[0].find("gathered first") != std::string::npos) == c.gathered);
+      CHECK((src[0].find("gathered in the packing") != std::string::npos) == packing);
+      // the gradients: the input's (a product, then the windows summed back) and the weight's
+      x.requires_grad_(), w.requires_grad_();
+      Tensor y = x.conv2d(w, {}, c.groups, {c.stride}, {dilation}, {c.pad});
+      (y * Tensor::rand(y.shape()).realize()).sum().backward();
+      CHECK(ran_gemm(test::kernel_sources(*x.grad)));
+      CHECK(ran_gemm(test::kernel_sources(*w.grad)));
+    }
+  }
 }

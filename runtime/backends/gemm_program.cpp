@@ -1,9 +1,14 @@
 #include "metagrad/backends/gemm_program.hpp"
 
-#include "metagrad/cpu/parallel.hpp"
-#include "metagrad/helpers.hpp"
-#include "metagrad/device/gemm.hpp"
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
 #include "metagrad/backends/host_program.hpp"  // host_pointer
+#include "metagrad/cpu/parallel.hpp"
+#include "metagrad/device/gemm.hpp"
+#include "metagrad/helpers.hpp"
 
 namespace metagrad {
 
@@ -36,6 +41,145 @@ void used_above(const LazyOp& op, const LazyOp* target, std::vector<bool>& used)
 
 }  // namespace
 
+// A plan's b_window as tables over B's rows p and its column runs u (a run: the columns along the
+// innermost column axis, x, at one position of the outer ones): B[p][u, x] = src[base + row[p] +
+// col[u] + step x] where every bound q holds, row_bound[q][p] + col_bound[q][u] + slope[q] x <
+// below[q] (base and below shifted per product by the batch axes' terms).
+struct GemmWindow {
+  std::int64_t run = 1, step = 0;  // the innermost column axis's size and index coefficient
+  std::vector<std::int64_t> row, col, slope;
+  std::vector<std::vector<std::int64_t>> row_bound, col_bound;
+};
+
+namespace {
+
+// Over the axes `axes` (outermost first) of `shape`, for each position in row-major order: the sum of
+// coef[d] * i_d.
+std::vector<std::int64_t> linear_table(const std::vector<std::size_t>& axes, const Dims& shape,
+                                       const std::vector<std::int64_t>& coef) {
+  std::vector<std::int64_t> out{0};
+  for (std::size_t d : axes) {
+    std::vector<std::int64_t> next;
+    next.reserve(out.size() * static_cast<std::size_t>(shape[d]));
+    for (std::int64_t base : out)
+      for (std::int64_t i = 0; i < shape[d]; ++i) next.push_back(base + i * coef[d]);
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::shared_ptr<const GemmWindow> window_tables(const codegen::GemmPlan& p) {
+  if (!p.b_window || p.b_window->bounds.size() > 16) return nullptr;  // (pack_window's kMaxBounds)
+  const codegen::GemmPlan::Window& w = *p.b_window;
+  auto t = std::make_shared<GemmWindow>();
+  std::vector<std::size_t> outer(w.cols.begin(), w.cols.end() - 1);
+  const std::size_t x = w.cols.back();
+  t->run = w.shape[x], t->step = w.index[x];
+  t->row = linear_table(w.rows, w.shape, w.index), t->col = linear_table(outer, w.shape, w.index);
+  for (const auto& b : w.bounds) {
+    t->row_bound.push_back(linear_table(w.rows, w.shape, b));
+    t->col_bound.push_back(linear_table(outer, w.shape, b));
+    t->slope.push_back(b[x]);
+  }
+  return t;
+}
+
+// One product's gather of B through its window (GemmGatherB's pack), of at most kMaxBounds bounds.
+constexpr std::size_t kMaxBounds = 16;
+struct WindowPack {
+  const GemmWindow* t;
+  const float* src;
+  std::int64_t base;
+  std::vector<std::int64_t> below;
+};
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {  // b > 0
+  return a / b - (a % b != 0 && a < 0);
+}
+
+void pack_window(const void* ctx, float* dst, std::int64_t p0, std::int64_t kc, std::int64_t j0,
+                 std::int64_t count, std::int64_t width) {
+  const WindowPack& w = *static_cast<const WindowPack*>(ctx);
+  const GemmWindow& t = *w.t;
+  const std::size_t nb = t.slope.size();  // (at most kMaxBounds)
+  // The columns [j0, j0 + count) as runs (or runs' parts), each with its bounds' column terms and its
+  // parts in strips of `width` (where out[i .. i + n) go, less row p's p * width), once a call.
+  struct Run {
+    std::int64_t col, len;
+    std::size_t first;  // its chunks [first, next run's first)
+  };
+  struct Chunk {
+    std::int64_t i, n, out;
+  };
+  thread_local std::vector<Run> runs;
+  thread_local std::vector<Chunk> chunks;
+  thread_local std::vector<std::int64_t> col_terms;
+  runs.clear(), chunks.clear(), col_terms.clear();
+  for (std::int64_t j = j0, end = j0 + count; j < end;) {
+    const std::int64_t u = j / t.run, x0 = j % t.run, len = std::min(t.run - x0, end - j);
+    runs.push_back({t.col[static_cast<std::size_t>(u)] + t.step * x0, len, chunks.size()});
+    for (std::size_t q = 0; q < nb; ++q)
+      col_terms.push_back(t.col_bound[q][static_cast<std::size_t>(u)] + t.slope[q] * x0);
+    for (std::int64_t i = 0; i < len;) {
+      const std::int64_t c = j - j0 + i, lane = c % width, n = std::min(len - i, width - lane);
+      chunks.push_back({i, n, (c / width) * kc * width + lane - i});
+      i += n;
+    }
+    j += len;
+  }
+  runs.push_back({0, 0, chunks.size()});
+  std::int64_t room0[kMaxBounds];
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const auto row = static_cast<std::size_t>(p0 + p);
+    const float* src = w.src + w.base + t.row[row];
+    for (std::size_t q = 0; q < nb; ++q) room0[q] = w.below[q] - t.row_bound[q][row];
+    for (std::size_t r = 0; r + 1 < runs.size(); ++r) {
+      // the run's valid positions [lo, hi): x0 + i is valid where slope i < room, for every bound
+      std::int64_t lo = 0, hi = runs[r].len;
+      for (std::size_t q = 0; q < nb; ++q) {
+        const std::int64_t room = room0[q] - col_terms[r * nb + q], g = t.slope[q];
+        if (g == 1)
+          hi = std::min(hi, room);
+        else if (g == -1)
+          lo = std::max(lo, 1 - room);
+        else if (g == 0)
+          hi = room <= 0 ? 0 : hi;
+        else if (g > 0)
+          hi = std::min(hi, floor_div(room - 1, g) + 1);
+        else
+          lo = std::max(lo, floor_div(-room, -g) + 1);
+      }
+      const float* in = src + runs[r].col;
+      for (std::size_t ch = runs[r].first; ch < runs[r + 1].first; ++ch) {
+        const std::int64_t i = chunks[ch].i, e = i + chunks[ch].n;
+        float* out = dst + p * width + chunks[ch].out;  // out[i .. e)
+        const std::int64_t a = std::clamp(lo, i, e), b = std::clamp(hi, a, e);
+        for (std::int64_t x = i; x < a; ++x) out[x] = 0.0f;
+        if (t.step == 1)
+          std::copy(in + a, in + b, out + a);
+        else
+          for (std::int64_t x = a; x < b; ++x) out[x] = in[x * t.step];
+        for (std::int64_t x = b; x < e; ++x) out[x] = 0.0f;
+      }
+    }
+    if (const std::int64_t tail = count % width)  // the last strip's lanes past count
+      std::fill(dst + (count / width) * kc * width + p * width + tail,
+                dst + (count / width) * kc * width + (p + 1) * width, 0.0f);
+  }
+}
+
+}  // namespace
+
+GemmProgram::GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking,
+                         std::optional<GemmEpilogue> epilogue, std::vector<ASTRunner> packs,
+                         Compiled::BufferFactory scratch)
+    : plan_(std::move(plan)),
+      blocking_(blocking),
+      epilogue_(std::move(epilogue)),
+      packs_(std::move(packs)),
+      scratch_(std::move(scratch)),
+      window_(window_tables(plan_)) {}
+
 void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
                            const std::shared_ptr<RawBuffer>* gathered) const {
   const codegen::GemmPlan& p = plan_;
@@ -45,7 +189,9 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
   };
   c += p.c_offset;
   const float* a = operand(p.a, p.a_pack) + p.a_offset;
-  const float* b = operand(p.b, p.b_pack) + p.b_offset;
+  const float* b = window_ ? nullptr : operand(p.b, p.b_pack) + p.b_offset;
+  // (with a window: B's own buffer, read through it)
+  const float* b_src = window_ ? static_cast<const float*>(host_pointer("GEMM", bufs.at(p.b))) : nullptr;
   const std::int64_t count = p.batch_count();
   // Batch indices [i0, i1): each product's offsets from its index, innermost batch axis last.
   auto run = [&](std::int64_t i0, std::int64_t i1) {
@@ -56,7 +202,22 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
         rest /= p.batch[d].size;
         oa += at * p.batch[d].a, ob += at * p.batch[d].b, oc += at * p.batch[d].c;
       }
-      gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
+      if (!window_) {
+        gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
+        continue;
+      }
+      // B gathered in the packing: the batch axes' terms shift its base and bounds
+      const codegen::GemmPlan::Window& win = *p.b_window;
+      WindowPack wp{window_.get(), b_src, win.offset, win.below};
+      for (std::int64_t rest = i, d = static_cast<std::int64_t>(p.batch.size()); d-- > 0;) {
+        const codegen::GemmPlan::Loop& l = p.batch[static_cast<std::size_t>(d)];
+        const std::int64_t at = rest % l.size;
+        rest /= l.size;
+        wp.base += at * win.index[l.axis];
+        for (std::size_t q = 0; q < wp.below.size(); ++q) wp.below[q] -= at * win.bounds[q][l.axis];
+      }
+      const cpu::GemmGatherB<float> gather{&pack_window, &wp};
+      gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, nullptr, 0, 0, c + oc, p.ldc, &gather}, blocking_);
     }
   };
   cpu::parallel_products(count, p.m * p.n * p.k, run);
@@ -67,6 +228,7 @@ void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector
   auto fresh = [&](std::int64_t n) { return scratch_(static_cast<std::size_t>(n), dtypes::float32); };
   std::shared_ptr<RawBuffer> gathered[2];            // (a plan gathers at most its two operands)
   for (std::size_t i = 0; i < packs_.size(); ++i) {  // counted as part of this kernel
+    if (window_ && static_cast<int>(i) == plan_.b_pack) continue;  // (gathered in the packing)
     const codegen::GemmPlan::Pack& pk = plan_.packs[i];
     gathered[i] = fresh(prod(pk.shape));
     packs_[i].launch({gathered[i].get(), bufs.at(pk.buf)});
@@ -103,11 +265,18 @@ GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const
     epi.c_size = prod(k.output_shape);
     out.source += "// then the epilogue over C:\n" + epi.runner.prg;
   }
-  for (const codegen::GemmPlan::Pack& pk : p.packs) {
+  for (std::size_t i = 0; i < p.packs.size(); ++i) {
+    const codegen::GemmPlan::Pack& pk = p.packs[i];
     auto ast = std::make_shared<LazyOp>(UnaryOps::NOOP,
                                         std::vector<LazySrc>{MemBuffer{1, dtypes::float32, pk.st}}, OpArg{});
     const ASTRunner& g = out.packs.emplace_back(build(ast, dtypes::float32));
-    out.source += detail::cat("// operand buffer ", std::to_string(pk.buf), " gathered first:\n", g.prg);
+    out.source +=
+        p.b_window && static_cast<int>(i) == p.b_pack
+            ? detail::cat("// operand buffer ", std::to_string(pk.buf),
+                          " gathered in the packing, through its window (the copy below is for AOT "
+                          "libraries):\n",
+                          g.prg)
+            : detail::cat("// operand buffer ", std::to_string(pk.buf), " gathered first:\n", g.prg);
   }
   return out;
 }
@@ -126,8 +295,27 @@ std::string gemm_name(const codegen::GemmPlan& p) {
   return detail::cat("gemm_", str(p.batch_count()), "x", str(p.m), "x", str(p.n), "x", str(p.k));
 }
 
-ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& p, const codegen::Renderer& render,
-                      const GemmCompile& compile, Compiled::BufferFactory scratch) {
+namespace {
+
+// Whether a gathered B is packed through its window rather than copied whole first: env
+// METAGRAD_GEMM_WINDOW=1 always, 0 never, else where the copy would pass 32 MiB. The copy, a
+// vectorized kernel, and then B read in place cost less (ResNet-18's 3x3 convs at batch 1, 64 to 512
+// channels: 86-92 GFLOP/s against 67-78 through the window on one Zen 4 core), but its scratch
+// grows with the batch (a 56 x 56 x 64 conv's windows: 7 MiB an image).
+bool use_window(const codegen::GemmPlan& p) {
+  if (p.b_pack < 0) return false;
+  const char* e = std::getenv("METAGRAD_GEMM_WINDOW");
+  if (e && *e) return std::string_view(e) != "0";
+  return prod(p.packs[static_cast<std::size_t>(p.b_pack)].shape) * 4 > (std::int64_t{32} << 20);
+}
+
+}  // namespace
+
+ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan,
+                      const codegen::Renderer& render, const GemmCompile& compile,
+                      Compiled::BufferFactory scratch) {
+  codegen::GemmPlan p = plan;
+  if (use_window(p)) p.b_window = codegen::gemm_window(k, p);
   ASTRunner r;
   const std::int64_t batch = p.batch_count();
   auto str = [](std::int64_t v) { return std::to_string(v); };

@@ -254,6 +254,14 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
       if (auto s = stride_of(b, axis); s && *s == 1) ++n;
     return n;
   };
+  // How many input reads of a multiply-accumulate walk memory along `axis` through their last view:
+  // a depthwise conv's windows (which the GEMM does not run), vectorized across the output's width.
+  auto window_reads = [&](std::size_t axis) {
+    int n = 0;
+    for (std::size_t b = 1; b < sts.size() && reduceop->op == FusedOps::MULACC; ++b)
+      if (sts[b].views().back().strides[axis] == 1) ++n;
+    return n;
+  };
   // A matmul: the multiply's two sides are an outer product over the rows and the columns, one side
   // constant along the rows (B), the other along the columns (A). A square (x - mean)^2 is not: a
   // register tile over its outputs would read neither side as a vector.
@@ -344,7 +352,8 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
     // line once.
     for (std::int64_t u = opts.column_upcast; u >= 8; u /= 2) {
       std::size_t c = first_reduce - 1;
-      if (first_reduce == 0 || unit_reads(c) == 0 || full_shape()[c] % u != 0) continue;
+      if (first_reduce == 0 || (unit_reads(c) == 0 && window_reads(c) == 0) || full_shape()[c] % u != 0)
+        continue;
       upcast(c, u);
       std::int64_t cols = first_reduce > 0 ? full_shape()[first_reduce - 1] : 1, g = 32;
       while (g > 1 && (cols % g != 0 || cols / g < 2)) g /= 2;

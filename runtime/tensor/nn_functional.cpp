@@ -412,7 +412,13 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
   for (std::size_t j = 0; j < n; ++j) sizes.push_back(padded(shape()[2 + j], p, j, n));
   check_windows(detail::cat(where, ", padding ", str(p)), sizes, k, d);
 
-  Tensor x = pool(pad_spatial(*this, p), k, s, d);  // (bs, groups*cin, o..., k...)
+  // A depthwise conv (one input channel a group, which no GEMM runs: a one-column product a channel)
+  // copies its padded input first: the rendered kernel's window reads then have no edge masks, and
+  // it vectorizes across the output's width.
+  Tensor padded_in = pad_spatial(*this, p);
+  if (cin == 1 && groups > 1 && std::any_of(p.begin(), p.end(), [](std::int64_t v) { return v != 0; }))
+    padded_in = padded_in.contiguous();
+  Tensor x = pool(padded_in, k, s, d);  // (bs, groups*cin, o..., k...)
   std::int64_t rcout = cout / groups;
   V o(x.shape().begin() + 2, x.shape().begin() + 2 + static_cast<std::ptrdiff_t>(n));
   auto dims = [](std::initializer_list<V> parts) {

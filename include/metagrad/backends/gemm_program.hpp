@@ -20,19 +20,17 @@ struct GemmEpilogue {
   std::int64_t c_size = 0;  // elements of C
 };
 
+struct GemmWindow;  // a plan's b_window as tables (gemm_program.cpp)
+
 class GemmProgram : public Program {
  public:
   // `blocking` is chosen once, when the kernel is built (a BEAM search runs then, not per call).
   // `packs[i]` gathers plan.packs[i] (a kernel over that one buffer). C for the epilogue and the
   // gathered operands are buffers from `scratch` (the device's pool), held for the call only: kept
   // from call to call they would hold a model's largest activations outside the pool for good.
+  // A B with a window (plan.b_window) is gathered in the GEMM's packing, its copy kernel not run.
   GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking, std::optional<GemmEpilogue> epilogue,
-              std::vector<ASTRunner> packs, Compiled::BufferFactory scratch)
-      : plan_(std::move(plan)),
-        blocking_(blocking),
-        epilogue_(std::move(epilogue)),
-        packs_(std::move(packs)),
-        scratch_(std::move(scratch)) {}
+              std::vector<ASTRunner> packs, Compiled::BufferFactory scratch);
   void operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>& local_size,
                   const std::vector<RawBuffer*>& bufs) override;
   const codegen::GemmPlan& plan() const { return plan_; }
@@ -49,6 +47,7 @@ class GemmProgram : public Program {
   std::optional<GemmEpilogue> epilogue_;
   std::vector<ASTRunner> packs_;
   Compiled::BufferFactory scratch_;
+  std::shared_ptr<const GemmWindow> window_;
 };
 
 using GemmCompile = std::function<std::shared_ptr<Program>(const std::string& name, const std::string& src)>;

@@ -22,6 +22,7 @@ struct GemmPlan {
   std::int64_t a_offset = 0, b_offset = 0, c_offset = 0;
   struct Loop {
     std::int64_t size, a, b, c;  // a batch axis: its size and the three strides
+    std::size_t axis = 0;        // the kernel's axis
   };
   std::vector<Loop> batch;            // outermost first
   std::int64_t batch_count() const {  // products in all: the batch axes' sizes multiplied
@@ -38,11 +39,28 @@ struct GemmPlan {
     ShapeTracker st;  // reads that buffer over `shape`
     Dims shape;
   };
+  std::vector<std::size_t> cols;  // the kernel axes of C's columns, outermost first
+  // A gathered B whose views read an affine window (a conv's padded, strided, dilated windows):
+  // at kernel position i, B is buf[offset + sum_d index[d] i_d] where every bound q holds,
+  // sum_d bounds[q][d] i_d < below[q], else 0 (gemm_window). The host GEMM can then gather each
+  // panel of B in its packing (im2col folded into the packing, no copy of the whole operand); the
+  // copy kernel of its Pack remains for the devices that run it (AOT libraries).
+  struct Window {
+    std::vector<std::int64_t> index;
+    std::int64_t offset = 0;
+    std::vector<std::vector<std::int64_t>> bounds;
+    std::vector<std::int64_t> below;
+    std::vector<std::size_t> rows, cols;  // B's row (reduce) and column axes, outermost first
+    Dims shape;                           // the kernel's full shape
+  };
+  std::optional<Window> b_window;
   std::vector<Pack> packs;
   int a_pack = -1, b_pack = -1;  // the operands' packs (indices into packs), -1: read in place
 };
 
 // The plan for `k` when it is such a contraction (before hand_coded_optimizations).
 std::optional<GemmPlan> match_gemm(const Kernel& k);
+// The window of the plan's gathered B, where its views read an affine one.
+std::optional<GemmPlan::Window> gemm_window(const Kernel& k, const GemmPlan& p);
 
 }  // namespace metagrad::codegen

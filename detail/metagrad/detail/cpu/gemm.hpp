@@ -20,6 +20,17 @@ struct GemmBlocking {
   friend bool operator==(const GemmBlocking&, const GemmBlocking&) = default;
 };
 
+// B read through a gather rather than strides (a conv's windows: im2col in the packing, nothing
+// materialised): pack(ctx, dst, p0, kc, j0, count, width) writes rows [p0, p0 + kc) x columns
+// [j0, j0 + count) of B as pack<NR> does, in strips of `width` columns (row p, then p + 1), zeros
+// past count. Called by several threads at once, each with its own columns.
+template <class T>
+struct GemmGatherB {
+  void (*pack)(const void* ctx, T* dst, std::int64_t p0, std::int64_t kc, std::int64_t j0, std::int64_t count,
+               std::int64_t width);
+  const void* ctx;
+};
+
 namespace detail {
 using index_t = std::int64_t;
 using namespace plan;  // gemm_kernel.h calls the plan's functions as C does, unqualified
@@ -209,11 +220,15 @@ struct Gemm {
     index_t m, nc, kc, MC, ars, acs, brs, bcs, ldc, bstrips, rstrips, ablock, apack;
     bool direct, acc, whole_a;
     int phase;
+    const GemmGatherB<T>* gather;  // B's packing, or null: B's strides
+    index_t pc, jc;                // the step's first row and column of B
   };
   static void step_part(void* ctx, int p, int np);
   // run on this copy whatever the CPU (run itself may hand the product to a wider copy: below).
+  // `gather`: B packed by it (b, brs and bcs unused), never read in place.
   static void run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
-                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk, bool acc = false);
+                       index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk, bool acc = false,
+                       const GemmGatherB<T>* gather = nullptr);
 
   // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
   // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
@@ -301,7 +316,7 @@ void Gemm<T, AllTiles>::run(index_t m, index_t n, index_t k, const T* a, index_t
 template <class T, bool AllTiles>
 void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs,
                                  const T* b, index_t brs, index_t bcs, T* c, index_t ldc,
-                                 const GemmBlocking& bk, bool acc) {
+                                 const GemmBlocking& bk, bool acc, const GemmGatherB<T>* gather) {
   if (m == 0 || n == 0 || (k == 0 && acc)) return;
   if (k == 0) {
     for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
@@ -313,11 +328,12 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       T* at = Arena::local().alloc<T>(m * k);
       for (index_t i = 0; i < m; ++i)
         for (index_t p = 0; p < k; ++p) at[i * k + p] = a[i * ars + p * acs];
-      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk, acc);
+      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk, acc, gather);
     }
     // (one thread: a tile of MR rows for one was 4x slower at 1 x 512 x 512)
-    if (m <= kFewRows && bcs == 1) return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc, acc);
-  } else {  // (with few tiles, the blocked path: see kAllTiles)
+    if (m <= kFewRows && bcs == 1 && !gather)
+      return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc, acc);
+  } else if (!gather) {  // (with few tiles, the blocked path: see kAllTiles)
     if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
       return dots(m, n, k, a, ars, b, bcs, c, ldc, acc);
     if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc, acc);
@@ -331,7 +347,7 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
   const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
   // B read in place (docs/gemm.md, "B read in place"): small products (64 x 64, a conv's per-image
   // product) pay no packing.
-  const bool direct = plan::mg_gemm_direct(m, n, k, brs, bcs, steps, MC, MR, S, caches.l2);
+  const bool direct = !gather && plan::mg_gemm_direct(m, n, k, brs, bcs, steps, MC, MR, S, caches.l2);
   // B's rows all equally off a cache line: the first columns, up to a line, a product of their own
   // (docs/gemm.md, "Off a cache line"; at k = 64 two products would cost a quarter of 64 x 64, and
   // the L1 holds the strips anyway).
@@ -363,13 +379,13 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
     const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
     for (index_t pc = 0; pc < k; pc += ks) {
       const index_t kc = std::min(ks, k - pc);
-      const T* bsrc = b + pc * brs + jc * bcs;
+      const T* bsrc = gather ? b : b + pc * brs + jc * bcs;
       const T* asrc = a + pc * acs;
       const mg_gemm_panel panel{
           direct ? bsrc : bp, direct, brs, nc, ahead, plan::mg_gemm_next(direct, kc, nc, S, caches.l2)};
       Step st{&panel, asrc,   bsrc,          bp,        ap,  c + jc, m,       nc,      kc,
               MC,     ars,    acs,           brs,       bcs, ldc,    bstrips, rstrips, ablock,
-              apack,  direct, acc || pc > 0, parts > 1, 0};
+              apack,  direct, acc || pc > 0, parts > 1, 0,   gather, pc,      jc};
       if (by_rows) {  // (one part included)
         if (!direct) Pool::get().run(parts, &step_part, &st);
         st.phase = 1;
@@ -395,7 +411,10 @@ void Gemm<T, AllTiles>::step_part(void* ctx, int p, int np) {
   // B's strips [s0, s1) (columns [c0, c1)), packed (strips of NR columns, row p then p+1) unless read
   // in place
   const index_t s0 = s.bstrips * p / np, c0 = s0 * NR, c1 = std::min(s.nc, s.bstrips * (p + 1) / np * NR);
-  if (!s.direct && c0 < c1) pack<NR>(s.bp + s0 * NR * s.kc, s.kc, c1 - c0, s.bsrc + c0 * s.bcs, s.brs, s.bcs);
+  if (s.gather && c0 < c1)
+    s.gather->pack(s.gather->ctx, s.bp + s0 * NR * s.kc, s.pc, s.kc, s.jc + c0, c1 - c0, NR);
+  else if (!s.direct && c0 < c1)
+    pack<NR>(s.bp + s0 * NR * s.kc, s.kc, c1 - c0, s.bsrc + c0 * s.bcs, s.brs, s.bcs);
   if (s.phase == 2 && c0 < c1)  // then all of C's rows times them
     mg_gemm_rows(0, s.m, c0, c1, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
                  s.acc, s.whole_a);
