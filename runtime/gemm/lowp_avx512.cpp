@@ -1,0 +1,254 @@
+// The AVX-512 low-precision kernels (flags set in CMakeLists.txt: AVX-512 with BF16 and VNNI):
+// bf16 products by vdpbf16ps, int8 products by vpdpbusd, the quantised GEMV. Called only where
+// CPUID reports those extensions (lowp.cpp).
+#include <immintrin.h>
+
+// g++ 12 warns falsely inside its own AVX-512 conversions and reductions (_mm512_undefined_*).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "lowp_blocked.hpp"
+#include "lowp_isa.hpp"
+
+namespace metagrad::cpu::lowp {
+namespace {
+
+// k in pairs: a packed B strip is, per pair, 32 columns of (B[2p][j], B[2p+1][j]); A's pair of a
+// row is one 32-bit broadcast.
+struct Bf16Kernel {
+  using TA = std::uint16_t;
+  using TB = std::uint16_t;
+  using TC = float;
+  using PA = std::uint32_t;
+  using PB = std::uint16_t;
+  static constexpr int MR = 14, NR = 32, KG = 2;  // 28 accumulators of 32 registers
+
+  static void pack_a(const TA* a, i64 lda, i64 rows, i64 kc, PA* out) {
+    const i64 pairs = (kc + 1) / 2;
+    for (i64 i = 0; i < MR; ++i) {
+      const TA* r = a + i * lda;
+      if (i >= rows) {
+        for (i64 p = 0; p < pairs; ++p) out[p * MR + i] = 0;
+        continue;
+      }
+      for (i64 p = 0; p < kc / 2; ++p) std::memcpy(out + p * MR + i, r + 2 * p, 4);
+      if (kc % 2) out[(pairs - 1) * MR + i] = r[kc - 1];
+    }
+  }
+  static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
+    const i64 pairs = (kc + 1) / 2, strip = pairs * 2 * NR;
+    for (i64 p = 0; p < pairs; ++p) {
+      const TB* r0 = b + 2 * p * ldb;
+      const TB* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
+      for (i64 j0 = 0; j0 < nc; j0 += NR) {
+        PB* o = out + (j0 / NR) * strip + p * 2 * NR;
+        if (r1 && j0 + NR <= nc) {  // 8 columns of two rows interleaved per pair of unpacks
+          for (int j = 0; j < NR; j += 8) {
+            __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + j0 + j));
+            __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + j0 + j));
+            _mm_store_si128(reinterpret_cast<__m128i*>(o + 2 * j), _mm_unpacklo_epi16(x0, x1));
+            _mm_store_si128(reinterpret_cast<__m128i*>(o + 2 * j + 8), _mm_unpackhi_epi16(x0, x1));
+          }
+        } else {
+          for (i64 j = 0; j < NR; ++j) {
+            const bool in = j0 + j < nc;
+            o[2 * j] = in ? r0[j0 + j] : 0;
+            o[2 * j + 1] = in && r1 ? r1[j0 + j] : 0;
+          }
+        }
+      }
+    }
+  }
+  static void tile(i64 pairs, const PA* ap, const PB* bp, TC* c, i64 ldc, int rows, int cols, bool load,
+                   const TC* bias) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (i64 p = 0; p < pairs; ++p, ap += MR, bp += 2 * NR) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(bp), b1 = (__m512bh)_mm512_load_si512(bp + NR);
+#pragma GCC unroll 14
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i]));
+        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
+        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
+      }
+    }
+    store(acc, c, ldc, rows, cols, load, bias);
+  }
+  static void store(__m512 (&acc)[MR][2], float* c, i64 ldc, int rows, int cols, bool load,
+                    const float* bias) {
+    if (cols == NR) {
+      for (int i = 0; i < rows; ++i)
+        for (int h = 0; h < 2; ++h) {
+          __m512 v = acc[i][h];
+          if (load) v = _mm512_add_ps(v, _mm512_loadu_ps(c + i * ldc + 16 * h));
+          if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + 16 * h));
+          _mm512_storeu_ps(c + i * ldc + 16 * h, v);
+        }
+      return;
+    }
+    alignas(64) float t[MR * NR];
+    for (int i = 0; i < MR; ++i)
+      _mm512_store_ps(t + i * NR, acc[i][0]), _mm512_store_ps(t + i * NR + 16, acc[i][1]);
+    store_tile<float, NR>(t, c, ldc, rows, cols, load, bias);
+  }
+};
+
+// k in fours: a packed B strip is, per four, 32 columns of B[4q..4q+3][j] (signed bytes); A's four
+// of a row, offset by 128 to unsigned bytes, is one 32-bit broadcast.
+struct S8Kernel {
+  using TA = std::int8_t;
+  using TB = std::int8_t;
+  using TC = std::int32_t;
+  using PA = std::uint32_t;
+  using PB = std::int8_t;
+  static constexpr int MR = 14, NR = 32, KG = 4;
+
+  static void pack_a(const TA* a, i64 lda, i64 rows, i64 kc, PA* out) {
+    const i64 quads = (kc + 3) / 4;
+    for (i64 i = 0; i < MR; ++i) {
+      const TA* r = a + i * lda;
+      if (i >= rows) {
+        for (i64 q = 0; q < quads; ++q) out[q * MR + i] = 0;
+        continue;
+      }
+      for (i64 q = 0; q < kc / 4; ++q) {
+        std::uint32_t x;
+        std::memcpy(&x, r + 4 * q, 4);
+        out[q * MR + i] = x ^ 0x80808080u;
+      }
+      if (kc % 4) {
+        std::uint32_t x = 0;
+        for (i64 t = 0; t < kc % 4; ++t)
+          x |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(r[kc / 4 * 4 + t]) ^ 0x80u) << (8 * t);
+        out[(quads - 1) * MR + i] = x;
+      }
+    }
+  }
+  static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
+    const i64 quads = (kc + 3) / 4, strip = quads * 4 * NR;
+    for (i64 q = 0; q < quads; ++q) {
+      const TB* r = b + 4 * q * ldb;
+      const i64 have = std::min<i64>(4, kc - 4 * q);
+      for (i64 j0 = 0; j0 < nc; j0 += NR) {
+        PB* o = out + (j0 / NR) * strip + q * 4 * NR;
+        if (have == 4 && j0 + NR <= nc) {  // 16 columns of four rows interleaved per 8 unpacks
+          for (int j = 0; j < NR; j += 16) {
+            __m128i x[4];
+            for (int t = 0; t < 4; ++t)
+              x[t] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + t * ldb + j0 + j));
+            const __m128i t0 = _mm_unpacklo_epi8(x[0], x[1]), t1 = _mm_unpackhi_epi8(x[0], x[1]);
+            const __m128i t2 = _mm_unpacklo_epi8(x[2], x[3]), t3 = _mm_unpackhi_epi8(x[2], x[3]);
+            __m128i* d = reinterpret_cast<__m128i*>(o + 4 * j);
+            _mm_store_si128(d, _mm_unpacklo_epi16(t0, t2));
+            _mm_store_si128(d + 1, _mm_unpackhi_epi16(t0, t2));
+            _mm_store_si128(d + 2, _mm_unpacklo_epi16(t1, t3));
+            _mm_store_si128(d + 3, _mm_unpackhi_epi16(t1, t3));
+          }
+        } else {
+          for (i64 j = 0; j < NR; ++j)
+            for (i64 t = 0; t < 4; ++t) o[4 * j + t] = j0 + j < nc && t < have ? r[t * ldb + j0 + j] : 0;
+        }
+      }
+    }
+  }
+  static void tile(i64 quads, const PA* ap, const PB* bp, TC* c, i64 ldc, int rows, int cols, bool load,
+                   const TC* bias) {
+    __m512i acc[MR][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    for (i64 q = 0; q < quads; ++q, ap += MR, bp += 4 * NR) {
+      const __m512i b0 = _mm512_load_si512(bp), b1 = _mm512_load_si512(bp + 2 * NR);
+#pragma GCC unroll 14
+      for (int i = 0; i < MR; ++i) {
+        const __m512i x = _mm512_set1_epi32(static_cast<int>(ap[i]));
+        acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], x, b0);
+        acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], x, b1);
+      }
+    }
+    if (cols == NR) {
+      for (int i = 0; i < rows; ++i)
+        for (int h = 0; h < 2; ++h) {
+          __m512i v = acc[i][h];
+          if (load) v = _mm512_add_epi32(v, _mm512_loadu_si512(c + i * ldc + 16 * h));
+          if (bias) v = _mm512_add_epi32(v, _mm512_loadu_si512(bias + 16 * h));
+          _mm512_storeu_si512(c + i * ldc + 16 * h, v);
+        }
+      return;
+    }
+    alignas(64) std::int32_t t[MR * NR];
+    for (int i = 0; i < MR; ++i)
+      _mm512_store_si512(t + i * NR, acc[i][0]), _mm512_store_si512(t + i * NR + 16, acc[i][1]);
+    store_tile<std::int32_t, NR>(t, c, ldc, rows, cols, load, bias);
+  }
+};
+
+float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// One row of A times one quantised row of W: sum over blocks of d * (q . a), two accumulators
+// (even and odd blocks) so that the adds do not wait on each other.
+float dot_q8_0(const float* a, const BlockQ8_0* w, i64 blocks) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
+    const __m512 q0 =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs))));
+    const __m512 q1 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs + 16))));
+    const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
+    if (b & 1)
+      s1 = _mm512_fmadd_ps(d, t, s1);
+    else
+      s0 = _mm512_fmadd_ps(d, t, s0);
+  }
+  return hsum(_mm512_add_ps(s0, s1));
+}
+
+float dot_q4_0(const float* a, const BlockQ4_0* w, i64 blocks) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
+  for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs)));
+    const __m512 q0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, low), eight));
+    const __m512 q1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
+    const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
+    if (b & 1)
+      s1 = _mm512_fmadd_ps(d, t, s1);
+    else
+      s0 = _mm512_fmadd_ps(d, t, s0);
+  }
+  return hsum(_mm512_add_ps(s0, s1));
+}
+
+template <class Block, float (*Dot)(const float*, const Block*, i64)>
+void gemv(const GemvArgs& g) {
+  const i64 blocks = g.k / kQuantBlock;
+  const Block* w = static_cast<const Block*>(g.w);
+  for (i64 j = g.n0; j < g.n1; ++j)
+    for (i64 i = 0; i < g.m; ++i) {
+      const float s = Dot(g.a + i * g.lda, w + j * blocks, blocks);
+      float& c = g.c[i * g.ldc + j];
+      c = g.accumulate ? c + s : s;
+    }
+}
+
+}  // namespace
+
+namespace avx512 {
+void gemm_bf16(const GemmArgs<std::uint16_t, std::uint16_t, float>& p) {
+  blocked<Bf16Kernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
+}
+void gemm_s8(const GemmArgs<std::int8_t, std::int8_t, std::int32_t>& p, const std::int32_t* bias) {
+  blocked<S8Kernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, bias);
+}
+void gemv_q(QuantType t, const GemvArgs& g) {
+  if (t == QuantType::q8_0)
+    gemv<BlockQ8_0, dot_q8_0>(g);
+  else
+    gemv<BlockQ4_0, dot_q4_0>(g);
+}
+}  // namespace avx512
+
+}  // namespace metagrad::cpu::lowp
