@@ -14,6 +14,19 @@
 namespace metagrad::cpu::lowp {
 namespace {
 
+// A strip of 14 rows packed by groups: out[g * 14 + i] = the 32 bits at row i's byte g * step
+// (rows `ld_bytes` apart), xor `flip`; one gather a group, the rows read in order.
+void gather_strip(const char* a, i64 ld_bytes, i64 step, i64 groups, std::uint32_t flip, std::uint32_t* out) {
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 13, 13),
+                         _mm512_set1_epi32(static_cast<int>(ld_bytes)));
+  const __m512i x = _mm512_set1_epi32(static_cast<int>(flip));
+  for (i64 g = 0; g < groups; ++g, a += step, out += 14) {
+    const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0x3fff, idx, a, 1);
+    _mm512_mask_storeu_epi32(out, 0x3fff, _mm512_xor_si512(v, x));
+  }
+}
+
 // k in pairs: a packed B strip is, per pair, 32 columns of (B[2p][j], B[2p+1][j]); A's pair of a
 // row is one 32-bit broadcast.
 struct Bf16Kernel {
@@ -26,6 +39,10 @@ struct Bf16Kernel {
 
   static void pack_a(const TA* a, i64 lda, i64 rows, i64 kc, PA* out) {
     const i64 pairs = (kc + 1) / 2;
+    if (rows == MR && kc % 2 == 0 && lda < (i64{1} << 26)) {  // one gather a pair: the rows stream in order
+      gather_strip(reinterpret_cast<const char*>(a), 2 * lda, 4, pairs, 0, out);
+      return;
+    }
     for (i64 i = 0; i < MR; ++i) {
       const TA* r = a + i * lda;
       if (i >= rows) {
@@ -115,6 +132,10 @@ struct S8Kernel {
 
   static void pack_a(const TA* a, i64 lda, i64 rows, i64 kc, PA* out) {
     const i64 quads = (kc + 3) / 4;
+    if (rows == MR && kc % 4 == 0 && lda < (i64{1} << 26)) {
+      gather_strip(reinterpret_cast<const char*>(a), lda, 4, quads, 0x80808080, out);
+      return;
+    }
     for (i64 i = 0; i < MR; ++i) {
       const TA* r = a + i * lda;
       if (i >= rows) {

@@ -34,13 +34,13 @@ struct Scratch {
   Scratch& operator=(const Scratch&) = delete;
 };
 
-// Blocking from the host's caches: a KC x NR strip of B takes half the L1, an MC x KC block of A
+// Blocking from the host's caches: a KC x NR strip of B takes the L1, an MC x KC block of A
 // half the L2, a KC x NC panel of B an eighth of the L3 (the f32 GEMM's shares).
 template <class K>
 void blocking(i64& kc, i64& mc, i64& nc) {
   const CacheSizes& cs = host_caches();
-  kc = std::clamp<i64>(cs.l1 / 2 / (K::NR * static_cast<i64>(sizeof(typename K::PB))), 64, 1024) /
-       (4 * K::KG) * (4 * K::KG);
+  kc = std::clamp<i64>(cs.l1 / (K::NR * static_cast<i64>(sizeof(typename K::PB))), 64, 1024) / (4 * K::KG) *
+       (4 * K::KG);
   mc = std::clamp<i64>(cs.l2 / 2 / (kc * static_cast<i64>(sizeof(typename K::TA))), K::MR, 1024) / K::MR *
        K::MR;
   nc = std::clamp<i64>(cs.l3 / 8 / (kc * static_cast<i64>(sizeof(typename K::PB))), K::NR, 4096) / K::NR *
