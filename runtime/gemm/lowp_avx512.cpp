@@ -82,6 +82,10 @@ struct Bf16Kernel {
     __m512 acc[MR][2];
 #pragma GCC unroll 14
     for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    if (load)  // C's tile is read at the end: ask for it now
+      for (int i = 0; i < rows; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0),
+            _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
     for (i64 p = 0; p < pairs; ++p, ap += MR, bp += 2 * NR) {
       const __m512bh b0 = (__m512bh)_mm512_load_si512(bp), b1 = (__m512bh)_mm512_load_si512(bp + NR);
 #pragma GCC unroll 14
