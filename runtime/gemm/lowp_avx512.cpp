@@ -241,13 +241,15 @@ float dot_q8_0(const float* a, const BlockQ8_0* w, i64 blocks) {
   return hsum(_mm512_add_ps(s0, s1));
 }
 
+// Q4_0's nibbles to floats by a table lookup (vpermps reads only an index's low 4 bits): one
+// instruction a half block where masking, subtracting 8 and converting took three.
 float dot_q4_0(const float* a, const BlockQ4_0* w, i64 blocks) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
+  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs)));
-    const __m512 q0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, low), eight));
-    const __m512 q1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
+    const __m512 q0 = _mm512_permutexvar_ps(v, table),
+                 q1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
     const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
     if (b & 1)
