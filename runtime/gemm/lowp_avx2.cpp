@@ -31,27 +31,12 @@ struct S8PairKernel {
     }
   }
   static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
-    const i64 pairs = (kc + 1) / 2, strip = pairs * 2 * NR;
-    for (i64 p = 0; p < pairs; ++p) {
-      const TB* r0 = b + 2 * p * ldb;
-      const TB* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
-      for (i64 j0 = 0; j0 < nc; j0 += NR) {
-        PB* o = out + (j0 / NR) * strip + p * 2 * NR;
-        if (r1 && j0 + NR <= nc) {
-          const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + j0));
-          const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + j0));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x0, x1)));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(o + 16),
-                             _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x0, x1)));
-        } else {
-          for (i64 j = 0; j < NR; ++j) {
-            const bool in = j0 + j < nc;
-            o[2 * j] = in ? r0[j0 + j] : 0;
-            o[2 * j + 1] = in && r1 ? r1[j0 + j] : 0;
-          }
-        }
-      }
-    }
+    pack_pairs<NR>(b, ldb, kc, nc, out, [](const TB* r0, const TB* r1, PB* o) {
+      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
+      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x0, x1)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x0, x1)));
+    });
   }
   static void tile(i64 pairs, const PA* ap, const PB* bp, TC* c, i64 ldc, int rows, int cols, bool load,
                    const TC* bias) {

@@ -27,6 +27,29 @@ void gather_strip(const char* a, i64 ld_bytes, i64 step, i64 groups, std::uint32
   }
 }
 
+__m512 add(__m512 v, const float* p) { return _mm512_add_ps(v, _mm512_loadu_ps(p)); }
+__m512i add(__m512i v, const std::int32_t* p) { return _mm512_add_epi32(v, _mm512_loadu_si512(p)); }
+
+// A 14 x 32 tile's store (two vectors a row): C (+)= acc (+ bias).
+template <class V, class T, int MR>
+void store(V (&acc)[MR][2], T* c, i64 ldc, int rows, int cols, bool load, const T* bias) {
+  constexpr int NR = 32;
+  if (cols == NR) {
+    for (int i = 0; i < rows; ++i)
+      for (int h = 0; h < 2; ++h) {
+        V v = acc[i][h];
+        if (load) v = add(v, c + i * ldc + 16 * h);
+        if (bias) v = add(v, bias + 16 * h);
+        std::memcpy(c + i * ldc + 16 * h, &v, sizeof v);
+      }
+    return;
+  }
+  alignas(64) T t[MR * NR];
+  for (int i = 0; i < MR; ++i)
+    std::memcpy(t + i * NR, &acc[i][0], sizeof(V)), std::memcpy(t + i * NR + 16, &acc[i][1], sizeof(V));
+  store_tile<T, NR>(t, c, ldc, rows, cols, load, bias);
+}
+
 // k in pairs: a packed B strip is, per pair, 32 columns of (B[2p][j], B[2p+1][j]); A's pair of a
 // row is one 32-bit broadcast.
 struct Bf16Kernel {
@@ -54,28 +77,14 @@ struct Bf16Kernel {
     }
   }
   static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
-    const i64 pairs = (kc + 1) / 2, strip = pairs * 2 * NR;
-    for (i64 p = 0; p < pairs; ++p) {
-      const TB* r0 = b + 2 * p * ldb;
-      const TB* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
-      for (i64 j0 = 0; j0 < nc; j0 += NR) {
-        PB* o = out + (j0 / NR) * strip + p * 2 * NR;
-        if (r1 && j0 + NR <= nc) {  // 8 columns of two rows interleaved per pair of unpacks
-          for (int j = 0; j < NR; j += 8) {
-            __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + j0 + j));
-            __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + j0 + j));
-            _mm_store_si128(reinterpret_cast<__m128i*>(o + 2 * j), _mm_unpacklo_epi16(x0, x1));
-            _mm_store_si128(reinterpret_cast<__m128i*>(o + 2 * j + 8), _mm_unpackhi_epi16(x0, x1));
-          }
-        } else {
-          for (i64 j = 0; j < NR; ++j) {
-            const bool in = j0 + j < nc;
-            o[2 * j] = in ? r0[j0 + j] : 0;
-            o[2 * j + 1] = in && r1 ? r1[j0 + j] : 0;
-          }
-        }
+    pack_pairs<NR>(b, ldb, kc, nc, out, [](const TB* r0, const TB* r1, PB* o) {
+      for (int j = 0; j < NR; j += 8) {  // 8 columns of two rows interleaved per pair of unpacks
+        const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + j));
+        const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + j));
+        _mm_store_si128(reinterpret_cast<__m128i*>(o + 2 * j), _mm_unpacklo_epi16(x0, x1));
+        _mm_store_si128(reinterpret_cast<__m128i*>(o + 2 * j + 8), _mm_unpackhi_epi16(x0, x1));
       }
-    }
+    });
   }
   static void tile(i64 pairs, const PA* ap, const PB* bp, TC* c, i64 ldc, int rows, int cols, bool load,
                    const TC* bias) {
@@ -96,23 +105,6 @@ struct Bf16Kernel {
       }
     }
     store(acc, c, ldc, rows, cols, load, bias);
-  }
-  static void store(__m512 (&acc)[MR][2], float* c, i64 ldc, int rows, int cols, bool load,
-                    const float* bias) {
-    if (cols == NR) {
-      for (int i = 0; i < rows; ++i)
-        for (int h = 0; h < 2; ++h) {
-          __m512 v = acc[i][h];
-          if (load) v = _mm512_add_ps(v, _mm512_loadu_ps(c + i * ldc + 16 * h));
-          if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + 16 * h));
-          _mm512_storeu_ps(c + i * ldc + 16 * h, v);
-        }
-      return;
-    }
-    alignas(64) float t[MR * NR];
-    for (int i = 0; i < MR; ++i)
-      _mm512_store_ps(t + i * NR, acc[i][0]), _mm512_store_ps(t + i * NR + 16, acc[i][1]);
-    store_tile<float, NR>(t, c, ldc, rows, cols, load, bias);
   }
 };
 
@@ -201,22 +193,6 @@ struct S8Kernel {
       }
     }
     store(acc, c, ldc, rows, cols, load, bias);
-  }
-  static void store(__m512i (&acc)[MR][2], TC* c, i64 ldc, int rows, int cols, bool load, const TC* bias) {
-    if (cols == NR) {
-      for (int i = 0; i < rows; ++i)
-        for (int h = 0; h < 2; ++h) {
-          __m512i v = acc[i][h];
-          if (load) v = _mm512_add_epi32(v, _mm512_loadu_si512(c + i * ldc + 16 * h));
-          if (bias) v = _mm512_add_epi32(v, _mm512_loadu_si512(bias + 16 * h));
-          _mm512_storeu_si512(c + i * ldc + 16 * h, v);
-        }
-      return;
-    }
-    alignas(64) std::int32_t t[MR * NR];
-    for (int i = 0; i < MR; ++i)
-      _mm512_store_si512(t + i * NR, acc[i][0]), _mm512_store_si512(t + i * NR + 16, acc[i][1]);
-    store_tile<std::int32_t, NR>(t, c, ldc, rows, cols, load, bias);
   }
 };
 

@@ -81,6 +81,29 @@ void blocked(i64 m, i64 n, i64 k, const typename K::TA* a, i64 lda, const typena
   }
 }
 
+// B packed for a kernel of k in pairs: per pair, NR columns of (B[2p][j], B[2p+1][j]) (a zero past
+// k and n); `full(r0, r1, o)` packs a whole strip's pair of rows, the edges are copied here.
+template <int NR, class T, class P, class Full>
+void pack_pairs(const T* b, i64 ldb, i64 kc, i64 nc, P* out, Full&& full) {
+  const i64 pairs = (kc + 1) / 2, strip = pairs * 2 * NR;
+  for (i64 p = 0; p < pairs; ++p) {
+    const T* r0 = b + 2 * p * ldb;
+    const T* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
+    for (i64 j0 = 0; j0 < nc; j0 += NR) {
+      P* o = out + (j0 / NR) * strip + p * 2 * NR;
+      if (r1 && j0 + NR <= nc) {
+        full(r0 + j0, r1 + j0, o);
+        continue;
+      }
+      for (i64 j = 0; j < NR; ++j) {
+        const bool in = j0 + j < nc;
+        o[2 * j] = in ? r0[j0 + j] : 0;
+        o[2 * j + 1] = in && r1 ? r1[j0 + j] : 0;
+      }
+    }
+  }
+}
+
 // A tile's store: v (rows x NR, row-major) added to C where `load`, plus bias[j] where given.
 template <class T, int NR>
 inline void store_tile(const T* v, T* c, i64 ldc, int rows, int cols, bool load, const T* bias) {
