@@ -196,17 +196,28 @@ struct S8Kernel {
   }
 };
 
-float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+// A block's 32 values as floats, in two vectors: q0 values 0-15, q1 values 16-31.
+void widen(const BlockQ8_0& x, __m512& q0, __m512& q1) {
+  q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs))));
+  q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs + 16))));
+}
+// Q4_0's nibbles to floats by a table lookup (vpermps reads only an index's low 4 bits): one
+// instruction a half block where masking, subtracting 8 and converting took three.
+void widen(const BlockQ4_0& x, __m512& q0, __m512& q1) {
+  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs)));
+  q0 = _mm512_permutexvar_ps(v, table);
+  q1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+}
 
 // One row of A times one quantised row of W: sum over blocks of d * (q . a), two accumulators
 // (even and odd blocks) so that the adds do not wait on each other.
-float dot_q8_0(const float* a, const BlockQ8_0* w, i64 blocks) {
+template <class Block>
+float dot(const float* a, const Block* w, i64 blocks) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
-    const __m512 q0 =
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs))));
-    const __m512 q1 = _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs + 16))));
+    __m512 q0, q1;
+    widen(w[b], q0, q1);
     const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
     if (b & 1)
@@ -214,35 +225,16 @@ float dot_q8_0(const float* a, const BlockQ8_0* w, i64 blocks) {
     else
       s0 = _mm512_fmadd_ps(d, t, s0);
   }
-  return hsum(_mm512_add_ps(s0, s1));
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-// Q4_0's nibbles to floats by a table lookup (vpermps reads only an index's low 4 bits): one
-// instruction a half block where masking, subtracting 8 and converting took three.
-float dot_q4_0(const float* a, const BlockQ4_0* w, i64 blocks) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-  for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs)));
-    const __m512 q0 = _mm512_permutexvar_ps(v, table),
-                 q1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
-    const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
-    if (b & 1)
-      s1 = _mm512_fmadd_ps(d, t, s1);
-    else
-      s0 = _mm512_fmadd_ps(d, t, s0);
-  }
-  return hsum(_mm512_add_ps(s0, s1));
-}
-
-template <class Block, float (*Dot)(const float*, const Block*, i64)>
+template <class Block>
 void gemv(const GemvArgs& g) {
   const i64 blocks = g.k / kQuantBlock;
   const Block* w = static_cast<const Block*>(g.w);
   for (i64 j = g.n0; j < g.n1; ++j)
     for (i64 i = 0; i < g.m; ++i) {
-      const float s = Dot(g.a + i * g.lda, w + j * blocks, blocks);
+      const float s = dot(g.a + i * g.lda, w + j * blocks, blocks);
       float& c = g.c[i * g.ldc + j];
       c = g.accumulate ? c + s : s;
     }
@@ -259,9 +251,9 @@ void gemm_s8(const GemmArgs<std::int8_t, std::int8_t, std::int32_t>& p, const st
 }
 void gemv_q(QuantType t, const GemvArgs& g) {
   if (t == QuantType::q8_0)
-    gemv<BlockQ8_0, dot_q8_0>(g);
+    gemv<BlockQ8_0>(g);
   else
-    gemv<BlockQ4_0, dot_q4_0>(g);
+    gemv<BlockQ4_0>(g);
 }
 }  // namespace avx512
 
