@@ -210,22 +210,23 @@ void widen(const BlockQ4_0& x, __m512& q0, __m512& q1) {
   q1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
 }
 
-// One row of A times one quantised row of W: sum over blocks of d * (q . a), two accumulators
-// (even and odd blocks) so that the adds do not wait on each other.
+// One row of A times one quantised row of W: sum over blocks of d * (q . a), four blocks a trip
+// into four accumulators, so that the adds do not wait on each other.
+template <class Block>
+__m512 block_dot(const float* a, const Block& w, __m512 s) {
+  __m512 q0, q1;
+  widen(w, q0, q1);
+  const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
+  return _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(w.d)), t, s);
+}
 template <class Block>
 float dot(const float* a, const Block* w, i64 blocks) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
-    __m512 q0, q1;
-    widen(w[b], q0, q1);
-    const __m512 t = _mm512_fmadd_ps(q1, _mm512_loadu_ps(a + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(a)));
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
-    if (b & 1)
-      s1 = _mm512_fmadd_ps(d, t, s1);
-    else
-      s0 = _mm512_fmadd_ps(d, t, s0);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  i64 b = 0;
+  for (; b + 4 <= blocks; b += 4)
+    for (int u = 0; u < 4; ++u) s[u] = block_dot(a + (b + u) * kQuantBlock, w[b + u], s[u]);
+  for (; b < blocks; ++b) s[0] = block_dot(a + b * kQuantBlock, w[b], s[0]);
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
 }
 
 template <class Block>
