@@ -2,10 +2,15 @@
 // (native bf16 and its f32 emulation, VNNI, AVX2 and plain int8, the quantised GEMM and GEMV)
 // against float64 or exact integer references over random shapes, with tolerances from the
 // formats; the 16-bit conversions against a rounding computed from the formats' definitions;
-// GGUF's block layouts and the quantisers' bounds.
+// GGUF's block layouts and the quantisers' bounds; the GGUF reader on files written here, then
+// truncated at every length and corrupted field by field.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -16,6 +21,7 @@
 
 #include "metagrad/cpu/gemm_lowp.hpp"
 #include "metagrad/cpu/quant.hpp"
+#include "metagrad/nn/gguf.hpp"
 
 using metagrad::cpu::LowpPath;
 using metagrad::cpu::QuantType;
@@ -372,4 +378,154 @@ TEST_CASE("lowp: bad shapes and paths give clear errors", "[gemm_lowp]") {
   if (cpu::best_bf16_path() != LowpPath::native)
     CHECK_THROWS_WITH(cpu::gemm_bf16(1, 1, 1, a.data(), 1, b.data(), 1, c.data(), 1, false, LowpPath::native),
                       Catch::Contains("needs"));
+}
+
+namespace {
+
+// A GGUF v3 file, byte by byte as the format says (independent of the reader).
+struct GgufBytes {
+  std::string b;
+  template <class T>
+  void put(T v) {
+    b.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    put<std::uint64_t>(s.size());
+    b += s;
+  }
+};
+
+struct TestTensor {
+  std::string name;
+  std::vector<std::uint64_t> dims;
+  std::uint32_t type;
+  std::string data;
+};
+
+std::string gguf_file(const std::vector<TestTensor>& ts, std::uint32_t align) {
+  GgufBytes g;
+  g.put<std::uint32_t>(0x46554747);
+  g.put<std::uint32_t>(3);
+  g.put<std::uint64_t>(ts.size());
+  g.put<std::uint64_t>(3);
+  g.str("general.name");
+  g.put<std::uint32_t>(8);
+  g.str("tiny");
+  g.str("general.alignment");
+  g.put<std::uint32_t>(4);
+  g.put<std::uint32_t>(align);
+  g.str("tokenizer.scores");
+  g.put<std::uint32_t>(9);
+  g.put<std::uint32_t>(6);
+  g.put<std::uint64_t>(2);
+  g.put<float>(1.5f);
+  g.put<float>(-2.0f);
+  std::uint64_t off = 0;
+  std::vector<std::uint64_t> offs;
+  for (const TestTensor& t : ts) {
+    g.str(t.name);
+    g.put<std::uint32_t>(static_cast<std::uint32_t>(t.dims.size()));
+    for (auto d : t.dims) g.put<std::uint64_t>(d);
+    g.put<std::uint32_t>(t.type);
+    g.put<std::uint64_t>(off);
+    offs.push_back(off);
+    off = (off + t.data.size() + align - 1) / align * align;
+  }
+  g.b.resize((g.b.size() + align - 1) / align * align, '\0');
+  const std::size_t data = g.b.size();
+  for (std::size_t t = 0; t < ts.size(); ++t) {
+    g.b.resize(data + offs[t], '\0');
+    g.b += ts[t].data;
+  }
+  return g.b;
+}
+
+struct TempFile {
+  std::string path =
+      (std::filesystem::temp_directory_path() / ("metagrad_gguf_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  void write(const std::string& bytes) const { std::ofstream(path, std::ios::binary) << bytes; }
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+std::string error_of(const std::string& path) {
+  try {
+    metagrad::nn::GgufFile f(path);
+  } catch (const std::runtime_error& e) { return e.what(); }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("lowp: GGUF v3 read in place; truncated or corrupted files name what is wrong", "[gemm_lowp]") {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> w(3 * 64), bias(7);
+  for (float& x : w) x = u(rng);
+  for (float& x : bias) x = u(rng);
+  std::string q8(3 * cpu::quant_row_bytes(QuantType::q8_0, 64), '\0'),
+      q4(5 * cpu::quant_row_bytes(QuantType::q4_0, 32), '\0');
+  cpu::quantize(QuantType::q8_0, 3, 64, w.data(), 64, q8.data());
+  cpu::quantize(QuantType::q4_0, 5, 32, w.data(), 32, q4.data());
+  std::string h(6, '\0');
+  const std::vector<TestTensor> ts{
+      {"blk.0.w", {64, 3}, 8, q8},
+      {"blk.0.w4", {32, 5}, 2, q4},
+      {"bias", {7}, 0, std::string(reinterpret_cast<const char*>(bias.data()), 28)},
+      {"h16", {3}, 1, h},
+      {"hb16", {1, 3}, 30, h}};
+  const std::string file = gguf_file(ts, 64);
+  TempFile tmp;
+  tmp.write(file);
+  {
+    metagrad::nn::GgufFile f(tmp.path);
+    CHECK(f.version() == 3);
+    CHECK(f.alignment() == 64);
+    CHECK(f.metadata().at("general.name").s == "tiny");
+    CHECK(f.metadata().at("tokenizer.scores").array.size() == 2);
+    CHECK(f.metadata().at("tokenizer.scores").array[1].f == -2.0);
+    REQUIRE(f.tensors().size() == ts.size());
+    for (std::size_t t = 0; t < ts.size(); ++t) {
+      const auto& x = f.tensors()[t];
+      CHECK(x.name == ts[t].name);
+      CHECK(x.bytes == ts[t].data.size());
+      CHECK(reinterpret_cast<std::uintptr_t>(x.data) % 64 == 0);
+      CHECK(std::memcmp(x.data, ts[t].data.data(), x.bytes) == 0);
+    }
+    const auto& wt = f.tensor("blk.0.w");
+    CHECK(wt.dims == std::vector<std::int64_t>{64, 3});
+    CHECK(wt.type == metagrad::nn::GgufType::q8_0);
+    std::vector<float> a(64), c1(3), c2(3);
+    for (float& x : a) x = u(rng);
+    cpu::gemv_q(1, 3, 64, a.data(), 64, QuantType::q8_0, wt.data, c1.data(), 3);  // the weights as they lie
+    cpu::gemv_q(1, 3, 64, a.data(), 64, QuantType::q8_0, q8.data(), c2.data(), 3);
+    CHECK(c1 == c2);
+    CHECK_THROWS_WITH(f.tensor("nope"), Catch::Contains("nope"));
+  }
+  // Every truncation fails cleanly; one inside a tensor's data names that tensor.
+  for (std::size_t n = 0; n < file.size(); ++n) {
+    tmp.write(file.substr(0, n));
+    const std::string e = error_of(tmp.path);
+    INFO("truncated to " << n << " of " << file.size() << " bytes: " << e);
+    REQUIRE(e.find("gguf: '" + tmp.path + "'") == 0);
+    if (n == file.size() - 1) CHECK(e.find("tensor 'hb16' (BF16)") != std::string::npos);
+  }
+  // Field by field: the magic, the version, a tensor's type, its dimension count and its offset.
+  auto corrupt = [&](std::size_t at, const std::string& bytes) {
+    std::string f2 = file;
+    f2.replace(at, bytes.size(), bytes);
+    tmp.write(f2);
+    return error_of(tmp.path);
+  };
+  CHECK_THAT(corrupt(0, "GGUX"), Catch::Contains("not a GGUF file"));
+  CHECK_THAT(corrupt(4, std::string("\2\0\0\0", 4)), Catch::Contains("version 2"));
+  const std::size_t info = file.find("blk.0.w4") + 8;  // its n_dims, dims, type, offset follow
+  CHECK_THAT(corrupt(info, std::string("\x09\0\0\0", 4)),
+             Catch::Contains("tensor 'blk.0.w4'") && Catch::Contains("dimensions"));
+  CHECK_THAT(corrupt(info + 4 + 16, std::string("\x63\0\0\0", 4)),
+             Catch::Contains("tensor 'blk.0.w4'") && Catch::Contains("type 99"));
+  CHECK_THAT(corrupt(info + 4 + 16 + 4, std::string("\x08\0\0\0\0\0\0\0", 8)),
+             Catch::Contains("'blk.0.w4'") && Catch::Contains("not aligned"));
+  CHECK_THAT(corrupt(info + 4, std::string("\x21\0\0\0\0\0\0\0", 8)),
+             Catch::Contains("'blk.0.w4'") && Catch::Contains("multiple of 32"));
 }
