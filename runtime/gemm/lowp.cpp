@@ -275,7 +275,7 @@ void gemm_s8(i64 m, i64 n, i64 k, const std::int8_t* a, i64 lda, const std::int8
     if (path == LowpPath::native)
       lowp::avx512::gemm_s8(p, bias.data() + j0);
     else
-      lowp::avx2::gemm_s8(p);
+      lowp::avx::gemm_s8(p);
   });
 }
 

@@ -5,7 +5,7 @@
 #include "lowp_blocked.hpp"
 #include "lowp_isa.hpp"
 
-namespace metagrad::cpu::lowp {
+namespace metagrad::cpu::lowp::avx {
 namespace {
 
 // A packed B strip is, per pair, 16 columns of (B[2p][j], B[2p+1][j]) as int16; A's pair of a row
@@ -64,10 +64,7 @@ struct S8PairKernel {
 
 }  // namespace
 
-namespace avx2 {
 void gemm_s8(const S8Args& p) {
   blocked<S8PairKernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
 }
-}  // namespace avx2
-
-}  // namespace metagrad::cpu::lowp
+}  // namespace metagrad::cpu::lowp::avx

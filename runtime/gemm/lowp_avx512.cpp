@@ -11,7 +11,7 @@
 #include "lowp_blocked.hpp"
 #include "lowp_isa.hpp"
 
-namespace metagrad::cpu::lowp {
+namespace metagrad::cpu::lowp::avx512 {
 namespace {
 
 // A strip of 14 rows packed by groups: out[g * 14 + i] = the 32 bits at row i's byte g * step
@@ -243,7 +243,6 @@ void gemv(const GemvArgs& g) {
 
 }  // namespace
 
-namespace avx512 {
 void gemm_bf16(const GemmArgs<std::uint16_t, std::uint16_t, float>& p) {
   blocked<Bf16Kernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
 }
@@ -256,6 +255,4 @@ void gemv_q(QuantType t, const GemvArgs& g) {
   else
     gemv<BlockQ4_0>(g);
 }
-}  // namespace avx512
-
-}  // namespace metagrad::cpu::lowp
+}  // namespace metagrad::cpu::lowp::avx512

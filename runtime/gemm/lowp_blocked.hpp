@@ -14,7 +14,13 @@
 
 #include "metagrad/cpu/caches.hpp"
 
-namespace metagrad::cpu::lowp {
+#if defined(__AVX512F__)
+#define METAGRAD_LOWP_ISA avx512
+#else
+#define METAGRAD_LOWP_ISA avx
+#endif
+
+namespace metagrad::cpu::lowp::METAGRAD_LOWP_ISA {
 namespace {
 
 using i64 = std::int64_t;
@@ -117,4 +123,4 @@ inline void store_tile(const T* v, T* c, i64 ldc, int rows, int cols, bool load,
 }
 
 }  // namespace
-}  // namespace metagrad::cpu::lowp
+}  // namespace metagrad::cpu::lowp::METAGRAD_LOWP_ISA

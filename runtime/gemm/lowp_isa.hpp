@@ -40,18 +40,18 @@ void gemm_bf16(const Bf16Args& p);
 void gemm_s8(const S8Args& p, const std::int32_t* bias);
 void gemv_q(QuantType t, const GemvArgs& g);
 }  // namespace avx512
-namespace avx2 {
+namespace avx {
 void gemm_s8(const S8Args& p);
-}  // namespace avx2
+}  // namespace avx
 #else  // (never called: CPUID finds neither; lowp.cpp resolves every path to generic)
 namespace avx512 {
 inline void gemm_bf16(const Bf16Args&) {}
 inline void gemm_s8(const S8Args&, const std::int32_t*) {}
 inline void gemv_q(QuantType, const GemvArgs&) {}
 }  // namespace avx512
-namespace avx2 {
+namespace avx {
 inline void gemm_s8(const S8Args&) {}
-}  // namespace avx2
+}  // namespace avx
 #endif
 
 }  // namespace metagrad::cpu::lowp
