@@ -317,8 +317,8 @@ TEST_CASE("lowp: gemm_q and gemv_q on every path against float64 over the dequan
   struct Shape {
     std::int64_t m, n, k;
   };
-  std::vector<Shape> shapes{{1, 1, 32},   {1, 257, 320}, {2, 31, 64},    {3, 33, 96}, {4, 5, 32},
-                            {5, 47, 160}, {23, 70, 128}, {9, 300, 1056}, {1, 40, 0}};
+  std::vector<Shape> shapes{{1, 1, 32},   {1, 257, 320}, {2, 31, 64},    {3, 33, 96},   {4, 5, 32},
+                            {5, 47, 160}, {23, 70, 128}, {9, 300, 1056}, {300, 40, 64}, {1, 40, 0}};
   for (QuantType t : {QuantType::q8_0, QuantType::q4_0})
     for (LowpPath path : paths(cpu::best_quant_path()))
       for (const Shape& s : shapes)

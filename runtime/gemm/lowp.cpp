@@ -369,6 +369,14 @@ void gemm_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const voi
   path = resolve(path, gemm::best_isa() == gemm::Isa::avx512, "cpu::gemm_q", "AVX-512");
   if (n == 0) return;
   const std::size_t row_bytes = quant_row_bytes(t, k);
+  if (path == LowpPath::native && k > 0) {  // W dequantised inside the packing of its panels
+    split_columns(m, n, k, 32, [&](i64 j0, i64 j1) {
+      lowp::avx512::gemm_q(
+          t, {m, j1 - j0, k, a, lda, static_cast<const char*>(w) + static_cast<std::size_t>(j0) * row_bytes,
+              k, c + j0, ldc, accumulate});
+    });
+    return;
+  }
   auto w_panel = [&](i64 j0, i64 rows, float* out) {  // rows j0.. of W, dequantised: W^T's columns
     dequantize_any(t, rows, k, static_cast<const char*>(w) + static_cast<std::size_t>(j0) * row_bytes, out,
                    k);

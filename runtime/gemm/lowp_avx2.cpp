@@ -30,8 +30,8 @@ struct S8PairKernel {
         out[p * MR + i] = i >= rows ? 0 : pair(r[2 * p], 2 * p + 1 < kc ? r[2 * p + 1] : std::int8_t{0});
     }
   }
-  static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
-    pack_pairs<NR>(b, ldb, kc, nc, out, [](const TB* r0, const TB* r1, PB* o) {
+  static void pack_b(const TB* b, i64 ldb, i64 pc, i64 jc, i64 kc, i64 nc, PB* out) {
+    pack_pairs<NR>(b + pc * ldb + jc, ldb, kc, nc, out, [](const TB* r0, const TB* r1, PB* o) {
       const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
       const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
       _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x0, x1)));

@@ -76,8 +76,8 @@ struct Bf16Kernel {
       if (kc % 2) out[(pairs - 1) * MR + i] = r[kc - 1];
     }
   }
-  static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
-    pack_pairs<NR>(b, ldb, kc, nc, out, [](const TB* r0, const TB* r1, PB* o) {
+  static void pack_b(const TB* b, i64 ldb, i64 pc, i64 jc, i64 kc, i64 nc, PB* out) {
+    pack_pairs<NR>(b + pc * ldb + jc, ldb, kc, nc, out, [](const TB* r0, const TB* r1, PB* o) {
       for (int j = 0; j < NR; j += 8) {  // 8 columns of two rows interleaved per pair of unpacks
         const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + j));
         const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + j));
@@ -151,7 +151,8 @@ struct S8Kernel {
       }
     }
   }
-  static void pack_b(const TB* b, i64 ldb, i64 kc, i64 nc, PB* out) {
+  static void pack_b(const TB* b, i64 ldb, i64 pc, i64 jc, i64 kc, i64 nc, PB* out) {
+    b += pc * ldb + jc;  // (rows read whole: docs/gemm.md, "Packing")
     const i64 quads = (kc + 3) / 4, strip = quads * 4 * NR;
     for (i64 q = 0; q < quads; ++q) {
       const TB* r = b + 4 * q * ldb;
@@ -241,6 +242,64 @@ void gemv(const GemvArgs& g) {
     }
 }
 
+// W's quantised rows as B = W^T for a 14 x 32 f32 tile, each block of W dequantised once, as it
+// is packed: a packed strip holds, k after k, 32 columns (32 rows of W), so no f32 copy of W
+// exists beyond the one panel.
+template <class Block>
+struct QKernel {
+  using TA = float;
+  using TB = void;
+  using TC = float;
+  using PA = std::uint32_t;  // a float's bits
+  using PB = float;
+  static constexpr int MR = 14, NR = 32, KG = 1;
+
+  static void pack_a(const TA* a, i64 lda, i64 rows, i64 kc, PA* out) {
+    if (rows == MR && lda < (i64{1} << 24))
+      return gather_strip(reinterpret_cast<const char*>(a), 4 * lda, 4, kc, 0, out);
+    for (i64 i = 0; i < MR; ++i)
+      for (i64 p = 0; p < kc; ++p) {
+        const float x = i < rows ? a[i * lda + p] : 0.0f;
+        std::memcpy(out + p * MR + i, &x, 4);
+      }
+  }
+  // W's rows jc.. (row length k), values pc.. (kc a multiple of the block).
+  static void pack_b(const TB* w, i64 k, i64 pc, i64 jc, i64 kc, i64 nc, PB* out) {
+    const i64 blocks = k / kQuantBlock, strip = kc * NR;
+    const Block* rows = static_cast<const Block*>(w);
+    if (nc % NR) std::memset(out + nc / NR * strip, 0, static_cast<std::size_t>(strip) * sizeof(float));
+    for (i64 j = 0; j < nc; ++j) {
+      const Block* r = rows + (jc + j) * blocks + pc / kQuantBlock;
+      float* o = out + j / NR * strip + j % NR;
+      for (i64 b = 0; b < kc / kQuantBlock; ++b, o += kQuantBlock * NR) {
+        __m512 q0, q1;
+        widen(r[b], q0, q1);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(r[b].d));
+        alignas(64) float x[kQuantBlock];
+        _mm512_store_ps(x, _mm512_mul_ps(q0, d));
+        _mm512_store_ps(x + 16, _mm512_mul_ps(q1, d));
+        for (int e = 0; e < kQuantBlock; ++e) o[e * NR] = x[e];
+      }
+    }
+  }
+  static void tile(i64 kc, const PA* ap, const PB* bp, TC* c, i64 ldc, int rows, int cols, bool load,
+                   const TC* bias) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (i64 p = 0; p < kc; ++p, ap += MR, bp += NR) {
+      const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 14
+      for (int i = 0; i < MR; ++i) {
+        const __m512 x = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(ap[i])));
+        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+      }
+    }
+    store(acc, c, ldc, rows, cols, load, bias);
+  }
+};
+
 }  // namespace
 
 void gemm_bf16(const GemmArgs<std::uint16_t, std::uint16_t, float>& p) {
@@ -248,6 +307,12 @@ void gemm_bf16(const GemmArgs<std::uint16_t, std::uint16_t, float>& p) {
 }
 void gemm_s8(const GemmArgs<std::int8_t, std::int8_t, std::int32_t>& p, const std::int32_t* bias) {
   blocked<S8Kernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, bias);
+}
+void gemm_q(QuantType t, const QArgs& p) {
+  if (t == QuantType::q8_0)
+    blocked<QKernel<BlockQ8_0>>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
+  else
+    blocked<QKernel<BlockQ4_0>>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
 }
 void gemv_q(QuantType t, const GemvArgs& g) {
   if (t == QuantType::q8_0)

@@ -46,15 +46,15 @@ struct Scratch {
 template <class K>
 void blocking(i64& kc, i64& mc, i64& nc) {
   const CacheSizes& cs = host_caches();
-  kc = std::clamp<i64>(2 * cs.l1 / (K::NR * static_cast<i64>(sizeof(typename K::PB))), 64, 1024) / (4 * K::KG) *
-       (4 * K::KG);
+  kc = std::clamp<i64>(2 * cs.l1 / (K::NR * static_cast<i64>(sizeof(typename K::PB))), 64, 1024) / 32 * 32;
   mc = std::clamp<i64>(cs.l2 / 2 / (kc * static_cast<i64>(sizeof(typename K::TA))), K::MR, 1024) / K::MR *
        K::MR;
   nc = std::clamp<i64>(cs.l3 / 8 / (kc * static_cast<i64>(sizeof(typename K::PB))), K::NR, 4096) / K::NR *
        K::NR;
 }
 
-// C (+)= A B (+ bias[j] once), A m x k (row stride lda), B k x n (row stride ldb).
+// C (+)= A B (+ bias[j] once), A m x k (row stride lda), B k x n as K::pack_b reads it (rows
+// `ldb` apart; or W's quantised rows, B = W^T). KC is a multiple of 32: a quantised block.
 template <class K>
 void blocked(i64 m, i64 n, i64 k, const typename K::TA* a, i64 lda, const typename K::TB* b, i64 ldb,
              typename K::TC* c, i64 ldc, bool accumulate, const typename K::TC* bias) {
@@ -71,7 +71,7 @@ void blocked(i64 m, i64 n, i64 k, const typename K::TA* a, i64 lda, const typena
     const i64 nc = std::min(NC, n - jc);
     for (i64 pc = 0; pc < k || pc == 0; pc += KC) {
       const i64 kc = std::min(KC, k - pc), groups = (kc + KG - 1) / KG;
-      K::pack_b(b + pc * ldb + jc, ldb, kc, nc, bp.p);  // (rows read whole: docs/gemm.md, "Packing")
+      K::pack_b(b, ldb, pc, jc, kc, nc, bp.p);
       for (i64 ic = 0; ic < m; ic += MC) {
         const i64 mc = std::min(MC, m - ic);
         for (i64 ir = 0; ir < mc; ir += MR)

@@ -21,6 +21,7 @@ struct GemmArgs {
 };
 using Bf16Args = GemmArgs<std::uint16_t, std::uint16_t, float>;
 using S8Args = GemmArgs<std::int8_t, std::int8_t, std::int32_t>;
+using QArgs = GemmArgs<float, void, float>;  // B = W^T: W's quantised rows, ldb = k
 
 // Rows [n0, n1) of W (columns of C) for every row of A.
 struct GemvArgs {
@@ -39,6 +40,8 @@ void gemm_bf16(const Bf16Args& p);
 // bias: -128 times B's column sums (A is offset by 128), added once.
 void gemm_s8(const S8Args& p, const std::int32_t* bias);
 void gemv_q(QuantType t, const GemvArgs& g);
+// W dequantised as it is packed.
+void gemm_q(QuantType t, const QArgs& p);
 }  // namespace avx512
 namespace avx {
 void gemm_s8(const S8Args& p);
@@ -48,6 +51,7 @@ namespace avx512 {
 inline void gemm_bf16(const Bf16Args&) {}
 inline void gemm_s8(const S8Args&, const std::int32_t*) {}
 inline void gemv_q(QuantType, const GemvArgs&) {}
+inline void gemm_q(QuantType, const QArgs&) {}
 }  // namespace avx512
 namespace avx {
 inline void gemm_s8(const S8Args&) {}

@@ -40,7 +40,8 @@ void quantize(QuantType t, std::int64_t rows, std::int64_t k, const float* x, st
 void dequantize(QuantType t, std::int64_t rows, std::int64_t k, const void* q, float* y, std::int64_t ldy);
 
 // C (m x n) = A (m x k, f32, row stride lda) W^T, W (n x k) quantised rows (as `quantize` writes
-// them). m <= 4 runs gemv_q; more rows the f32 GEMM on panels of W dequantised in turn.
+// them). m <= 4 runs gemv_q; more rows a blocked f32 product whose packing dequantises W's panels
+// (native), or the f32 GEMM on panels of W dequantised in turn (avx2, generic).
 void gemm_q(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, QuantType t,
             const void* w, float* c, std::int64_t ldc, bool accumulate = false,
             LowpPath path = LowpPath::best);
