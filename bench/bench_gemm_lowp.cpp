@@ -104,6 +104,16 @@ void BM_gemv(benchmark::State& state) {
         [&] { cpu::gemv_q(1, kGemv, kGemv, a.data(), kGemv, t, w.data(), c.data(), kGemv); });
 }
 
+// C = A W^T at n = 1024 with W in Q8_0 (dequantised as it is packed): against the f32 GEMM.
+void BM_gemm_q8(benchmark::State& state) {
+  const auto wf = random_floats(kN * kN, 6), a = random_floats(kN * kN, 7);
+  std::vector<unsigned char> w(static_cast<std::size_t>(kN) * cpu::quant_row_bytes(QuantType::q8_0, kN));
+  cpu::quantize(QuantType::q8_0, kN, kN, wf.data(), kN, w.data());
+  std::vector<float> c(a.size());
+  timed(state, "Q8_0 GEMM GFLOP/s (m = 1024)", 2.0 * kN * kN * kN,
+        [&] { cpu::gemm_q(kN, kN, kN, a.data(), kN, QuantType::q8_0, w.data(), c.data(), kN); });
+}
+
 void BM_read(benchmark::State& state) {
   std::vector<float> v(std::size_t{64} << 20, 1.0f);  // 256 MB
   timed(state, "read bandwidth GB/s (sum of 256 MB)", 4.0 * static_cast<double>(v.size()), [&] {
@@ -120,6 +130,7 @@ void BM_read(benchmark::State& state) {
 BENCHMARK(BM_f32)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_bf16)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_s8)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_gemm_q8)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_read)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_gemv)
     ->Arg(static_cast<int>(QuantType::q8_0))
