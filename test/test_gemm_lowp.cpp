@@ -457,7 +457,7 @@ std::string error_of(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("lowp: GGUF v3 read in place; truncated or corrupted files name what is wrong", "[gemm_lowp]") {
+TEST_CASE("lowp: GGUF v3 read in place, and truncated or corrupted files name what is wrong", "[gemm_lowp]") {
   std::mt19937 rng(31);
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> w(3 * 64), bias(7);
