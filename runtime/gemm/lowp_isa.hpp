@@ -1,0 +1,61 @@
+#pragma once
+// What lowp.cpp hands to the ISA copies of the low-precision kernels (lowp_avx512.cpp,
+// lowp_avx2.cpp), each compiled with its ISA's flags and called only where CPUID allows.
+#include <cstdint>
+
+#include "metagrad/cpu/gemm_lowp.hpp"
+#include "metagrad/cpu/quant.hpp"
+
+namespace metagrad::cpu::lowp {
+
+template <class TA, class TB, class TC>
+struct GemmArgs {
+  std::int64_t m, n, k;
+  const TA* a;
+  std::int64_t lda;
+  const TB* b;
+  std::int64_t ldb;
+  TC* c;
+  std::int64_t ldc;
+  bool accumulate;
+};
+using Bf16Args = GemmArgs<std::uint16_t, std::uint16_t, float>;
+using S8Args = GemmArgs<std::int8_t, std::int8_t, std::int32_t>;
+using QArgs = GemmArgs<float, void, float>;  // B = W^T: W's quantised rows, ldb = k
+
+// Rows [n0, n1) of W (columns of C) for every row of A.
+struct GemvArgs {
+  std::int64_t m, n0, n1, k;
+  const float* a;
+  std::int64_t lda;
+  const void* w;
+  float* c;
+  std::int64_t ldc;
+  bool accumulate;
+};
+
+#if defined(__x86_64__)
+namespace avx512 {
+void gemm_bf16(const Bf16Args& p);
+// bias: -128 times B's column sums (A is offset by 128), added once.
+void gemm_s8(const S8Args& p, const std::int32_t* bias);
+void gemv_q(QuantType t, const GemvArgs& g);
+// W dequantised as it is packed.
+void gemm_q(QuantType t, const QArgs& p);
+}  // namespace avx512
+namespace avx {
+void gemm_s8(const S8Args& p);
+}  // namespace avx
+#else  // (never called: CPUID finds neither; lowp.cpp resolves every path to generic)
+namespace avx512 {
+inline void gemm_bf16(const Bf16Args&) {}
+inline void gemm_s8(const S8Args&, const std::int32_t*) {}
+inline void gemv_q(QuantType, const GemvArgs&) {}
+inline void gemm_q(QuantType, const QArgs&) {}
+}  // namespace avx512
+namespace avx {
+inline void gemm_s8(const S8Args&) {}
+}  // namespace avx
+#endif
+
+}  // namespace metagrad::cpu::lowp
