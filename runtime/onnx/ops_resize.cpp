@@ -1,0 +1,186 @@
+// Resize (and the older Upsample): separable, one axis at a time, as ONNX's reference does. For each
+// output position the host computes the source coordinate (coordinate_transformation_mode), its taps
+// (1 nearest, 2 linear, 4 cubic) and their weights; the Tensor side is an index_select per tap and a
+// weighted sum, so every mode follows the reference's arithmetic exactly.
+#include <algorithm>
+#include <cmath>
+
+#include "metagrad/onnx.hpp"
+#include "ops.hpp"
+
+namespace metagrad::onnx::detail {
+namespace {
+
+using I64s = std::vector<std::int64_t>;
+
+struct ResizeAttrs {
+  std::string mode, coord, nearest;
+  double cubic_a, extrapolation;
+  bool exclude_outside;
+  I64s axes;
+  std::string policy;
+};
+
+struct Taps {
+  std::vector<I64s> idx;              // per tap: the source index of each output position
+  std::vector<std::vector<double>> w;  // per tap: its weight
+  std::vector<double> extra;          // added (tf_crop_and_resize's extrapolation value)
+};
+
+std::vector<double> cubic(double r, double A) {
+  double s = 1 - r;
+  return {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A, ((A + 2) * r - (A + 3)) * r * r + 1,
+          ((A + 2) * s - (A + 3)) * s * s + 1, ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A};
+}
+
+Taps taps(const ResizeAttrs& at, std::int64_t in, std::int64_t out, double scale, double roi_lo, double roi_hi) {
+  std::size_t n = at.mode == "nearest" ? 1 : at.mode == "linear" ? 2 : 4;
+  Taps t{std::vector<I64s>(n), std::vector<std::vector<double>>(n), {}};
+  for (std::int64_t o = 0; o < out; ++o) {
+    double x = static_cast<double>(o), xo;
+    const std::string& c = at.coord;
+    if (c == "half_pixel") xo = (x + 0.5) / scale - 0.5;
+    else if (c == "pytorch_half_pixel") xo = out > 1 ? (x + 0.5) / scale - 0.5 : 0;
+    else if (c == "align_corners") xo = out == 1 ? 0 : x * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+    else if (c == "asymmetric") xo = x / scale;
+    else if (c == "half_pixel_symmetric") {
+      double adj = static_cast<double>(out) / (scale * static_cast<double>(in));
+      xo = static_cast<double>(in) / 2 * (1 - adj) + (x + 0.5) / scale - 0.5;
+    } else {  // tf_crop_and_resize
+      xo = out > 1 ? roi_lo * static_cast<double>(in - 1) + x * (roi_hi - roi_lo) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
+                   : 0.5 * (roi_lo + roi_hi) * static_cast<double>(in - 1);
+    }
+    bool outside = c == "tf_crop_and_resize" && (xo < 0 || xo > static_cast<double>(in - 1));
+    t.extra.push_back(outside ? at.extrapolation : 0);
+    // The left neighbour i0 and ratio in (0, 1] (an integral xo takes ratio 1: its right neighbour).
+    double i1 = std::ceil(xo);
+    auto i0 = static_cast<std::int64_t>(i1) - 1;
+    double r = xo - static_cast<double>(i0);
+    auto clampi = [&](std::int64_t i) { return std::clamp<std::int64_t>(i, 0, in - 1); };
+    std::vector<double> w;
+    I64s idx;
+    if (n == 1) {
+      bool right = r == 1 || (at.nearest == "round_prefer_floor" ? r > 0.5
+                              : at.nearest == "round_prefer_ceil" ? r >= 0.5
+                              : at.nearest == "floor"             ? false
+                                                                  : r > 0);
+      idx = {clampi(right ? i0 + 1 : i0)}, w = {1};
+    } else if (n == 2) {
+      idx = {clampi(i0), clampi(i0 + 1)}, w = {1 - r, r};
+    } else {
+      w = cubic(r, at.cubic_a);
+      I64s raw{i0 - 1, i0, i0 + 1, i0 + 2};
+      if (at.exclude_outside) {
+        double sum = 0;
+        for (std::size_t k = 0; k < 4; ++k) {
+          if (raw[k] < 0 || raw[k] >= in) w[k] = 0;
+          sum += w[k];
+        }
+        for (auto& v : w) v /= sum;
+      }
+      for (auto i : raw) idx.push_back(clampi(i));
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      t.idx[k].push_back(idx[k]);
+      t.w[k].push_back(outside ? 0 : w[k]);
+    }
+  }
+  return t;
+}
+
+Tensor along(const Tensor& x, std::int64_t axis, const std::vector<double>& v) {
+  I64s s(static_cast<std::size_t>(x.ndim()), 1);
+  s[static_cast<std::size_t>(axis)] = static_cast<std::int64_t>(v.size());
+  return Tensor(v, Dims(s)).cast(x.dtype());
+}
+
+Tensor resize(Tensor x, const ResizeAttrs& at, std::vector<double> scales, I64s sizes, std::vector<double> roi) {
+  auto rank = static_cast<std::size_t>(x.ndim());
+  I64s axes = at.axes;
+  for (auto& a : axes) a = norm_axis(a, static_cast<std::int64_t>(rank), "Resize: axis");
+  if (axes.empty())
+    for (std::size_t k = 0; k < rank; ++k) axes.push_back(static_cast<std::int64_t>(k));
+  std::size_t na = axes.size();
+  if (!sizes.empty() && sizes.size() != na) throw Error("Resize: " + std::to_string(sizes.size()) + " sizes for " + std::to_string(na) + " axes");
+  if (sizes.empty() && scales.size() != na) throw Error("Resize: " + std::to_string(scales.size()) + " scales for " + std::to_string(na) + " axes");
+  I64s out(na);
+  std::vector<double> sc(na);
+  Dims in = x.shape();
+  for (std::size_t k = 0; k < na; ++k) {
+    auto d = static_cast<double>(in[static_cast<std::size_t>(axes[k])]);
+    if (sizes.empty()) sc[k] = scales[k], out[k] = static_cast<std::int64_t>(std::floor(d * scales[k]));
+    else sc[k] = static_cast<double>(sizes[k]) / d, out[k] = sizes[k];
+  }
+  if (!sizes.empty() && at.policy != "stretch") {
+    double s = at.policy == "not_larger" ? *std::min_element(sc.begin(), sc.end()) : *std::max_element(sc.begin(), sc.end());
+    for (std::size_t k = 0; k < na; ++k)
+      sc[k] = s, out[k] = static_cast<std::int64_t>(std::round(s * static_cast<double>(in[static_cast<std::size_t>(axes[k])])));
+  }
+  DType dt = x.dtype();
+  for (std::size_t k = 0; k < na; ++k) {
+    auto ax = static_cast<std::size_t>(axes[k]);
+    std::int64_t n = in[ax];
+    if (out[k] == n && sc[k] == 1 && at.coord != "tf_crop_and_resize") continue;
+    double lo = roi.empty() ? 0 : roi[ax], hi = roi.empty() ? 1 : roi[ax + rank];
+    Taps t = taps(at, n, out[k], sc[k], lo, hi);
+    auto a = static_cast<std::int64_t>(ax);
+    std::optional<Tensor> r;
+    for (std::size_t j = 0; j < t.idx.size(); ++j) {
+      Tensor picked = x.index_select(a, Tensor(t.idx[j], Dims{static_cast<std::int64_t>(t.idx[j].size())}));
+      if (t.idx.size() == 1 && at.coord != "tf_crop_and_resize") {
+        r = picked;
+        break;
+      }
+      Tensor term = picked * along(picked, a, t.w[j]);
+      r = r ? *r + term : term;
+    }
+    if (at.coord == "tf_crop_and_resize") r = *r + along(*r, a, t.extra);
+    x = *r;
+  }
+  return x.dtype() == dt ? x : x.cast(dt);
+}
+
+}  // namespace
+
+void add_resize_ops(OpTable& t) {
+  t["Resize"] = [](const NodeInfo& n) -> Run {
+    ResizeAttrs at{n.s("mode", "nearest"), n.s("coordinate_transformation_mode", "half_pixel"),
+                   n.s("nearest_mode", "round_prefer_floor"), n.f("cubic_coeff_a", -0.75), n.f("extrapolation_value", 0),
+                   n.i("exclude_outside", 0) != 0, n.ints("axes"), n.s("keep_aspect_ratio_policy", "stretch")};
+    if (at.mode != "nearest" && at.mode != "linear" && at.mode != "cubic") n.unsupported("mode '" + at.mode + "'");
+    static const char* coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                   "tf_crop_and_resize", "half_pixel_symmetric"};
+    if (std::none_of(std::begin(coords), std::end(coords), [&](const char* c) { return at.coord == c; }))
+      n.unsupported("coordinate_transformation_mode '" + at.coord + "'");
+    static const char* nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    if (std::none_of(std::begin(nearest), std::end(nearest), [&](const char* c) { return at.nearest == c; }))
+      n.unsupported("nearest_mode '" + at.nearest + "'");
+    if (at.policy != "stretch" && at.policy != "not_larger" && at.policy != "not_smaller")
+      n.unsupported("keep_aspect_ratio_policy '" + at.policy + "'");
+    if (n.i("antialias", 0)) n.unsupported("antialias=1");
+    bool v10 = n.opset() < 11;
+    if (v10) at.coord = "asymmetric", at.nearest = "floor";
+    return [at, v10](Args& a) -> std::vector<Value> {
+      std::vector<double> scales, roi;
+      I64s sizes;
+      if (v10) scales = a.h(1).doubles();
+      else {
+        if (a.has(1) && a.h(1).numel()) roi = a.h(1).doubles();
+        if (a.has(2) && a.h(2).numel()) scales = a.h(2).doubles();
+        if (a.has(3) && a.h(3).numel()) sizes = a.ints(3);
+      }
+      return {resize(a.t(0), at, scales, sizes, roi)};
+    };
+  };
+  t["Upsample"] = [](const NodeInfo& n) -> Run {
+    ResizeAttrs at{n.s("mode", "nearest"), "asymmetric", "floor", -0.75, 0, false, {}, "stretch"};
+    if (at.mode != "nearest" && at.mode != "linear") n.unsupported("mode '" + at.mode + "'");
+    std::vector<double> attr = n.floats("scales");
+    bool from_attr = n.has("scales");
+    return [at, attr, from_attr](Args& a) -> std::vector<Value> {
+      return {resize(a.t(0), at, from_attr ? attr : a.h(1).doubles(), {}, {})};
+    };
+  };
+}
+
+}  // namespace metagrad::onnx::detail
