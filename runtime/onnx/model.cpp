@@ -191,6 +191,7 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
   for (const auto& name : m.out_names) {
     auto it = env.find(name);
     if (it == env.end() || it->second.empty()) throw Error(m.path + ": the output '" + name + "' was not computed");
+    if (it->second.seq) throw Error(m.path + ": the output '" + name + "' is a sequence, not a tensor");
     out.push_back(it->second.t ? *it->second.t : it->second.h->tensor());
   }
   return out;
@@ -263,13 +264,20 @@ Value& Args::need(std::size_t k) const {
   if (!has(k)) throw Error("input " + std::to_string(k) + " is missing");
   return *in[k];
 }
+const std::vector<Value>& Args::seq(std::size_t k) const {
+  Value& v = need(k);
+  if (!v.seq) throw Error("input " + std::to_string(k) + " must be a sequence");
+  return *v.seq;
+}
 const Tensor& Args::t(std::size_t k) {
   Value& v = need(k);
+  if (v.seq) throw Error("input " + std::to_string(k) + " is a sequence, not a tensor");
   if (!v.t) v.t = v.h->tensor();
   return *v.t;
 }
 const Host& Args::h(std::size_t k) {
   Value& v = need(k);
+  if (v.seq) throw Error("input " + std::to_string(k) + " is a sequence, not a tensor");
   if (!v.h) {
     Host h;
     h.dtype = v.t->dtype();
@@ -313,6 +321,10 @@ const OpTable& op_table() {
     add_reduce_ops(t);
     add_nn_ops(t);
     add_resize_ops(t);
+    add_index_ops(t);
+    add_quantize_ops(t);
+    add_sequence_ops(t);
+    add_misc_ops(t);
     return t;
   }();
   return t;

@@ -61,6 +61,7 @@ class Args {
   DType dtype(std::size_t k) const { return need(k).dtype(); }
   std::vector<std::int64_t> ints(std::size_t k) { return h(k).ints(); }
   double scalar(std::size_t k) { return h(k).at(0); }
+  const std::vector<Value>& seq(std::size_t k) const;  // a sequence input
   // Every input from `from` on is on the host (shape arithmetic can stay there).
   bool all_host(std::size_t from = 0) const;
 
@@ -78,6 +79,10 @@ void add_shape_ops(OpTable& t);
 void add_reduce_ops(OpTable& t);
 void add_nn_ops(OpTable& t);
 void add_resize_ops(OpTable& t);
+void add_index_ops(OpTable& t);
+void add_quantize_ops(OpTable& t);
+void add_sequence_ops(OpTable& t);
+void add_misc_ops(OpTable& t);
 
 // Helpers the families share.
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what);

@@ -45,14 +45,28 @@ Host host_binary(const Host& a, const Host& b, DType out, F f) {
   return r;
 }
 
+// Before opset 7, `broadcast=1` with `axis` aligns the second input's dims at that axis of the first.
+Tensor aligned(const Tensor& x, const Tensor& y, std::optional<std::int64_t> axis) {
+  if (!axis || y.ndim() == x.ndim()) return y;
+  std::int64_t ax = norm_axis(*axis, x.ndim(), "broadcast axis");
+  std::vector<std::int64_t> s(y.shape().begin(), y.shape().end());
+  while (static_cast<std::int64_t>(s.size()) + ax < x.ndim()) s.push_back(1);
+  return y.reshape(s);
+}
+std::optional<std::int64_t> legacy_axis(const NodeInfo& n) {
+  if (n.opset() >= 7 || !n.i("broadcast", 0) || !n.has("axis")) return std::nullopt;
+  return n.i("axis", 0);
+}
+
 // A binary op: on the host when both inputs are host constants and `hf` is given, else on Tensors.
 template <class HF>
 Prepare binary(std::function<Tensor(const Tensor&, const Tensor&)> f, HF hf, bool compare = false) {
-  return [f, hf, compare](const NodeInfo&) -> Run {
-    return [f, hf, compare](Args& a) -> std::vector<Value> {
-      if (a.all_host() && a.h(0).numel() <= kHostLimit && a.h(1).numel() <= kHostLimit)
+  return [f, hf, compare](const NodeInfo& n) -> Run {
+    auto axis = legacy_axis(n);
+    return [f, hf, compare, axis](Args& a) -> std::vector<Value> {
+      if (!axis && a.all_host() && a.h(0).numel() <= kHostLimit && a.h(1).numel() <= kHostLimit)
         return {host_binary(a.h(0), a.h(1), compare ? dtypes::bool_ : a.dtype(0), hf)};
-      return {f(a.t(0), a.t(1))};
+      return {f(a.t(0), aligned(a.t(0), a.t(1), axis))};
     };
   };
 }
@@ -152,7 +166,14 @@ void add_elementwise_ops(OpTable& t) {
   t["PRelu"] = [](const NodeInfo&) -> Run {
     return [](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
-      return {(x < 0).where(x * a.t(1), x)};
+      Tensor slope = a.t(1);
+      // Older exporters give a (C,) slope for (N, C, ...): it applies per channel.
+      if (slope.ndim() == 1 && x.ndim() > 2 && slope.numel() == x.shape()[1] && slope.numel() != x.shape().back()) {
+        std::vector<std::int64_t> s(static_cast<std::size_t>(x.ndim() - 1), 1);
+        s[0] = -1;
+        slope = slope.reshape(s);
+      }
+      return {(x < 0).where(x * slope, x)};
     };
   };
   t["IsInf"] = [](const NodeInfo& n) -> Run {

@@ -160,8 +160,8 @@ void add_nn_ops(OpTable& t) {
   };
   t["MaxPool"] = [](const NodeInfo& n) -> Run {
     Window w0 = Window::read(n);
-    if (n.i("storage_order", 0)) n.unsupported("storage_order=1 (column-major indices)");
-    return [w0](Args& a) -> std::vector<Value> {
+    bool column_major = n.i("storage_order", 0);
+    return [w0, column_major](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
       Window w = w0;
       std::size_t sp = x.shape().size() - 2;
@@ -182,7 +182,13 @@ void add_nn_ops(OpTable& t) {
                           .reshape({x.shape()[0], x.shape()[1]});
         I64s s{x.shape()[0], x.shape()[1]};
         for (std::size_t k = 0; k < sp; ++k) s.push_back(1);
-        return {r.first, r.second + base.reshape(s)};
+        Tensor idx = r.second;
+        if (column_major) {  // h * W + w -> w * H + h (2-D)
+          if (sp != 2) throw Error("storage_order=1 with " + std::to_string(sp) + " spatial axes is not supported");
+          std::int64_t H = x.shape()[2], W = x.shape()[3];
+          idx = (idx % W) * H + idx.div(Tensor::full({}, static_cast<double>(W), {.dtype = dtypes::int64}), "floor");
+        }
+        return {r.first, idx + base.reshape(s)};
       }
       if (w.padded()) x = x.pad(w.pad_pairs(2), -std::numeric_limits<double>::infinity());
       return {pool(x, true, w)};
@@ -219,14 +225,45 @@ void add_nn_ops(OpTable& t) {
   t["GlobalAveragePool"] = global(false);
   t["GlobalMaxPool"] = global(true);
   t["BatchNormalization"] = [](const NodeInfo& n) -> Run {
-    double eps = n.f("epsilon", 1e-5);
-    if (n.i("training_mode", 0)) n.unsupported("training_mode=1");
+    double eps = n.f("epsilon", 1e-5), momentum = n.f("momentum", 0.9);
+    bool training = n.i("training_mode", 0);
     if (n.opset() < 9 && !n.i("spatial", 1)) n.unsupported("spatial=0");
-    return [eps](Args& a) -> std::vector<Value> {
+    return [eps, momentum, training](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
       std::int64_t r = x.ndim();
-      Tensor inv = (a.t(4) + eps).rsqrt() * a.t(1);
-      return {(x - channel(a.t(3), r)) * channel(inv, r) + channel(a.t(2), r)};
+      if (!training) {
+        Tensor inv = (a.t(4) + eps).rsqrt() * a.t(1);
+        return {(x - channel(a.t(3), r)) * channel(inv, r) + channel(a.t(2), r)};
+      }
+      // Training mode: the batch's statistics normalise; the running ones are updated and returned.
+      I64s axes{0};
+      for (std::int64_t k = 2; k < r; ++k) axes.push_back(k);
+      auto [var, mean] = x.var_mean(axes, false, 0);
+      Tensor y = (x - channel(mean, r)) * channel((var + eps).rsqrt() * a.t(1), r) + channel(a.t(2), r);
+      return {y, a.t(3) * momentum + mean * (1 - momentum), a.t(4) * momentum + var * (1 - momentum)};
+    };
+  };
+  t["MaxUnpool"] = [](const NodeInfo& n) -> Run {
+    Window w0 = Window::read(n);
+    return [w0](Args& a) -> std::vector<Value> {
+      const Tensor& x = a.t(0);
+      std::size_t sp = x.shape().size() - 2;
+      Window w = w0;
+      w.resolve(x.shape(), sp, {});
+      I64s out, sym;
+      for (std::size_t k = 0; k < sp; ++k) {
+        if (w.pads[k] != w.pads[k + sp]) throw Error("MaxUnpool with asymmetric pads is not supported");
+        sym.push_back(w.pads[k]);
+        out.push_back(a.has(2) ? a.ints(2)[2 + k]
+                               : (x.shape()[2 + k] - 1) * w.strides[k] + w.kernel[k] - w.pads[k] - w.pads[k + sp]);
+      }
+      std::int64_t plane = 1;
+      for (auto d : out) plane *= d;
+      Tensor idx = a.t(1) % plane;  // ONNX's indices count whole (N, C, ...) tensors; metagrad's one plane
+      Tensor r = sp == 1   ? x.max_unpool1d(idx, w.kernel, w.strides, w.dilations, sym, out)
+                 : sp == 2 ? x.max_unpool2d(idx, w.kernel, w.strides, w.dilations, sym, out)
+                           : x.max_unpool3d(idx, w.kernel, w.strides, w.dilations, sym, out);
+      return {r};
     };
   };
   t["InstanceNormalization"] = [](const NodeInfo& n) -> Run {

@@ -41,7 +41,9 @@ Taps taps(const ResizeAttrs& at, std::int64_t in, std::int64_t out, double scale
     const std::string& c = at.coord;
     if (c == "half_pixel") xo = (x + 0.5) / scale - 0.5;
     else if (c == "pytorch_half_pixel") xo = out > 1 ? (x + 0.5) / scale - 0.5 : 0;
-    else if (c == "align_corners") xo = out == 1 ? 0 : x * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+    else if (c == "align_corners")  // over the unrounded output size, as the reference
+      xo = out == 1 ? 0 : x * static_cast<double>(in - 1) / (scale * static_cast<double>(in) - 1);
+    else if (c == "tf_half_pixel_for_nn") xo = (x + 0.5) / scale;
     else if (c == "asymmetric") xo = x / scale;
     else if (c == "half_pixel_symmetric") {
       double adj = static_cast<double>(out) / (scale * static_cast<double>(in));
@@ -149,7 +151,7 @@ void add_resize_ops(OpTable& t) {
                    n.i("exclude_outside", 0) != 0, n.ints("axes"), n.s("keep_aspect_ratio_policy", "stretch")};
     if (at.mode != "nearest" && at.mode != "linear" && at.mode != "cubic") n.unsupported("mode '" + at.mode + "'");
     static const char* coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                   "tf_crop_and_resize", "half_pixel_symmetric"};
+                                   "tf_crop_and_resize", "half_pixel_symmetric", "tf_half_pixel_for_nn"};
     if (std::none_of(std::begin(coords), std::end(coords), [&](const char* c) { return at.coord == c; }))
       n.unsupported("coordinate_transformation_mode '" + at.coord + "'");
     static const char* nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};

@@ -385,7 +385,7 @@ void add_shape_ops(OpTable& t) {
     Host v = n.has("value") ? n.tensor("value") : Host::scalar(0, dtypes::float32);
     if (v.numel() != 1) n.unsupported("a value of more than one element");
     return [v](Args& a) -> std::vector<Value> {
-      Dims shape(a.ints(1));
+      Dims shape(a.ints(0));
       if (prod(shape) <= kHostLimit) {
         Host h;
         h.dtype = v.dtype, h.shape = shape;

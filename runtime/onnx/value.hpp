@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,22 @@ inline constexpr std::int64_t kHostLimit = 4096;
 struct Value {
   std::optional<Tensor> t;
   std::shared_ptr<const Host> h;
+  std::shared_ptr<const std::vector<Value>> seq;  // a sequence (SequenceConstruct ...), inside the graph only
   Value() = default;
   Value(Tensor x) : t(std::move(x)) {}                                   // NOLINT
   Value(Host x) : h(std::make_shared<const Host>(std::move(x))) {}     // NOLINT
-  bool empty() const { return !t && !h; }
-  Dims shape() const { return h ? h->shape : t->shape(); }
-  DType dtype() const { return h ? h->dtype : t->dtype(); }
+  static Value sequence(std::vector<Value> items) {
+    Value v;
+    v.seq = std::make_shared<const std::vector<Value>>(std::move(items));
+    return v;
+  }
+  bool empty() const { return !t && !h && !seq; }
+  Dims shape() const { return h ? h->shape : tensor().shape(); }
+  DType dtype() const { return h ? h->dtype : tensor().dtype(); }
+  const Tensor& tensor() const {
+    if (!t) throw std::invalid_argument("a sequence where a tensor is expected");
+    return *t;
+  }
 };
 
 // ONNX's TensorProto.DataType to metagrad's dtype; std::nullopt for the types metagrad lacks.

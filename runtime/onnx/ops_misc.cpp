@@ -1,0 +1,90 @@
+// Operators computed on the host from small inputs: the window functions (Hann, Hamming, Blackman)
+// and NonMaxSuppression (a data-dependent selection, so its boxes and scores are read back).
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "metagrad/onnx.hpp"
+#include "ops.hpp"
+
+namespace metagrad::onnx::detail {
+namespace {
+
+Prepare window(double a0, double a1, double a2) {
+  return [=](const NodeInfo& n) -> Run {
+    bool periodic = n.i("periodic", 1);
+    auto dt = dtype_of_onnx(static_cast<int>(n.i("output_datatype", 1)));
+    if (!dt) n.unsupported("output_datatype");
+    return [=, dt = *dt](Args& a) -> std::vector<Value> {
+      std::int64_t size = a.h(0).int_at(0);
+      double N = static_cast<double>(periodic ? size : size - 1);
+      Host h;
+      h.dtype = dt, h.shape = {size};
+      for (std::int64_t k = 0; k < size; ++k) {
+        double x = 2 * std::numbers::pi * static_cast<double>(k) / N;
+        h.push(a0 - a1 * std::cos(x) + a2 * std::cos(2 * x));
+      }
+      return {h.tensor()};
+    };
+  };
+}
+
+struct Box {
+  double y1, x1, y2, x2;
+};
+
+double iou(const Box& a, const Box& b) {
+  double h = std::max(0.0, std::min(a.y2, b.y2) - std::max(a.y1, b.y1));
+  double w = std::max(0.0, std::min(a.x2, b.x2) - std::max(a.x1, b.x1));
+  double inter = h * w, uni = (a.y2 - a.y1) * (a.x2 - a.x1) + (b.y2 - b.y1) * (b.x2 - b.x1) - inter;
+  return uni <= 0 ? 0 : inter / uni;
+}
+
+}  // namespace
+
+void add_misc_ops(OpTable& t) {
+  t["HannWindow"] = window(0.5, 0.5, 0);
+  t["HammingWindow"] = window(25.0 / 46, 21.0 / 46, 0);
+  t["BlackmanWindow"] = window(0.42, 0.5, 0.08);
+  t["NonMaxSuppression"] = [](const NodeInfo& n) -> Run {
+    bool center = n.i("center_point_box", 0);
+    return [center](Args& a) -> std::vector<Value> {
+      const Host &boxes = a.h(0), &scores = a.h(1);
+      std::int64_t limit = a.has(2) ? a.h(2).int_at(0) : 0;
+      double iou_max = a.has(3) ? a.scalar(3) : 0, score_min = a.has(4) ? a.scalar(4) : -INFINITY;
+      bool thresholded = a.has(4);
+      std::int64_t batches = scores.shape[0], classes = scores.shape[1], count = scores.shape[2];
+      std::vector<std::int64_t> out;
+      for (std::int64_t b = 0; b < batches; ++b) {
+        std::vector<Box> bx;
+        for (std::int64_t i = 0; i < count; ++i) {
+          std::int64_t o = (b * count + i) * 4;
+          double c0 = boxes.at(o), c1 = boxes.at(o + 1), c2 = boxes.at(o + 2), c3 = boxes.at(o + 3);
+          if (center) bx.push_back({c1 - c3 / 2, c0 - c2 / 2, c1 + c3 / 2, c0 + c2 / 2});
+          else bx.push_back({std::min(c0, c2), std::min(c1, c3), std::max(c0, c2), std::max(c1, c3)});
+        }
+        for (std::int64_t c = 0; c < classes; ++c) {
+          std::vector<std::pair<double, std::int64_t>> cand;
+          for (std::int64_t i = 0; i < count; ++i) {
+            double s = scores.at((b * classes + c) * count + i);
+            if (!thresholded || s > score_min) cand.push_back({s, i});
+          }
+          std::stable_sort(cand.begin(), cand.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+          std::vector<std::int64_t> kept;
+          for (const auto& [s, i] : cand) {
+            if (static_cast<std::int64_t>(kept.size()) >= limit) break;
+            bool ok = std::none_of(kept.begin(), kept.end(), [&](std::int64_t k) {
+              return iou(bx[static_cast<std::size_t>(k)], bx[static_cast<std::size_t>(i)]) > iou_max;
+            });
+            if (ok) kept.push_back(i), out.insert(out.end(), {b, c, i});
+          }
+        }
+      }
+      Host h = Host::ints_of(out);
+      h.shape = {static_cast<std::int64_t>(out.size() / 3), 3};
+      return {h.tensor()};
+    };
+  };
+}
+
+}  // namespace metagrad::onnx::detail
