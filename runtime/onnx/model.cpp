@@ -325,6 +325,7 @@ const OpTable& op_table() {
     add_quantize_ops(t);
     add_sequence_ops(t);
     add_misc_ops(t);
+    add_rnn_ops(t);
     return t;
   }();
   return t;
