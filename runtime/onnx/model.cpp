@@ -37,7 +37,9 @@ namespace {
 // A declared value's element type and dimensions.
 void declared(const ::onnx::ValueInfoProto& v, const std::string& what, std::vector<Dim>& shape, DType& dt) {
   const auto& type = v.type();
-  if (!type.has_tensor_type()) throw Error(what + " '" + v.name() + "' is not a tensor (sequences, maps and optionals are not supported)");
+  if (!type.has_tensor_type())
+    throw Error(what + " '" + v.name() +
+                "' is not a tensor (sequences, maps and optionals are not supported)");
   const auto& tt = type.tensor_type();
   auto d = detail::dtype_of_onnx(tt.elem_type());
   if (!d && tt.elem_type() != 0)
@@ -53,8 +55,9 @@ std::string dims_str(const std::vector<Dim>& s) {
   std::string out = "(";
   for (std::size_t k = 0; k < s.size(); ++k) {
     if (k) out += ", ";
-    out += std::holds_alternative<std::int64_t>(s[k]) ? std::to_string(std::get<std::int64_t>(s[k]))
-                                                      : (std::get<std::string>(s[k]).empty() ? "?" : std::get<std::string>(s[k]));
+    out += std::holds_alternative<std::int64_t>(s[k])
+               ? std::to_string(std::get<std::int64_t>(s[k]))
+               : (std::get<std::string>(s[k]).empty() ? "?" : std::get<std::string>(s[k]));
   }
   return out + ")";
 }
@@ -73,9 +76,7 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
         v.h = std::make_shared<const Host>(detail::host_from_proto(init, m->folder));
       m->consts[init.name()] = std::move(v);
     }
-  } catch (const Error& e) {
-    fail(std::string("initializer: ") + e.what());
-  }
+  } catch (const Error& e) { fail(std::string("initializer: ") + e.what()); }
   std::unordered_set<std::string> known;
   for (const auto& [name, v] : m->consts) known.insert(name);
   for (const auto& in : g.input()) {
@@ -84,9 +85,7 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
     DType dt;
     try {
       declared(in, "input", shape, dt);
-    } catch (const Error& e) {
-      fail(e.what());
-    }
+    } catch (const Error& e) { fail(e.what()); }
     m->in_names.push_back(in.name()), m->in_shapes.push_back(shape), m->in_dtypes.push_back(dt);
     known.insert(in.name());
   }
@@ -95,9 +94,7 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
     DType dt;
     try {
       declared(out, "output", shape, dt);
-    } catch (const Error& e) {
-      fail(e.what());
-    }
+    } catch (const Error& e) { fail(e.what()); }
     m->out_names.push_back(out.name()), m->out_shapes.push_back(shape), m->out_dtypes.push_back(dt);
   }
   const auto& table = detail::op_table();
@@ -111,16 +108,15 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
       auto it = table.find(n.op_type());
       if (it == table.end()) throw Error("the operator " + n.op_type() + " is not supported");
       for (const auto& in : n.input()) {
-        if (!in.empty() && !known.count(in)) throw Error("its input '" + in + "' is computed by no earlier node");
+        if (!in.empty() && !known.count(in))
+          throw Error("its input '" + in + "' is computed by no earlier node");
         s.ins.push_back(in);
       }
       for (const auto& a : n.attribute())
         if (a.type() == ::onnx::AttributeProto::GRAPH || a.type() == ::onnx::AttributeProto::GRAPHS)
           throw Error("subgraph attributes ('" + a.name() + "') are not supported");
       s.run = it->second(NodeInfo(n, m->opset, m->folder));
-    } catch (const std::exception& e) {
-      fail(s.label + ": " + e.what());
-    }
+    } catch (const std::exception& e) { fail(s.label + ": " + e.what()); }
     for (const auto& o : n.output()) s.outs.push_back(o), known.insert(o);
     m->steps.push_back(std::move(s));
   }
@@ -130,7 +126,8 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
   std::unordered_set<std::string> keep(m->out_names.begin(), m->out_names.end()), seen;
   for (auto it = m->steps.rbegin(); it != m->steps.rend(); ++it)
     for (const auto& in : it->ins)
-      if (!in.empty() && !keep.count(in) && !m->consts.count(in) && seen.insert(in).second) it->frees.push_back(in);
+      if (!in.empty() && !keep.count(in) && !m->consts.count(in) && seen.insert(in).second)
+        it->frees.push_back(in);
   return m;
 }
 
@@ -140,7 +137,8 @@ Model parse(const std::string& bytes, const std::string& name, const std::string
   auto m = std::make_shared<Model::Impl>();
   m->path = name;
   m->folder = folder;
-  if (!m->proto.ParseFromString(bytes)) throw Error(name + ": not a valid ONNX model (the protobuf does not parse)");
+  if (!m->proto.ParseFromString(bytes))
+    throw Error(name + ": not a valid ONNX model (the protobuf does not parse)");
   if (!m->proto.has_graph()) throw Error(name + ": the model has no graph");
   return Model(build(std::move(m)));
 }
@@ -180,9 +178,7 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
     std::vector<Value> outs;
     try {
       outs = s.run(args);
-    } catch (const std::exception& e) {
-      throw Error(m.path + ": " + s.label + ": " + e.what());
-    }
+    } catch (const std::exception& e) { throw Error(m.path + ": " + s.label + ": " + e.what()); }
     for (const auto& f : s.frees) env.erase(f);
     for (std::size_t k = 0; k < s.outs.size() && k < outs.size(); ++k)
       if (!s.outs[k].empty()) env[s.outs[k]] = std::move(outs[k]);
@@ -190,7 +186,8 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> out;
   for (const auto& name : m.out_names) {
     auto it = env.find(name);
-    if (it == env.end() || it->second.empty()) throw Error(m.path + ": the output '" + name + "' was not computed");
+    if (it == env.end() || it->second.empty())
+      throw Error(m.path + ": the output '" + name + "' was not computed");
     if (it->second.seq) throw Error(m.path + ": the output '" + name + "' is a sequence, not a tensor");
     out.push_back(it->second.t ? *it->second.t : it->second.h->tensor());
   }
@@ -217,11 +214,12 @@ const ::onnx::AttributeProto* NodeInfo::find(const std::string& name) const {
 }
 
 namespace {
-const ::onnx::AttributeProto* typed(const NodeInfo& n, const std::string& name, ::onnx::AttributeProto::AttributeType t) {
+const ::onnx::AttributeProto* typed(const NodeInfo& n, const std::string& name,
+                                    ::onnx::AttributeProto::AttributeType t) {
   const auto* a = n.find(name);
   if (a && a->type() != t && a->type() != ::onnx::AttributeProto::UNDEFINED)
-    throw Error("attribute '" + name + "' must be " + ::onnx::AttributeProto::AttributeType_Name(t) + ", it is " +
-                ::onnx::AttributeProto::AttributeType_Name(a->type()));
+    throw Error("attribute '" + name + "' must be " + ::onnx::AttributeProto::AttributeType_Name(t) +
+                ", it is " + ::onnx::AttributeProto::AttributeType_Name(a->type()));
   return a;
 }
 }  // namespace
@@ -282,8 +280,10 @@ const Host& Args::h(std::size_t k) {
     Host h;
     h.dtype = v.t->dtype();
     h.shape = v.t->shape();
-    if (h.is_float()) h.f = v.t->to_vector<double>();
-    else h.i = v.t->to_vector<std::int64_t>();
+    if (h.is_float())
+      h.f = v.t->to_vector<double>();
+    else
+      h.i = v.t->to_vector<std::int64_t>();
     v.h = std::make_shared<const Host>(std::move(h));
   }
   return *v.h;
@@ -296,7 +296,8 @@ bool Args::all_host(std::size_t from) const {
 
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what) {
   if (axis < -rank || axis >= std::max<std::int64_t>(rank, 1))
-    throw Error(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+    throw Error(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
+                std::to_string(rank));
   return axis < 0 ? axis + rank : axis;
 }
 

@@ -26,7 +26,9 @@ class NodeInfo {
   std::size_t inputs() const { return static_cast<std::size_t>(proto_.input_size()); }
   std::size_t outputs() const { return static_cast<std::size_t>(proto_.output_size()); }
   bool has_input(std::size_t k) const { return k < inputs() && !proto_.input(static_cast<int>(k)).empty(); }
-  bool has_output(std::size_t k) const { return k < outputs() && !proto_.output(static_cast<int>(k)).empty(); }
+  bool has_output(std::size_t k) const {
+    return k < outputs() && !proto_.output(static_cast<int>(k)).empty();
+  }
 
   bool has(const std::string& name) const { return find(name) != nullptr; }
   std::int64_t i(const std::string& name, std::int64_t def) const;

@@ -39,8 +39,10 @@ Host host_binary(const Host& a, const Host& b, DType out, F f) {
   bool flt = a.is_float() || b.is_float();
   for (std::int64_t k = 0; k < total; ++k) {
     std::int64_t ia = index(a, k), ib = index(b, k);
-    if (flt) r.push(static_cast<double>(f(a.at(ia), b.at(ib))));
-    else r.push(static_cast<double>(f(a.int_at(ia), b.int_at(ib))));
+    if (flt)
+      r.push(static_cast<double>(f(a.at(ia), b.at(ib))));
+    else
+      r.push(static_cast<double>(f(a.int_at(ia), b.int_at(ib))));
   }
   return r;
 }
@@ -168,7 +170,8 @@ void add_elementwise_ops(OpTable& t) {
       const Tensor& x = a.t(0);
       Tensor slope = a.t(1);
       // Older exporters give a (C,) slope for (N, C, ...): it applies per channel.
-      if (slope.ndim() == 1 && x.ndim() > 2 && slope.numel() == x.shape()[1] && slope.numel() != x.shape().back()) {
+      if (slope.ndim() == 1 && x.ndim() > 2 && slope.numel() == x.shape()[1] &&
+          slope.numel() != x.shape().back()) {
         std::vector<std::int64_t> s(static_cast<std::size_t>(x.ndim() - 1), 1);
         s[0] = -1;
         slope = slope.reshape(s);
@@ -188,26 +191,45 @@ void add_elementwise_ops(OpTable& t) {
     };
   };
 
-  t["Add"] = binary([](const Tensor& x, const Tensor& y) { return x + y; }, [](auto x, auto y) { return x + y; });
-  t["Sub"] = binary([](const Tensor& x, const Tensor& y) { return x - y; }, [](auto x, auto y) { return x - y; });
-  t["Mul"] = binary([](const Tensor& x, const Tensor& y) { return x * y; }, [](auto x, auto y) { return x * y; });
+  t["Add"] =
+      binary([](const Tensor& x, const Tensor& y) { return x + y; }, [](auto x, auto y) { return x + y; });
+  t["Sub"] =
+      binary([](const Tensor& x, const Tensor& y) { return x - y; }, [](auto x, auto y) { return x - y; });
+  t["Mul"] =
+      binary([](const Tensor& x, const Tensor& y) { return x * y; }, [](auto x, auto y) { return x * y; });
   t["Div"] = binary(
       [](const Tensor& x, const Tensor& y) { return is_int(x) ? as(x.div(y, "trunc"), x.dtype()) : x / y; },
       [](auto x, auto y) {
-        if constexpr (std::is_integral_v<decltype(x)>) return y == 0 ? decltype(x)(0) : x / y;
-        else return x / y;
+        if constexpr (std::is_integral_v<decltype(x)>)
+          return y == 0 ? decltype(x)(0) : x / y;
+        else
+          return x / y;
       });
-  t["Equal"] = binary([](const Tensor& x, const Tensor& y) { return x == y; }, [](auto x, auto y) { return x == y; }, true);
-  t["Less"] = binary([](const Tensor& x, const Tensor& y) { return x < y; }, [](auto x, auto y) { return x < y; }, true);
-  t["LessOrEqual"] = binary([](const Tensor& x, const Tensor& y) { return x <= y; }, [](auto x, auto y) { return x <= y; }, true);
-  t["Greater"] = binary([](const Tensor& x, const Tensor& y) { return x > y; }, [](auto x, auto y) { return x > y; }, true);
-  t["GreaterOrEqual"] = binary([](const Tensor& x, const Tensor& y) { return x >= y; }, [](auto x, auto y) { return x >= y; }, true);
-  t["And"] = binary([](const Tensor& x, const Tensor& y) { return x & y; }, [](auto x, auto y) { return x && y; }, true);
-  t["Or"] = binary([](const Tensor& x, const Tensor& y) { return x | y; }, [](auto x, auto y) { return x || y; }, true);
-  t["Xor"] = binary([](const Tensor& x, const Tensor& y) { return x ^ y; }, [](auto x, auto y) { return (x != 0) != (y != 0); }, true);
-  t["BitwiseAnd"] = [](const NodeInfo&) -> Run { return [](Args& a) -> std::vector<Value> { return {a.t(0) & a.t(1)}; }; };
-  t["BitwiseOr"] = [](const NodeInfo&) -> Run { return [](Args& a) -> std::vector<Value> { return {a.t(0) | a.t(1)}; }; };
-  t["BitwiseXor"] = [](const NodeInfo&) -> Run { return [](Args& a) -> std::vector<Value> { return {a.t(0) ^ a.t(1)}; }; };
+  t["Equal"] = binary([](const Tensor& x, const Tensor& y) { return x == y; },
+                      [](auto x, auto y) { return x == y; }, true);
+  t["Less"] = binary([](const Tensor& x, const Tensor& y) { return x < y; },
+                     [](auto x, auto y) { return x < y; }, true);
+  t["LessOrEqual"] = binary([](const Tensor& x, const Tensor& y) { return x <= y; },
+                            [](auto x, auto y) { return x <= y; }, true);
+  t["Greater"] = binary([](const Tensor& x, const Tensor& y) { return x > y; },
+                        [](auto x, auto y) { return x > y; }, true);
+  t["GreaterOrEqual"] = binary([](const Tensor& x, const Tensor& y) { return x >= y; },
+                               [](auto x, auto y) { return x >= y; }, true);
+  t["And"] = binary([](const Tensor& x, const Tensor& y) { return x & y; },
+                    [](auto x, auto y) { return x && y; }, true);
+  t["Or"] = binary([](const Tensor& x, const Tensor& y) { return x | y; },
+                   [](auto x, auto y) { return x || y; }, true);
+  t["Xor"] = binary([](const Tensor& x, const Tensor& y) { return x ^ y; },
+                    [](auto x, auto y) { return (x != 0) != (y != 0); }, true);
+  t["BitwiseAnd"] = [](const NodeInfo&) -> Run {
+    return [](Args& a) -> std::vector<Value> { return {a.t(0) & a.t(1)}; };
+  };
+  t["BitwiseOr"] = [](const NodeInfo&) -> Run {
+    return [](Args& a) -> std::vector<Value> { return {a.t(0) | a.t(1)}; };
+  };
+  t["BitwiseXor"] = [](const NodeInfo&) -> Run {
+    return [](Args& a) -> std::vector<Value> { return {a.t(0) ^ a.t(1)}; };
+  };
   t["BitShift"] = [](const NodeInfo& n) -> Run {
     std::string dir = n.s("direction", "");
     if (dir != "LEFT" && dir != "RIGHT") n.unsupported("direction '" + dir + "'");
@@ -225,7 +247,8 @@ void add_elementwise_ops(OpTable& t) {
     bool fmod = n.i("fmod", 0);
     return [fmod](Args& a) -> std::vector<Value> {
       const Tensor &x = a.t(0), &y = a.t(1);
-      if (!fmod && dtypes::is_float(x.dtype())) throw Error("fmod=0 needs integer inputs, they are " + std::string(x.dtype().name));
+      if (!fmod && dtypes::is_float(x.dtype()))
+        throw Error("fmod=0 needs integer inputs, they are " + std::string(x.dtype().name));
       return {fmod ? x.fmod(y) : x.remainder(y)};
     };
   };

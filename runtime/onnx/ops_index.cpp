@@ -28,10 +28,12 @@ I64s rows_of(const Dims& data, const Host& idx, std::int64_t b, const char* op) 
   for (std::int64_t t = 0; t < tuples; ++t) {
     std::int64_t row = 0;
     for (std::size_t j = 0; j < k; ++j) {
-      std::int64_t d = data[ub + j], i = idx.int_at(t * static_cast<std::int64_t>(k) + static_cast<std::int64_t>(j));
+      std::int64_t d = data[ub + j],
+                   i = idx.int_at(t * static_cast<std::int64_t>(k) + static_cast<std::int64_t>(j));
       if (i < 0) i += d;
       if (i < 0 || i >= d)
-        throw Error(std::string(op) + ": index " + std::to_string(i) + " is out of range for size " + std::to_string(d));
+        throw Error(std::string(op) + ": index " + std::to_string(i) + " is out of range for size " +
+                    std::to_string(d));
       row = row * d + i;
     }
     rows.push_back((t / per_batch) * rows_per_batch + row);
@@ -59,7 +61,8 @@ void add_index_ops(OpTable& t) {
   };
   t["ScatterND"] = [](const NodeInfo& n) -> Run {
     std::string red = n.s("reduction", "none");
-    static const std::pair<const char*, const char*> names[] = {{"none", ""}, {"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
+    static const std::pair<const char*, const char*> names[] = {
+        {"none", ""}, {"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
     std::string mg = "?";
     for (auto [o, m] : names)
       if (red == o) mg = m;

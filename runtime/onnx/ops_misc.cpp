@@ -60,8 +60,10 @@ void add_misc_ops(OpTable& t) {
         for (std::int64_t i = 0; i < count; ++i) {
           std::int64_t o = (b * count + i) * 4;
           double c0 = boxes.at(o), c1 = boxes.at(o + 1), c2 = boxes.at(o + 2), c3 = boxes.at(o + 3);
-          if (center) bx.push_back({c1 - c3 / 2, c0 - c2 / 2, c1 + c3 / 2, c0 + c2 / 2});
-          else bx.push_back({std::min(c0, c2), std::min(c1, c3), std::max(c0, c2), std::max(c1, c3)});
+          if (center)
+            bx.push_back({c1 - c3 / 2, c0 - c2 / 2, c1 + c3 / 2, c0 + c2 / 2});
+          else
+            bx.push_back({std::min(c0, c2), std::min(c1, c3), std::max(c0, c2), std::max(c1, c3)});
         }
         for (std::int64_t c = 0; c < classes; ++c) {
           std::vector<std::pair<double, std::int64_t>> cand;
@@ -69,7 +71,8 @@ void add_misc_ops(OpTable& t) {
             double s = scores.at((b * classes + c) * count + i);
             if (!thresholded || s > score_min) cand.push_back({s, i});
           }
-          std::stable_sort(cand.begin(), cand.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+          std::stable_sort(cand.begin(), cand.end(),
+                           [](const auto& x, const auto& y) { return x.first > y.first; });
           std::vector<std::int64_t> kept;
           for (const auto& [s, i] : cand) {
             if (static_cast<std::int64_t>(kept.size()) >= limit) break;

@@ -21,16 +21,20 @@ struct Window {
   bool ceil = false;
 
   static Window read(const NodeInfo& n) {
-    Window w{n.s("auto_pad", "NOTSET"), n.ints("kernel_shape"), n.ints("strides"), n.ints("dilations"), n.ints("pads")};
+    Window w{n.s("auto_pad", "NOTSET"), n.ints("kernel_shape"), n.ints("strides"), n.ints("dilations"),
+             n.ints("pads")};
     w.ceil = n.i("ceil_mode", 0);
-    if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" && w.auto_pad != "VALID")
+    if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" &&
+        w.auto_pad != "VALID")
       n.unsupported("auto_pad '" + w.auto_pad + "'");
     return w;
   }
   // Per spatial axis: kernel (from the weight when not given), strides, dilations, pads (begin, end).
   void resolve(const Dims& in, std::size_t spatial, const I64s& weight_kernel) {
     if (kernel.empty()) kernel = weight_kernel;
-    if (kernel.size() != spatial) throw Error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(spatial) + " spatial axes");
+    if (kernel.size() != spatial)
+      throw Error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " +
+                  std::to_string(spatial) + " spatial axes");
     if (strides.empty()) strides.assign(spatial, 1);
     if (dilations.empty()) dilations.assign(spatial, 1);
     if (pads.empty()) pads.assign(2 * spatial, 0);
@@ -51,11 +55,14 @@ struct Window {
     for (std::size_t k = 0; k < kernel.size(); ++k) p.push_back({pads[k], pads[k + kernel.size()]});
     return p;
   }
-  bool padded() const { return std::any_of(pads.begin(), pads.end(), [](auto p) { return p != 0; }); }
+  bool padded() const {
+    return std::any_of(pads.begin(), pads.end(), [](auto p) { return p != 0; });
+  }
   // metagrad's per-side padding: last axis first, (begin, end) each.
   I64s sides() const {
     I64s out;
-    for (std::size_t k = kernel.size(); k-- > 0;) out.push_back(pads[k]), out.push_back(pads[k + kernel.size()]);
+    for (std::size_t k = kernel.size(); k-- > 0;)
+      out.push_back(pads[k]), out.push_back(pads[k + kernel.size()]);
     return out;
   }
 };
@@ -71,7 +78,8 @@ Tensor pool(const Tensor& x, bool max, const Window& w, I64s padding = {0}, bool
     case 3:
       return max ? x.max_pool3d(w.kernel, w.strides, w.dilations, padding, w.ceil)
                  : x.avg_pool3d(w.kernel, w.strides, w.dilations, padding, w.ceil, include_pad);
-    default: throw Error(std::to_string(w.kernel.size()) + " spatial axes (1 to 3 are supported)");
+    default:
+      throw Error(std::to_string(w.kernel.size()) + " spatial axes (1 to 3 are supported)");
   }
 }
 
@@ -149,7 +157,8 @@ void add_nn_ops(OpTable& t) {
           out = natural - w.pads[k] - w.pads[k + sp];
         }
         std::int64_t have = full.shape()[2 + k];
-        std::int64_t lo = std::clamp<std::int64_t>(begin, 0, have), hi = std::clamp<std::int64_t>(begin + out, 0, have);
+        std::int64_t lo = std::clamp<std::int64_t>(begin, 0, have),
+                     hi = std::clamp<std::int64_t>(begin + out, 0, have);
         cut.push_back({lo, std::max(lo, hi)});
         grow.push_back({std::max<std::int64_t>(0, -begin), std::max<std::int64_t>(0, begin + out - have)});
       }
@@ -169,12 +178,14 @@ void add_nn_ops(OpTable& t) {
       if (a.n_out > 1) {
         I64s sym;
         for (std::size_t k = 0; k < sp; ++k) {
-          if (w.pads[k] != w.pads[k + sp]) throw Error("MaxPool's Indices output with asymmetric pads is not supported");
+          if (w.pads[k] != w.pads[k + sp])
+            throw Error("MaxPool's Indices output with asymmetric pads is not supported");
           sym.push_back(w.pads[k]);
         }
-        std::pair<Tensor, Tensor> r = sp == 1   ? x.max_pool1d_with_indices(w.kernel, w.strides, w.dilations, sym, w.ceil)
-                                      : sp == 2 ? x.max_pool2d_with_indices(w.kernel, w.strides, w.dilations, sym, w.ceil)
-                                                : x.max_pool3d_with_indices(w.kernel, w.strides, w.dilations, sym, w.ceil);
+        std::pair<Tensor, Tensor> r =
+            sp == 1   ? x.max_pool1d_with_indices(w.kernel, w.strides, w.dilations, sym, w.ceil)
+            : sp == 2 ? x.max_pool2d_with_indices(w.kernel, w.strides, w.dilations, sym, w.ceil)
+                      : x.max_pool3d_with_indices(w.kernel, w.strides, w.dilations, sym, w.ceil);
         std::int64_t plane = 1;
         for (std::size_t k = 2; k < x.shape().size(); ++k) plane *= x.shape()[k];
         std::int64_t nc = x.shape()[0] * x.shape()[1];
@@ -184,9 +195,11 @@ void add_nn_ops(OpTable& t) {
         for (std::size_t k = 0; k < sp; ++k) s.push_back(1);
         Tensor idx = r.second;
         if (column_major) {  // h * W + w -> w * H + h (2-D)
-          if (sp != 2) throw Error("storage_order=1 with " + std::to_string(sp) + " spatial axes is not supported");
+          if (sp != 2)
+            throw Error("storage_order=1 with " + std::to_string(sp) + " spatial axes is not supported");
           std::int64_t H = x.shape()[2], W = x.shape()[3];
-          idx = (idx % W) * H + idx.div(Tensor::full({}, static_cast<double>(W), {.dtype = dtypes::int64}), "floor");
+          idx = (idx % W) * H +
+                idx.div(Tensor::full({}, static_cast<double>(W), {.dtype = dtypes::int64}), "floor");
         }
         return {r.first, idx + base.reshape(s)};
       }
@@ -254,8 +267,9 @@ void add_nn_ops(OpTable& t) {
       for (std::size_t k = 0; k < sp; ++k) {
         if (w.pads[k] != w.pads[k + sp]) throw Error("MaxUnpool with asymmetric pads is not supported");
         sym.push_back(w.pads[k]);
-        out.push_back(a.has(2) ? a.ints(2)[2 + k]
-                               : (x.shape()[2 + k] - 1) * w.strides[k] + w.kernel[k] - w.pads[k] - w.pads[k + sp]);
+        out.push_back(a.has(2)
+                          ? a.ints(2)[2 + k]
+                          : (x.shape()[2 + k] - 1) * w.strides[k] + w.kernel[k] - w.pads[k] - w.pads[k + sp]);
       }
       std::int64_t plane = 1;
       for (auto d : out) plane *= d;
@@ -311,9 +325,11 @@ void add_nn_ops(OpTable& t) {
       const Tensor& x = a.t(0);
       Dims s = x.shape();
       std::int64_t N = s[0], C = s[1], rest = x.numel() / std::max<std::int64_t>(1, N * C);
-      Tensor sq = x.square().reshape({N, 1, C, rest}).pad({{0, 0}, {0, 0}, {(size - 1) / 2, size / 2}, {0, 0}}, 0.0);
+      Tensor sq =
+          x.square().reshape({N, 1, C, rest}).pad({{0, 0}, {0, 0}, {(size - 1) / 2, size / 2}, {0, 0}}, 0.0);
       Tensor sum = sq.avg_pool2d({size, 1}, {1, 1}) * static_cast<double>(size);
-      Tensor den = pow(sum.reshape(I64s(s.begin(), s.end())) * (alpha / static_cast<double>(size)) + bias, beta);
+      Tensor den =
+          pow(sum.reshape(I64s(s.begin(), s.end())) * (alpha / static_cast<double>(size)) + bias, beta);
       return {x / den};
     };
   };

@@ -85,7 +85,8 @@ void add_quantize_ops(OpTable& t) {
     return [axis](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
       DType to = a.has(2) ? a.dtype(2) : dtypes::uint8;
-      if (to != dtypes::uint8 && to != dtypes::int8) throw Error(std::string("a ") + to.name + " zero point (uint8 and int8 are supported)");
+      if (to != dtypes::uint8 && to != dtypes::int8)
+        throw Error(std::string("a ") + to.name + " zero point (uint8 and int8 are supported)");
       Tensor q = (x.cast(dtypes::float32) / per_axis(a.t(1), x, axis)).round();
       if (a.has(2)) q = q + per_axis(a.t(2), x, axis).cast(dtypes::float32);
       return {saturate(q, to)};

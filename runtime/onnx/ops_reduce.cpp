@@ -15,7 +15,8 @@ using Reduce = Tensor (*)(const Tensor&, const Axes&, bool);
 // noop_with_empty_axes.
 Prepare reduce(Reduce f, std::int64_t input_from) {
   return [f, input_from](const NodeInfo& n) -> Run {
-    bool keep = n.i("keepdims", 1), noop = n.i("noop_with_empty_axes", 0), from_input = n.opset() >= input_from;
+    bool keep = n.i("keepdims", 1), noop = n.i("noop_with_empty_axes", 0),
+         from_input = n.opset() >= input_from;
     I64s attr = n.ints("axes");
     return [=](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
@@ -98,8 +99,10 @@ void add_reduce_ops(OpTable& t) {
   t["ReduceMin"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.min(a, k); }, 18);
   t["ReduceProd"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.prod(a, k); }, 18);
   t["ReduceL1"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.abs().sum(a, k); }, 18);
-  t["ReduceL2"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.square().sum(a, k).sqrt(); }, 18);
-  t["ReduceSumSquare"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.square().sum(a, k); }, 18);
+  t["ReduceL2"] =
+      reduce([](const Tensor& x, const Axes& a, bool k) { return x.square().sum(a, k).sqrt(); }, 18);
+  t["ReduceSumSquare"] =
+      reduce([](const Tensor& x, const Axes& a, bool k) { return x.square().sum(a, k); }, 18);
   t["ReduceLogSum"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.sum(a, k).log(); }, 18);
   t["ReduceLogSumExp"] = reduce([](const Tensor& x, const Axes& a, bool k) { return x.logsumexp(a, k); }, 18);
   t["ArgMax"] = arg(true);

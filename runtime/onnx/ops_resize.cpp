@@ -22,9 +22,9 @@ struct ResizeAttrs {
 };
 
 struct Taps {
-  std::vector<I64s> idx;              // per tap: the source index of each output position
+  std::vector<I64s> idx;               // per tap: the source index of each output position
   std::vector<std::vector<double>> w;  // per tap: its weight
-  std::vector<double> extra;          // added (tf_crop_and_resize's extrapolation value)
+  std::vector<double> extra;           // added (tf_crop_and_resize's extrapolation value)
 };
 
 std::vector<double> cubic(double r, double A) {
@@ -33,23 +33,29 @@ std::vector<double> cubic(double r, double A) {
           ((A + 2) * s - (A + 3)) * s * s + 1, ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A};
 }
 
-Taps taps(const ResizeAttrs& at, std::int64_t in, std::int64_t out, double scale, double roi_lo, double roi_hi) {
+Taps taps(const ResizeAttrs& at, std::int64_t in, std::int64_t out, double scale, double roi_lo,
+          double roi_hi) {
   std::size_t n = at.mode == "nearest" ? 1 : at.mode == "linear" ? 2 : 4;
   Taps t{std::vector<I64s>(n), std::vector<std::vector<double>>(n), {}};
   for (std::int64_t o = 0; o < out; ++o) {
     double x = static_cast<double>(o), xo;
     const std::string& c = at.coord;
-    if (c == "half_pixel") xo = (x + 0.5) / scale - 0.5;
-    else if (c == "pytorch_half_pixel") xo = out > 1 ? (x + 0.5) / scale - 0.5 : 0;
+    if (c == "half_pixel")
+      xo = (x + 0.5) / scale - 0.5;
+    else if (c == "pytorch_half_pixel")
+      xo = out > 1 ? (x + 0.5) / scale - 0.5 : 0;
     else if (c == "align_corners")  // over the unrounded output size, as the reference
       xo = out == 1 ? 0 : x * static_cast<double>(in - 1) / (scale * static_cast<double>(in) - 1);
-    else if (c == "tf_half_pixel_for_nn") xo = (x + 0.5) / scale;
-    else if (c == "asymmetric") xo = x / scale;
+    else if (c == "tf_half_pixel_for_nn")
+      xo = (x + 0.5) / scale;
+    else if (c == "asymmetric")
+      xo = x / scale;
     else if (c == "half_pixel_symmetric") {
       double adj = static_cast<double>(out) / (scale * static_cast<double>(in));
       xo = static_cast<double>(in) / 2 * (1 - adj) + (x + 0.5) / scale - 0.5;
     } else {  // tf_crop_and_resize
-      xo = out > 1 ? roi_lo * static_cast<double>(in - 1) + x * (roi_hi - roi_lo) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
+      xo = out > 1 ? roi_lo * static_cast<double>(in - 1) +
+                         x * (roi_hi - roi_lo) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
                    : 0.5 * (roi_lo + roi_hi) * static_cast<double>(in - 1);
     }
     bool outside = c == "tf_crop_and_resize" && (xo < 0 || xo > static_cast<double>(in - 1));
@@ -62,7 +68,7 @@ Taps taps(const ResizeAttrs& at, std::int64_t in, std::int64_t out, double scale
     std::vector<double> w;
     I64s idx;
     if (n == 1) {
-      bool right = r == 1 || (at.nearest == "round_prefer_floor" ? r > 0.5
+      bool right = r == 1 || (at.nearest == "round_prefer_floor"  ? r > 0.5
                               : at.nearest == "round_prefer_ceil" ? r >= 0.5
                               : at.nearest == "floor"             ? false
                                                                   : r > 0);
@@ -96,27 +102,34 @@ Tensor along(const Tensor& x, std::int64_t axis, const std::vector<double>& v) {
   return Tensor(v, Dims(s)).cast(x.dtype());
 }
 
-Tensor resize(Tensor x, const ResizeAttrs& at, std::vector<double> scales, I64s sizes, std::vector<double> roi) {
+Tensor resize(Tensor x, const ResizeAttrs& at, std::vector<double> scales, I64s sizes,
+              std::vector<double> roi) {
   auto rank = static_cast<std::size_t>(x.ndim());
   I64s axes = at.axes;
   for (auto& a : axes) a = norm_axis(a, static_cast<std::int64_t>(rank), "Resize: axis");
   if (axes.empty())
     for (std::size_t k = 0; k < rank; ++k) axes.push_back(static_cast<std::int64_t>(k));
   std::size_t na = axes.size();
-  if (!sizes.empty() && sizes.size() != na) throw Error("Resize: " + std::to_string(sizes.size()) + " sizes for " + std::to_string(na) + " axes");
-  if (sizes.empty() && scales.size() != na) throw Error("Resize: " + std::to_string(scales.size()) + " scales for " + std::to_string(na) + " axes");
+  if (!sizes.empty() && sizes.size() != na)
+    throw Error("Resize: " + std::to_string(sizes.size()) + " sizes for " + std::to_string(na) + " axes");
+  if (sizes.empty() && scales.size() != na)
+    throw Error("Resize: " + std::to_string(scales.size()) + " scales for " + std::to_string(na) + " axes");
   I64s out(na);
   std::vector<double> sc(na);
   Dims in = x.shape();
   for (std::size_t k = 0; k < na; ++k) {
     auto d = static_cast<double>(in[static_cast<std::size_t>(axes[k])]);
-    if (sizes.empty()) sc[k] = scales[k], out[k] = static_cast<std::int64_t>(std::floor(d * scales[k]));
-    else sc[k] = static_cast<double>(sizes[k]) / d, out[k] = sizes[k];
+    if (sizes.empty())
+      sc[k] = scales[k], out[k] = static_cast<std::int64_t>(std::floor(d * scales[k]));
+    else
+      sc[k] = static_cast<double>(sizes[k]) / d, out[k] = sizes[k];
   }
   if (!sizes.empty() && at.policy != "stretch") {
-    double s = at.policy == "not_larger" ? *std::min_element(sc.begin(), sc.end()) : *std::max_element(sc.begin(), sc.end());
+    double s = at.policy == "not_larger" ? *std::min_element(sc.begin(), sc.end())
+                                         : *std::max_element(sc.begin(), sc.end());
     for (std::size_t k = 0; k < na; ++k)
-      sc[k] = s, out[k] = static_cast<std::int64_t>(std::round(s * static_cast<double>(in[static_cast<std::size_t>(axes[k])])));
+      sc[k] = s, out[k] = static_cast<std::int64_t>(
+                     std::round(s * static_cast<double>(in[static_cast<std::size_t>(axes[k])])));
   }
   DType dt = x.dtype();
   for (std::size_t k = 0; k < na; ++k) {
@@ -146,12 +159,19 @@ Tensor resize(Tensor x, const ResizeAttrs& at, std::vector<double> scales, I64s 
 
 void add_resize_ops(OpTable& t) {
   t["Resize"] = [](const NodeInfo& n) -> Run {
-    ResizeAttrs at{n.s("mode", "nearest"), n.s("coordinate_transformation_mode", "half_pixel"),
-                   n.s("nearest_mode", "round_prefer_floor"), n.f("cubic_coeff_a", -0.75), n.f("extrapolation_value", 0),
-                   n.i("exclude_outside", 0) != 0, n.ints("axes"), n.s("keep_aspect_ratio_policy", "stretch")};
-    if (at.mode != "nearest" && at.mode != "linear" && at.mode != "cubic") n.unsupported("mode '" + at.mode + "'");
-    static const char* coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                   "tf_crop_and_resize", "half_pixel_symmetric", "tf_half_pixel_for_nn"};
+    ResizeAttrs at{n.s("mode", "nearest"),
+                   n.s("coordinate_transformation_mode", "half_pixel"),
+                   n.s("nearest_mode", "round_prefer_floor"),
+                   n.f("cubic_coeff_a", -0.75),
+                   n.f("extrapolation_value", 0),
+                   n.i("exclude_outside", 0) != 0,
+                   n.ints("axes"),
+                   n.s("keep_aspect_ratio_policy", "stretch")};
+    if (at.mode != "nearest" && at.mode != "linear" && at.mode != "cubic")
+      n.unsupported("mode '" + at.mode + "'");
+    static const char* coords[] = {"half_pixel",          "pytorch_half_pixel", "align_corners",
+                                   "asymmetric",          "tf_crop_and_resize", "half_pixel_symmetric",
+                                   "tf_half_pixel_for_nn"};
     if (std::none_of(std::begin(coords), std::end(coords), [&](const char* c) { return at.coord == c; }))
       n.unsupported("coordinate_transformation_mode '" + at.coord + "'");
     static const char* nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
@@ -165,7 +185,8 @@ void add_resize_ops(OpTable& t) {
     return [at, v10](Args& a) -> std::vector<Value> {
       std::vector<double> scales, roi;
       I64s sizes;
-      if (v10) scales = a.h(1).doubles();
+      if (v10)
+        scales = a.h(1).doubles();
       else {
         if (a.has(1) && a.h(1).numel()) roi = a.h(1).doubles();
         if (a.has(2) && a.h(2).numel()) scales = a.h(2).doubles();

@@ -43,8 +43,14 @@ struct RnnAttrs {
 Prepare recurrent(Kind kind) {
   return [kind](const NodeInfo& n) -> Run {
     std::size_t per = kind == Kind::RNN ? 1 : kind == Kind::GRU ? 2 : 3;
-    RnnAttrs at{kind, {}, n.f("clip", 0), n.s("direction", "forward"), n.i("hidden_size", 0), n.i("layout", 0),
-                n.i("linear_before_reset", 0) != 0, n.i("input_forget", 0) != 0};
+    RnnAttrs at{kind,
+                {},
+                n.f("clip", 0),
+                n.s("direction", "forward"),
+                n.i("hidden_size", 0),
+                n.i("layout", 0),
+                n.i("linear_before_reset", 0) != 0,
+                n.i("input_forget", 0) != 0};
     if (at.direction != "forward" && at.direction != "reverse" && at.direction != "bidirectional")
       n.unsupported("direction '" + at.direction + "'");
     if (at.input_forget) n.unsupported("input_forget=1");
@@ -54,19 +60,29 @@ Prepare recurrent(Kind kind) {
       for (const auto& s : a->strings()) names.push_back(s);
     if (names.empty()) {
       std::vector<std::string> def = kind == Kind::RNN ? std::vector<std::string>{"Tanh"}
-                                     : kind == Kind::GRU ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                         : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+                                     : kind == Kind::GRU
+                                         ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                         : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
       for (std::size_t d = 0; d < dirs; ++d) names.insert(names.end(), def.begin(), def.end());
     }
-    if (names.size() != per * dirs) n.unsupported(std::to_string(names.size()) + " activations for " + std::to_string(dirs) + " direction(s)");
+    if (names.size() != per * dirs)
+      n.unsupported(std::to_string(names.size()) + " activations for " + std::to_string(dirs) +
+                    " direction(s)");
     auto alphas = n.floats("activation_alpha"), betas = n.floats("activation_beta");
-    static const char* known[] = {"Sigmoid", "Tanh", "Relu", "LeakyRelu", "HardSigmoid", "Affine", "ScaledTanh",
-                                  "ThresholdedRelu", "Elu", "Softsign", "Softplus"};
+    static const char* known[] = {"Sigmoid",     "Tanh",     "Relu",       "LeakyRelu",
+                                  "HardSigmoid", "Affine",   "ScaledTanh", "ThresholdedRelu",
+                                  "Elu",         "Softsign", "Softplus"};
     for (std::size_t k = 0; k < names.size(); ++k) {
       if (std::none_of(std::begin(known), std::end(known), [&](const char* c) { return names[k] == c; }))
         n.unsupported("activation '" + names[k] + "'");
-      double alpha = k < alphas.size() ? alphas[k] : (names[k] == "LeakyRelu" ? 0.01 : names[k] == "HardSigmoid" ? 0.2 : 1.0);
-      double beta = k < betas.size() ? betas[k] : (names[k] == "HardSigmoid" ? 0.5 : names[k] == "Affine" ? 0.0 : 1.0);
+      double alpha = k < alphas.size() ? alphas[k]
+                                       : (names[k] == "LeakyRelu"     ? 0.01
+                                          : names[k] == "HardSigmoid" ? 0.2
+                                                                      : 1.0);
+      double beta = k < betas.size() ? betas[k]
+                                     : (names[k] == "HardSigmoid" ? 0.5
+                                        : names[k] == "Affine"    ? 0.0
+                                                                  : 1.0);
       at.act.push_back({names[k], alpha, beta});
     }
     return [at, per, dirs](Args& a) -> std::vector<Value> {
@@ -75,7 +91,9 @@ Prepare recurrent(Kind kind) {
       const Tensor &W = a.t(1), &R = a.t(2);
       std::int64_t seq = X.shape()[0], batch = X.shape()[1], H = at.hidden ? at.hidden : R.shape()[2];
       std::int64_t G = at.kind == Kind::RNN ? 1 : at.kind == Kind::GRU ? 3 : 4;
-      auto gate = [&](const Tensor& t, std::int64_t g) { return t.shrink({{0, t.shape()[0]}, {g * H, (g + 1) * H}}); };
+      auto gate = [&](const Tensor& t, std::int64_t g) {
+        return t.shrink({{0, t.shape()[0]}, {g * H, (g + 1) * H}});
+      };
       std::optional<Tensor> lens;
       if (a.has(4)) lens = a.t(4).cast(dtypes::int64).reshape({batch, 1});
       auto pre = [&](Tensor t) { return at.clip > 0 ? t.clip(-at.clip, at.clip) : t; };
@@ -83,7 +101,7 @@ Prepare recurrent(Kind kind) {
       for (std::size_t d = 0; d < dirs; ++d) {
         auto di = static_cast<std::int64_t>(d);
         const Activation* f = &at.act[d * per];
-        Tensor w = W[di], r = R[di];  // (G*H, input), (G*H, H)
+        Tensor w = W[di], r = R[di];              // (G*H, input), (G*H, H)
         Tensor xw = X.matmul(w.transpose(0, 1));  // (seq, batch, G*H)
         std::optional<Tensor> wb, rb;
         if (a.has(3)) {
@@ -109,11 +127,14 @@ Prepare recurrent(Kind kind) {
             Tensor z = f[0](pre(gate(x, 0) + gate(hr, 0))), rg = f[0](pre(gate(x, 1) + gate(hr, 1)));
             Tensor hh = at.linear_before_reset
                             ? f[1](pre(gate(x, 2) + rg * gate(hr, 2)))
-                            : f[1](pre(gate(x, 2) + (rg * h).matmul(r.shrink({{2 * H, 3 * H}, {0, H}}).transpose(0, 1)) +
-                                       (rb ? gate(rb->reshape({1, -1}), 2) : Tensor::zeros({1, H}, {.dtype = X.dtype()}))));
+                            : f[1](pre(gate(x, 2) +
+                                       (rg * h).matmul(r.shrink({{2 * H, 3 * H}, {0, H}}).transpose(0, 1)) +
+                                       (rb ? gate(rb->reshape({1, -1}), 2)
+                                           : Tensor::zeros({1, H}, {.dtype = X.dtype()}))));
             hn = (1 - z) * hh + z * h;
           } else {  // i, o, f, c
-            Tensor gi = gate(x, 0) + gate(hr, 0), go = gate(x, 1) + gate(hr, 1), gf = gate(x, 2) + gate(hr, 2);
+            Tensor gi = gate(x, 0) + gate(hr, 0), go = gate(x, 1) + gate(hr, 1),
+                   gf = gate(x, 2) + gate(hr, 2);
             if (P) gi = gi + P->shrink({{0, H}}) * c, gf = gf + P->shrink({{2 * H, 3 * H}}) * c;
             Tensor it = f[0](pre(gi)), ft = f[0](pre(gf)), ct = f[1](pre(gate(x, 3) + gate(hr, 3)));
             cn = ft * c + it * ct;

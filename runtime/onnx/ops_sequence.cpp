@@ -12,7 +12,8 @@ std::size_t position(Args& a, std::size_t k, std::size_t n, bool append) {
   std::int64_t p = a.h(k).int_at(0), size = static_cast<std::int64_t>(n);
   if (p < 0) p += size;
   if (p < 0 || p > size || (p == size && !append))
-    throw Error("position " + std::to_string(a.h(k).int_at(0)) + " is out of range for a sequence of " + std::to_string(n));
+    throw Error("position " + std::to_string(a.h(k).int_at(0)) + " is out of range for a sequence of " +
+                std::to_string(n));
   return static_cast<std::size_t>(p);
 }
 

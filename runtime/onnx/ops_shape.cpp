@@ -52,18 +52,24 @@ Host host_gather(const Host& x, const Host& idx, std::int64_t axis) {
   r.dtype = x.dtype;
   for (std::int64_t k = 0; k < axis; ++k) r.shape.push_back(x.shape[static_cast<std::size_t>(k)]);
   for (auto d : idx.shape) r.shape.push_back(d);
-  for (std::size_t k = static_cast<std::size_t>(axis) + 1; k < x.shape.size(); ++k) r.shape.push_back(x.shape[k]);
-  std::int64_t outer = prod(x.shape, 0, static_cast<std::size_t>(axis)), n = x.shape[static_cast<std::size_t>(axis)],
+  for (std::size_t k = static_cast<std::size_t>(axis) + 1; k < x.shape.size(); ++k)
+    r.shape.push_back(x.shape[k]);
+  std::int64_t outer = prod(x.shape, 0, static_cast<std::size_t>(axis)),
+               n = x.shape[static_cast<std::size_t>(axis)],
                inner = prod(x.shape, static_cast<std::size_t>(axis) + 1);
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t j = 0; j < idx.numel(); ++j) {
       std::int64_t i = idx.int_at(j);
       if (i < 0) i += n;
-      if (i < 0 || i >= n) throw Error("Gather: index " + std::to_string(idx.int_at(j)) + " is out of range for size " + std::to_string(n));
+      if (i < 0 || i >= n)
+        throw Error("Gather: index " + std::to_string(idx.int_at(j)) + " is out of range for size " +
+                    std::to_string(n));
       for (std::int64_t q = 0; q < inner; ++q) {
         std::int64_t src = (o * n + i) * inner + q;
-        if (x.is_float()) r.f.push_back(x.f[static_cast<std::size_t>(src)]);
-        else r.i.push_back(x.i[static_cast<std::size_t>(src)]);
+        if (x.is_float())
+          r.f.push_back(x.f[static_cast<std::size_t>(src)]);
+        else
+          r.i.push_back(x.i[static_cast<std::size_t>(src)]);
       }
     }
   return r;
@@ -88,7 +94,8 @@ I64s bound_indices(const Bounds& b) {
 
 Host host_take(const Host& x, const std::vector<I64s>& idx) {
   Host r = x;
-  for (std::size_t ax = 0; ax < idx.size(); ++ax) r = host_gather(r, Host::ints_of(idx[ax]), static_cast<std::int64_t>(ax));
+  for (std::size_t ax = 0; ax < idx.size(); ++ax)
+    r = host_gather(r, Host::ints_of(idx[ax]), static_cast<std::int64_t>(ax));
   return r;
 }
 
@@ -102,14 +109,18 @@ Value concat(Args& a, std::int64_t axis_attr) {
     r.shape[static_cast<std::size_t>(axis)] = 0;
     std::vector<const Host*> hs;
     for (std::size_t k = 0; k < a.size(); ++k)
-      if (a.has(k)) hs.push_back(&a.h(k)), r.shape[static_cast<std::size_t>(axis)] += a.shape(k)[static_cast<std::size_t>(axis)];
+      if (a.has(k))
+        hs.push_back(&a.h(k)),
+            r.shape[static_cast<std::size_t>(axis)] += a.shape(k)[static_cast<std::size_t>(axis)];
     std::int64_t outer = prod(r.shape, 0, static_cast<std::size_t>(axis));
     for (std::int64_t o = 0; o < outer; ++o)
       for (const Host* h : hs) {
         std::int64_t chunk = prod(h->shape, static_cast<std::size_t>(axis));
         for (std::int64_t q = 0; q < chunk; ++q) {
-          if (r.is_float()) r.f.push_back(h->at(o * chunk + q));
-          else r.i.push_back(h->int_at(o * chunk + q));
+          if (r.is_float())
+            r.f.push_back(h->at(o * chunk + q));
+          else
+            r.i.push_back(h->int_at(o * chunk + q));
         }
       }
     return r;
@@ -125,19 +136,26 @@ Value concat(Args& a, std::int64_t axis_attr) {
 void add_shape_ops(OpTable& t) {
   t["Constant"] = [](const NodeInfo& n) -> Run {
     Host h;
-    if (n.has("value")) h = n.tensor("value");
-    else if (n.has("value_float")) h = Host::scalar(n.f("value_float", 0), dtypes::float32);
-    else if (n.has("value_int")) h = Host::scalar(static_cast<double>(n.i("value_int", 0)), dtypes::int64);
+    if (n.has("value"))
+      h = n.tensor("value");
+    else if (n.has("value_float"))
+      h = Host::scalar(n.f("value_float", 0), dtypes::float32);
+    else if (n.has("value_int"))
+      h = Host::scalar(static_cast<double>(n.i("value_int", 0)), dtypes::int64);
     else if (n.has("value_floats")) {
-      h.dtype = dtypes::float32, h.f = n.floats("value_floats"), h.shape = {static_cast<std::int64_t>(h.f.size())};
+      h.dtype = dtypes::float32, h.f = n.floats("value_floats"),
+      h.shape = {static_cast<std::int64_t>(h.f.size())};
     } else if (n.has("value_ints"))
       h = Host::ints_of(n.ints("value_ints"));
     else
-      n.unsupported(n.has("sparse_value") ? "a sparse_value" : "a Constant without a numeric value (strings)");
+      n.unsupported(n.has("sparse_value") ? "a sparse_value"
+                                          : "a Constant without a numeric value (strings)");
     Value v = h.numel() > kHostLimit ? Value(h.tensor()) : Value(h);
     return [v](Args&) -> std::vector<Value> { return {v}; };
   };
-  t["Identity"] = [](const NodeInfo&) -> Run { return [](Args& a) -> std::vector<Value> { return {*a.in[0]}; }; };
+  t["Identity"] = [](const NodeInfo&) -> Run {
+    return [](Args& a) -> std::vector<Value> { return {*a.in[0]}; };
+  };
   t["Shape"] = [](const NodeInfo& n) -> Run {
     std::int64_t start = n.i("start", 0), end = n.i("end", 1 << 30);
     bool has_end = n.has("end");
@@ -150,7 +168,9 @@ void add_shape_ops(OpTable& t) {
     };
   };
   t["Size"] = [](const NodeInfo&) -> Run {
-    return [](Args& a) -> std::vector<Value> { return {Host::scalar(static_cast<double>(prod(a.shape(0))), dtypes::int64)}; };
+    return [](Args& a) -> std::vector<Value> {
+      return {Host::scalar(static_cast<double>(prod(a.shape(0))), dtypes::int64)};
+    };
   };
   t["Reshape"] = [](const NodeInfo& n) -> Run {
     bool allowzero = n.i("allowzero", 0);
@@ -163,7 +183,8 @@ void add_shape_ops(OpTable& t) {
       for (std::size_t k = 0; k < want.size(); ++k) {
         std::int64_t d = want[k];
         if (d == 0 && !allowzero) {
-          if (k >= in.size()) throw Error("Reshape: a 0 at position " + std::to_string(k) + " beyond the input's rank");
+          if (k >= in.size())
+            throw Error("Reshape: a 0 at position " + std::to_string(k) + " beyond the input's rank");
           d = in[k];
         }
         if (d == -1) {
@@ -187,7 +208,8 @@ void add_shape_ops(OpTable& t) {
       Dims s = a.shape(0);
       std::int64_t ax = axis < 0 ? axis + static_cast<std::int64_t>(s.size()) : axis;
       if (ax < 0 || ax > static_cast<std::int64_t>(s.size())) throw Error("Flatten: axis out of range");
-      return {reshape_value(a, 0, {prod(s, 0, static_cast<std::size_t>(ax)), prod(s, static_cast<std::size_t>(ax))})};
+      return {reshape_value(
+          a, 0, {prod(s, 0, static_cast<std::size_t>(ax)), prod(s, static_cast<std::size_t>(ax))})};
     };
   };
   t["Transpose"] = [](const NodeInfo& n) -> Run {
@@ -207,7 +229,8 @@ void add_shape_ops(OpTable& t) {
       auto r = static_cast<std::int64_t>(s.size());
       for (auto& ax : axes) ax = norm_axis(ax, r, "Squeeze: axis");
       for (std::int64_t k = 0; k < r; ++k) {
-        bool drop = axes.empty() ? s[static_cast<std::size_t>(k)] == 1 : std::count(axes.begin(), axes.end(), k) > 0;
+        bool drop =
+            axes.empty() ? s[static_cast<std::size_t>(k)] == 1 : std::count(axes.begin(), axes.end(), k) > 0;
         if (drop && s[static_cast<std::size_t>(k)] != 1)
           throw Error("Squeeze: axis " + std::to_string(k) + " of " + shape_str(s) + " is not 1");
         if (!drop) out.push_back(s[static_cast<std::size_t>(k)]);
@@ -245,7 +268,8 @@ void add_shape_ops(OpTable& t) {
       if (sizes.empty()) {
         auto parts = static_cast<std::int64_t>(num ? num : static_cast<std::int64_t>(a.n_out));
         std::int64_t each = (dim + parts - 1) / parts;
-        for (std::int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<std::int64_t>(0, std::min(each, dim - k * each)));
+        for (std::int64_t k = 0; k < parts; ++k)
+          sizes.push_back(std::max<std::int64_t>(0, std::min(each, dim - k * each)));
       }
       std::vector<Value> out;
       for (const auto& p : x.split(sizes, ax)) out.push_back(p);
@@ -278,8 +302,10 @@ void add_shape_ops(OpTable& t) {
       }
       std::vector<Index> index;
       for (const auto& x : b) {
-        if (x.step > 0) index.push_back(Slice{x.start, std::max(x.start, x.end), x.step});
-        else index.push_back(Slice{x.start, x.end < 0 ? std::optional<std::int64_t>{} : x.end, x.step});
+        if (x.step > 0)
+          index.push_back(Slice{x.start, std::max(x.start, x.end), x.step});
+        else
+          index.push_back(Slice{x.start, x.end < 0 ? std::optional<std::int64_t>{} : x.end, x.step});
       }
       return {a.t(0)[index]};
     };
@@ -315,7 +341,8 @@ void add_shape_ops(OpTable& t) {
   auto scatter = [](const NodeInfo& n) -> Run {
     std::int64_t axis = n.i("axis", 0);
     std::string red = n.s("reduction", "none");
-    static const std::pair<const char*, const char*> names[] = {{"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
+    static const std::pair<const char*, const char*> names[] = {
+        {"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
     std::string mg;
     for (auto [o, m] : names)
       if (red == o) mg = m;
@@ -346,7 +373,8 @@ void add_shape_ops(OpTable& t) {
   };
   t["Pad"] = [](const NodeInfo& n) -> Run {
     std::string mode = n.s("mode", "constant");
-    if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") n.unsupported("mode '" + mode + "'");
+    if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+      n.unsupported("mode '" + mode + "'");
     bool attrs = n.opset() < 11;
     I64s pads_attr = n.ints(n.opset() < 2 ? "paddings" : "pads");
     double value_attr = n.f("value", 0);
@@ -356,11 +384,13 @@ void add_shape_ops(OpTable& t) {
       I64s pads = attrs ? pads_attr : a.ints(1);
       double value = attrs ? value_attr : (a.has(2) ? a.scalar(2) : 0.0);
       I64s axes;
-      if (!attrs && a.has(3)) axes = a.ints(3);
+      if (!attrs && a.has(3))
+        axes = a.ints(3);
       else
         for (std::size_t k = 0; k < r; ++k) axes.push_back(static_cast<std::int64_t>(k));
       if (pads.size() != 2 * axes.size())
-        throw Error("Pad: " + std::to_string(pads.size()) + " pads for " + std::to_string(axes.size()) + " axes");
+        throw Error("Pad: " + std::to_string(pads.size()) + " pads for " + std::to_string(axes.size()) +
+                    " axes");
       std::vector<std::pair<std::int64_t, std::int64_t>> p(r, {0, 0}), cut(r);
       bool negative = false;
       for (std::size_t k = 0; k < axes.size(); ++k) {
@@ -373,7 +403,8 @@ void add_shape_ops(OpTable& t) {
         for (std::size_t k = 0; k < r; ++k) cut[k] = {0, x.shape()[k]};
         for (std::size_t k = 0; k < axes.size(); ++k) {
           auto ax = static_cast<std::size_t>(norm_axis(axes[k], static_cast<std::int64_t>(r), "Pad: axis"));
-          cut[ax] = {std::max<std::int64_t>(-pads[k], 0), x.shape()[ax] - std::max<std::int64_t>(-pads[k + axes.size()], 0)};
+          cut[ax] = {std::max<std::int64_t>(-pads[k], 0),
+                     x.shape()[ax] - std::max<std::int64_t>(-pads[k + axes.size()], 0)};
         }
         x = x.shrink(cut);
       }
@@ -406,7 +437,8 @@ void add_shape_ops(OpTable& t) {
       h.shape = {count};
       for (std::int64_t k = 0; k < count; ++k) h.push(start + static_cast<double>(k) * delta);
       if (!h.is_float())
-        for (std::int64_t k = 0; k < count; ++k) h.i[static_cast<std::size_t>(k)] = a.h(0).int_at(0) + k * a.h(2).int_at(0);
+        for (std::int64_t k = 0; k < count; ++k)
+          h.i[static_cast<std::size_t>(k)] = a.h(0).int_at(0) + k * a.h(2).int_at(0);
       if (count > kHostLimit) return {h.tensor()};
       return {h};
     };
@@ -414,7 +446,8 @@ void add_shape_ops(OpTable& t) {
   t["Dropout"] = [](const NodeInfo&) -> Run {
     return [](Args& a) -> std::vector<Value> {
       bool training = a.has(2) && a.scalar(2) != 0;
-      if (training && a.has(1) && a.scalar(1) != 0) throw Error("Dropout in training mode (random) is not supported");
+      if (training && a.has(1) && a.scalar(1) != 0)
+        throw Error("Dropout in training mode (random) is not supported");
       std::vector<Value> out{*a.in[0]};
       if (a.n_out > 1) out.push_back(Tensor::ones(a.shape(0), {.dtype = dtypes::bool_}));
       return out;
@@ -462,7 +495,9 @@ void add_shape_ops(OpTable& t) {
       const Tensor& x = a.t(0);
       Dims s = x.shape();
       std::int64_t N = s[0], C = s[1], H = s[2], W = s[3];
-      return {x.reshape({N, C, H / b, b, W / b, b}).permute({0, 3, 5, 1, 2, 4}).reshape({N, C * b * b, H / b, W / b})};
+      return {x.reshape({N, C, H / b, b, W / b, b})
+                  .permute({0, 3, 5, 1, 2, 4})
+                  .reshape({N, C * b * b, H / b, W / b})};
     };
   };
 }

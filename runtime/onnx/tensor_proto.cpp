@@ -18,9 +18,12 @@ using TP = ::onnx::TensorProto;
 float half_to_float(std::uint16_t h) {
   std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);  // subnormal (or zero)
-  else if (exp == 31) v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  else v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -24);  // subnormal (or zero)
+  else if (exp == 31)
+    v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else
+    v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 
@@ -48,9 +51,12 @@ Bytes bytes_of(const TP& p, DType dt, std::int64_t numel, const std::string& fol
     std::string location;
     std::int64_t offset = 0, length = -1;
     for (const auto& e : p.external_data()) {
-      if (e.key() == "location") location = e.value();
-      else if (e.key() == "offset") offset = std::stoll(e.value());
-      else if (e.key() == "length") length = std::stoll(e.value());
+      if (e.key() == "location")
+        location = e.value();
+      else if (e.key() == "offset")
+        offset = std::stoll(e.value());
+      else if (e.key() == "length")
+        length = std::stoll(e.value());
     }
     std::string file = folder + "/" + location;
     std::ifstream in(file, std::ios::binary);
@@ -66,24 +72,47 @@ Bytes bytes_of(const TP& p, DType dt, std::int64_t numel, const std::string& fol
     b.view = p.raw_data();
   } else {
     switch (p.data_type()) {
-      case TP::FLOAT: pack<float>(b.own, p.float_data()); break;
-      case TP::DOUBLE: pack<double>(b.own, p.double_data()); break;
-      case TP::INT64: pack<std::int64_t>(b.own, p.int64_data()); break;
-      case TP::UINT32: pack<std::uint32_t>(b.own, p.uint64_data()); break;
-      case TP::UINT64: pack<std::uint64_t>(b.own, p.uint64_data()); break;
-      case TP::INT32: pack<std::int32_t>(b.own, p.int32_data()); break;
-      case TP::INT16: pack<std::int16_t>(b.own, p.int32_data()); break;
-      case TP::UINT16: case TP::FLOAT16: case TP::BFLOAT16: pack<std::uint16_t>(b.own, p.int32_data()); break;
-      case TP::INT8: pack<std::int8_t>(b.own, p.int32_data()); break;
-      case TP::UINT8: case TP::BOOL: pack<std::uint8_t>(b.own, p.int32_data()); break;
-      default: break;
+      case TP::FLOAT:
+        pack<float>(b.own, p.float_data());
+        break;
+      case TP::DOUBLE:
+        pack<double>(b.own, p.double_data());
+        break;
+      case TP::INT64:
+        pack<std::int64_t>(b.own, p.int64_data());
+        break;
+      case TP::UINT32:
+        pack<std::uint32_t>(b.own, p.uint64_data());
+        break;
+      case TP::UINT64:
+        pack<std::uint64_t>(b.own, p.uint64_data());
+        break;
+      case TP::INT32:
+        pack<std::int32_t>(b.own, p.int32_data());
+        break;
+      case TP::INT16:
+        pack<std::int16_t>(b.own, p.int32_data());
+        break;
+      case TP::UINT16:
+      case TP::FLOAT16:
+      case TP::BFLOAT16:
+        pack<std::uint16_t>(b.own, p.int32_data());
+        break;
+      case TP::INT8:
+        pack<std::int8_t>(b.own, p.int32_data());
+        break;
+      case TP::UINT8:
+      case TP::BOOL:
+        pack<std::uint8_t>(b.own, p.int32_data());
+        break;
+      default:
+        break;
     }
     b.view = b.own;
   }
   if (b.view.size() != want)
-    throw Error(what + " of shape " + shape_str(Dims(p.dims())) + " and type " +
-                dt.name + " needs " + std::to_string(want) + " bytes of data, it has " +
-                std::to_string(b.view.size()));
+    throw Error(what + " of shape " + shape_str(Dims(p.dims())) + " and type " + dt.name + " needs " +
+                std::to_string(want) + " bytes of data, it has " + std::to_string(b.view.size()));
   return b;
 }
 
@@ -120,20 +149,34 @@ T load(const char* p) {
 
 std::optional<DType> dtype_of_onnx(int t) {
   switch (t) {
-    case TP::FLOAT: return dtypes::float32;
-    case TP::UINT8: return dtypes::uint8;
-    case TP::INT8: return dtypes::int8;
-    case TP::UINT16: return dtypes::uint16;
-    case TP::INT16: return dtypes::int16;
-    case TP::INT32: return dtypes::int32;
-    case TP::INT64: return dtypes::int64;
-    case TP::BOOL: return dtypes::bool_;
-    case TP::FLOAT16: return dtypes::float16;
-    case TP::DOUBLE: return dtypes::float64;
-    case TP::UINT32: return dtypes::uint32;
-    case TP::UINT64: return dtypes::uint64;
-    case TP::BFLOAT16: return dtypes::bfloat16;
-    default: return std::nullopt;
+    case TP::FLOAT:
+      return dtypes::float32;
+    case TP::UINT8:
+      return dtypes::uint8;
+    case TP::INT8:
+      return dtypes::int8;
+    case TP::UINT16:
+      return dtypes::uint16;
+    case TP::INT16:
+      return dtypes::int16;
+    case TP::INT32:
+      return dtypes::int32;
+    case TP::INT64:
+      return dtypes::int64;
+    case TP::BOOL:
+      return dtypes::bool_;
+    case TP::FLOAT16:
+      return dtypes::float16;
+    case TP::DOUBLE:
+      return dtypes::float64;
+    case TP::UINT32:
+      return dtypes::uint32;
+    case TP::UINT64:
+      return dtypes::uint64;
+    case TP::BFLOAT16:
+      return dtypes::bfloat16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -165,9 +208,12 @@ std::vector<double> Host::doubles() const {
 }
 
 void Host::push(double v) {
-  if (is_float()) f.push_back(v);
-  else if (dtype == dtypes::bool_) i.push_back(v != 0);
-  else i.push_back(std::isnan(v) ? 0 : static_cast<std::int64_t>(v));
+  if (is_float())
+    f.push_back(v);
+  else if (dtype == dtypes::bool_)
+    i.push_back(v != 0);
+  else
+    i.push_back(std::isnan(v) ? 0 : static_cast<std::int64_t>(v));
 }
 
 Host Host::ints_of(std::vector<std::int64_t> v, DType dt) {
@@ -224,17 +270,28 @@ Host host_from_proto(const TP& p, const std::string& folder) {
   const char* d = b.view.data();
   for (std::int64_t k = 0; k < n; ++k) {
     const char* at = d + k * dt.itemsize;
-    if (dt == dtypes::float32) h.f.push_back(load<float>(at));
-    else if (dt == dtypes::float64) h.f.push_back(load<double>(at));
-    else if (dt == dtypes::float16) h.f.push_back(half_to_float(load<std::uint16_t>(at)));
-    else if (dt == dtypes::bfloat16) h.f.push_back(std::bit_cast<float>(std::uint32_t{load<std::uint16_t>(at)} << 16));
-    else if (dt == dtypes::int64 || dt == dtypes::uint64) h.i.push_back(load<std::int64_t>(at));
-    else if (dt == dtypes::int32) h.i.push_back(load<std::int32_t>(at));
-    else if (dt == dtypes::uint32) h.i.push_back(load<std::uint32_t>(at));
-    else if (dt == dtypes::int16) h.i.push_back(load<std::int16_t>(at));
-    else if (dt == dtypes::uint16) h.i.push_back(load<std::uint16_t>(at));
-    else if (dt == dtypes::int8) h.i.push_back(load<std::int8_t>(at));
-    else h.i.push_back(load<std::uint8_t>(at));  // uint8, bool
+    if (dt == dtypes::float32)
+      h.f.push_back(load<float>(at));
+    else if (dt == dtypes::float64)
+      h.f.push_back(load<double>(at));
+    else if (dt == dtypes::float16)
+      h.f.push_back(half_to_float(load<std::uint16_t>(at)));
+    else if (dt == dtypes::bfloat16)
+      h.f.push_back(std::bit_cast<float>(std::uint32_t{load<std::uint16_t>(at)} << 16));
+    else if (dt == dtypes::int64 || dt == dtypes::uint64)
+      h.i.push_back(load<std::int64_t>(at));
+    else if (dt == dtypes::int32)
+      h.i.push_back(load<std::int32_t>(at));
+    else if (dt == dtypes::uint32)
+      h.i.push_back(load<std::uint32_t>(at));
+    else if (dt == dtypes::int16)
+      h.i.push_back(load<std::int16_t>(at));
+    else if (dt == dtypes::uint16)
+      h.i.push_back(load<std::uint16_t>(at));
+    else if (dt == dtypes::int8)
+      h.i.push_back(load<std::int8_t>(at));
+    else
+      h.i.push_back(load<std::uint8_t>(at));  // uint8, bool
   }
   return h;
 }
@@ -261,9 +318,7 @@ Tensor read_tensor(const std::string& path) {
   auto slash = path.find_last_of('/');
   try {
     return detail::tensor_from_proto(p, slash == std::string::npos ? "." : path.substr(0, slash));
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
+  } catch (const Error& e) { throw Error(path + ": " + e.what()); }
 }
 
 }  // namespace metagrad::onnx

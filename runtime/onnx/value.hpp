@@ -44,8 +44,8 @@ struct Value {
   std::shared_ptr<const Host> h;
   std::shared_ptr<const std::vector<Value>> seq;  // a sequence (SequenceConstruct ...), inside the graph only
   Value() = default;
-  Value(Tensor x) : t(std::move(x)) {}                                   // NOLINT
-  Value(Host x) : h(std::make_shared<const Host>(std::move(x))) {}     // NOLINT
+  Value(Tensor x) : t(std::move(x)) {}                              // NOLINT
+  Value(Host x) : h(std::make_shared<const Host>(std::move(x))) {}  // NOLINT
   static Value sequence(std::vector<Value> items) {
     Value v;
     v.seq = std::make_shared<const std::vector<Value>>(std::move(items));
