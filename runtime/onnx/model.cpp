@@ -23,6 +23,7 @@ struct Model::Impl {
   std::vector<std::vector<Dim>> in_shapes, out_shapes;
   std::vector<DType> in_dtypes, out_dtypes;
   std::unordered_map<std::string, Value> consts;  // initializers
+  std::unordered_set<std::string> grad_of;        // the xs of Gradient nodes: traced for autograd
   struct Step {
     std::string label;  // "node 3 'conv1' (Conv)"
     std::vector<std::string> ins, outs;
@@ -103,7 +104,8 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
     Model::Impl::Step s;
     s.label = "node " + std::to_string(k) + " '" + n.name() + "' (" + n.op_type() + ")";
     try {
-      if (!n.domain().empty() && n.domain() != "ai.onnx")
+      bool training = n.domain() == "ai.onnx.preview.training" && n.op_type() == "Gradient";
+      if (!n.domain().empty() && n.domain() != "ai.onnx" && !training)
         throw Error("the operator domain '" + n.domain() + "' is not supported");
       auto it = table.find(n.op_type());
       if (it == table.end()) throw Error("the operator " + n.op_type() + " is not supported");
@@ -116,6 +118,19 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
         if (a.type() == ::onnx::AttributeProto::GRAPH || a.type() == ::onnx::AttributeProto::GRAPHS)
           throw Error("subgraph attributes ('" + a.name() + "') are not supported");
       s.run = it->second(NodeInfo(n, m->opset, m->folder));
+      if (training) {  // its y is read as one more input; its xs are traced from where they are set
+        for (const auto& a : n.attribute()) {
+          if (a.name() == "xs")
+            for (const auto& x : a.strings()) m->grad_of.insert(x);
+          if (a.name() == "y") {
+            if (!known.count(a.s())) throw Error("its y '" + a.s() + "' is computed by no earlier node");
+            s.ins.push_back(a.s());
+          }
+        }
+        for (const auto& in : s.ins)
+          if (m->consts.count(in))
+            throw Error("the gradient with respect to an initializer ('" + in + "') is not supported");
+      }
     } catch (const std::exception& e) { fail(s.label + ": " + e.what()); }
     for (const auto& o : n.output()) s.outs.push_back(o), known.insert(o);
     m->steps.push_back(std::move(s));
@@ -169,7 +184,7 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
       if (auto* v = std::get_if<std::int64_t>(&want[d]); v && *v != x.shape()[d]) ok = false;
     if (!ok && !(want.empty() && x.ndim() == 0))
       throw Error(what + "must have shape " + dims_str(want) + ", it has " + detail::shape_str(x.shape()));
-    env[m.in_names[k]] = Value(x);
+    env[m.in_names[k]] = Value(m.grad_of.count(m.in_names[k]) ? x.detach().requires_grad_() : x);
   }
   for (const auto& s : m.steps) {
     Args args;
@@ -181,7 +196,10 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
     } catch (const std::exception& e) { throw Error(m.path + ": " + s.label + ": " + e.what()); }
     for (const auto& f : s.frees) env.erase(f);
     for (std::size_t k = 0; k < s.outs.size() && k < outs.size(); ++k)
-      if (!s.outs[k].empty()) env[s.outs[k]] = std::move(outs[k]);
+      if (!s.outs[k].empty()) {
+        Value& v = env[s.outs[k]] = std::move(outs[k]);
+        if (m.grad_of.count(s.outs[k]) && v.t) v.t = v.t->detach().requires_grad_(), v.h = nullptr;
+      }
   }
   std::vector<Tensor> out;
   for (const auto& name : m.out_names) {

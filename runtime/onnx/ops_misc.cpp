@@ -1,5 +1,6 @@
-// Operators computed on the host from small inputs: the window functions (Hann, Hamming, Blackman)
-// and NonMaxSuppression (a data-dependent selection, so its boxes and scores are read back).
+// Operators computed on the host from small inputs: the window functions (Hann, Hamming, Blackman),
+// Det and NonMaxSuppression (a data-dependent selection, so its boxes and scores are read back); and
+// the training domain's Gradient, through metagrad's autograd.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -29,6 +30,27 @@ Prepare window(double a0, double a1, double a2) {
   };
 }
 
+// The determinant by Gaussian elimination with partial pivoting, in double.
+double det(std::vector<double> a, std::size_t n) {
+  double d = 1;
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t p = c;
+    for (std::size_t r = c + 1; r < n; ++r)
+      if (std::abs(a[r * n + c]) > std::abs(a[p * n + c])) p = r;
+    if (a[p * n + c] == 0) return 0;
+    if (p != c) {
+      for (std::size_t k = 0; k < n; ++k) std::swap(a[p * n + k], a[c * n + k]);
+      d = -d;
+    }
+    d *= a[c * n + c];
+    for (std::size_t r = c + 1; r < n; ++r) {
+      double f = a[r * n + c] / a[c * n + c];
+      for (std::size_t k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+    }
+  }
+  return d;
+}
+
 struct Box {
   double y1, x1, y2, x2;
 };
@@ -46,6 +68,37 @@ void add_misc_ops(OpTable& t) {
   t["HannWindow"] = window(0.5, 0.5, 0);
   t["HammingWindow"] = window(25.0 / 46, 21.0 / 46, 0);
   t["BlackmanWindow"] = window(0.42, 0.5, 0.08);
+  // Gradient (ai.onnx.preview.training): d sum(y) / d x for each x of xs. The loader traces the xs (they
+  // require grad from where they are set) and passes y as the last input.
+  t["Gradient"] = [](const NodeInfo& n) -> Run {
+    if (n.has("zs")) n.unsupported("zs");
+    return [](Args& a) -> std::vector<Value> {
+      Tensor y = a.t(a.size() - 1);
+      std::vector<Tensor> xs;
+      for (std::size_t k = 0; k + 1 < a.size(); ++k) xs.push_back(a.t(k));
+      y.sum().backward();
+      std::vector<Value> out;
+      for (auto& x : xs) out.push_back(x.grad ? (*x.grad).detach() : Tensor::zeros_like(x));
+      return out;
+    };
+  };
+  t["Det"] = [](const NodeInfo&) -> Run {
+    return [](Args& a) -> std::vector<Value> {
+      const Host& x = a.h(0);
+      if (x.shape.size() < 2 || x.shape.back() != x.shape[x.shape.size() - 2])
+        throw Error("Det: needs square matrices (..., M, M), the shape is " + shape_str(x.shape));
+      auto m = static_cast<std::size_t>(x.shape.back());
+      Host r;
+      r.dtype = x.dtype;
+      for (std::size_t k = 0; k + 2 < x.shape.size(); ++k) r.shape.push_back(x.shape[k]);
+      std::vector<double> v = x.doubles();
+      for (std::size_t b = 0; b * m * m < v.size(); ++b)
+        r.push(det(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(b * m * m),
+                                       v.begin() + static_cast<std::ptrdiff_t>((b + 1) * m * m)),
+                   m));
+      return {r.tensor()};
+    };
+  };
   t["NonMaxSuppression"] = [](const NodeInfo& n) -> Run {
     bool center = n.i("center_point_box", 0);
     return [center](Args& a) -> std::vector<Value> {

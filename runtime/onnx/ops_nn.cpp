@@ -267,9 +267,7 @@ void add_nn_ops(OpTable& t) {
       for (std::size_t k = 0; k < sp; ++k) {
         if (w.pads[k] != w.pads[k + sp]) throw Error("MaxUnpool with asymmetric pads is not supported");
         sym.push_back(w.pads[k]);
-        out.push_back(a.has(2)
-                          ? a.ints(2)[2 + k]
-                          : (x.shape()[2 + k] - 1) * w.strides[k] + w.kernel[k] - w.pads[k] - w.pads[k + sp]);
+        out.push_back((x.shape()[2 + k] - 1) * w.strides[k] + w.kernel[k] - w.pads[k] - w.pads[k + sp]);
       }
       std::int64_t plane = 1;
       for (auto d : out) plane *= d;
@@ -277,6 +275,13 @@ void add_nn_ops(OpTable& t) {
       Tensor r = sp == 1   ? x.max_unpool1d(idx, w.kernel, w.strides, w.dilations, sym, out)
                  : sp == 2 ? x.max_unpool2d(idx, w.kernel, w.strides, w.dilations, sym, out)
                            : x.max_unpool3d(idx, w.kernel, w.strides, w.dilations, sym, out);
+      if (a.has(2)) {  // the indices count the default shape; output_shape only grows it (zeros at the end)
+        I64s want = a.ints(2);
+        Pairs grow(2, {0, 0});
+        for (std::size_t k = 0; k < sp; ++k)
+          grow.push_back({0, std::max<std::int64_t>(0, want[2 + k] - out[k])});
+        r = r.pad(grow, 0.0);
+      }
       return {r};
     };
   };

@@ -1,7 +1,7 @@
-// Resize (and the older Upsample): separable, one axis at a time, as ONNX's reference does. For each
-// output position the host computes the source coordinate (coordinate_transformation_mode), its taps
-// (1 nearest, 2 linear, 4 cubic) and their weights; the Tensor side is an index_select per tap and a
-// weighted sum, so every mode follows the reference's arithmetic exactly.
+// Sampling: Resize (and the older Upsample), separable, one axis at a time, as ONNX's reference does,
+// and GridSample. For each output position the host computes the source coordinate, its taps (1
+// nearest, 2 linear, 4 cubic per axis) and their weights; the Tensor side is an index_select per tap
+// and a weighted sum, so every mode follows the reference's arithmetic exactly.
 #include <algorithm>
 #include <cmath>
 
@@ -155,9 +155,107 @@ Tensor resize(Tensor x, const ResizeAttrs& at, std::vector<double> scales, I64s 
   return x.dtype() == dt ? x : x.cast(dt);
 }
 
+// GridSample's reflection of a coordinate into [lo, hi].
+double reflect(double x, double lo, double hi) {
+  double range = hi - lo;
+  if (range <= 0) return lo;
+  if (x >= lo && x <= hi) return x;
+  double d = x < lo ? lo - x : x - hi;
+  auto n = static_cast<std::int64_t>(d / range);
+  double r = d - static_cast<double>(n) * range;
+  bool even = n % 2 == 0;
+  return x < lo ? (even ? lo + r : hi - r) : (even ? hi - r : lo + r);
+}
+
+struct GridAttrs {
+  std::string mode, padding;
+  bool align;
+};
+
+// X (N, C, H, W) sampled at grid (N, Ho, Wo, 2) of normalised (x, y).
+Tensor grid_sample(const Tensor& x, const Host& grid, const GridAttrs& at) {
+  if (x.ndim() != 4) throw Error("GridSample: only 4-D inputs (N, C, H, W) are supported");
+  Dims s = x.shape();
+  std::int64_t N = s[0], C = s[1], H = s[2], W = s[3], Ho = grid.shape[1], Wo = grid.shape[2];
+  std::size_t taps = at.mode == "nearest" ? 1 : at.mode == "bilinear" ? 4 : 16;
+  std::vector<I64s> idx(taps);
+  std::vector<std::vector<double>> w(taps);
+  double bx0 = at.align ? 0 : -0.5, by0 = bx0,
+         bx1 = at.align ? static_cast<double>(W - 1) : static_cast<double>(W) - 0.5,
+         by1 = at.align ? static_cast<double>(H - 1) : static_cast<double>(H) - 0.5;
+  auto denorm = [&](double g, std::int64_t len) {
+    return at.align ? (g + 1) / 2 * static_cast<double>(len - 1)
+                    : ((g + 1) * static_cast<double>(len) - 1) / 2;
+  };
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t p = 0; p < Ho * Wo; ++p) {
+      double gx = denorm(grid.at((n * Ho * Wo + p) * 2), W),
+             gy = denorm(grid.at((n * Ho * Wo + p) * 2 + 1), H);
+      if (at.mode == "nearest") gx = std::nearbyint(gx), gy = std::nearbyint(gy);
+      if (gx < bx0 || gx > bx1 || gy < by0 || gy > by1) {
+        if (at.padding == "border")
+          gx = std::clamp(gx, 0.0, static_cast<double>(W - 1)),
+          gy = std::clamp(gy, 0.0, static_cast<double>(H - 1));
+        else if (at.padding == "reflection")
+          gx = reflect(gx, bx0, bx1), gy = reflect(gy, by0, by1);
+      }
+      // A source pixel's flat index (-1: outside, a zero), as the padding mode reads it.
+      auto pixel = [&](std::int64_t r, std::int64_t c) -> std::int64_t {
+        if (at.padding == "border")
+          r = std::clamp<std::int64_t>(r, 0, H - 1), c = std::clamp<std::int64_t>(c, 0, W - 1);
+        if (at.padding == "reflection")
+          r = static_cast<std::int64_t>(reflect(static_cast<double>(r), by0, by1)),
+          c = static_cast<std::int64_t>(reflect(static_cast<double>(c), bx0, bx1));
+        if (r < 0 || r >= H || c < 0 || c >= W) return -1;
+        return (n * H + r) * W + c;
+      };
+      std::vector<std::int64_t> at_idx;
+      std::vector<double> at_w;
+      if (taps == 1) {
+        at_idx.push_back(pixel(static_cast<std::int64_t>(gy), static_cast<std::int64_t>(gx))),
+            at_w.push_back(1);
+      } else if (taps == 4) {
+        double fx = std::floor(gx), fy = std::floor(gy), dx = gx - fx, dy = gy - fy;
+        auto x1 = static_cast<std::int64_t>(fx), y1 = static_cast<std::int64_t>(fy);
+        at_idx = {pixel(y1, x1), pixel(y1, x1 + 1), pixel(y1 + 1, x1), pixel(y1 + 1, x1 + 1)};
+        at_w = {(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx};
+      } else {
+        double fx = std::floor(gx), fy = std::floor(gy);
+        auto cx = cubic(gx - fx, -0.75), cy = cubic(gy - fy, -0.75);
+        auto x0 = static_cast<std::int64_t>(fx) - 1, y0 = static_cast<std::int64_t>(fy) - 1;
+        for (std::int64_t i = 0; i < 4; ++i)
+          for (std::int64_t j = 0; j < 4; ++j)
+            at_idx.push_back(pixel(y0 + i, x0 + j)),
+                at_w.push_back(cy[static_cast<std::size_t>(i)] * cx[static_cast<std::size_t>(j)]);
+      }
+      for (std::size_t k = 0; k < taps; ++k) {
+        idx[k].push_back(std::max<std::int64_t>(at_idx[k], 0));
+        w[k].push_back(at_idx[k] < 0 ? 0 : at_w[k]);
+      }
+    }
+  Tensor flat = x.permute({1, 0, 2, 3}).reshape({C, N * H * W});
+  std::optional<Tensor> r;
+  for (std::size_t k = 0; k < taps; ++k) {
+    Tensor term = flat.index_select(1, Tensor(idx[k], Dims{N * Ho * Wo})) *
+                  Tensor(w[k], Dims{1, N * Ho * Wo}).cast(x.dtype());
+    r = r ? *r + term : term;
+  }
+  return r->reshape({C, N, Ho, Wo}).permute({1, 0, 2, 3});
+}
+
 }  // namespace
 
 void add_resize_ops(OpTable& t) {
+  t["GridSample"] = [](const NodeInfo& n) -> Run {
+    GridAttrs at{n.s("mode", "bilinear"), n.s("padding_mode", "zeros"), n.i("align_corners", 0) != 0};
+    if (at.mode == "linear") at.mode = "bilinear";
+    if (at.mode == "cubic") at.mode = "bicubic";
+    if (at.mode != "bilinear" && at.mode != "nearest" && at.mode != "bicubic")
+      n.unsupported("mode '" + at.mode + "'");
+    if (at.padding != "zeros" && at.padding != "border" && at.padding != "reflection")
+      n.unsupported("padding_mode '" + at.padding + "'");
+    return [at](Args& a) -> std::vector<Value> { return {grid_sample(a.t(0), a.h(1), at)}; };
+  };
   t["Resize"] = [](const NodeInfo& n) -> Run {
     ResizeAttrs at{n.s("mode", "nearest"),
                    n.s("coordinate_transformation_mode", "half_pixel"),
