@@ -340,16 +340,18 @@ namespace {
 #define METAGRAD_ONNX_TESTDATA "/usr/share/libonnx-testdata/data"
 #endif
 
-// Why a test's output differs, or "" when it matches (rtol 1e-3, atol 1e-5, as ONNX's runner).
-std::string compare(const Tensor& got, const Tensor& want, std::size_t k) {
+// Why a test's output differs, or "" when it matches (rtol 1e-3, atol 1e-5, as ONNX's runner); the
+// largest absolute difference seen goes to max_err.
+std::string compare(const Tensor& got, const Tensor& want, std::size_t k, double& max_err) {
   std::string o = "output " + std::to_string(k) + ": ";
   if (got.dtype() != want.dtype()) return o + "dtype " + got.dtype().name + ", expected " + want.dtype().name;
   if (got.shape() != want.shape())
     return o + "shape " + to_string(got.shape()) + ", expected " + to_string(want.shape());
   auto g = got.to_vector<double>(), w = want.to_vector<double>();
   for (std::size_t i = 0; i < g.size(); ++i) {
-    bool ok = (std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i] ||
-              std::abs(g[i] - w[i]) <= 1e-5 + 1e-3 * std::abs(w[i]);
+    bool nan = std::isnan(g[i]) && std::isnan(w[i]);
+    if (!nan && g[i] != w[i]) max_err = std::max(max_err, std::abs(g[i] - w[i]));
+    bool ok = nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= 1e-5 + 1e-3 * std::abs(w[i]);
     if (!ok)
       return o + "element " + std::to_string(i) + " is " + std::to_string(g[i]) + ", expected " +
              std::to_string(w[i]);
@@ -367,7 +369,7 @@ std::vector<Tensor> read_all(const fs::path& dir, const std::string& prefix) {
 }
 
 // Runs one test folder: "" when every data set matches, else the first line of the reason.
-std::string run_backend_test(const fs::path& dir) {
+std::string run_backend_test(const fs::path& dir, double& max_err) {
   try {
     mo::Model m = mo::load((dir / "model.onnx").string());
     std::vector<fs::path> sets;
@@ -382,7 +384,8 @@ std::string run_backend_test(const fs::path& dir) {
       if (got.size() != want.size())
         return std::to_string(got.size()) + " outputs, expected " + std::to_string(want.size());
       for (std::size_t k = 0; k < got.size(); ++k)
-        if (auto why = compare(got[k], want[k], k); !why.empty()) return s.filename().string() + ": " + why;
+        if (auto why = compare(got[k], want[k], k, max_err); !why.empty())
+          return s.filename().string() + ": " + why;
     }
     return "";
   } catch (const std::exception& e) {
@@ -392,7 +395,8 @@ std::string run_backend_test(const fs::path& dir) {
 }
 
 void run_backend_set(const std::string& set) {
-  fs::path root = fs::path(METAGRAD_ONNX_TESTDATA) / set;
+  const char* data = std::getenv("ONNX_TESTDATA");  // another root in the same layout
+  fs::path root = fs::path(data ? data : METAGRAD_ONNX_TESTDATA) / set;
   if (!fs::exists(root)) {
     std::printf("skipped: no ONNX backend test data at %s (Debian: libonnx-testdata)\n", root.c_str());
     return;
@@ -409,13 +413,17 @@ void run_backend_set(const std::string& set) {
     if (only && name.find(only) == std::string::npos) continue;
     ++total;
     auto start = std::chrono::steady_clock::now();
-    std::string why = run_backend_test(t);
+    double max_err = 0;
+    std::string why = run_backend_test(t, max_err);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     slow.push_back({secs, name});
     if (why.empty())
       ++pass;
     else
       std::printf("FAIL %s: %s\n", name.c_str(), why.c_str());
+    if (std::getenv("ONNX_VERBOSE"))
+      std::printf("%s %s: max |error| %.3g, %.2f s\n", why.empty() ? "pass" : "fail", name.c_str(), max_err,
+                  secs);
   }
   std::sort(slow.rbegin(), slow.rend());
   for (std::size_t k = 0; k < std::min<std::size_t>(3, slow.size()); ++k)
@@ -440,3 +448,8 @@ TEST_CASE("onnx backend tests: pytorch-operator", "[.onnx_pytorch_operator]") {
   run_backend_set("pytorch-operator");
 }
 TEST_CASE("onnx backend tests: simple", "[.onnx_simple]") { run_backend_set("simple"); }
+// Any folder of tests in the same layout (tools/export_onnx_models.py writes one): ONNX_TESTDATA/ONNX_SET.
+TEST_CASE("onnx backend tests: a folder", "[.onnx_folder]") {
+  const char* set = std::getenv("ONNX_SET");
+  run_backend_set(set ? set : ".");
+}
