@@ -82,6 +82,14 @@ struct Builder {
     for (auto x : v) t->add_int64_data(x);
     return *this;
   }
+  Builder& init_f32(const std::string& name, const std::vector<i64>& dims, const std::vector<double>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (auto x : v) t->add_float_data(static_cast<float>(x));
+    return *this;
+  }
   std::string bytes() const { return m.SerializeAsString(); }
   mo::Model parse() const { return mo::parse(bytes(), "built.onnx"); }
 };
@@ -257,6 +265,43 @@ TEST_CASE("onnx: shape arithmetic folds on the host, so a dynamic reshape runs u
     for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == std::max(0.0f, static_cast<float>(v[k])));
   }
   REQUIRE(jit.captured() != nullptr);
+}
+
+TEST_CASE("onnx: a convolutional model's TinyJit replays agree with plain calls on CPU", "[onnx]") {
+  // Conv (padded) -> Relu -> GlobalAveragePool -> Flatten -> Gemm, weights as initializers.
+  Builder b(13);
+  b.input("x", {std::string("batch"), 1, 6, 6}).output("y");
+  b.init_f32("w", {2, 1, 3, 3}, test::random_floats(18, 1)).init_f32("bias", {2}, {0.5, -0.25});
+  b.init_f32("w2", {2, 3}, test::random_floats(6, 2)).init_f32("b2", {3}, {0.1, 0.2, 0.3});
+  auto* conv = b.node("Conv", {"x", "w", "bias"}, {"c"}, "conv");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads"), pads->set_type(::onnx::AttributeProto::INTS);
+  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+  b.node("Relu", {"c"}, {"r"});
+  b.node("GlobalAveragePool", {"r"}, {"p"});
+  b.node("Flatten", {"p"}, {"f"});
+  b.node("Gemm", {"f", "w2", "b2"}, {"y"});
+  mo::Model m = b.parse();
+  std::vector<std::vector<double>> inputs;
+  std::vector<std::vector<float>> want;
+  {
+    test::DeviceScope cpu("CPU");
+    for (unsigned call = 0; call < 4; ++call) {
+      inputs.push_back(test::random_floats(72, 20 + call));
+      want.push_back(m({f32(inputs.back(), {2, 1, 6, 6})})[0].to_vector<float>());
+    }
+  }
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  TinyJit jit([&](const Tensor& x) { return m({x}); });
+  for (unsigned call = 0; call < 4; ++call) {
+    Tensor x = f32(inputs[call], {2, 1, 6, 6}).realize();
+    auto got = jit(x)[0].to_vector<float>();
+    REQUIRE(got.size() == 6);
+    for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == Approx(want[call][k]).margin(1e-5));
+  }
+  REQUIRE(jit.captured() != nullptr);
+  REQUIRE(!jit.captured()->kernels.empty());
 }
 
 TEST_CASE("onnx: initializers from raw_data and from an external data file", "[onnx]") {

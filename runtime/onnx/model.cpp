@@ -1,6 +1,7 @@
 // The model loader: reads a ModelProto, checks every node against the operator table once, and runs the
 // graph node by node on each call.
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,8 +23,13 @@ struct Model::Impl {
   std::vector<std::string> in_names, out_names;
   std::vector<std::vector<Dim>> in_shapes, out_shapes;
   std::vector<DType> in_dtypes, out_dtypes;
-  std::unordered_map<std::string, Value> consts;  // initializers
-  std::unordered_set<std::string> grad_of;        // the xs of Gradient nodes: traced for autograd
+  std::unordered_map<std::string, Value> consts;  // initializers and large Constants, on CPU
+  // The same on each device a call has run on (moved and realized once, so a TinyJit step reads them).
+  mutable std::mutex mu;
+  mutable std::unordered_map<std::string, std::shared_ptr<const std::unordered_map<std::string, Value>>>
+      on_device;
+  std::shared_ptr<const std::unordered_map<std::string, Value>> consts_on(const std::string& device) const;
+  std::unordered_set<std::string> grad_of;  // the xs of Gradient nodes: traced for autograd
   struct Step {
     std::string label;  // "node 3 'conv1' (Conv)"
     std::vector<std::string> ins, outs;
@@ -80,24 +86,21 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
   } catch (const Error& e) { fail(std::string("initializer: ") + e.what()); }
   std::unordered_set<std::string> known;
   for (const auto& [name, v] : m->consts) known.insert(name);
-  for (const auto& in : g.input()) {
-    if (m->consts.count(in.name())) continue;  // older files list initializers among the inputs
+  auto declare = [&](const ::onnx::ValueInfoProto& v, const char* what, std::vector<std::string>& names,
+                     std::vector<std::vector<Dim>>& shapes, std::vector<DType>& dts) {
     std::vector<Dim> shape;
     DType dt;
     try {
-      declared(in, "input", shape, dt);
+      declared(v, what, shape, dt);
     } catch (const Error& e) { fail(e.what()); }
-    m->in_names.push_back(in.name()), m->in_shapes.push_back(shape), m->in_dtypes.push_back(dt);
-    known.insert(in.name());
-  }
-  for (const auto& out : g.output()) {
-    std::vector<Dim> shape;
-    DType dt;
-    try {
-      declared(out, "output", shape, dt);
-    } catch (const Error& e) { fail(e.what()); }
-    m->out_names.push_back(out.name()), m->out_shapes.push_back(shape), m->out_dtypes.push_back(dt);
-  }
+    names.push_back(v.name()), shapes.push_back(shape), dts.push_back(dt);
+  };
+  for (const auto& in : g.input())
+    if (!m->consts.count(in.name())) {  // older files list initializers among the inputs
+      declare(in, "input", m->in_names, m->in_shapes, m->in_dtypes);
+      known.insert(in.name());
+    }
+  for (const auto& out : g.output()) declare(out, "output", m->out_names, m->out_shapes, m->out_dtypes);
   const auto& table = detail::op_table();
   for (int k = 0; k < g.node_size(); ++k) {
     const auto& n = g.node(k);
@@ -109,6 +112,16 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
         throw Error("the operator domain '" + n.domain() + "' is not supported");
       auto it = table.find(n.op_type());
       if (it == table.end()) throw Error("the operator " + n.op_type() + " is not supported");
+      if (n.op_type() == "Constant" && n.output_size() == 1 && n.attribute_size() == 1 &&
+          n.attribute(0).name() == "value") {  // an initializer by another name: no node to run
+        const auto& t = n.attribute(0).t();
+        Value v(detail::tensor_from_proto(t, m->folder));
+        if (v.t->numel() <= detail::kHostLimit)
+          v.h = std::make_shared<const Host>(detail::host_from_proto(t, m->folder));
+        m->consts[n.output(0)] = std::move(v);
+        known.insert(n.output(0));
+        continue;
+      }
       for (const auto& in : n.input()) {
         if (!in.empty() && !known.count(in))
           throw Error("its input '" + in + "' is computed by no earlier node");
@@ -172,7 +185,7 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != m.in_names.size())
     throw Error(m.path + ": the model takes " + std::to_string(m.in_names.size()) + " inputs, " +
                 std::to_string(inputs.size()) + " were given");
-  std::unordered_map<std::string, Value> env = m.consts;
+  std::unordered_map<std::string, Value> env = *m.consts_on(Device::DEFAULT);
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& x = inputs[k];
     const auto& want = m.in_shapes[k];
@@ -210,6 +223,19 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
     out.push_back(it->second.t ? *it->second.t : it->second.h->tensor());
   }
   return out;
+}
+
+std::shared_ptr<const std::unordered_map<std::string, Value>> Model::Impl::consts_on(
+    const std::string& device) const {
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = on_device[device];
+  if (!slot) {
+    auto moved = std::make_shared<std::unordered_map<std::string, Value>>(consts);
+    for (auto& [name, v] : *moved)
+      if (v.t) v.t = v.t->to(device).realize();
+    slot = std::move(moved);
+  }
+  return slot;
 }
 
 const std::vector<std::string>& Model::input_names() const { return impl_->in_names; }

@@ -90,7 +90,7 @@ void add_rnn_ops(OpTable& t);
 // Helpers the families share.
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what);
 Host host_from_proto(const ::onnx::TensorProto& p, const std::string& folder);
-Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& folder);
+Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& folder);  // on CPU, no copy
 Dims broadcast_shapes(const Dims& a, const Dims& b);
 std::string shape_str(const Dims& d);
 

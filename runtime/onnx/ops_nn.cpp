@@ -55,6 +55,12 @@ struct Window {
     for (std::size_t k = 0; k < kernel.size(); ++k) p.push_back({pads[k], pads[k + kernel.size()]});
     return p;
   }
+  // A copy resolved for an input of shape `in` (N, C, spatial...), the kernel given by the attribute.
+  Window at(const Dims& in) const {
+    Window w = *this;
+    w.resolve(in, in.size() - 2, {});
+    return w;
+  }
   bool padded() const {
     return std::any_of(pads.begin(), pads.end(), [](auto p) { return p != 0; });
   }
@@ -172,9 +178,8 @@ void add_nn_ops(OpTable& t) {
     bool column_major = n.i("storage_order", 0);
     return [w0, column_major](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
-      Window w = w0;
+      Window w = w0.at(x.shape());
       std::size_t sp = x.shape().size() - 2;
-      w.resolve(x.shape(), sp, {});
       if (a.n_out > 1) {
         I64s sym;
         for (std::size_t k = 0; k < sp; ++k) {
@@ -212,9 +217,8 @@ void add_nn_ops(OpTable& t) {
     bool include = n.i("count_include_pad", 0);
     return [w0, include](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
-      Window w = w0;
+      Window w = w0.at(x.shape());
       std::size_t sp = x.shape().size() - 2;
-      w.resolve(x.shape(), sp, {});
       if (!w.padded()) return {pool(x, false, w)};
       Tensor r = pool(x.pad(w.pad_pairs(2), 0.0), false, w);
       if (include) return {r};
@@ -261,8 +265,7 @@ void add_nn_ops(OpTable& t) {
     return [w0](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
       std::size_t sp = x.shape().size() - 2;
-      Window w = w0;
-      w.resolve(x.shape(), sp, {});
+      Window w = w0.at(x.shape());
       I64s out, sym;
       for (std::size_t k = 0; k < sp; ++k) {
         if (w.pads[k] != w.pads[k + sp]) throw Error("MaxUnpool with asymmetric pads is not supported");

@@ -301,7 +301,7 @@ Tensor tensor_from_proto(const TP& p, const std::string& folder) {
   Bytes b = bytes_of(p, dt, numel_of(shape), folder);
   auto raw = std::make_shared<RawMallocBuffer>(static_cast<std::size_t>(numel_of(shape)), dt);
   raw->copyin(b.view.data());  // from the parsed message's own bytes
-  return Tensor(LazyBuffer::from_raw(raw, shape, "CPU")).to(Device::DEFAULT);
+  return Tensor(LazyBuffer::from_raw(raw, shape, "CPU"));
 }
 
 }  // namespace metagrad::onnx::detail
@@ -317,7 +317,8 @@ Tensor read_tensor(const std::string& path) {
   if (!p.ParseFromString(ss.str())) throw Error(path + ": not a serialized onnx.TensorProto");
   auto slash = path.find_last_of('/');
   try {
-    return detail::tensor_from_proto(p, slash == std::string::npos ? "." : path.substr(0, slash));
+    return detail::tensor_from_proto(p, slash == std::string::npos ? "." : path.substr(0, slash))
+        .to(Device::DEFAULT);
   } catch (const Error& e) { throw Error(path + ": " + e.what()); }
 }
 
