@@ -371,6 +371,7 @@ const OpTable& op_table() {
     add_sequence_ops(t);
     add_misc_ops(t);
     add_rnn_ops(t);
+    add_signal_ops(t);
     return t;
   }();
   return t;

@@ -86,6 +86,7 @@ void add_quantize_ops(OpTable& t);
 void add_sequence_ops(OpTable& t);
 void add_misc_ops(OpTable& t);
 void add_rnn_ops(OpTable& t);
+void add_signal_ops(OpTable& t);
 
 // Helpers the families share.
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what);

@@ -1,8 +1,9 @@
 // Operators computed on the host from small inputs: the window functions (Hann, Hamming, Blackman),
-// Det and NonMaxSuppression (a data-dependent selection, so its boxes and scores are read back); and
-// the training domain's Gradient, through metagrad's autograd.
+// Det, NonMaxSuppression and TfIdfVectorizer (on integer tokens) (a data-dependent selection, so its boxes
+// and scores are read back); and the training domain's Gradient, through metagrad's autograd.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numbers>
 
 #include "metagrad/onnx.hpp"
@@ -97,6 +98,50 @@ void add_misc_ops(OpTable& t) {
                                        v.begin() + static_cast<std::ptrdiff_t>((b + 1) * m * m)),
                    m));
       return {r.tensor()};
+    };
+  };
+  t["TfIdfVectorizer"] = [](const NodeInfo& n) -> Run {
+    if (n.has("pool_strings")) n.unsupported("pool_strings (metagrad has no string dtype)");
+    std::string mode = n.s("mode", "TF");
+    if (mode != "TF" && mode != "IDF" && mode != "TFIDF") n.unsupported("mode '" + mode + "'");
+    std::int64_t lo = n.i("min_gram_length", 1), hi = n.i("max_gram_length", 1),
+                 skips = n.i("max_skip_count", 0);
+    auto counts = n.ints("ngram_counts"), indexes = n.ints("ngram_indexes"), pool = n.ints("pool_int64s");
+    auto weights = n.floats("weights");
+    // Each n-gram of the pool (1-grams from counts[0], 2-grams from counts[1], ...) -> (column, weight).
+    std::map<std::vector<std::int64_t>, std::pair<std::int64_t, double>> grams;
+    std::size_t next = 0;
+    for (std::size_t g = 0; g < counts.size(); ++g) {
+      auto len = static_cast<std::int64_t>(g + 1),
+           end = g + 1 < counts.size() ? counts[g + 1] : static_cast<std::int64_t>(pool.size());
+      for (std::int64_t p = counts[g]; p + len <= end; p += len, ++next) {
+        if (next >= indexes.size()) n.unsupported("a pool with more n-grams than ngram_indexes");
+        grams[std::vector<std::int64_t>(pool.begin() + p, pool.begin() + p + len)] = {
+            indexes[next], next < weights.size() ? weights[next] : 1.0};
+      }
+    }
+    std::int64_t width = indexes.empty() ? 0 : *std::max_element(indexes.begin(), indexes.end()) + 1;
+    return [=](Args& a) -> std::vector<Value> {
+      const Host& x = a.h(0);
+      std::int64_t cols = x.shape.back(), rows = x.shape.size() == 2 ? x.shape[0] : 1;
+      Host out;
+      out.dtype = dtypes::float32;
+      out.shape = x.shape.size() == 2 ? Dims{rows, width} : Dims{width};
+      for (std::int64_t r = 0; r < rows; ++r) {
+        std::vector<double> tf(static_cast<std::size_t>(width)), w(static_cast<std::size_t>(width));
+        for (std::int64_t len = lo; len <= hi; ++len)
+          for (std::int64_t skip = 0; skip <= (len == 1 ? 0 : skips); ++skip)
+            for (std::int64_t s = 0; s + (len - 1) * (skip + 1) < cols; ++s) {
+              std::vector<std::int64_t> gram;
+              for (std::int64_t j = 0; j < len; ++j) gram.push_back(x.int_at(r * cols + s + j * (skip + 1)));
+              if (auto it = grams.find(gram); it != grams.end())
+                tf[static_cast<std::size_t>(it->second.first)] += 1,
+                    w[static_cast<std::size_t>(it->second.first)] = it->second.second;
+            }
+        for (std::size_t c = 0; c < tf.size(); ++c)
+          out.push(mode == "TF" ? tf[c] : mode == "IDF" ? (tf[c] > 0 ? w[c] : 0) : tf[c] * w[c]);
+      }
+      return {out.tensor()};
     };
   };
   t["NonMaxSuppression"] = [](const NodeInfo& n) -> Run {
