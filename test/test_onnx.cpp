@@ -304,6 +304,59 @@ TEST_CASE("onnx: a convolutional model's TinyJit replays agree with plain calls 
   REQUIRE(!jit.captured()->kernels.empty());
 }
 
+TEST_CASE("onnx: If and Loop run subgraphs that read the outer scope", "[onnx]") {
+  // r = relu(x); n = -r (r's last explicit reader); y = If(c, then: r + 1, else: n);
+  // z = Loop(3 trips, carried acc = n: acc + r). The branches read r, which must stay alive.
+  Builder b(13);
+  b.input("x", {3}).input("c", {}, ::onnx::TensorProto::BOOL).output("y").output("z");
+  b.init_i64("trips", {3});
+  b.g->mutable_initializer(0)->clear_dims();  // a scalar trip count
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Neg", {"r"}, {"n"});
+  auto branch = [](const std::string& name, const std::string& op, const std::vector<std::string>& in) {
+    ::onnx::AttributeProto a;
+    a.set_name(name), a.set_type(::onnx::AttributeProto::GRAPH);
+    auto* g = a.mutable_g();
+    auto* node = g->add_node();
+    node->set_op_type(op);
+    for (const auto& i : in) node->add_input(i);
+    node->add_output(name + "_out");
+    g->add_output()->set_name(name + "_out");
+    return a;
+  };
+  auto* one = b.g->add_initializer();
+  one->set_name("one"), one->set_data_type(::onnx::TensorProto::FLOAT), one->add_float_data(1);
+  auto* iff = b.node("If", {"c"}, {"y"}, "if");
+  *iff->add_attribute() = branch("then_branch", "Add", {"r", "one"});
+  *iff->add_attribute() = branch("else_branch", "Identity", {"n"});
+  auto* loop = b.node("Loop", {"trips", "", "n"}, {"z"}, "loop");
+  ::onnx::AttributeProto body;
+  body.set_name("body"), body.set_type(::onnx::AttributeProto::GRAPH);
+  auto* g = body.mutable_g();
+  for (const char* in : {"i", "cond", "acc"}) g->add_input()->set_name(in);
+  auto* add = g->add_node();
+  add->set_op_type("Add"), add->add_input("acc"), add->add_input("r"), add->add_output("acc_next");
+  auto* keep = g->add_node();
+  keep->set_op_type("Identity"), keep->add_input("cond"), keep->add_output("cond_next");
+  g->add_output()->set_name("cond_next"), g->add_output()->set_name("acc_next");
+  *loop->add_attribute() = body;
+  mo::Model m = b.parse();
+  std::vector<double> xv{-1, 2, 3};
+  for (bool c : {true, false}) {
+    auto out = m({f32(xv, {3}), Tensor(std::vector<bool>{c}, Dims{})});
+    auto y = out[0].to_vector<float>(), z = out[1].to_vector<float>();
+    for (std::size_t k = 0; k < 3; ++k) {
+      double r = std::max(0.0, xv[k]);
+      REQUIRE(y[k] == static_cast<float>(c ? r + 1 : -r));
+      REQUIRE(z[k] == static_cast<float>(-r + 3 * r));
+    }
+  }
+  // A branch that reads a name no scope defines fails at load, naming the subgraph.
+  *iff->mutable_attribute(0) = branch("then_branch", "Relu", {"nowhere"});
+  REQUIRE_THAT(message([&] { b.parse(); }),
+               Contains("node 2 'if' (If): subgraph 'then_branch': node 0 '' (Relu): its input 'nowhere'"));
+}
+
 TEST_CASE("onnx: initializers from raw_data and from an external data file", "[onnx]") {
   fs::path dir = temp_dir("external");
   std::vector<float> w{1.5f, -2, 3, 0.25f}, e{10, 20, 30, 40};

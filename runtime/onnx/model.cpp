@@ -9,6 +9,192 @@
 #include "metagrad/onnx.hpp"
 #include "ops.hpp"
 
+namespace metagrad::onnx::detail {
+
+// A checked graph: its steps in order, what each reads and writes, and when a value can be dropped.
+struct Graph {
+  std::string path;  // the model file, for messages
+  std::vector<std::string> in_names, out_names;
+  std::unordered_map<std::string, Value> consts;  // initializers and large Constants, on CPU
+  std::unordered_set<std::string> grad_of;        // the xs of Gradient nodes: traced for autograd
+  struct Step {
+    std::string label;  // "node 3 'conv1' (Conv)"
+    std::vector<std::string> ins, outs;
+    std::vector<std::string> frees;  // values no later node reads
+    Run run;
+  };
+  std::vector<Step> steps;
+};
+
+namespace {
+
+// Every name a graph's nodes read, its subgraphs' included: what a node with that subgraph keeps alive.
+void names_read(const ::onnx::GraphProto& g, std::unordered_set<std::string>& out) {
+  for (const auto& n : g.node()) {
+    for (const auto& in : n.input()) out.insert(in);
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) names_read(a.g(), out);
+      for (const auto& sub : a.graphs()) names_read(sub, out);
+    }
+  }
+}
+
+struct Context {
+  std::string path, folder;
+  std::int64_t opset;
+};
+
+// Checks a graph's nodes against the operator table and fills g; `known` holds the names the outer
+// scopes define (empty for the model's graph), `top` whether it is the model's own graph.
+void build_graph(Graph& gr, const ::onnx::GraphProto& g, const Context& ctx,
+                 std::unordered_set<std::string> known, bool top) {
+  gr.path = ctx.path;
+  try {
+    for (const auto& init : g.initializer()) {
+      Value v(tensor_from_proto(init, ctx.folder));
+      if (init.data_type() != ::onnx::TensorProto::FLOAT || v.t->numel() <= kHostLimit)
+        v.h = std::make_shared<const Host>(host_from_proto(init, ctx.folder));
+      gr.consts[init.name()] = std::move(v);
+    }
+  } catch (const Error& e) { throw Error(std::string("initializer: ") + e.what()); }
+  for (const auto& [name, v] : gr.consts) known.insert(name);
+  for (const auto& in : g.input())
+    if (!gr.consts.count(in.name())) {  // older files list initializers among the inputs
+      gr.in_names.push_back(in.name());
+      known.insert(in.name());
+    }
+  for (const auto& out : g.output()) gr.out_names.push_back(out.name());
+  const auto& table = op_table();
+  std::vector<std::vector<std::string>> implicit;  // per step: what its subgraphs read
+  for (int k = 0; k < g.node_size(); ++k) {
+    const auto& n = g.node(k);
+    Graph::Step s;
+    s.label = "node " + std::to_string(k) + " '" + n.name() + "' (" + n.op_type() + ")";
+    std::unordered_set<std::string> inner;
+    try {
+      bool training = n.domain() == "ai.onnx.preview.training" && n.op_type() == "Gradient";
+      if (!n.domain().empty() && n.domain() != "ai.onnx" && !training)
+        throw Error("the operator domain '" + n.domain() + "' is not supported");
+      auto it = table.find(n.op_type());
+      if (it == table.end()) throw Error("the operator " + n.op_type() + " is not supported");
+      if (n.op_type() == "Constant" && n.output_size() == 1 && n.attribute_size() == 1 &&
+          n.attribute(0).name() == "value") {  // an initializer by another name: no node to run
+        const auto& t = n.attribute(0).t();
+        Value v(tensor_from_proto(t, ctx.folder));
+        if (v.t->numel() <= kHostLimit) v.h = std::make_shared<const Host>(host_from_proto(t, ctx.folder));
+        gr.consts[n.output(0)] = std::move(v);
+        known.insert(n.output(0));
+        continue;
+      }
+      for (const auto& in : n.input()) {
+        if (!in.empty() && !known.count(in))
+          throw Error("its input '" + in + "' is computed by no earlier node");
+        s.ins.push_back(in);
+      }
+      for (const auto& a : n.attribute()) {
+        if (a.type() == ::onnx::AttributeProto::GRAPHS)
+          throw Error("attribute '" + a.name() + "': lists of subgraphs are not supported");
+        if (a.has_g()) names_read(a.g(), inner);
+      }
+      auto subgraphs = [&ctx, known](const ::onnx::GraphProto& sub) {
+        auto child = std::make_shared<Graph>();
+        build_graph(*child, sub, ctx, known, false);
+        return std::shared_ptr<const Graph>(child);
+      };
+      s.run = it->second(NodeInfo(n, ctx.opset, ctx.folder, subgraphs));
+      if (training) {  // its y is read as one more input; its xs are traced from where they are set
+        if (!top) throw Error("Gradient inside a subgraph is not supported");
+        for (const auto& a : n.attribute()) {
+          if (a.name() == "xs")
+            for (const auto& x : a.strings()) gr.grad_of.insert(x);
+          if (a.name() == "y") {
+            if (!known.count(a.s())) throw Error("its y '" + a.s() + "' is computed by no earlier node");
+            s.ins.push_back(a.s());
+          }
+        }
+        for (const auto& in : s.ins)
+          if (gr.consts.count(in))
+            throw Error("the gradient with respect to an initializer ('" + in + "') is not supported");
+      }
+    } catch (const std::exception& e) { throw Error(s.label + ": " + e.what()); }
+    for (const auto& o : n.output()) s.outs.push_back(o), known.insert(o);
+    implicit.emplace_back(inner.begin(), inner.end());
+    gr.steps.push_back(std::move(s));
+  }
+  for (const auto& o : gr.out_names)
+    if (!known.count(o)) throw Error("the graph output '" + o + "' is computed by no node");
+  // Each value is dropped after the last node that reads it (a large model keeps only what is live).
+  std::unordered_set<std::string> keep(gr.out_names.begin(), gr.out_names.end()), seen;
+  for (std::size_t k = gr.steps.size(); k-- > 0;) {
+    auto& st = gr.steps[k];
+    std::vector<std::string> reads = st.ins;
+    reads.insert(reads.end(), implicit[k].begin(), implicit[k].end());
+    for (const auto& in : reads)
+      if (!in.empty() && !keep.count(in) && !gr.consts.count(in) && seen.insert(in).second)
+        st.frees.push_back(in);
+  }
+}
+
+// Runs the steps of g in env.
+void run_steps(const Graph& g, Env& env) {
+  for (const auto& s : g.steps) {
+    Args args;
+    args.n_out = s.outs.size();
+    args.env = &env;
+    std::vector<Value> outs;
+    try {
+      for (const auto& in : s.ins) {
+        Value* v = in.empty() ? nullptr : env.find(in);
+        if (!in.empty() && !v) throw Error("the value '" + in + "' is not set");
+        args.in.push_back(v);
+      }
+      outs = s.run(args);
+    } catch (const std::exception& e) { throw Error(g.path + ": " + s.label + ": " + e.what()); }
+    for (const auto& f : s.frees) env.vals.erase(f);
+    for (std::size_t k = 0; k < s.outs.size() && k < outs.size(); ++k)
+      if (!s.outs[k].empty()) {
+        Value& v = env.vals[s.outs[k]] = std::move(outs[k]);
+        if (g.grad_of.count(s.outs[k]) && v.t) v.t = v.t->detach().requires_grad_(), v.h = nullptr;
+      }
+  }
+}
+
+}  // namespace
+
+Value* Env::find(const std::string& name) {
+  for (Env* e = this; e; e = e->parent)
+    if (auto it = e->vals.find(name); it != e->vals.end()) return &it->second;
+  return nullptr;
+}
+
+std::vector<Value> run_graph(const Graph& g, const std::vector<Value>& inputs, Env& outer) {
+  Env env{g.consts, &outer};
+  for (auto& [name, v] : env.vals)
+    if (v.t && v.t->device() != Device::DEFAULT) v.t = v.t->to(Device::DEFAULT);
+  if (inputs.size() > g.in_names.size())
+    throw Error("the subgraph takes " + std::to_string(g.in_names.size()) + " inputs, " +
+                std::to_string(inputs.size()) + " were given");
+  for (std::size_t k = 0; k < inputs.size(); ++k) env.vals[g.in_names[k]] = inputs[k];
+  run_steps(g, env);
+  std::vector<Value> out;
+  for (const auto& name : g.out_names) {
+    Value* v = env.find(name);
+    if (!v) throw Error("the subgraph output '" + name + "' was not computed");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::shared_ptr<const Graph> NodeInfo::graph(const std::string& name) const {
+  const auto* a = find(name);
+  if (!a || !a->has_g()) throw Error("the subgraph attribute '" + name + "' is missing");
+  try {
+    return sub_(a->g());
+  } catch (const Error& e) { throw Error("subgraph '" + name + "': " + e.what()); }
+}
+
+}  // namespace metagrad::onnx::detail
+
 namespace metagrad::onnx {
 
 using detail::Args;
@@ -17,26 +203,18 @@ using detail::NodeInfo;
 using detail::Value;
 
 struct Model::Impl {
-  std::string path, folder;
+  std::string path;
   ::onnx::ModelProto proto;
   std::int64_t opset = 1;
-  std::vector<std::string> in_names, out_names;
   std::vector<std::vector<Dim>> in_shapes, out_shapes;
   std::vector<DType> in_dtypes, out_dtypes;
-  std::unordered_map<std::string, Value> consts;  // initializers and large Constants, on CPU
-  // The same on each device a call has run on (moved and realized once, so a TinyJit step reads them).
+  detail::Graph graph;
+  // The initializers on each device a call has run on (moved and realized once, so a TinyJit step reads
+  // them).
   mutable std::mutex mu;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::unordered_map<std::string, Value>>>
       on_device;
   std::shared_ptr<const std::unordered_map<std::string, Value>> consts_on(const std::string& device) const;
-  std::unordered_set<std::string> grad_of;  // the xs of Gradient nodes: traced for autograd
-  struct Step {
-    std::string label;  // "node 3 'conv1' (Conv)"
-    std::vector<std::string> ins, outs;
-    std::vector<std::string> frees;  // values no later node reads
-    detail::Run run;
-  };
-  std::vector<Step> steps;
 };
 
 namespace {
@@ -69,94 +247,30 @@ std::string dims_str(const std::vector<Dim>& s) {
   return out + ")";
 }
 
-std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
+Model build(std::shared_ptr<Model::Impl> m, const std::string& folder) {
   const auto& g = m->proto.graph();
-  auto fail = [&](const std::string& what) { throw Error(m->path + ": " + what); };
-  bool found = false;
-  for (const auto& o : m->proto.opset_import())
-    if (o.domain().empty() || o.domain() == "ai.onnx") m->opset = o.version(), found = true;
-  if (!found && m->proto.opset_import_size()) fail("no opset_import for the default domain (ai.onnx)");
   try {
-    for (const auto& init : g.initializer()) {
-      Value v(detail::tensor_from_proto(init, m->folder));
-      if (init.data_type() != ::onnx::TensorProto::FLOAT || v.t->numel() <= detail::kHostLimit)
-        v.h = std::make_shared<const Host>(detail::host_from_proto(init, m->folder));
-      m->consts[init.name()] = std::move(v);
+    bool found = false;
+    for (const auto& o : m->proto.opset_import())
+      if (o.domain().empty() || o.domain() == "ai.onnx") m->opset = o.version(), found = true;
+    if (!found && m->proto.opset_import_size())
+      throw Error("no opset_import for the default domain (ai.onnx)");
+    detail::build_graph(m->graph, g, {m->path, folder, m->opset}, {}, true);
+    for (const auto& in : g.input())
+      if (!m->graph.consts.count(in.name())) {
+        std::vector<Dim> shape;
+        DType dt;
+        declared(in, "input", shape, dt);
+        m->in_shapes.push_back(shape), m->in_dtypes.push_back(dt);
+      }
+    for (const auto& out : g.output()) {
+      std::vector<Dim> shape;
+      DType dt;
+      declared(out, "output", shape, dt);
+      m->out_shapes.push_back(shape), m->out_dtypes.push_back(dt);
     }
-  } catch (const Error& e) { fail(std::string("initializer: ") + e.what()); }
-  std::unordered_set<std::string> known;
-  for (const auto& [name, v] : m->consts) known.insert(name);
-  auto declare = [&](const ::onnx::ValueInfoProto& v, const char* what, std::vector<std::string>& names,
-                     std::vector<std::vector<Dim>>& shapes, std::vector<DType>& dts) {
-    std::vector<Dim> shape;
-    DType dt;
-    try {
-      declared(v, what, shape, dt);
-    } catch (const Error& e) { fail(e.what()); }
-    names.push_back(v.name()), shapes.push_back(shape), dts.push_back(dt);
-  };
-  for (const auto& in : g.input())
-    if (!m->consts.count(in.name())) {  // older files list initializers among the inputs
-      declare(in, "input", m->in_names, m->in_shapes, m->in_dtypes);
-      known.insert(in.name());
-    }
-  for (const auto& out : g.output()) declare(out, "output", m->out_names, m->out_shapes, m->out_dtypes);
-  const auto& table = detail::op_table();
-  for (int k = 0; k < g.node_size(); ++k) {
-    const auto& n = g.node(k);
-    Model::Impl::Step s;
-    s.label = "node " + std::to_string(k) + " '" + n.name() + "' (" + n.op_type() + ")";
-    try {
-      bool training = n.domain() == "ai.onnx.preview.training" && n.op_type() == "Gradient";
-      if (!n.domain().empty() && n.domain() != "ai.onnx" && !training)
-        throw Error("the operator domain '" + n.domain() + "' is not supported");
-      auto it = table.find(n.op_type());
-      if (it == table.end()) throw Error("the operator " + n.op_type() + " is not supported");
-      if (n.op_type() == "Constant" && n.output_size() == 1 && n.attribute_size() == 1 &&
-          n.attribute(0).name() == "value") {  // an initializer by another name: no node to run
-        const auto& t = n.attribute(0).t();
-        Value v(detail::tensor_from_proto(t, m->folder));
-        if (v.t->numel() <= detail::kHostLimit)
-          v.h = std::make_shared<const Host>(detail::host_from_proto(t, m->folder));
-        m->consts[n.output(0)] = std::move(v);
-        known.insert(n.output(0));
-        continue;
-      }
-      for (const auto& in : n.input()) {
-        if (!in.empty() && !known.count(in))
-          throw Error("its input '" + in + "' is computed by no earlier node");
-        s.ins.push_back(in);
-      }
-      for (const auto& a : n.attribute())
-        if (a.type() == ::onnx::AttributeProto::GRAPH || a.type() == ::onnx::AttributeProto::GRAPHS)
-          throw Error("subgraph attributes ('" + a.name() + "') are not supported");
-      s.run = it->second(NodeInfo(n, m->opset, m->folder));
-      if (training) {  // its y is read as one more input; its xs are traced from where they are set
-        for (const auto& a : n.attribute()) {
-          if (a.name() == "xs")
-            for (const auto& x : a.strings()) m->grad_of.insert(x);
-          if (a.name() == "y") {
-            if (!known.count(a.s())) throw Error("its y '" + a.s() + "' is computed by no earlier node");
-            s.ins.push_back(a.s());
-          }
-        }
-        for (const auto& in : s.ins)
-          if (m->consts.count(in))
-            throw Error("the gradient with respect to an initializer ('" + in + "') is not supported");
-      }
-    } catch (const std::exception& e) { fail(s.label + ": " + e.what()); }
-    for (const auto& o : n.output()) s.outs.push_back(o), known.insert(o);
-    m->steps.push_back(std::move(s));
-  }
-  for (const auto& o : m->out_names)
-    if (!known.count(o)) fail("the graph output '" + o + "' is computed by no node");
-  // Each value is dropped after the last node that reads it (a large model keeps only what is live).
-  std::unordered_set<std::string> keep(m->out_names.begin(), m->out_names.end()), seen;
-  for (auto it = m->steps.rbegin(); it != m->steps.rend(); ++it)
-    for (const auto& in : it->ins)
-      if (!in.empty() && !keep.count(in) && !m->consts.count(in) && seen.insert(in).second)
-        it->frees.push_back(in);
-  return m;
+  } catch (const Error& e) { throw Error(m->path + ": " + e.what()); }
+  return Model(std::move(m));
 }
 
 }  // namespace
@@ -164,11 +278,10 @@ std::shared_ptr<Model::Impl> build(std::shared_ptr<Model::Impl> m) {
 Model parse(const std::string& bytes, const std::string& name, const std::string& folder) {
   auto m = std::make_shared<Model::Impl>();
   m->path = name;
-  m->folder = folder;
   if (!m->proto.ParseFromString(bytes))
     throw Error(name + ": not a valid ONNX model (the protobuf does not parse)");
   if (!m->proto.has_graph()) throw Error(name + ": the model has no graph");
-  return Model(build(std::move(m)));
+  return build(std::move(m), folder);
 }
 
 Model load(const std::string& path) {
@@ -182,14 +295,15 @@ Model load(const std::string& path) {
 
 std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
   const Impl& m = *impl_;
-  if (inputs.size() != m.in_names.size())
-    throw Error(m.path + ": the model takes " + std::to_string(m.in_names.size()) + " inputs, " +
+  const auto& names = m.graph.in_names;
+  if (inputs.size() != names.size())
+    throw Error(m.path + ": the model takes " + std::to_string(names.size()) + " inputs, " +
                 std::to_string(inputs.size()) + " were given");
-  std::unordered_map<std::string, Value> env = *m.consts_on(Device::DEFAULT);
+  detail::Env env{*m.consts_on(Device::DEFAULT), nullptr};
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& x = inputs[k];
     const auto& want = m.in_shapes[k];
-    std::string what = m.path + ": input '" + m.in_names[k] + "' ";
+    std::string what = m.path + ": input '" + names[k] + "' ";
     if (x.dtype() != m.in_dtypes[k])
       throw Error(what + "must be " + m.in_dtypes[k].name + ", it is " + x.dtype().name);
     bool ok = want.empty() || static_cast<std::int64_t>(want.size()) == x.ndim();
@@ -197,30 +311,15 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
       if (auto* v = std::get_if<std::int64_t>(&want[d]); v && *v != x.shape()[d]) ok = false;
     if (!ok && !(want.empty() && x.ndim() == 0))
       throw Error(what + "must have shape " + dims_str(want) + ", it has " + detail::shape_str(x.shape()));
-    env[m.in_names[k]] = Value(m.grad_of.count(m.in_names[k]) ? x.detach().requires_grad_() : x);
+    env.vals[names[k]] = Value(m.graph.grad_of.count(names[k]) ? x.detach().requires_grad_() : x);
   }
-  for (const auto& s : m.steps) {
-    Args args;
-    args.n_out = s.outs.size();
-    for (const auto& in : s.ins) args.in.push_back(in.empty() ? nullptr : &env.at(in));
-    std::vector<Value> outs;
-    try {
-      outs = s.run(args);
-    } catch (const std::exception& e) { throw Error(m.path + ": " + s.label + ": " + e.what()); }
-    for (const auto& f : s.frees) env.erase(f);
-    for (std::size_t k = 0; k < s.outs.size() && k < outs.size(); ++k)
-      if (!s.outs[k].empty()) {
-        Value& v = env[s.outs[k]] = std::move(outs[k]);
-        if (m.grad_of.count(s.outs[k]) && v.t) v.t = v.t->detach().requires_grad_(), v.h = nullptr;
-      }
-  }
+  detail::run_steps(m.graph, env);
   std::vector<Tensor> out;
-  for (const auto& name : m.out_names) {
-    auto it = env.find(name);
-    if (it == env.end() || it->second.empty())
-      throw Error(m.path + ": the output '" + name + "' was not computed");
-    if (it->second.seq) throw Error(m.path + ": the output '" + name + "' is a sequence, not a tensor");
-    out.push_back(it->second.t ? *it->second.t : it->second.h->tensor());
+  for (const auto& name : m.graph.out_names) {
+    Value* v = env.find(name);
+    if (!v || v->empty()) throw Error(m.path + ": the output '" + name + "' was not computed");
+    if (v->seq) throw Error(m.path + ": the output '" + name + "' is a sequence, not a tensor");
+    out.push_back(v->t ? *v->t : v->h->tensor());
   }
   return out;
 }
@@ -230,7 +329,7 @@ std::shared_ptr<const std::unordered_map<std::string, Value>> Model::Impl::const
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = on_device[device];
   if (!slot) {
-    auto moved = std::make_shared<std::unordered_map<std::string, Value>>(consts);
+    auto moved = std::make_shared<std::unordered_map<std::string, Value>>(graph.consts);
     for (auto& [name, v] : *moved)
       if (v.t) v.t = v.t->to(device).realize();
     slot = std::move(moved);
@@ -238,8 +337,8 @@ std::shared_ptr<const std::unordered_map<std::string, Value>> Model::Impl::const
   return slot;
 }
 
-const std::vector<std::string>& Model::input_names() const { return impl_->in_names; }
-const std::vector<std::string>& Model::output_names() const { return impl_->out_names; }
+const std::vector<std::string>& Model::input_names() const { return impl_->graph.in_names; }
+const std::vector<std::string>& Model::output_names() const { return impl_->graph.out_names; }
 const std::vector<std::vector<Dim>>& Model::input_shapes() const { return impl_->in_shapes; }
 const std::vector<std::vector<Dim>>& Model::output_shapes() const { return impl_->out_shapes; }
 const std::vector<DType>& Model::input_dtypes() const { return impl_->in_dtypes; }
@@ -372,6 +471,7 @@ const OpTable& op_table() {
     add_misc_ops(t);
     add_rnn_ops(t);
     add_signal_ops(t);
+    add_control_ops(t);
     return t;
   }();
   return t;

@@ -15,12 +15,24 @@
 
 namespace metagrad::onnx::detail {
 
-// A node as its Prepare sees it: attributes with defaults, its opset, and errors that name what is
-// missing (the loader adds the node's index, name and op type).
+struct Graph;  // a checked graph or subgraph (model.cpp)
+
+// A graph's values while it runs; a subgraph's scope sees its parent's.
+struct Env {
+  std::unordered_map<std::string, Value> vals;
+  Env* parent = nullptr;
+  Value* find(const std::string& name);
+};
+
+// A node as its Prepare sees it: attributes with defaults, its opset, its subgraphs, and errors that name
+// what is missing (the loader adds the node's index, name and op type).
 class NodeInfo {
  public:
-  NodeInfo(const ::onnx::NodeProto& proto, std::int64_t opset, std::string folder)
-      : proto_(proto), opset_(opset), folder_(std::move(folder)) {}
+  using Subgraphs = std::function<std::shared_ptr<const Graph>(const ::onnx::GraphProto&)>;
+  NodeInfo(const ::onnx::NodeProto& proto, std::int64_t opset, std::string folder, Subgraphs sub = {})
+      : proto_(proto), opset_(opset), folder_(std::move(folder)), sub_(std::move(sub)) {}
+  // The subgraph attribute `name`, checked as a graph whose nodes may read this node's scope.
+  std::shared_ptr<const Graph> graph(const std::string& name) const;
   std::int64_t opset() const { return opset_; }
   const std::string& op() const { return proto_.op_type(); }
   std::size_t inputs() const { return static_cast<std::size_t>(proto_.input_size()); }
@@ -47,6 +59,7 @@ class NodeInfo {
   const ::onnx::NodeProto& proto_;
   std::int64_t opset_;
   std::string folder_;
+  Subgraphs sub_;
 };
 
 // A node's inputs while it runs. A missing optional input (an empty name) is `!has(k)`.
@@ -54,6 +67,7 @@ class Args {
  public:
   std::vector<Value*> in;
   std::size_t n_out = 1;
+  Env* env = nullptr;  // the scope the node runs in (a subgraph's parent)
   std::size_t size() const { return in.size(); }
   bool has(std::size_t k) const { return k < in.size() && in[k] && !in[k]->empty(); }
   bool is_host(std::size_t k) const { return has(k) && in[k]->h != nullptr; }
@@ -71,6 +85,9 @@ class Args {
   Value& need(std::size_t k) const;
 };
 
+// Runs a subgraph in a scope under `outer`, its inputs bound in order: its outputs.
+std::vector<Value> run_graph(const Graph& g, const std::vector<Value>& inputs, Env& outer);
+
 using Run = std::function<std::vector<Value>(Args&)>;
 using Prepare = std::function<Run(const NodeInfo&)>;
 using OpTable = std::unordered_map<std::string, Prepare>;
@@ -87,6 +104,7 @@ void add_sequence_ops(OpTable& t);
 void add_misc_ops(OpTable& t);
 void add_rnn_ops(OpTable& t);
 void add_signal_ops(OpTable& t);
+void add_control_ops(OpTable& t);
 
 // Helpers the families share.
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what);
