@@ -211,6 +211,28 @@ TEST_CASE("onnx: a truncated or missing file is an error naming the file", "[onn
   fs::remove_all(dir);
 }
 
+TEST_CASE("onnx: corrupted model bytes load and run or fail with onnx::Error, never otherwise", "[onnx]") {
+  Builder b(13);
+  b.input("x", {2, 3}).output("y");
+  b.init_f32("w", {3, 2}, test::random_floats(6, 3)).init_i64("shape", {6});
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Reshape", {"m", "shape"}, {"r"});
+  attr_i(b.node("Softmax", {"r"}, {"y"}), "axis", 0);
+  std::string good = b.bytes();
+  std::mt19937 gen(11);
+  int loaded = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bad = good;
+    for (int k = 0; k < 1 + trial % 3; ++k) bad[gen() % bad.size()] = static_cast<char>(gen() % 256);
+    try {
+      mo::Model m = mo::parse(bad, "bad.onnx");
+      ++loaded;
+      if (m.input_names().size() == 1 && m.input_dtypes()[0] == dtypes::float32) m({Tensor::ones({2, 3})});
+    } catch (const mo::Error& e) { REQUIRE_THAT(e.what(), Contains("bad.onnx")); }
+  }
+  REQUIRE(loaded > 0);  // some mutations leave a valid model (a weight's value, a name)
+}
+
 TEST_CASE("onnx: inputs of the wrong count, dtype or shape are errors naming the input", "[onnx]") {
   Builder b;
   b.input("x", {std::string("n"), 3}).output("y");

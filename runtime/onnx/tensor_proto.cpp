@@ -125,8 +125,11 @@ std::pair<DType, Dims> header(const TP& p) {
   if (p.dims_size() > static_cast<int>(kMaxDims))
     throw Error("tensor '" + p.name() + "' has " + std::to_string(p.dims_size()) + " dimensions; at most " +
                 std::to_string(kMaxDims) + " are supported");
+  std::int64_t bytes = dt->itemsize;
   for (auto d : p.dims()) {
     if (d < 0) throw Error("tensor '" + p.name() + "' has a negative dimension " + std::to_string(d));
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      throw Error("tensor '" + p.name() + "': its dimensions' product leaves int64");
     shape.push_back(d);
   }
   return {*dt, shape};
