@@ -393,13 +393,6 @@ Host NodeInfo::tensor(const std::string& name) const {
   return host_from_proto(a->t(), folder_);
 }
 void NodeInfo::unsupported(const std::string& what) const { throw Error(what + " is not supported"); }
-void NodeInfo::allow(std::initializer_list<const char*> names) const {
-  for (const auto& a : proto_.attribute()) {
-    bool ok = false;
-    for (const char* n : names) ok = ok || a.name() == n;
-    if (!ok) unsupported("attribute '" + a.name() + "'");
-  }
-}
 
 Value& Args::need(std::size_t k) const {
   if (!has(k)) throw Error("input " + std::to_string(k) + " is missing");

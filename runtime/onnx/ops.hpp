@@ -34,13 +34,8 @@ class NodeInfo {
   // The subgraph attribute `name`, checked as a graph whose nodes may read this node's scope.
   std::shared_ptr<const Graph> graph(const std::string& name) const;
   std::int64_t opset() const { return opset_; }
-  const std::string& op() const { return proto_.op_type(); }
   std::size_t inputs() const { return static_cast<std::size_t>(proto_.input_size()); }
-  std::size_t outputs() const { return static_cast<std::size_t>(proto_.output_size()); }
   bool has_input(std::size_t k) const { return k < inputs() && !proto_.input(static_cast<int>(k)).empty(); }
-  bool has_output(std::size_t k) const {
-    return k < outputs() && !proto_.output(static_cast<int>(k)).empty();
-  }
 
   bool has(const std::string& name) const { return find(name) != nullptr; }
   std::int64_t i(const std::string& name, std::int64_t def) const;
@@ -52,8 +47,6 @@ class NodeInfo {
   const ::onnx::AttributeProto* find(const std::string& name) const;
   // Throws Error("<what>"): an attribute value or input form this importer does not support.
   [[noreturn]] void unsupported(const std::string& what) const;
-  // Only these attributes may appear (others would change the result unnoticed).
-  void allow(std::initializer_list<const char*> names) const;
 
  private:
   const ::onnx::NodeProto& proto_;
