@@ -1,5 +1,5 @@
 // Sampling: Resize (and the older Upsample), separable, one axis at a time, as ONNX's reference does,
-// and GridSample. For each output position the host computes the source coordinate, its taps (1
+// GridSample and RoiAlign. For each output position the host computes the source coordinate, its taps (1
 // nearest, 2 linear, 4 cubic per axis) and their weights; the Tensor side is an index_select per tap
 // and a weighted sum, so every mode follows the reference's arithmetic exactly.
 #include <algorithm>
@@ -155,6 +155,26 @@ Tensor resize(Tensor x, const ResizeAttrs& at, std::vector<double> scales, I64s 
   return x.dtype() == dt ? x : x.cast(dt);
 }
 
+// sum_k w[k] * x[n, c, idx[k]] over the flattened (N * H * W) pixels: (C, points).
+Tensor weighted_taps(const Tensor& x, const std::vector<I64s>& idx,
+                     const std::vector<std::vector<double>>& w) {
+  Dims s = x.shape();
+  Tensor flat = x.permute({1, 0, 2, 3}).reshape({s[1], s[0] * s[2] * s[3]});
+  std::optional<Tensor> r;
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    auto n = static_cast<std::int64_t>(idx[k].size());
+    Tensor term = flat.index_select(1, Tensor(idx[k], Dims{n})) * Tensor(w[k], Dims{1, n}).cast(x.dtype());
+    r = r ? *r + term : term;
+  }
+  return *r;
+}
+
+struct RoiAttrs {
+  std::int64_t h, w, ratio;
+  double scale;
+  bool half_pixel;
+};
+
 // GridSample's reflection of a coordinate into [lo, hi].
 double reflect(double x, double lo, double hi) {
   double range = hi - lo;
@@ -233,19 +253,72 @@ Tensor grid_sample(const Tensor& x, const Host& grid, const GridAttrs& at) {
         w[k].push_back(at_idx[k] < 0 ? 0 : at_w[k]);
       }
     }
-  Tensor flat = x.permute({1, 0, 2, 3}).reshape({C, N * H * W});
-  std::optional<Tensor> r;
-  for (std::size_t k = 0; k < taps; ++k) {
-    Tensor term = flat.index_select(1, Tensor(idx[k], Dims{N * Ho * Wo})) *
-                  Tensor(w[k], Dims{1, N * Ho * Wo}).cast(x.dtype());
-    r = r ? *r + term : term;
+  return weighted_taps(x, idx, w).reshape({C, N, Ho, Wo}).permute({1, 0, 2, 3});
+}
+
+// RoiAlign (avg): each output bin the mean of its sampling points, each point bilinear in X.
+Tensor roi_align(const Tensor& x, const Host& rois, const Host& batch, const RoiAttrs& at) {
+  if (x.ndim() != 4) throw Error("RoiAlign: the input must be 4-D (N, C, H, W)");
+  std::int64_t C = x.shape()[1], H = x.shape()[2], W = x.shape()[3], R = rois.shape[0];
+  double off = at.half_pixel ? 0.5 : 0;
+  std::vector<std::vector<std::pair<std::int64_t, double>>> bins;
+  for (std::int64_t r = 0; r < R; ++r) {
+    std::int64_t b = batch.int_at(r);
+    double x0 = rois.at(r * 4) * at.scale - off, y0 = rois.at(r * 4 + 1) * at.scale - off;
+    double rw = rois.at(r * 4 + 2) * at.scale - off - x0, rh = rois.at(r * 4 + 3) * at.scale - off - y0;
+    if (!at.half_pixel) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    double bh = rh / static_cast<double>(at.h), bw = rw / static_cast<double>(at.w);
+    auto gh = at.ratio > 0 ? at.ratio : static_cast<std::int64_t>(std::ceil(rh / static_cast<double>(at.h)));
+    auto gw = at.ratio > 0 ? at.ratio : static_cast<std::int64_t>(std::ceil(rw / static_cast<double>(at.w)));
+    double count = static_cast<double>(std::max<std::int64_t>(gh * gw, 1));
+    for (std::int64_t ph = 0; ph < at.h; ++ph)
+      for (std::int64_t pw = 0; pw < at.w; ++pw) {
+        auto& taps = bins.emplace_back();
+        for (std::int64_t iy = 0; iy < gh; ++iy)
+          for (std::int64_t ix = 0; ix < gw; ++ix) {
+            double y = y0 + static_cast<double>(ph) * bh +
+                       (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+            double xx = x0 + static_cast<double>(pw) * bw +
+                        (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
+            if (y < -1 || y > static_cast<double>(H) || xx < -1 || xx > static_cast<double>(W)) continue;
+            y = std::max(y, 0.0), xx = std::max(xx, 0.0);
+            auto yl = static_cast<std::int64_t>(y), xl = static_cast<std::int64_t>(xx);
+            std::int64_t yh = yl + 1, xh = xl + 1;
+            if (yl >= H - 1) yl = yh = H - 1, y = static_cast<double>(yl);
+            if (xl >= W - 1) xl = xh = W - 1, xx = static_cast<double>(xl);
+            double ly = y - static_cast<double>(yl), lx = xx - static_cast<double>(xl);
+            auto at_px = [&](std::int64_t r_, std::int64_t c_) { return (b * H + r_) * W + c_; };
+            taps.push_back({at_px(yl, xl), (1 - ly) * (1 - lx) / count});
+            taps.push_back({at_px(yl, xh), (1 - ly) * lx / count});
+            taps.push_back({at_px(yh, xl), ly * (1 - lx) / count});
+            taps.push_back({at_px(yh, xh), ly * lx / count});
+          }
+      }
   }
-  return r->reshape({C, N, Ho, Wo}).permute({1, 0, 2, 3});
+  std::size_t most = 1;
+  for (const auto& t : bins) most = std::max(most, t.size());
+  std::vector<I64s> idx(most);
+  std::vector<std::vector<double>> w(most);
+  for (const auto& t : bins)
+    for (std::size_t k = 0; k < most; ++k) {
+      idx[k].push_back(k < t.size() ? t[k].first : 0);
+      w[k].push_back(k < t.size() ? t[k].second : 0);
+    }
+  return weighted_taps(x, idx, w).reshape({C, R, at.h, at.w}).permute({1, 0, 2, 3});
 }
 
 }  // namespace
 
 void add_resize_ops(OpTable& t) {
+  t["RoiAlign"] = [](const NodeInfo& n) -> Run {
+    std::string mode = n.s("mode", "avg"), coord = n.s("coordinate_transformation_mode", "half_pixel");
+    if (mode != "avg") n.unsupported("mode '" + mode + "'");
+    if (coord != "half_pixel" && coord != "output_half_pixel")
+      n.unsupported("coordinate_transformation_mode '" + coord + "'");
+    RoiAttrs at{n.i("output_height", 1), n.i("output_width", 1), n.i("sampling_ratio", 0),
+                n.f("spatial_scale", 1), coord == "half_pixel" && n.opset() >= 16};
+    return [at](Args& a) -> std::vector<Value> { return {roi_align(a.t(0), a.h(1), a.h(2), at)}; };
+  };
   t["GridSample"] = [](const NodeInfo& n) -> Run {
     GridAttrs at{n.s("mode", "bilinear"), n.s("padding_mode", "zeros"), n.i("align_corners", 0) != 0};
     if (at.mode == "linear") at.mode = "bilinear";
