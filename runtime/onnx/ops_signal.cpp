@@ -1,5 +1,6 @@
 // Fourier transforms: DFT and STFT as matrix products with cos and sin tables built on the host, on
-// (real, imaginary) pairs in the last axis as ONNX lays complex values out.
+// (real, imaginary) pairs in the last axis as ONNX lays complex values out; MelWeightMatrix's
+// triangular filters, on the host.
 #include <cmath>
 #include <numbers>
 
@@ -49,6 +50,43 @@ std::pair<Tensor, std::optional<Tensor>> parts(const Tensor& x) {
 }  // namespace
 
 void add_signal_ops(OpTable& t) {
+  t["MelWeightMatrix"] = [](const NodeInfo& n) -> Run {
+    auto dt = dtype_of_onnx(static_cast<int>(n.i("output_datatype", 1)));
+    if (!dt) n.unsupported("output_datatype");
+    return [dt = *dt](Args& a) -> std::vector<Value> {
+      std::int64_t mels = a.h(0).int_at(0), dft = a.h(1).int_at(0), rate = a.h(2).int_at(0);
+      double lo = a.scalar(3), hi = a.scalar(4);
+      std::int64_t bins = dft / 2 + 1;
+      auto mel = [](double hz) { return 2595 * std::log10(1 + hz / 700); };
+      double step = (mel(hi) - mel(lo)) / static_cast<double>(mels + 2);
+      I64s f;  // the filters' edges as spectrogram bins, the reference's arithmetic
+      for (std::int64_t k = 0; k < mels + 2; ++k) {
+        double hz = 700 * (std::pow(10.0, (static_cast<double>(k) * step + mel(lo)) / 2595) - 1);
+        f.push_back(static_cast<std::int64_t>(
+            std::floor(static_cast<double>(dft + 1) * hz / static_cast<double>(rate))));
+      }
+      std::vector<double> w(static_cast<std::size_t>(bins * mels));
+      auto at = [&](std::int64_t j, std::int64_t i) -> double& {
+        if (j < 0 || j >= bins) throw Error("MelWeightMatrix: a filter edge outside the spectrogram's bins");
+        return w[static_cast<std::size_t>(j * mels + i)];
+      };
+      for (std::int64_t i = 0; i < mels; ++i) {
+        std::int64_t l = f[static_cast<std::size_t>(i)], c = f[static_cast<std::size_t>(i + 1)],
+                     r = f[static_cast<std::size_t>(i + 2)];
+        if (c == l)
+          at(c, i) = 1;
+        else
+          for (std::int64_t j = l; j <= c; ++j)
+            at(j, i) = static_cast<double>(j - l) / static_cast<double>(c - l);
+        for (std::int64_t j = c; j < r; ++j)
+          at(j, i) = static_cast<double>(r - j) / static_cast<double>(r - c);
+      }
+      Host h;
+      h.dtype = dt, h.shape = {bins, mels};
+      for (double v : w) h.push(v);
+      return {h.tensor()};
+    };
+  };
   t["DFT"] = [](const NodeInfo& n) -> Run {
     std::int64_t axis = n.i("axis", 1);
     bool inverse = n.i("inverse", 0), onesided = n.i("onesided", 0);
