@@ -1,0 +1,575 @@
+// metagrad::onnx (its own program, metagrad_onnx_tests): models built here as ModelProtos test the API
+// and the error paths; the ONNX project's backend tests (Debian's libonnx-testdata) are run by
+// [.onnx_backend] cases, one per set, each failing below the pass rate that ctest gives it.
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include "device_scope.hpp"
+#include "metagrad/metagrad.hpp"
+#include "metagrad/onnx.hpp"
+
+using namespace metagrad;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+using i64 = std::int64_t;
+namespace mo = metagrad::onnx;
+
+namespace {
+
+// ---- building models in code ----
+struct Builder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+  explicit Builder(i64 opset = 17) : g(m.mutable_graph()) {
+    m.set_ir_version(8);
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+    g->set_name("test");
+  }
+  static void typed(::onnx::ValueInfoProto* v, const std::string& name, int elem,
+                    const std::vector<std::variant<i64, std::string>>& dims) {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    auto* s = tt->mutable_shape();
+    for (const auto& d : dims) {
+      auto* dim = s->add_dim();
+      if (auto* i = std::get_if<i64>(&d))
+        dim->set_dim_value(*i);
+      else
+        dim->set_dim_param(std::get<std::string>(d));
+    }
+  }
+  Builder& input(const std::string& name, const std::vector<std::variant<i64, std::string>>& dims,
+                 int elem = ::onnx::TensorProto::FLOAT) {
+    typed(g->add_input(), name, elem, dims);
+    return *this;
+  }
+  Builder& output(const std::string& name, int elem = ::onnx::TensorProto::FLOAT) {
+    typed(g->add_output(), name, elem, {});
+    g->mutable_output(g->output_size() - 1)->mutable_type()->mutable_tensor_type()->clear_shape();
+    return *this;
+  }
+  ::onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in,
+                          const std::vector<std::string>& out, const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& i : in) n->add_input(i);
+    for (const auto& o : out) n->add_output(o);
+    return n;
+  }
+  Builder& init_i64(const std::string& name, const std::vector<i64>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::INT64);
+    t->add_dims(static_cast<i64>(v.size()));
+    for (auto x : v) t->add_int64_data(x);
+    return *this;
+  }
+  Builder& init_f32(const std::string& name, const std::vector<i64>& dims, const std::vector<double>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (auto x : v) t->add_float_data(static_cast<float>(x));
+    return *this;
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+  mo::Model parse() const { return mo::parse(bytes(), "built.onnx"); }
+};
+
+void attr_i(::onnx::NodeProto* n, const std::string& name, i64 v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+void attr_s(::onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+void attr_f(::onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+Tensor f32(const std::vector<double>& v, const Dims& shape) {
+  return Tensor(v, shape, {.dtype = dtypes::float32});
+}
+
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mo::Error& e) { return e.what(); }
+  return "(no error)";
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("metagrad_onnx_" + name + "_" + std::to_string(::getpid()));
+  fs::create_directories(p);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: a model built in code reports its inputs and runs on the default device", "[onnx]") {
+  Builder b;
+  b.input("x", {std::string("batch"), 3}).input("y", {1, 3}).output("z");
+  b.node("Add", {"x", "y"}, {"s"}, "add");
+  b.node("Relu", {"s"}, {"z"}, "relu");
+  mo::Model m = b.parse();
+  REQUIRE(m.input_names() == std::vector<std::string>{"x", "y"});
+  REQUIRE(m.output_names() == std::vector<std::string>{"z"});
+  REQUIRE(std::get<std::string>(m.input_shapes()[0][0]) == "batch");
+  REQUIRE(std::get<i64>(m.input_shapes()[0][1]) == 3);
+  REQUIRE(m.input_dtypes()[1] == dtypes::float32);
+  REQUIRE(m.opset() == 17);
+  for (i64 batch : {1, 4}) {  // the symbolic dimension takes each call's size
+    auto xv = test::random_floats(static_cast<std::size_t>(batch * 3), 1), yv = test::random_floats(3, 2);
+    auto out = m({f32(xv, {batch, 3}), f32(yv, {1, 3})});
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].device() == Device::DEFAULT);
+    REQUIRE(out[0].shape() == Dims{batch, 3});
+    auto z = out[0].to_vector<float>();
+    for (std::size_t k = 0; k < z.size(); ++k)
+      REQUIRE(z[k] == std::max(0.0f, static_cast<float>(xv[k] + yv[k % 3])));
+  }
+}
+
+TEST_CASE("onnx: unsupported operators and attribute values fail at load, naming the node", "[onnx]") {
+  {
+    Builder b;
+    b.input("x", {2}).output("y");
+    b.node("Relu", {"x"}, {"r"}, "first");
+    b.node("FancyOp", {"r"}, {"y"}, "second");
+    REQUIRE_THAT(message([&] { b.parse(); }),
+                 Contains("built.onnx: node 1 'second' (FancyOp): the operator FancyOp is not supported"));
+  }
+  {
+    Builder b;
+    b.input("x", {1, 1, 2, 2}).input("s", {4}).output("y");
+    attr_s(b.node("Resize", {"x", "", "s"}, {"y"}, "up"), "mode", "bogus");
+    REQUIRE_THAT(message([&] { b.parse(); }),
+                 Contains("node 0 'up' (Resize): mode 'bogus' is not supported"));
+  }
+  {
+    Builder b;
+    b.input("x", {2, 2}).output("y");
+    attr_f(b.node("Softmax", {"x"}, {"y"}, "sm"), "axis", 1.0f);  // an INT attribute given as FLOAT
+    REQUIRE_THAT(message([&] { b.parse(); }),
+                 Contains("node 0 'sm' (Softmax): attribute 'axis' must be INT, it is FLOAT"));
+  }
+  {
+    Builder b;
+    b.input("x", {2}).output("y");
+    b.node("Relu", {"nowhere"}, {"y"}, "r");
+    REQUIRE_THAT(message([&] { b.parse(); }), Contains("its input 'nowhere' is computed by no earlier node"));
+  }
+  {
+    Builder b;
+    b.input("x", {2}).output("y");
+    b.node("Relu", {"x"}, {"y"})->set_domain("com.microsoft");
+    REQUIRE_THAT(message([&] { b.parse(); }),
+                 Contains("the operator domain 'com.microsoft' is not supported"));
+  }
+}
+
+TEST_CASE("onnx: a truncated or missing file is an error naming the file", "[onnx]") {
+  Builder b;
+  b.input("x", {2}).output("y");
+  b.node("Relu", {"x"}, {"y"});
+  b.init_i64("unused", std::vector<i64>(64, 7));
+  fs::path dir = temp_dir("truncated");
+  std::string bytes = b.bytes();
+  std::string path = (dir / "cut.onnx").string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  REQUIRE_THAT(message([&] { mo::load(path); }), Contains(path + ": not a valid ONNX model"));
+  REQUIRE_THAT(message([&] { mo::load((dir / "absent.onnx").string()); }),
+               Contains("absent.onnx: cannot open"));
+  REQUIRE_THAT(message([&] { mo::read_tensor((dir / "absent.pb").string()); }),
+               Contains("absent.pb: cannot open"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("onnx: corrupted model bytes load and run or fail with onnx::Error, never otherwise", "[onnx]") {
+  Builder b(13);
+  b.input("x", {2, 3}).output("y");
+  b.init_f32("w", {3, 2}, test::random_floats(6, 3)).init_i64("shape", {6});
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Reshape", {"m", "shape"}, {"r"});
+  attr_i(b.node("Softmax", {"r"}, {"y"}), "axis", 0);
+  std::string good = b.bytes();
+  std::mt19937 gen(11);
+  int loaded = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bad = good;
+    for (int k = 0; k < 1 + trial % 3; ++k) bad[gen() % bad.size()] = static_cast<char>(gen() % 256);
+    try {
+      mo::Model m = mo::parse(bad, "bad.onnx");
+      ++loaded;
+      if (m.input_names().size() == 1 && m.input_dtypes()[0] == dtypes::float32) m({Tensor::ones({2, 3})});
+    } catch (const mo::Error& e) { REQUIRE_THAT(e.what(), Contains("bad.onnx")); }
+  }
+  REQUIRE(loaded > 0);  // some mutations leave a valid model (a weight's value, a name)
+}
+
+TEST_CASE("onnx: inputs of the wrong count, dtype or shape are errors naming the input", "[onnx]") {
+  Builder b;
+  b.input("x", {std::string("n"), 3}).output("y");
+  b.node("Relu", {"x"}, {"y"});
+  mo::Model m = b.parse();
+  REQUIRE_THAT(message([&] { m({}); }), Contains("built.onnx: the model takes 1 inputs, 0 were given"));
+  REQUIRE_THAT(message([&] {
+                 m({Tensor::ones({2, 3}, {.dtype = dtypes::int32})});
+               }),
+               Contains("input 'x' must be float32, it is int32"));
+  REQUIRE_THAT(message([&] {
+                 m({Tensor::ones({2, 4})});
+               }),
+               Contains("input 'x' must have shape (n, 3), it has (2, 4)"));
+  REQUIRE_THAT(message([&] { m({Tensor::ones({3})}); }),
+               Contains("input 'x' must have shape (n, 3), it has (3,)"));
+  // A node that fails while running names itself.
+  Builder r;
+  r.input("x", {4}).input("s", {2}, ::onnx::TensorProto::INT64).output("y");
+  r.node("Reshape", {"x", "s"}, {"y"}, "rs");
+  REQUIRE_THAT(message([&] {
+                 r.parse()({Tensor::ones({4}), Tensor(std::vector<i64>{3, 3}, {2})});
+               }),
+               Contains("node 0 'rs' (Reshape): Reshape: cannot reshape (4,) to (3, 3)"));
+}
+
+TEST_CASE("onnx: shape arithmetic folds on the host, so a dynamic reshape runs under TinyJit", "[onnx]") {
+  // y = reshape(x, concat(shape(x)[0], [-1])): the flatten an exporter writes.
+  Builder b(13);
+  b.input("x", {std::string("batch"), 2, 3}).output("y");
+  b.init_i64("zero", {0}).init_i64("minus1", {-1});
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Gather", {"s", "zero"}, {"n"});
+  attr_i(b.node("Concat", {"n", "minus1"}, {"target"}), "axis", 0);
+  b.node("Reshape", {"x", "target"}, {"r"});
+  b.node("Relu", {"r"}, {"y"});
+  mo::Model m = b.parse();
+  for (i64 batch : {2, 5}) {
+    auto v = test::random_floats(static_cast<std::size_t>(batch * 6), 3);
+    auto y = m({f32(v, {batch, 2, 3})});
+    REQUIRE(y[0].shape() == Dims{batch, 6});
+    auto got = y[0].to_vector<float>();
+    for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == std::max(0.0f, static_cast<float>(v[k])));
+  }
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  TinyJit jit([&](const Tensor& x) { return m({x}); });
+  for (unsigned call = 0; call < 4; ++call) {
+    auto v = test::random_floats(12, 10 + call);
+    Tensor x = f32(v, {2, 2, 3}).realize();
+    auto got = jit(x)[0].to_vector<float>();
+    for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == std::max(0.0f, static_cast<float>(v[k])));
+  }
+  REQUIRE(jit.captured() != nullptr);
+}
+
+TEST_CASE("onnx: a convolutional model's TinyJit replays agree with plain calls on CPU", "[onnx]") {
+  // Conv (padded) -> Relu -> GlobalAveragePool -> Flatten -> Gemm, weights as initializers.
+  Builder b(13);
+  b.input("x", {std::string("batch"), 1, 6, 6}).output("y");
+  b.init_f32("w", {2, 1, 3, 3}, test::random_floats(18, 1)).init_f32("bias", {2}, {0.5, -0.25});
+  b.init_f32("w2", {2, 3}, test::random_floats(6, 2)).init_f32("b2", {3}, {0.1, 0.2, 0.3});
+  auto* conv = b.node("Conv", {"x", "w", "bias"}, {"c"}, "conv");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads"), pads->set_type(::onnx::AttributeProto::INTS);
+  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+  b.node("Relu", {"c"}, {"r"});
+  b.node("GlobalAveragePool", {"r"}, {"p"});
+  b.node("Flatten", {"p"}, {"f"});
+  b.node("Gemm", {"f", "w2", "b2"}, {"y"});
+  mo::Model m = b.parse();
+  std::vector<std::vector<double>> inputs;
+  std::vector<std::vector<float>> want;
+  {
+    test::DeviceScope cpu("CPU");
+    for (unsigned call = 0; call < 4; ++call) {
+      inputs.push_back(test::random_floats(72, 20 + call));
+      want.push_back(m({f32(inputs.back(), {2, 1, 6, 6})})[0].to_vector<float>());
+    }
+  }
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  TinyJit jit([&](const Tensor& x) { return m({x}); });
+  for (unsigned call = 0; call < 4; ++call) {
+    Tensor x = f32(inputs[call], {2, 1, 6, 6}).realize();
+    auto got = jit(x)[0].to_vector<float>();
+    REQUIRE(got.size() == 6);
+    for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == Approx(want[call][k]).margin(1e-5));
+  }
+  REQUIRE(jit.captured() != nullptr);
+  REQUIRE(!jit.captured()->kernels.empty());
+}
+
+TEST_CASE("onnx: If and Loop run subgraphs that read the outer scope", "[onnx]") {
+  // r = relu(x); n = -r (r's last explicit reader); y = If(c, then: r + 1, else: n);
+  // z = Loop(3 trips, carried acc = n: acc + r). The branches read r, which must stay alive.
+  Builder b(13);
+  b.input("x", {3}).input("c", {}, ::onnx::TensorProto::BOOL).output("y").output("z");
+  b.init_i64("trips", {3});
+  b.g->mutable_initializer(0)->clear_dims();  // a scalar trip count
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Neg", {"r"}, {"n"});
+  auto branch = [](const std::string& name, const std::string& op, const std::vector<std::string>& in) {
+    ::onnx::AttributeProto a;
+    a.set_name(name), a.set_type(::onnx::AttributeProto::GRAPH);
+    auto* g = a.mutable_g();
+    auto* node = g->add_node();
+    node->set_op_type(op);
+    for (const auto& i : in) node->add_input(i);
+    node->add_output(name + "_out");
+    g->add_output()->set_name(name + "_out");
+    return a;
+  };
+  auto* one = b.g->add_initializer();
+  one->set_name("one"), one->set_data_type(::onnx::TensorProto::FLOAT), one->add_float_data(1);
+  auto* iff = b.node("If", {"c"}, {"y"}, "if");
+  *iff->add_attribute() = branch("then_branch", "Add", {"r", "one"});
+  *iff->add_attribute() = branch("else_branch", "Identity", {"n"});
+  auto* loop = b.node("Loop", {"trips", "", "n"}, {"z"}, "loop");
+  ::onnx::AttributeProto body;
+  body.set_name("body"), body.set_type(::onnx::AttributeProto::GRAPH);
+  auto* g = body.mutable_g();
+  for (const char* in : {"i", "cond", "acc"}) g->add_input()->set_name(in);
+  auto* add = g->add_node();
+  add->set_op_type("Add"), add->add_input("acc"), add->add_input("r"), add->add_output("acc_next");
+  auto* keep = g->add_node();
+  keep->set_op_type("Identity"), keep->add_input("cond"), keep->add_output("cond_next");
+  g->add_output()->set_name("cond_next"), g->add_output()->set_name("acc_next");
+  *loop->add_attribute() = body;
+  mo::Model m = b.parse();
+  std::vector<double> xv{-1, 2, 3};
+  for (bool c : {true, false}) {
+    auto out = m({f32(xv, {3}), Tensor(std::vector<bool>{c}, Dims{})});
+    auto y = out[0].to_vector<float>(), z = out[1].to_vector<float>();
+    for (std::size_t k = 0; k < 3; ++k) {
+      double r = std::max(0.0, xv[k]);
+      REQUIRE(y[k] == static_cast<float>(c ? r + 1 : -r));
+      REQUIRE(z[k] == static_cast<float>(-r + 3 * r));
+    }
+  }
+  // A branch that reads a name no scope defines fails at load, naming the subgraph.
+  *iff->mutable_attribute(0) = branch("then_branch", "Relu", {"nowhere"});
+  REQUIRE_THAT(message([&] { b.parse(); }),
+               Contains("node 2 'if' (If): subgraph 'then_branch': node 0 '' (Relu): its input 'nowhere'"));
+}
+
+TEST_CASE("onnx: initializers from raw_data and from an external data file", "[onnx]") {
+  fs::path dir = temp_dir("external");
+  std::vector<float> w{1.5f, -2, 3, 0.25f}, e{10, 20, 30, 40};
+  {
+    std::ofstream f(dir / "weights.bin", std::ios::binary);
+    f.write("pad!", 4);  // the data starts at an offset
+    f.write(reinterpret_cast<const char*>(e.data()), 16);
+  }
+  Builder b;
+  b.input("x", {4}).output("y");
+  auto* t = b.g->add_initializer();
+  t->set_name("w"), t->set_data_type(::onnx::TensorProto::FLOAT), t->add_dims(4);
+  t->set_raw_data(std::string(reinterpret_cast<const char*>(w.data()), 16));
+  auto* x = b.g->add_initializer();
+  x->set_name("ext"), x->set_data_type(::onnx::TensorProto::FLOAT), x->add_dims(4);
+  x->set_data_location(::onnx::TensorProto::EXTERNAL);
+  for (auto [k, v] : {std::pair{"location", "weights.bin"}, {"offset", "4"}, {"length", "16"}}) {
+    auto* kv = x->add_external_data();
+    kv->set_key(k), kv->set_value(v);
+  }
+  b.node("Mul", {"x", "w"}, {"m"});
+  b.node("Add", {"m", "ext"}, {"y"});
+  std::string path = (dir / "model.onnx").string();
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  auto y = mo::load(path)({f32({1, 2, 3, 4}, {4})})[0].to_vector<float>();
+  REQUIRE(y == std::vector<float>{11.5f, 16, 39, 41});
+  x->mutable_external_data(1)->set_value("8");  // past the file's end
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  REQUIRE_THAT(message([&] { mo::load(path); }),
+               Contains("initializer: tensor 'ext': its external data file"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("onnx: Slice agrees on the host path and the Tensor path for random bounds", "[onnx]") {
+  // The same node with its bounds as initializers and x a host constant, or x a graph input:
+  // both must give numpy's slice.
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<i64> pos(-8, 8), stepd(-3, 3);
+  for (int trial = 0; trial < 40; ++trial) {
+    i64 n = 6, s = pos(gen), e = pos(gen), st = stepd(gen);
+    if (st == 0) st = 1;
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (i64 k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = static_cast<double>(k * 10 + 1);
+    // The reference: ONNX's clamping, then the walk.
+    i64 a = s < 0 ? s + n : s, z = e < 0 ? e + n : e;
+    std::vector<float> want;
+    if (st > 0) {
+      a = std::clamp<i64>(a, 0, n), z = std::clamp<i64>(z, 0, n);
+      for (i64 k = a; k < z; k += st) want.push_back(static_cast<float>(v[static_cast<std::size_t>(k)]));
+    } else {
+      a = std::clamp<i64>(a, 0, n - 1), z = std::clamp<i64>(z, -1, n - 1);
+      for (i64 k = a; k > z; k += st) want.push_back(static_cast<float>(v[static_cast<std::size_t>(k)]));
+    }
+    for (bool host : {true, false}) {
+      Builder b(13);
+      b.init_i64("s", {s}).init_i64("e", {e}).init_i64("ax", {0}).init_i64("st", {st});
+      if (host) {
+        auto* t = b.g->add_initializer();
+        t->set_name("x"), t->set_data_type(::onnx::TensorProto::FLOAT), t->add_dims(n);
+        for (double d : v) t->add_float_data(static_cast<float>(d));
+        b.input("dummy", {1});
+      } else {
+        b.input("x", {n});
+      }
+      b.output("y");
+      b.node("Slice", {"x", "s", "e", "ax", "st"}, {"y"});
+      Tensor in = host ? Tensor::ones({1}) : f32(v, {n});
+      auto got = b.parse()({in})[0].to_vector<float>();
+      INFO("start " << s << " end " << e << " step " << st << (host ? " (host)" : " (tensor)"));
+      REQUIRE(got == want);
+    }
+  }
+}
+
+// ---- the backend tests ----
+namespace {
+
+#ifndef METAGRAD_ONNX_TESTDATA
+#define METAGRAD_ONNX_TESTDATA "/usr/share/libonnx-testdata/data"
+#endif
+
+// Why a test's output differs, or "" when it matches (rtol 1e-3, atol 1e-5, as ONNX's runner); the
+// largest absolute difference seen goes to max_err.
+std::string compare(const Tensor& got, const Tensor& want, std::size_t k, double& max_err) {
+  std::string o = "output " + std::to_string(k) + ": ";
+  if (got.dtype() != want.dtype()) return o + "dtype " + got.dtype().name + ", expected " + want.dtype().name;
+  if (got.shape() != want.shape())
+    return o + "shape " + to_string(got.shape()) + ", expected " + to_string(want.shape());
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    bool nan = std::isnan(g[i]) && std::isnan(w[i]);
+    if (!nan && g[i] != w[i]) max_err = std::max(max_err, std::abs(g[i] - w[i]));
+    bool ok = nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= 1e-5 + 1e-3 * std::abs(w[i]);
+    if (!ok)
+      return o + "element " + std::to_string(i) + " is " + std::to_string(g[i]) + ", expected " +
+             std::to_string(w[i]);
+  }
+  return "";
+}
+
+std::vector<Tensor> read_all(const fs::path& dir, const std::string& prefix) {
+  std::vector<Tensor> out;
+  for (std::size_t k = 0;; ++k) {
+    fs::path p = dir / (prefix + "_" + std::to_string(k) + ".pb");
+    if (!fs::exists(p)) return out;
+    out.push_back(mo::read_tensor(p.string()));
+  }
+}
+
+// Runs one test folder: "" when every data set matches, else the first line of the reason.
+std::string run_backend_test(const fs::path& dir, double& max_err) {
+  try {
+    mo::Model m = mo::load((dir / "model.onnx").string());
+    std::vector<fs::path> sets;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+        sets.push_back(e.path());
+    std::sort(sets.begin(), sets.end());
+    if (sets.empty()) return "no test_data_set_* folder";
+    for (const auto& s : sets) {
+      auto in = read_all(s, "input"), want = read_all(s, "output");
+      auto got = m(in);
+      if (got.size() != want.size())
+        return std::to_string(got.size()) + " outputs, expected " + std::to_string(want.size());
+      for (std::size_t k = 0; k < got.size(); ++k)
+        if (auto why = compare(got[k], want[k], k, max_err); !why.empty())
+          return s.filename().string() + ": " + why;
+    }
+    return "";
+  } catch (const std::exception& e) {
+    std::string w = e.what();
+    return w.substr(0, w.find('\n'));
+  }
+}
+
+void run_backend_set(const std::string& set) {
+  const char* data = std::getenv("ONNX_TESTDATA");  // another root in the same layout
+  fs::path root = fs::path(data ? data : METAGRAD_ONNX_TESTDATA) / set;
+  if (!fs::exists(root)) {
+    std::printf("skipped: no ONNX backend test data at %s (Debian: libonnx-testdata)\n", root.c_str());
+    return;
+  }
+  std::vector<fs::path> tests;
+  for (const auto& e : fs::directory_iterator(root))
+    if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
+  std::sort(tests.begin(), tests.end());
+  const char* only = std::getenv("ONNX_TEST");  // a substring of the test names to run
+  std::size_t pass = 0, total = 0;
+  std::vector<std::pair<double, std::string>> slow;
+  for (const auto& t : tests) {
+    std::string name = t.filename().string();
+    if (only && name.find(only) == std::string::npos) continue;
+    ++total;
+    auto start = std::chrono::steady_clock::now();
+    double max_err = 0;
+    std::string why = run_backend_test(t, max_err);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    slow.push_back({secs, name});
+    if (why.empty())
+      ++pass;
+    else
+      std::printf("FAIL %s: %s\n", name.c_str(), why.c_str());
+    if (std::getenv("ONNX_VERBOSE"))
+      std::printf("%s %s: max |error| %.3g, %.2f s\n", why.empty() ? "pass" : "fail", name.c_str(), max_err,
+                  secs);
+  }
+  std::sort(slow.rbegin(), slow.rend());
+  for (std::size_t k = 0; k < std::min<std::size_t>(3, slow.size()); ++k)
+    std::printf("slowest: %s %.2f s\n", slow[k].second.c_str(), slow[k].first);
+  double rate = total ? static_cast<double>(pass) / static_cast<double>(total) : 1.0;
+  std::printf("onnx backend %s on %s: %zu of %zu pass (%.1f%%)\n", set.c_str(), Device::DEFAULT.c_str(), pass,
+              total, 100 * rate);
+  const char* floor = std::getenv("ONNX_MIN_PASS");  // the ratchet, set by test/CMakeLists.txt
+  if (floor) {
+    INFO("pass rate " << rate << " is below the floor " << floor);
+    REQUIRE(rate >= std::atof(floor));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("onnx backend tests: node", "[.onnx_node]") { run_backend_set("node"); }
+TEST_CASE("onnx backend tests: pytorch-converted", "[.onnx_pytorch_converted]") {
+  run_backend_set("pytorch-converted");
+}
+TEST_CASE("onnx backend tests: pytorch-operator", "[.onnx_pytorch_operator]") {
+  run_backend_set("pytorch-operator");
+}
+TEST_CASE("onnx backend tests: simple", "[.onnx_simple]") { run_backend_set("simple"); }
+// Any folder of tests in the same layout (tools/export_onnx_models.py writes one): ONNX_TESTDATA/ONNX_SET.
+TEST_CASE("onnx backend tests: a folder", "[.onnx_folder]") {
+  const char* set = std::getenv("ONNX_SET");
+  run_backend_set(set ? set : ".");
+}
