@@ -1,8 +1,8 @@
 # After every ctest run in the build folder (test/CMakeLists.txt makes it ctest's
-# CTEST_CUSTOM_POST_TEST): the ten slowest tests of the run, and the seconds each label took against
-# its budget in docs/testing.md (the "label budgets" table). A label over budget is reported, not
-# failed: timings on a busy machine vary, and the budgets are for a quiet one.
-# Arguments: BUILD (the build folder), DOC (docs/testing.md), CTEST (the ctest program).
+# CTEST_CUSTOM_POST_TEST): the ten slowest tests of the run, from its LastTest.log. (ctest's own
+# "Label Time Summary" above it gives each label's seconds, for docs/testing.md's budgets.) It runs
+# no ctest itself: a nested ctest would rewrite the log it reads.
+# Argument: BUILD (the build folder).
 cmake_minimum_required(VERSION 3.20)
 set(log "${BUILD}/Testing/Temporary/LastTest.log")
 if(NOT EXISTS "${log}")
@@ -29,8 +29,6 @@ foreach(line IN LISTS lines)
     string(LENGTH "${ms}" width)
     math(EXPR pad "9 - ${width}")
     string(REPEAT "0" ${pad} zeros)
-    string(MAKE_C_IDENTIFIER "${name}" id)
-    set(ms_${id} ${ms})
     list(APPEND names "${zeros}${ms}|${name}")
     set(name "")
   endif()
@@ -57,41 +55,4 @@ foreach(entry IN LISTS names)
   seconds(${ms} s)
   message("  ${s}\t${name}")
   math(EXPR i "${i} + 1")
-endforeach()
-
-# Each label's seconds: the tests `ctest -N -L <label>` lists that ran in this run.
-if(NOT EXISTS "${DOC}")
-  return()
-endif()
-file(STRINGS "${DOC}" rows REGEX "^\\| `[a-zA-Z_]+` \\| [0-9]+ \\|")
-if(NOT rows)
-  return()
-endif()
-message("Seconds per label against docs/testing.md's budgets (a quiet 2-core machine):")
-foreach(row IN LISTS rows)
-  string(REGEX REPLACE "^\\| `([a-zA-Z_]+)` \\| ([0-9]+) \\|.*$" "\\1;\\2" parts "${row}")
-  list(GET parts 0 label)
-  list(GET parts 1 budget)
-  execute_process(COMMAND "${CTEST}" --test-dir "${BUILD}" -N -L "^${label}$" OUTPUT_VARIABLE listed)
-  string(REGEX MATCHALL "Test +#[0-9]+: [^\n]*" tests "${listed}")
-  set(total 0)
-  set(ran 0)
-  foreach(t IN LISTS tests)
-    string(REGEX REPLACE "^Test +#[0-9]+: " "" t "${t}")
-    string(MAKE_C_IDENTIFIER "${t}" id)
-    if(DEFINED ms_${id})
-      math(EXPR total "${total} + ${ms_${id}}")
-      math(EXPR ran "${ran} + 1")
-    endif()
-  endforeach()
-  if(ran EQUAL 0)
-    continue()
-  endif()
-  seconds(${total} s)
-  set(verdict "")
-  math(EXPR budget_ms "${budget} * 1000")
-  if(total GREATER budget_ms)
-    set(verdict "  OVER BUDGET")
-  endif()
-  message("  ${label}: ${s} s in ${ran} tests (budget ${budget} s)${verdict}")
 endforeach()
