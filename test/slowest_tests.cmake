@@ -4,7 +4,11 @@
 # no ctest itself: a nested ctest would rewrite the log it reads.
 # Argument: BUILD (the build folder).
 cmake_minimum_required(VERSION 3.20)
-set(log "${BUILD}/Testing/Temporary/LastTest.log")
+# While the post-test command runs, ctest's log of this run is still LastTest.log.tmp (renamed after).
+set(log "${BUILD}/Testing/Temporary/LastTest.log.tmp")
+if(NOT EXISTS "${log}")
+  set(log "${BUILD}/Testing/Temporary/LastTest.log")
+endif()
 if(NOT EXISTS "${log}")
   return()
 endif()
