@@ -133,6 +133,11 @@ std::vector<Tensor> call(const CLibrary& c, const std::vector<Tensor>& in, const
   std::vector<void*> args;
   for (auto& h : host) args.push_back(h.data());
 #ifdef COUNTS_MALLOC
+  mallocs = 0, counting = true;  // first, that the count sees a malloc
+  void* volatile probe = std::malloc(8);
+  counting = false;
+  std::free(probe);
+  REQUIRE(mallocs == 1);
   mallocs = 0, counting = true;
 #endif
   c(args);
