@@ -163,6 +163,8 @@ int main(int argc, char** argv) try {
     }
   }
   if (model_path.empty()) throw std::invalid_argument(std::string("no model file\n") + kUsage);
+  if (std::set<std::string> none; !name.empty() && c_name(name, "model", none) != name)
+    throw std::invalid_argument("-n " + name + ": not a C identifier");
   if (name.empty()) {
     std::set<std::string> none;
     name = c_name(std::filesystem::path(model_path).stem().string(), "model", none);
