@@ -171,7 +171,6 @@ int main(int argc, char** argv) try {
   }
   // The internal symbols' prefix differs from NAME (the GEMM's own C has a static NAME_run).
   aot::Generator g(name + "_aot");  // and the model's tensors are made on CLANG after this
-  if (constants == "bin") g.constants_file(4096);
   onnx::Model m = onnx::load(model_path);
   for (const auto& [in, dims] : given)
     if (std::find(m.input_names().begin(), m.input_names().end(), in) == m.input_names().end()) {
@@ -192,9 +191,11 @@ int main(int argc, char** argv) try {
   for (std::size_t k = 0; k < ys.size(); ++k)
     outs.push_back({c_name(m.output_names()[k], "output", taken), ys[k]});
   g.function(name + "_run", ins, outs);
-  std::string args[] = {"metagrad-aot", "-o", dir, "-n", name};  // NAME.h, NAME.c, NAME.bin
-  char* argv_g[] = {args[0].data(), args[1].data(), args[2].data(), args[3].data(), args[4].data()};
-  return g.main(5, argv_g);
+  std::vector<std::string> args{"metagrad-aot", "-o", dir, "-n", name};  // NAME.h, NAME.c (and NAME.bin)
+  if (constants == "bin") args.push_back("--constants-file=4096");
+  std::vector<char*> argv_g;
+  for (auto& a : args) argv_g.push_back(a.data());
+  return g.main(static_cast<int>(argv_g.size()), argv_g.data());
 } catch (const std::exception& e) {
   std::fprintf(stderr, "metagrad-aot: %s\n", e.what());
   return 1;

@@ -26,12 +26,10 @@
 //
 // The emitted C function takes, in order: each input (`const T*`; an updated input is `T*`,
 // written in place after everything else is computed; a 0-d input is passed by value), then each
-// output (`T*`, row-major); NAME.h defines each one's FN_ARG_RANK, FN_ARG_SIZE and FN_ARG_SHAPE
-// (`{d0, d1, ...}`). Outputs must not overlap inputs. The scratch arena makes functions of
+// output (`T*`, row-major). Outputs must not overlap inputs. The scratch arena makes functions of
 // one library non-reentrant: call them from one thread at a time. `NAME_set_threads(n)` (NAME.h)
 // lets each matrix product of a call split its work over up to n threads, started for the product
 // and joined before it returns; by default a call starts none.
-#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,14 +57,9 @@ class Generator {
   void function(const std::string& fn, const std::vector<Arg>& inputs, const std::vector<Arg>& outputs,
                 const std::vector<Arg>& updates = {});
 
-  // Constants of `min_bytes` or more (a model's weights) are written to DIR/NAME.bin beside the C,
-  // which links them in with the assembler's `.incbin` (ELF targets, GCC or Clang): a C file to
-  // compile in a second rather than megabytes of numbers. By default every constant is C text.
-  void constants_file(std::size_t min_bytes);
-
-  std::string header() const;                // NAME.h: the entry points, extern "C"-safe
-  std::string source() const;                // NAME.c: kernels, constants, arena and the call sequences
-  void write(const std::string& dir) const;  // DIR/NAME.c, DIR/NAME.h (and DIR/NAME.bin)
+  std::string header() const;  // NAME.h: the entry points, extern "C"-safe
+  std::string source() const;  // NAME.c: kernels, constants, arena and the call sequences
+  void write(const std::string& dir) const;
   // A generator's command line: [-o DIR] [-n NAME] (other arguments are the generator's own);
   // writes DIR/NAME.c and DIR/NAME.h and returns main's status (errors are printed, returning 1).
   int main(int argc, char** argv);
