@@ -179,7 +179,7 @@ int main(int argc, char** argv) try {
       throw std::invalid_argument("--input " + in + ": the model has no such input (its inputs: " + names +
                                   ")");
     }
-  std::set<std::string> taken{name + "_set_threads"};
+  std::set<std::string> taken;  // the parameters' names
   std::vector<aot::Arg> ins, outs;
   for (std::size_t k = 0; k < m.input_names().size(); ++k)
     ins.push_back({c_name(m.input_names()[k], "input", taken),
