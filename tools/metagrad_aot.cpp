@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -195,7 +197,26 @@ int main(int argc, char** argv) try {
   if (constants == "bin") args.push_back("--constants-file=4096");
   std::vector<char*> argv_g;
   for (auto& a : args) argv_g.push_back(a.data());
-  return g.main(static_cast<int>(argv_g.size()), argv_g.data());
+  if (int status = g.main(static_cast<int>(argv_g.size()), argv_g.data()); status != 0) return status;
+  // NAME.h opens with the model's file and its own names of the arrays that C names differently.
+  auto safe = [](std::string t) {  // inside a C comment
+    for (std::size_t at; (at = t.find("*/")) != std::string::npos;) t.replace(at, 2, "* /");
+    return t;
+  };
+  std::string names;
+  for (const auto* list : {&ins, &outs})
+    for (std::size_t k = 0; k < list->size(); ++k) {
+      const std::string& onnx = (list == &ins ? m.input_names() : m.output_names())[k];
+      if ((*list)[k].name != onnx) names += "\n   " + (*list)[k].name + " is '" + safe(onnx) + "'";
+    }
+  auto header = std::filesystem::path(dir) / (name + ".h");
+  std::ifstream in(header);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  std::ofstream(header) << "/* " << name << "_run: " << safe(model_path) << " compiled by metagrad-aot"
+                        << (names.empty() ? "" : "; in the model,") << names << " */\n"
+                        << text;
+  return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "metagrad-aot: %s\n", e.what());
   return 1;

@@ -265,6 +265,7 @@ TEST_CASE("onnx aot: a conv net built here, its weights in the .bin or in the C,
     std::ifstream h(out / "convnet.h");
     std::string header((std::istreambuf_iterator<char>(h)), {});
     CHECK_THAT(header, Contains("void convnet_run(const float* image, float* probs_out);"));
+    CHECK_THAT(header, Contains("probs_out is 'probs.out'") && !Contains("image is"));
     CHECK_THAT(header, Contains("#define convnet_run_image_SHAPE {2, 3, 8, 8}"));
     CHECK_THAT(header, Contains("#define convnet_run_probs_out_SIZE 20"));
     bool bin = std::string(constants) == "bin";
