@@ -1,11 +1,11 @@
 // The compiled-device half of the seed's ops.py: kernels cached by AST, run through ASTRunner.
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "metagrad/device.hpp"
 #include "metagrad/device/buffer_pool.hpp"
@@ -97,6 +97,7 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
 void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels, bool all,
                      const Notice& notice) {
   if (!all && !concurrent_compiles_) return;  // runner() builds them one after another as they run
+  CompileClock clock;
   struct Job {
     std::string key;
     const LazyOp* ast;
@@ -107,14 +108,12 @@ void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels
   std::vector<Job> jobs;
   {
     std::lock_guard lock(runners_mu);
+    std::unordered_set<std::string> seen;
     for (const auto& [ast, dtype] : kernels)
-      if (std::string key = runner_key(*ast, dtype);
-          !cache_.count(key) &&
-          std::none_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.key == key; }))
+      if (std::string key = runner_key(*ast, dtype); !cache_.count(key) && seen.insert(key).second)
         jobs.push_back({std::move(key), ast, dtype, {}});
   }
   if (jobs.empty() || (!all && jobs.size() < 2)) return;
-  CompileClock clock;  // (a warm realize, every kernel built, reads no clock)
   // Code generation in order (DEBUG=4's sources stay in order), then the programs in parallel.
   auto generate = [&] {
     {
