@@ -8,7 +8,8 @@
 // and Q4_0) where /usr/bin/python3 has torch. Ends with one line per weight type and thread count:
 //   decode q4_0 1t: 41.2 tok/s, 0.83 of the bandwidth limit, 2.4x PyTorch
 //
-// Run: nice build/bench/bench_decode [TOKENS] (default 32 generated tokens; DEVICE= as everywhere).
+// Run: nice build/bench/bench_decode [TOKENS] [--no-torch] [--kind=f32|bf16|q8_0|q4_0] (default 32
+// generated tokens, every kind; DEVICE= as everywhere; --no-torch leaves PyTorch out).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -171,6 +172,13 @@ std::map<std::string, double> torch_rates(i64 tokens) {
 
 int main(int argc, char** argv) {
   i64 tokens = argc > 1 ? std::atol(argv[1]) : 32;
+  bool with_torch = true;
+  std::vector<std::string> kinds{"f32", "bf16", "q8_0", "q4_0"};
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--no-torch") with_torch = false;
+    if (a.rfind("--kind=", 0) == 0) kinds = {a.substr(7)};
+  }
   std::printf(
       "bench_decode: GPT-2-small shape (%lld layers, width %lld, %lld heads, vocabulary %lld), batch 1, "
       "device %s, %lld-token prompt, %lld generated tokens\n",
@@ -185,13 +193,14 @@ int main(int argc, char** argv) {
       "read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (2 threads); f32 FMA peak %.1f GFLOP/s a thread\n",
       bw[1] / 1e9, bw[2] / 1e9, peak / 1e9);
   std::printf("PyTorch 1.13 (/usr/bin/python3 bench_decode_torch.py):\n");
-  std::map<std::string, double> torch = torch_rates(tokens);
+  std::map<std::string, double> torch = with_torch ? torch_rates(tokens) : std::map<std::string, double>{};
   if (torch.empty()) std::printf("  (not available)\n");
 
   std::vector<std::string> summary;
   std::vector<std::int64_t> prompt(static_cast<std::size_t>(kPrompt));
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int64_t>((i * 7919) % kVocab);
-  for (const char* kind : {"f32", "bf16", "q8_0", "q4_0"}) {
+  for (const std::string& kind_name : kinds) {
+    const char* kind = kind_name.c_str();
     Tensor::manual_seed(1);
     Decoder m(kind);
     for (int t : threads) {
