@@ -82,7 +82,7 @@ TEST_CASE("decoding with a KV cache gives the full forward's logits, token by to
   Tensor::NoGradGuard no_grad;
   Decoder m;
   // (prompt, generated, max_len): a short prompt; one whose steps cross a 64-position bucket.
-  for (auto [p, g, max_len] : {std::tuple<i64, i64, i64>{4, 5, 16}, {61, 5, 80}, {1, 3, 3}}) {
+  for (auto [p, g, max_len] : {std::tuple<i64, i64, i64>{4, 5, 16}, {61, 5, 80}, {1, 3, 4}}) {
     INFO("prompt " << p << ", then " << g << " tokens, cache of " << max_len);
     i64 n = 2, t = p + g;
     Tensor idx = tokens(n, t, static_cast<std::uint64_t>(t));
@@ -140,7 +140,7 @@ TEST_CASE("quantised weights: blocks within the format's error, products against
           for (std::ptrdiff_t i = at; i < at + 32; ++i)
             amax = std::max(amax, std::abs(wv[static_cast<std::size_t>(i)])),
             err = std::max(err, std::abs(wv[static_cast<std::size_t>(i)] - dq[static_cast<std::size_t>(i)]));
-          REQUIRE(err <= (t == cpu::QuantType::q8_0 ? amax / 127 * 0.51 : amax / 8 * 1.01) + 1e-6);
+          REQUIRE(err <= (t == cpu::QuantType::q8_0 ? amax / 127 / 2 : amax / 8) + amax / 512);  // d in fp16
         }
         Tensor x = f32({m, k}, static_cast<std::uint64_t>(m + 1)).to(dev), bias = f32({n}, 5).to(dev);
         std::vector<double> want = product(x.to_vector<double>(), dq, m, n, k), bv = bias.to_vector<double>();
@@ -184,8 +184,8 @@ TEST_CASE("bf16 x bf16 products through the bf16 GEMM agree with float64", "[dec
       Tensor wk = w.transpose().contiguous().realize();  // (k, n) as it lies, and (n, k) transposed
       x.realize(), w.realize();
       std::int64_t kernels = GlobalCounters::kernel_count;
-      x.linear(w.transpose()).realize();  // the GEMM's, no generated kernel
-      REQUIRE(GlobalCounters::kernel_count == kernels);
+      x.linear(w.transpose()).realize();  // the GEMM's (or GEMV's): no generated kernel but A^T's copy
+      REQUIRE(GlobalCounters::kernel_count - kernels == (m > 4 ? 1 : 0));
       for (const Tensor& y : {x.matmul(wk), x.linear(w.transpose()), x.matmul(w.transpose())}) {
         REQUIRE(y.dtype() == dtypes::bfloat16);
         REQUIRE(y.shape() == Dims{m, n});
