@@ -15,8 +15,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <metagrad/metagrad.hpp>
 #include <metagrad/device/threadpool.hpp>
+#include <metagrad/metagrad.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,21 +63,24 @@ std::pair<Tensor, Tensor> batch_of(const std::vector<std::int64_t>& text, long b
   return {Tensor(x, {b, t}, {.device = device}), Tensor(y, {b, t}, {.device = device})};
 }
 
-// Every forward sees one shape, (1, context), so its kernels compile once: the window is padded on
-// the right (causal attention keeps the padding out of earlier positions) and the last real position's
-// logits are picked by a one-hot weighting, a tensor of fixed shape whose data changes.
+// Decoding over the blocks' key/value caches: the prompt (here a newline) runs as one pass, then each
+// token costs one step over the cache. When the context is full, its last half is the new prompt.
 std::string generate(const GPT& m, long n, double temperature, long top_k, const std::string& device) {
   Tensor::NoGradGuard no_grad;
   std::vector<std::int64_t> ctx{0};  // start after a newline
+  std::vector<nn::KVCache> caches = m.make_caches(1);
   std::string out;
+  std::size_t fed = 0;  // tokens of ctx in the cache
   for (long i = 0; i < n; ++i) {
-    long t = std::min<long>(static_cast<long>(ctx.size()), m.context);
-    std::vector<std::int64_t> window(ctx.end() - t, ctx.end());
-    window.resize(static_cast<std::size_t>(m.context), 0);
-    std::vector<float> pick(static_cast<std::size_t>(m.context), 0.f);
-    pick[static_cast<std::size_t>(t - 1)] = 1;
-    Tensor logits = m(Tensor(window, {1, m.context}, {.device = device}));
-    Tensor last = (logits * Tensor(pick, {1, m.context, 1}, {.device = device})).sum(1);
+    if (static_cast<std::int64_t>(ctx.size()) > m.context) {
+      ctx.erase(ctx.begin(), ctx.end() - m.context / 2);
+      for (nn::KVCache& c : caches) c.clear();
+      fed = 0;
+    }
+    std::vector<std::int64_t> fresh(ctx.begin() + static_cast<std::ptrdiff_t>(fed), ctx.end());
+    auto t = static_cast<std::int64_t>(fresh.size());
+    Tensor last = m.step(Tensor(fresh, {1, t}, {.device = device}), static_cast<std::int64_t>(fed), caches);
+    fed = ctx.size();
     std::int64_t next = nn::sample(last, temperature, top_k).item<std::int64_t>();
     ctx.push_back(next);
     out += examples::decode(next);

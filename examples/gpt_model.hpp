@@ -23,6 +23,11 @@ struct Block {
     Tensor y = x + attn(ln1(x), true);
     return y + proj(fc(ln2(y)).gelu());
   }
+  // The same for new positions after those in the block's key/value cache (decoding).
+  Tensor operator()(const Tensor& x, nn::KVCache& cache) const {
+    Tensor y = x + attn(ln1(x), cache);
+    return y + proj(fc(ln2(y)).gelu());
+  }
   nn::StateDict state_dict() const {
     return nn::state_dict({{"ln1", ln1}, {"attn", attn}, {"ln2", ln2}, {"fc", fc}, {"proj", proj}});
   }
@@ -53,6 +58,23 @@ struct GPT {
     Tensor x = wte(idx) + wpe(pos);
     for (const Block& b : blocks) x = b(x);
     return head(ln_f(x));
+  }
+  // Decoding: one key/value cache per block, of the whole context, for `batch` sequences.
+  std::vector<nn::KVCache> make_caches(std::int64_t batch) const {
+    std::vector<nn::KVCache> c;
+    for (const Block& b : blocks) c.push_back(b.attn.make_cache(batch, context));
+    return c;
+  }
+  // idx (B, T) at positions [start, start + T) after the `start` cached ones: the last position's
+  // logits (B, vocab).
+  Tensor step(const Tensor& idx, std::int64_t start, std::vector<nn::KVCache>& caches) const {
+    std::int64_t t = idx.shape()[1];
+    Tensor pos = Tensor::arange(static_cast<double>(start), static_cast<double>(start + t), 1,
+                                {.device = idx.device(), .dtype = metagrad::dtypes::int64});
+    Tensor x = wte(idx) + wpe(pos);
+    for (std::size_t i = 0; i < blocks.size(); ++i) x = blocks[i](x, caches[i]);
+    x = x.shrink({{0, x.shape()[0]}, {t - 1, t}, {0, x.shape()[2]}});
+    return head(ln_f(x)).reshape({x.shape()[0], vocab});
   }
   nn::StateDict state_dict() const {
     return nn::state_dict({{"wte", wte}, {"wpe", wpe}, {"blocks", blocks}, {"ln_f", ln_f}, {"head", head}});

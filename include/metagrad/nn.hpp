@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "metagrad/nn/optim.hpp"
+#include "metagrad/nn/quantized.hpp"
 #include "metagrad/nn/state.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -46,9 +47,13 @@ class Linear {
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
   Tensor operator()(const Tensor& x) const;
   StateDict state_dict() const;
+  // Products with the weight in Q8_0 or Q4_0 blocks from now on (nn/quantized.hpp): inference only;
+  // `weight` stays the float master copy, which state_dict saves.
+  Linear& quantize(cpu::QuantType type);
 
   Tensor weight;
   std::optional<Tensor> bias;
+  std::optional<QuantizedTensor> qweight;  // set by quantize
 };
 
 // 2-D convolution of (N, in, H, W). weight (out, in/groups, kh, kw) and bias (out,) are uniform in
@@ -120,6 +125,26 @@ class Embedding {
 // and out_proj.bias zeros, as PyTorch. attn_mask (L, S) or (N * num_heads, L, S): a bool mask is true
 // where attention is NOT allowed (PyTorch's nn.MultiheadAttention convention, the opposite of
 // scaled_dot_product_attention's), a float one is added. Returns the output only (need_weights=False).
+// Keys and values of the positions a decoder has seen, so that generating a token costs one step over
+// them instead of the whole prefix: k and v (N, H, max_len, head_dim), preallocated, the first `len`
+// positions written. The caller holds one per attention layer and clears it for a new sequence.
+struct KVCache {
+  KVCache(std::int64_t batch, std::int64_t num_heads, std::int64_t max_len, std::int64_t head_dim,
+          TensorOptions opts = {});
+  std::int64_t max_len() const { return k.shape()[2]; }
+  void clear() { len = 0; }
+
+  Tensor k, v;
+  std::int64_t len = 0;
+};
+
+// Causal attention of L new positions, q, k and v (N, H, L, head_dim), over the cache and themselves:
+// query i, at position cache.len + i, attends to positions <= cache.len + i. k and v are written to the
+// cache at cache.len, which advances by L (so a prompt runs as one pass, then one token at a time).
+// Scores span the written positions rounded up to 64 (few shapes, so few kernels to compile). On a host
+// device, without gradients, the cache is written in place and the result realized; else functionally.
+Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, KVCache& cache);
+
 class MultiheadAttention {
  public:
   MultiheadAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout = 0, bool bias = true,
@@ -127,6 +152,13 @@ class MultiheadAttention {
   Tensor operator()(const Tensor& query, const Tensor& key, const Tensor& value,
                     const std::optional<Tensor>& attn_mask = {}, bool is_causal = false) const;
   Tensor operator()(const Tensor& x, bool is_causal = false) const { return (*this)(x, x, x, {}, is_causal); }
+  // Causal self-attention of x's new positions after those in `cache` (cached_attention), x as above.
+  Tensor operator()(const Tensor& x, KVCache& cache) const;
+  // A cache for this layer: batch sequences of up to max_len positions.
+  KVCache make_cache(std::int64_t batch, std::int64_t max_len) const;
+  // Self-attention's products with in_proj_weight and out_proj's weight in Q8_0 or Q4_0 blocks from
+  // now on (Linear::quantize; inference only, and not for key and value other than the query).
+  MultiheadAttention& quantize(cpu::QuantType type);
   StateDict state_dict() const;
 
   std::int64_t embed_dim, num_heads;
@@ -135,6 +167,10 @@ class MultiheadAttention {
   Tensor in_proj_weight;
   std::optional<Tensor> in_proj_bias;
   Linear out_proj;
+  std::optional<QuantizedTensor> in_proj_q;  // set by quantize
+
+ private:
+  Tensor in_proj(const Tensor& x) const;  // x W_in^T + b_in, quantised or not
 };
 
 // The next token from logits (..., vocab): argmax at temperature 0, else a draw from

@@ -53,6 +53,12 @@ struct Slice {
   std::optional<std::int64_t> start = {}, stop = {}, step = {};
 };
 struct LossOptions;  // below Tensor, whose handles it holds
+namespace cpu {
+enum class QuantType : std::uint8_t;  // cpu/quant.hpp
+}
+namespace nn {
+struct QuantizedTensor;  // nn/quantized.hpp
+}
 
 struct NewAxisT {};
 struct EllipsisT {};
@@ -414,6 +420,9 @@ class Tensor {
   // The same bytes read as dtype, of the same itemsize (float32 <-> int32 ...; sizes that differ are an
   // error naming both dtypes). A copy on the host (LoadOps::CUSTOM, not inside a TinyJit step); no gradient.
   Tensor bitcast(DType dtype) const;
+  // A 2-D float weight (rows, cols), cols a multiple of 32, in GGUF's Q8_0 or Q4_0 blocks, for the
+  // quantised products of nn/quantized.hpp (include it to use the result); bf16 is cast(dtypes::bfloat16).
+  nn::QuantizedTensor quantize(cpu::QuantType type) const;
   Tensor contiguous() const;
 
   // ---- processing ----

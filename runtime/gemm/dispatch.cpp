@@ -1,8 +1,8 @@
 // Which ISA's kernel runs: CPUID's widest, or METAGRAD_ISA.
 #include <stdexcept>
 
-#include "metagrad/helpers.hpp"
 #include "metagrad/device/gemm.hpp"
+#include "metagrad/helpers.hpp"
 
 namespace metagrad::gemm {
 
@@ -75,7 +75,12 @@ GemmBlocking default_blocking(Isa isa) {
   }
 }
 
+// Few rows against a weight read in place (gemv.cpp): dot products, not the blocked kernel.
+bool gemv_fits(const Problem& p);
+void gemv(const Problem& p);
+
 void sgemm(const Problem& p, const GemmBlocking& bk, Isa isa) {
+  if (gemv_fits(p)) return gemv(p);
   GemmBlocking b = bk.kc > 0 ? bk : choose_blocking(p.m, p.n, p.k, isa);
   switch (isa) {
 #if defined(__x86_64__)

@@ -46,9 +46,13 @@ Tensor Linear::operator()(const Tensor& x) const {
   if (x.ndim() < 1 || x.shape()[x.shape().size() - 1] != in)
     throw std::invalid_argument(cat("Linear(", str(in), ", ", str(weight.shape()[0]), "): input ",
                                     to_string(x.shape()), " must end in ", str(in), " features"));
-  return x.linear(weight.transpose(), bias);
+  return qweight ? nn::linear(x, *qweight, bias) : x.linear(weight.transpose(), bias);
 }
 StateDict Linear::state_dict() const { return nn::state_dict({{"weight", weight}, {"bias", bias}}); }
+Linear& Linear::quantize(cpu::QuantType type) {
+  qweight = weight.quantize(type);
+  return *this;
+}
 
 // ---- Conv2d ----
 
@@ -255,9 +259,12 @@ Tensor MultiheadAttention::operator()(const Tensor& q, const Tensor& k, const Te
   // input's gradient and one for the weight's, instead of three each.
   std::vector<Tensor> qkv;
   if (q.lazydata.get() == k.lazydata.get() && k.lazydata.get() == v.lazydata.get()) {
-    for (const Tensor& y : Q.linear(in_proj_weight.transpose(), in_proj_bias).chunk(3, -1))
+    for (const Tensor& y : in_proj(Q).chunk(3, -1))
       qkv.push_back(y.reshape({n, l, num_heads, hd}).transpose(1, 2));
   } else {
+    if (in_proj_q)
+      throw std::invalid_argument(
+          cat(name, ": a quantised in_proj serves self-attention only (", shapes(), ")"));
     qkv = {proj(Q, 0, l), proj(K, 1, s), proj(V_, 2, s)};
   }
   // With a mask, is_causal is only a hint that the mask is causal, as in PyTorch.
@@ -265,6 +272,17 @@ Tensor MultiheadAttention::operator()(const Tensor& q, const Tensor& k, const Te
                                                  is_causal && !mask);
   Tensor y = out_proj(o.transpose(1, 2).reshape({n, l, embed_dim}));
   return !batched ? y.reshape({l, embed_dim}) : batch_first ? y : y.transpose(0, 1);
+}
+
+Tensor MultiheadAttention::in_proj(const Tensor& x) const {
+  return in_proj_q ? nn::linear(x, *in_proj_q, in_proj_bias)
+                   : x.linear(in_proj_weight.transpose(), in_proj_bias);
+}
+
+MultiheadAttention& MultiheadAttention::quantize(cpu::QuantType type) {
+  in_proj_q = in_proj_weight.quantize(type);
+  out_proj.quantize(type);
+  return *this;
 }
 
 StateDict MultiheadAttention::state_dict() const {

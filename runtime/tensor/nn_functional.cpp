@@ -8,6 +8,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "matmul_bf16.hpp"
 #include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -371,10 +372,14 @@ KeptAxis matmul_keepdim(const Tensor& x, const Tensor& w) {
 }
 }  // namespace
 
-Tensor Tensor::matmul(const Tensor& w) const { return matmul_keepdim(*this, w).drop(); }
+Tensor Tensor::matmul(const Tensor& w) const {
+  if (std::optional<Tensor> y = matmul_bf16(*this, w)) return *y;
+  return matmul_keepdim(*this, w).drop();
+}
 
 Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) const {
   if (weight.ndim() == 1) return bias ? *this * weight + *bias : *this * weight;
+  if (std::optional<Tensor> y = matmul_bf16(*this, weight)) return bias ? *y + *bias : *y;
   KeptAxis x = matmul_keepdim(*this, weight);
   if (bias) {  // (..., m) against (..., 1, m) or (..., m, 1): a 1 where the reduced axis is
     V b(bias->shape().begin(), bias->shape().end());
