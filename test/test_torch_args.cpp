@@ -15,6 +15,7 @@
 #include "metagrad/tensor.hpp"
 
 using namespace metagrad;
+using metagrad::test::check_gradients;
 using metagrad::test::require_close;
 
 namespace {
@@ -275,7 +276,7 @@ TEST_CASE("shapes of 14 dimensions: indexing, arithmetic and reductions", "[move
   CHECK(y.shape()[13] == 2);
   CHECK((y * 2).to_vector<double>() == std::vector<double>{2, 4, 8, 10});
   // advanced indexing to 14 dimensions: a 13-d index tensor picks rows
-  Dims ishape(12, 1);
+  Dims ishape = Dims::filled(12, 1);
   ishape.push_back(2);
   Tensor rows = Tensor(std::vector<std::int64_t>{1, 0}, ishape);
   Tensor z = x[{rows}];

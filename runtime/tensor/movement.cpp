@@ -17,7 +17,9 @@ namespace {
 using Shape = std::vector<std::int64_t>;
 using PadArg = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
-std::string str(const Shape& v) { return to_string(Dims(v)); }
+std::string str(const Shape& v) {
+  return detail::dims_string(v);
+}  // (any length: an error may name too many)
 
 // `axis` counted from the end when negative, checked against a rank of n (ops that add an axis
 // pass n + 1).

@@ -18,7 +18,7 @@ using V = std::vector<std::int64_t>;
 using PV = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 std::string str(std::int64_t v) { return std::to_string(v); }
-std::string str(const V& v) { return to_string(Dims(v)); }
+std::string str(const V& v) { return detail::dims_string(v); }  // (any length: an error may name too many)
 
 // A per-dimension argument given as one value for all `n` dimensions or one per dimension.
 // `where` names the op and its operands' shapes, and starts every message.
