@@ -206,7 +206,7 @@ TEST_CASE("TinyJit refuses arguments whose shape, dtype or device changed", "[ji
   REQUIRE_THROWS_WITH(jit(Tensor::ones({4, 2}, {.dtype = dtypes::float64})),
                       Contains("float64") && Contains("float32"));
   REQUIRE_THROWS_WITH(jit(Tensor::ones({4, 2}, {.device = "CPU"})), Contains("CPU"));
-  REQUIRE(jit(Tensor::full({4, 2}, 3)).to_vector<float>() == std::vector<float>(8, 6.0f));
+  REQUIRE(jit(Tensor::full({4, 2}, 3.0)).to_vector<float>() == std::vector<float>(8, 6.0f));
 }
 
 TEST_CASE("TinyJit refuses an interpreted device and work a replay would not repeat", "[jit]") {

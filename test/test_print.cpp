@@ -33,13 +33,13 @@ TEST_CASE("Tensor prints its values as PyTorch does", "[print]") {
   CHECK(text(Tensor(std::vector<float>{NAN, -INFINITY, 2}, {3})) == "tensor([nan, -inf, 2.])");
   CHECK(text(Tensor::ones({2}, {.requires_grad = true})) == "tensor([1., 1.], requires_grad=True)");
   // A row wraps at 80 columns.
-  CHECK(text(Tensor::arange(30)) ==
+  CHECK(text(Tensor::arange(30.0)) ==
         "tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11., 12., 13.,\n"
         "        14., 15., 16., 17., 18., 19., 20., 21., 22., 23., 24., 25., 26., 27.,\n"
         "        28., 29.])");
   // Past 1000 elements: the first and last three of each dimension.
-  CHECK(text(Tensor::arange(2000)) == "tensor([   0.,    1.,    2.,  ..., 1997., 1998., 1999.])");
-  CHECK(text(Tensor::arange(10000).reshape({100, 100})) ==
+  CHECK(text(Tensor::arange(2000.0)) == "tensor([   0.,    1.,    2.,  ..., 1997., 1998., 1999.])");
+  CHECK(text(Tensor::arange(10000.0).reshape({100, 100})) ==
         "tensor([[   0.,    1.,    2.,  ...,   97.,   98.,   99.],\n"
         "        [ 100.,  101.,  102.,  ...,  197.,  198.,  199.],\n"
         "        [ 200.,  201.,  202.,  ...,  297.,  298.,  299.],\n"

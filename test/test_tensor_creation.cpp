@@ -241,7 +241,8 @@ TEST_CASE("empty, zeros, ones, full and the _like factories", "[creation]") {
 
 TEST_CASE("arange with integer, negative and fractional steps; eye", "[creation]") {
   REQUIRE(vals(Tensor::arange(5)) == std::vector<double>{0, 1, 2, 3, 4});
-  REQUIRE(Tensor::arange(5).dtype() == dtypes::float32);
+  REQUIRE(Tensor::arange(5).dtype() == dtypes::int32);  // integer arguments, as tinygrad's
+  REQUIRE(Tensor::arange(5.0).dtype() == dtypes::float32);
   REQUIRE(vals(Tensor::arange(2, 9, 3)) == std::vector<double>{2, 5, 8});
   REQUIRE(vals(Tensor::arange(5, 0, -1)) == std::vector<double>{5, 4, 3, 2, 1});
   REQUIRE(vals(Tensor::arange(3, -4, -2.5)) == std::vector<double>{3, 0.5, -2});

@@ -143,12 +143,28 @@ class Tensor {
   static Tensor empty(const Dims& shape, TensorOptions opts = {});
   static Tensor zeros(const Dims& shape, TensorOptions opts = {});
   static Tensor ones(const Dims& shape, TensorOptions opts = {});
+  // An integer value (or arange's integer arguments) makes an int32 tensor, a bool one a bool tensor,
+  // any floating one float32, as tinygrad's literals (and PyTorch's, int64 there); a named dtype wins.
   static Tensor full(const Dims& shape, double value, TensorOptions opts = {});
+  template <std::integral I>
+  static Tensor full(const Dims& shape, I value, TensorOptions opts = {}) {
+    if (!opts.dtype) opts.dtype = std::same_as<I, bool> ? dtypes::bool_ : dtypes::int32;
+    return full(shape, static_cast<double>(value), opts);
+  }
   static Tensor zeros_like(const Tensor& t, TensorOptions opts = {});
   static Tensor ones_like(const Tensor& t, TensorOptions opts = {});
   static Tensor full_like(const Tensor& t, double value, TensorOptions opts = {});
   static Tensor arange(double stop, TensorOptions opts = {});
   static Tensor arange(double start, double stop, double step = 1, TensorOptions opts = {});
+  template <std::integral I>
+  static Tensor arange(I stop, TensorOptions opts = {}) {
+    return arange(I{0}, stop, 1, opts);
+  }
+  template <std::integral A, std::integral B, std::integral C = int>
+  static Tensor arange(A start, B stop, C step = 1, TensorOptions opts = {}) {
+    if (!opts.dtype) opts.dtype = dtypes::int32;
+    return arange(static_cast<double>(start), static_cast<double>(stop), static_cast<double>(step), opts);
+  }
   static Tensor eye(std::int64_t n, TensorOptions opts = {});
   static Tensor eye(std::int64_t n, std::int64_t m, TensorOptions opts = {});  // n rows, m columns
   // steps values from start to end, both included (float32 unless told)
@@ -226,11 +242,16 @@ class Tensor {
   std::vector<Tensor> split(const std::vector<std::int64_t>& sizes,
                             std::int64_t dim = 0) const;    // they sum to the dim
   Tensor roll(std::int64_t shift, std::int64_t dim) const;  // elements move shift places along dim, wrapping
+  // Empty dims (or none) roll the flattened tensor and reshape it back, PyTorch's roll(x, shift).
   Tensor roll(const std::vector<std::int64_t>& shifts, const std::vector<std::int64_t>& dims) const;
+  Tensor roll(std::int64_t shift) const;
   Tensor unflatten(std::int64_t dim, const std::vector<std::int64_t>& sizes) const;  // one size may be -1
   // The diagonal of the (dim1, dim2) planes, offset above (> 0) or below (< 0) the main one, as the last
   // axis.
   Tensor diagonal(std::int64_t offset = 0, std::int64_t dim1 = 0, std::int64_t dim2 = 1) const;
+  // PyTorch's diag: a vector becomes the square matrix with it on the offset diagonal (zeros elsewhere),
+  // a matrix gives its offset diagonal (diagonal(offset)).
+  Tensor diag(std::int64_t offset = 0) const;
   // PyTorch's Tensor.unfold: the windows of size elements, step apart, along dim, as a new last axis
   // (dim's size becomes the number of windows, (n - size) / step + 1). A view.
   Tensor unfold(std::int64_t dim, std::int64_t size, std::int64_t step) const;
@@ -260,6 +281,9 @@ class Tensor {
   // equal to the result (ties split, as PyTorch); "prod" has none.
   Tensor scatter(std::int64_t dim, const Tensor& index, const Tensor& src) const;
   Tensor scatter(std::int64_t dim, const Tensor& index, double value) const;
+  // scatter's reduce argument: "add" (scatter_reduce "sum") or "multiply" ("prod"), this included.
+  Tensor scatter(std::int64_t dim, const Tensor& index, const Tensor& src, std::string_view reduce) const;
+  Tensor scatter(std::int64_t dim, const Tensor& index, double value, std::string_view reduce) const;
   Tensor scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src) const;
   Tensor scatter_reduce(std::int64_t dim, const Tensor& index, const Tensor& src, std::string_view reduce,
                         bool include_self = true) const;
@@ -333,8 +357,18 @@ class Tensor {
   Tensor lshift(const Tensor& y) const;
   Tensor rshift(const Tensor& y) const;
   Tensor pow(const Tensor& y) const;
+  // A floating exponent (or base) makes an integer tensor float32, an integral one keeps its dtype
+  // (PyTorch's rule: int ** 2 is int, int ** 2.0 and int ** 2.5 are float).
   Tensor pow(double y) const;
   Tensor rpow(double base) const;  // base ** this (Python's 2 ** x); also pow(2, x)
+  template <std::integral I>
+  Tensor pow(I y) const {
+    return pow_integral(static_cast<double>(y));
+  }
+  template <std::integral I>
+  Tensor rpow(I base) const {
+    return rpow_integral(static_cast<double>(base));
+  }
   Tensor maximum(const Tensor& y) const;
   Tensor minimum(const Tensor& y) const;
   Tensor maximum(double y) const;
@@ -520,7 +554,11 @@ class Tensor {
 
   // ---- losses ----
   // Mean negative log-likelihood of integer class labels Y (shape: this shape without the last axis).
-  Tensor sparse_categorical_crossentropy(const Tensor& Y, std::int64_t ignore_index = -1) const;
+  // tinygrad's label_smoothing e: (1 - e) times that plus e times minus the mean log-probability of the
+  // row; reduction "mean" (over the labels not ignored), "sum" or "none" (this shape less its last axis).
+  Tensor sparse_categorical_crossentropy(const Tensor& Y, std::int64_t ignore_index = -1,
+                                         double label_smoothing = 0,
+                                         std::string_view reduction = "mean") const;
   // PyTorch's F.cross_entropy and F.nll_loss (LossOptions: weight, ignore_index, reduction,
   // label_smoothing). The class axis is 1: this is (N, C), (N, C, d...) or (C). A target of this shape
   // holds class probabilities (cross_entropy only); any other is class indices of this shape without the
@@ -554,6 +592,8 @@ class Tensor {
     return state_->lazydata;
   }
   void rebind();
+  Tensor pow_integral(double y) const;
+  Tensor rpow_integral(double base) const;
   std::int64_t resolve_axis(std::int64_t axis) const;
   Dims reduced_shape(const Axes& axis) const;
   friend class GradField;
@@ -595,6 +635,14 @@ Tensor operator>>(const Tensor& x, const Tensor& y);
 Tensor pow(const Tensor& x, const Tensor& y);  // x.pow(y)
 Tensor pow(const Tensor& x, double y);
 Tensor pow(double x, const Tensor& y);  // y.rpow(x)
+template <std::integral I>
+Tensor pow(const Tensor& x, I y) {
+  return x.pow(y);
+}
+template <std::integral I>
+Tensor pow(I x, const Tensor& y) {
+  return y.rpow(x);
+}
 Tensor scalar_for(const Tensor& like, double value, bool integral);
 template <class S>
 concept Scalar = std::is_arithmetic_v<S>;

@@ -21,7 +21,9 @@ bool subscript::advanced(const std::vector<Index>& index) {
 namespace {
 using Shape = std::vector<std::int64_t>;
 
-std::string str(const Shape& v) { return to_string(Dims(v)); }
+std::string str(const Shape& v) {
+  return detail::dims_string(v);
+}  // (any length: an error may name too many)
 
 // The elements a subscript names: the result's shape and each element's flat offset in x, row-major.
 struct Offsets {

@@ -62,10 +62,10 @@ Tensor Tensor::pow(const Tensor& y) const {
   auto [a, b] = broadcasted(y);
   return mlops::Pow::apply(a, b);
 }
-Tensor Tensor::pow(double y) const { return pow(scalar_for(*this, y, std::floor(y) == y)); }
-Tensor Tensor::rpow(double base) const {
-  return scalar_for(*this, base, std::floor(base) == base).pow(*this);
-}
+Tensor Tensor::pow(double y) const { return pow(scalar_for(*this, y, false)); }
+Tensor Tensor::rpow(double base) const { return scalar_for(*this, base, false).pow(*this); }
+Tensor Tensor::pow_integral(double y) const { return pow(scalar_for(*this, y, true)); }
+Tensor Tensor::rpow_integral(double base) const { return scalar_for(*this, base, true).pow(*this); }
 Tensor Tensor::maximum(const Tensor& y) const {
   auto [a, b] = broadcasted(y);
   return mlops::Maximum::apply(a, b);

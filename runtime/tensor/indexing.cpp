@@ -432,17 +432,35 @@ Tensor scatter_op(const char* who, const Tensor& x, std::int64_t dim, const Tens
   return Scatter::apply(x, src, i, d, r, include_self);
 }
 
+// value in x's dtype, broadcast to index's shape: scatter's source.
+Tensor value_source(const Tensor& x, const Tensor& index, double value) {
+  Tensor v = scalar_for(x, value, !dtypes::is_float(x.dtype())).cast(x.dtype());
+  return v.reshape(std::vector<std::int64_t>(index.shape().size(), 1))
+      .expand({index.shape().begin(), index.shape().end()});
+}
+// PyTorch's scatter(..., reduce=): "add" and "multiply" accumulate into this, as scatter_reduce's
+// "sum" and "prod" with include_self.
+Reduce scatter_reduce_of(std::string_view r) {
+  if (r == "add") return Reduce::SUM;
+  if (r == "multiply") return Reduce::PROD;
+  throw std::invalid_argument(
+      detail::cat("scatter: reduce must be \"add\" or \"multiply\", got \"", std::string(r), "\""));
+}
 }  // namespace
 
 Tensor Tensor::scatter(std::int64_t dim, const Tensor& index, const Tensor& src) const {
   return scatter_op("scatter", *this, dim, index, src, Reduce::NONE, true);
 }
 Tensor Tensor::scatter(std::int64_t dim, const Tensor& index, double value) const {
-  Tensor v = scalar_for(*this, value, !dtypes::is_float(dtype())).cast(dtype());
-  return scatter_op("scatter", *this, dim, index,
-                    v.reshape(std::vector<std::int64_t>(index.shape().size(), 1))
-                        .expand({index.shape().begin(), index.shape().end()}),
-                    Reduce::NONE, true);
+  return scatter_op("scatter", *this, dim, index, value_source(*this, index, value), Reduce::NONE, true);
+}
+Tensor Tensor::scatter(std::int64_t dim, const Tensor& index, const Tensor& src,
+                       std::string_view reduce) const {
+  return scatter_op("scatter", *this, dim, index, src, scatter_reduce_of(reduce), true);
+}
+Tensor Tensor::scatter(std::int64_t dim, const Tensor& index, double value, std::string_view reduce) const {
+  Reduce r = scatter_reduce_of(reduce);
+  return scatter_op("scatter", *this, dim, index, value_source(*this, index, value), r, true);
 }
 Tensor Tensor::scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src) const {
   return scatter_op("scatter_add", *this, dim, index, src, Reduce::SUM, true);

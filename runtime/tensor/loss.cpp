@@ -119,18 +119,41 @@ IndexTerms index_terms(const Tensor& logp, const Tensor& Y, std::int64_t axis, c
   if (w) picked = picked * *w, weight = weight * *w;
   return {-picked.sum(axis), weight.sum(axis), one_hot.any(axis)};
 }
+
+void check_smoothing(const char* op, double e) {
+  if (!(e >= 0 && e <= 1))
+    throw std::invalid_argument(detail::cat(op, ": label_smoothing must be in [0, 1], got ", num(e)));
+}
+
+// With label smoothing e: (1 - e) nll + e / C times the smoothing term -sum_c w[c] logp[c] (0 where
+// ignored), each reduced the same way (its "mean" also divides by sum(w[y])).
+Tensor smoothed(const Tensor& logp, const IndexTerms& t, std::int64_t axis, const std::optional<Tensor>& w,
+                double e, std::string_view reduction) {
+  Tensor denominator = t.weight.sum();
+  Tensor nll = reduce(t.loss, reduction, denominator);
+  if (e == 0) return nll;
+  std::int64_t classes = logp.shape()[static_cast<std::size_t>(axis)];
+  Tensor smooth = -(w ? logp * *w : logp).sum(axis);
+  smooth = t.kept.where(smooth, smooth.scalar_like(0));
+  return nll * (1 - e) + reduce(smooth, reduction, denominator) * (e / static_cast<double>(classes));
+}
 }  // namespace
 
 // Mean cross-entropy of logits (..., C) against integer labels (...); labels equal to
 // ignore_index are left out of both the sum and the count (all ignored gives NaN, as PyTorch).
-Tensor Tensor::sparse_categorical_crossentropy(const Tensor& Y, std::int64_t ignore_index) const {
+Tensor Tensor::sparse_categorical_crossentropy(const Tensor& Y, std::int64_t ignore_index,
+                                               double label_smoothing, std::string_view reduction) const {
+  const char* op = "sparse_categorical_crossentropy";
+  check_reduction(op, reduction);
+  check_smoothing(op, label_smoothing);
   std::int64_t axis = ndim() - 1;
   if (axis < 0)
-    throw std::invalid_argument(detail::cat("sparse_categorical_crossentropy: the input ", to_string(shape()),
-                                            " needs a class axis (..., C)"));
-  check_labels("sparse_categorical_crossentropy", *this, Y, axis, ignore_index);
-  IndexTerms t = index_terms(log_softmax_at(floating(*this), axis), Y, axis, std::nullopt, ignore_index);
-  return t.loss.sum() / t.weight.sum();
+    throw std::invalid_argument(
+        detail::cat(op, ": the input ", to_string(shape()), " needs a class axis (..., C)"));
+  check_labels(op, *this, Y, axis, ignore_index);
+  Tensor logp = log_softmax_at(floating(*this), axis);
+  return smoothed(logp, index_terms(logp, Y, axis, std::nullopt, ignore_index), axis, std::nullopt,
+                  label_smoothing, reduction);
 }
 
 Tensor Tensor::nll_loss(const Tensor& Y) const { return nll_loss(Y, {}); }
@@ -158,9 +181,7 @@ Tensor Tensor::cross_entropy(const Tensor& target, const LossOptions& o) const {
   const char* op = "cross_entropy";
   check_reduction(op, o.reduction);
   if (o.pos_weight) throw std::invalid_argument("cross_entropy: pos_weight is binary_crossentropy_logits'");
-  if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
-    throw std::invalid_argument(
-        detail::cat("cross_entropy: label_smoothing must be in [0, 1], got ", num(o.label_smoothing)));
+  check_smoothing(op, o.label_smoothing);
   std::int64_t axis = class_axis(op, *this);
   Tensor x = floating(*this);
   std::int64_t classes = x.shape()[static_cast<std::size_t>(axis)];
@@ -182,13 +203,7 @@ Tensor Tensor::cross_entropy(const Tensor& target, const LossOptions& o) const {
     return reduce(-term.sum(axis), o.reduction, count_of(x, classes == 0 ? 0 : x.numel() / classes));
   }
   check_labels(op, *this, target, axis, o.ignore_index);
-  IndexTerms t = index_terms(logp, target, axis, w, o.ignore_index);
-  Tensor denominator = t.weight.sum();
-  Tensor nll = reduce(t.loss, o.reduction, denominator);
-  if (e == 0) return nll;
-  Tensor smooth = -(w ? logp * *w : logp).sum(axis);
-  smooth = t.kept.where(smooth, smooth.scalar_like(0));
-  return nll * (1 - e) + reduce(smooth, o.reduction, denominator) * (e / static_cast<double>(classes));
+  return smoothed(logp, index_terms(logp, target, axis, w, o.ignore_index), axis, w, e, o.reduction);
 }
 
 namespace {

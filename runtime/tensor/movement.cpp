@@ -17,7 +17,9 @@ namespace {
 using Shape = std::vector<std::int64_t>;
 using PadArg = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
-std::string str(const Shape& v) { return to_string(Dims(v)); }
+std::string str(const Shape& v) {
+  return detail::dims_string(v);
+}  // (any length: an error may name too many)
 
 // `axis` counted from the end when negative, checked against a rank of n (ops that add an axis
 // pass n + 1).
@@ -51,6 +53,10 @@ std::int64_t Tensor::resolve_axis(std::int64_t axis) const {
 // ---- the mlop wrappers: arguments are checked here, before an mlop sees them ----
 
 Tensor Tensor::reshape(const std::vector<std::int64_t>& new_shape) const {
+  if (new_shape.size() > kMaxDims)
+    throw std::length_error(detail::cat("reshape of ", to_string(shape()), " to ", str(new_shape), ": ",
+                                        std::to_string(new_shape.size()), " dimensions, more than the ",
+                                        std::to_string(kMaxDims), " of this build (METAGRAD_MAX_DIMS)"));
   Dims s;
   std::int64_t known = 1, infer = -1;
   for (std::size_t i = 0; i < new_shape.size(); ++i) {
@@ -398,6 +404,10 @@ Tensor Tensor::operator[](const std::vector<Index>& index) const {
     steps.push_back(a), counts.push_back(count);
     ++d;
   }
+  if (final_shape.size() > kMaxDims)
+    throw std::length_error(detail::cat("operator[] of ", to_string(shape()), ": a result of ",
+                                        std::to_string(final_shape.size()), " dimensions, more than the ",
+                                        std::to_string(kMaxDims), " of this build (METAGRAD_MAX_DIMS)"));
   Tensor x = shrink(bounds);
   if (!flips.empty()) x = x.flip(Axes(flips));
   if (std::any_of(steps.begin(), steps.end(), [](std::int64_t a) { return a > 1; }))
@@ -527,7 +537,10 @@ std::vector<Tensor> Tensor::split(const std::vector<std::int64_t>& sizes, std::i
 
 Tensor Tensor::roll(std::int64_t shift, std::int64_t dim) const { return roll(Shape{shift}, Shape{dim}); }
 // Each dim: the last `shift` elements (mod the size) come first, a cat of two slices.
+Tensor Tensor::roll(std::int64_t shift) const { return roll(Shape{shift}, Shape{}); }
 Tensor Tensor::roll(const std::vector<std::int64_t>& shifts, const std::vector<std::int64_t>& dims) const {
+  if (dims.empty() && shifts.size() == 1)
+    return flatten().roll(shifts[0], 0).reshape(Shape(shape().begin(), shape().end()));
   if (shifts.size() != dims.size())
     throw std::invalid_argument(detail::cat("roll of shape ", to_string(shape()), ": ",
                                             std::to_string(shifts.size()), " shifts for ",
@@ -561,6 +574,22 @@ Tensor Tensor::unflatten(std::int64_t dim, const std::vector<std::int64_t>& size
 
 // The two dims last; a square m x m window of the plane at the offset, flattened and padded to
 // m (m + 1), is m rows whose first elements are the diagonal (numpy's strided trick, as views).
+// A vector on the main diagonal is a view: each element followed by n zeros, the first n * n of them
+// reshaped to (n, n); an offset pads |offset| rows and columns around it.
+Tensor Tensor::diag(std::int64_t offset) const {
+  if (ndim() == 2) return diagonal(offset);
+  if (ndim() != 1)
+    throw std::invalid_argument(
+        detail::cat("diag of shape ", to_string(shape()), ": needs a vector (1-D) or a matrix (2-D)"));
+  std::int64_t n = shape()[0], lim = std::numeric_limits<std::int64_t>::max() / 2 - n;
+  if (offset > lim || offset < -lim)
+    throw std::invalid_argument(detail::cat("diag of shape ", to_string(shape()), ": offset ",
+                                            std::to_string(offset), " is too large"));
+  std::int64_t above = std::max<std::int64_t>(offset, 0), below = std::max<std::int64_t>(-offset, 0);
+  Tensor m = unsqueeze(-1).pad({{0, 0}, {0, n}}).flatten().shrink({{0, n * n}}).reshape({n, n});
+  return m.pad({{below, above}, {above, below}});
+}
+
 Tensor Tensor::diagonal(std::int64_t offset, std::int64_t dim1, std::int64_t dim2) const {
   if (ndim() < 2)
     throw std::invalid_argument(

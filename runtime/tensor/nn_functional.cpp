@@ -19,7 +19,7 @@ using V = std::vector<std::int64_t>;
 using PV = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 std::string str(std::int64_t v) { return std::to_string(v); }
-std::string str(const V& v) { return to_string(Dims(v)); }
+std::string str(const V& v) { return detail::dims_string(v); }  // (any length: an error may name too many)
 
 // A per-dimension argument given as one value for all `n` dimensions or one per dimension.
 // `where` names the op and its operands' shapes, and starts every message.
@@ -156,8 +156,8 @@ void check_windows(const std::string& where, const V& sizes, const V& k, const V
 // last window that would start in the right padding.
 struct PoolPlan {
   std::string where;
-  V k, s, d, p, in, out;
-  bool overhang = false;  // padding or a ceil_mode window: some window reads outside the input
+  V k, s, d, lo, hi, in, out;  // lo, hi: each spatial axis's padding before and after
+  bool overhang = false;       // padding or a ceil_mode window: some window reads outside the input
 };
 
 PoolPlan pool_plan(const char* op, const Tensor& x, std::size_t n, const V& kernel_size, const V& stride,
@@ -170,21 +170,30 @@ PoolPlan pool_plan(const char* op, const Tensor& x, std::size_t n, const V& kern
   q.k = per_dim(q.where, "kernel_size", kernel_size, n, 1);
   q.s = stride.empty() ? q.k : per_dim(q.where, "stride", stride, n, 1);
   q.d = per_dim(q.where, "dilation", dilation, n, 1);
-  q.p = per_dim(q.where, "padding", padding, n, 0);
+  if (padding.size() == 2 * n) {  // one per side, last axis first (tinygrad's, as pad2d)
+    V p = per_side(q.where, padding, n);
+    for (std::size_t j = n; j-- > 0;) q.lo.push_back(p[2 * j]), q.hi.push_back(p[2 * j + 1]);
+    for (std::int64_t v : p)
+      if (v < 0)
+        throw std::invalid_argument(detail::cat(q.where, ": padding ", str(padding), " must be at least 0"));
+  } else {
+    q.lo = q.hi = per_dim(q.where, "padding", padding, n, 0);
+  }
   q.in.assign(x.shape().end() - static_cast<std::ptrdiff_t>(n), x.shape().end());
   for (std::size_t j = 0; j < n; ++j) {
-    if (q.p[j] > q.k[j] / 2)
+    if (q.lo[j] > q.k[j] / 2 || q.hi[j] > q.k[j] / 2)
       throw std::invalid_argument(
           detail::cat(q.where, ": padding ", str(padding), " must be at most half the kernel ", str(q.k)));
-    std::int64_t span = q.d[j] * (q.k[j] - 1) + 1, room = q.in[j] + 2 * q.p[j] - span;
+    std::int64_t span = q.d[j] * (q.k[j] - 1) + 1, room = q.in[j] + q.lo[j] + q.hi[j] - span;
     if (room < 0)
       throw std::invalid_argument(detail::cat(q.where, ": the spatial size ", str(q.in), " with padding ",
-                                              str(q.p), " is smaller than the kernel ", str(q.k),
+                                              str(padding), " is smaller than the kernel ", str(q.k),
                                               " with dilation ", str(q.d)));
     std::int64_t o = (ceil_mode ? (room + q.s[j] - 1) / q.s[j] : room / q.s[j]) + 1;
-    if (ceil_mode && (o - 1) * q.s[j] >= q.in[j] + q.p[j]) --o;
+    if (ceil_mode && (o - 1) * q.s[j] >= q.in[j] + q.lo[j]) --o;
     q.out.push_back(o);
-    q.overhang = q.overhang || q.p[j] > 0 || (o - 1) * q.s[j] + span > q.in[j] + 2 * q.p[j];
+    q.overhang =
+        q.overhang || q.lo[j] > 0 || q.hi[j] > 0 || (o - 1) * q.s[j] + span > q.in[j] + q.lo[j] + q.hi[j];
   }
   return q;
 }
@@ -196,7 +205,7 @@ Tensor windows(const Tensor& x, const PoolPlan& q, double value) {
   PV arg;
   for (std::size_t i = 0; i < np; ++i) arg.push_back({0, x.shape()[i]});
   for (std::size_t j = 0; j < n; ++j)
-    arg.push_back({-q.p[j], -q.p[j] + (q.out[j] - 1) * q.s[j] + q.d[j] * (q.k[j] - 1) + 1});
+    arg.push_back({-q.lo[j], -q.lo[j] + (q.out[j] - 1) * q.s[j] + q.d[j] * (q.k[j] - 1) + 1});
   return pool(slice(x, arg, value), q.k, q.s, q.d);
 }
 
@@ -215,13 +224,13 @@ Tensor avg_pool(const char* op, const Tensor& x, std::size_t n, const V& kernel_
   // the padded input (count_include_pad) or inside the input. It factors per axis.
   std::vector<double> factor{1};
   for (std::size_t j = 0; j < n; ++j) {
-    std::int64_t lo = count_include_pad ? -q.p[j] : 0, hi = count_include_pad ? q.in[j] + q.p[j] : q.in[j];
+    std::int64_t lo = count_include_pad ? -q.lo[j] : 0, hi = count_include_pad ? q.in[j] + q.hi[j] : q.in[j];
     std::vector<double> next;
     for (double f : factor)
       for (std::int64_t i = 0; i < q.out[j]; ++i) {
         std::int64_t count = 0;
         for (std::int64_t t = 0; t < q.k[j]; ++t) {
-          std::int64_t at = i * q.s[j] - q.p[j] + t * q.d[j];
+          std::int64_t at = i * q.s[j] - q.lo[j] + t * q.d[j];
           count += at >= lo && at < hi;
         }
         next.push_back(f * static_cast<double>(q.k[j]) / static_cast<double>(count));
@@ -566,9 +575,9 @@ Tensor Tensor::interpolate(const std::vector<std::int64_t>& size, std::string_vi
                                             std::string(mode), "): ", why));
   };
   std::int64_t k = ndim() - 2;
-  bool nearest = mode == "nearest";
+  bool exact = mode == "nearest-exact", nearest = mode == "nearest" || exact;
   if (!nearest && mode != "linear" && mode != "bilinear" && mode != "trilinear")
-    fail("mode must be \"nearest\", \"linear\", \"bilinear\" or \"trilinear\"");
+    fail("mode must be \"nearest\", \"nearest-exact\", \"linear\", \"bilinear\" or \"trilinear\"");
   if (k < 1) fail("needs (N, C, spatial...) input");
   if (static_cast<std::int64_t>(size.size()) != k)
     fail(detail::cat("needs one size per spatial axis, ", std::to_string(k)));
@@ -588,7 +597,8 @@ Tensor Tensor::interpolate(const std::vector<std::int64_t>& size, std::string_vi
     std::vector<double> w;
     for (std::int64_t i = 0; i < out; ++i) {
       if (nearest) {
-        i0.push_back(std::min(static_cast<std::int64_t>(std::floor(static_cast<double>(i) * scale)), in - 1));
+        double at = (static_cast<double>(i) + (exact ? 0.5 : 0.0)) * scale;  // exact: the pixel's centre
+        i0.push_back(std::min(static_cast<std::int64_t>(std::floor(at)), in - 1));
         continue;
       }
       double src =

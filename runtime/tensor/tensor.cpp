@@ -132,8 +132,8 @@ Tensor Tensor::full(const Dims& shape, double value, TensorOptions opts) {
   check_shape("Tensor.full", shape);
   return Tensor(LazyBuffer::full(shape, value, dtype_of_opts(opts), device_of(opts)), opts.requires_grad);
 }
-Tensor Tensor::zeros(const Dims& shape, TensorOptions opts) { return full(shape, 0, opts); }
-Tensor Tensor::ones(const Dims& shape, TensorOptions opts) { return full(shape, 1, opts); }
+Tensor Tensor::zeros(const Dims& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor Tensor::ones(const Dims& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
 Tensor Tensor::full_like(const Tensor& t, double value, TensorOptions opts) {
   if (opts.device.empty()) opts.device = t.device();
   if (!opts.dtype) opts.dtype = t.dtype();

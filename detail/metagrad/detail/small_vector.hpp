@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <stdexcept>
+#include <string>
 
 namespace metagrad::detail {
 
@@ -33,10 +34,15 @@ struct small_vector {
   }
 
   constexpr void push_back(const T& x) {
-    if (count == N) throw std::length_error("metagrad: more than the supported number of dimensions");
+    if (count == N) too_many();
     items[count++] = x;
   }
   constexpr void pop_back() { --count; }
+  // (a shape's capacity is METAGRAD_MAX_DIMS; ops that know their result's rank check it first)
+  [[noreturn]] static void too_many() {
+    throw std::length_error("metagrad: a shape of more than " + std::to_string(N) +
+                            " dimensions (the build's METAGRAD_MAX_DIMS)");
+  }
   constexpr void insert(std::size_t pos, const T& x) {
     push_back(x);
     for (std::size_t i = count - 1; i > pos; --i) std::swap(items[i], items[i - 1]);

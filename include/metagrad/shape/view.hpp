@@ -14,7 +14,13 @@
 
 namespace metagrad {
 
-inline constexpr std::size_t kMaxDims = 12;
+// The most dimensions a shape has: Dims' inline capacity (no heap, so shapes stay literal types).
+// A build may set METAGRAD_MAX_DIMS, the same for the library and every unit that includes it.
+#ifndef METAGRAD_MAX_DIMS
+#define METAGRAD_MAX_DIMS 16
+#endif
+inline constexpr std::size_t kMaxDims = METAGRAD_MAX_DIMS;
+static_assert(kMaxDims >= 4, "METAGRAD_MAX_DIMS: the library needs at least 4 dimensions");
 
 // An integer pair: a mask's valid range [first, second), a pad's (before, after), a shrink's
 // [begin, end). Plain public members keep View structural.
