@@ -36,6 +36,9 @@ class NodeInfo {
   std::int64_t opset() const { return opset_; }
   std::size_t inputs() const { return static_cast<std::size_t>(proto_.input_size()); }
   bool has_input(std::size_t k) const { return k < inputs() && !proto_.input(static_cast<int>(k)).empty(); }
+  bool has_output(std::size_t k) const {
+    return k < static_cast<std::size_t>(proto_.output_size()) && !proto_.output(static_cast<int>(k)).empty();
+  }
 
   bool has(const std::string& name) const { return find(name) != nullptr; }
   std::int64_t i(const std::string& name, std::int64_t def) const;

@@ -27,11 +27,43 @@ struct Window {
     if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" &&
         w.auto_pad != "VALID")
       n.unsupported("auto_pad '" + w.auto_pad + "'");
+    // What the attributes say of the number of spatial axes must agree, at load, where they say it.
+    std::size_t sp = !w.kernel.empty()      ? w.kernel.size()
+                     : !w.strides.empty()   ? w.strides.size()
+                     : !w.dilations.empty() ? w.dilations.size()
+                                            : w.pads.size() / 2;
+    w.check(sp);
     return w;
+  }
+  // Each given attribute has one entry per spatial axis (pads two), each in range.
+  void check(std::size_t spatial) const {
+    auto count = [&](const I64s& v, const char* what, std::size_t n) {
+      if (!v.empty() && v.size() != n)
+        throw Error(std::string(what) + " has " + std::to_string(v.size()) + " entries for " +
+                    std::to_string(spatial) + " spatial axes");
+    };
+    count(kernel, "kernel_shape", spatial), count(strides, "strides", spatial);
+    count(dilations, "dilations", spatial), count(pads, "pads", 2 * spatial);
+    auto at_least = [](const I64s& v, const char* what, std::int64_t low) {
+      for (std::int64_t x : v)
+        if (x < low)
+          throw Error(std::string(what) + " holds " + std::to_string(x) +
+                      " (each must be >= " + std::to_string(low) + ")");
+    };
+    at_least(kernel, "kernel_shape", 1), at_least(strides, "strides", 1), at_least(dilations, "dilations", 1);
+    at_least(pads, "pads", 0);
+  }
+  // The spatial axes of an input (N, C, spatial...).
+  static std::size_t spatial_axes(const Dims& in) {
+    if (in.size() < 3)
+      throw Error("the input " + shape_str(in) + " must be (N, C, spatial...): rank 3 or more");
+    return in.size() - 2;
   }
   // Per spatial axis: kernel (from the weight when not given), strides, dilations, pads (begin, end).
   void resolve(const Dims& in, std::size_t spatial, const I64s& weight_kernel) {
     if (kernel.empty()) kernel = weight_kernel;
+    if (in.size() < spatial + 2) spatial_axes(in);
+    check(spatial);
     if (kernel.size() != spatial)
       throw Error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " +
                   std::to_string(spatial) + " spatial axes");
@@ -58,7 +90,7 @@ struct Window {
   // A copy resolved for an input of shape `in` (N, C, spatial...), the kernel given by the attribute.
   Window at(const Dims& in) const {
     Window w = *this;
-    w.resolve(in, in.size() - 2, {});
+    w.resolve(in, spatial_axes(in), {});
     return w;
   }
   bool padded() const {
@@ -130,7 +162,7 @@ void add_nn_ops(OpTable& t) {
     return [w0, group](Args& a) -> std::vector<Value> {
       const Tensor &x = a.t(0), &wt = a.t(1);
       Window w = w0;
-      w.resolve(x.shape(), x.shape().size() - 2, spatial_of(wt.shape()));
+      w.resolve(x.shape(), Window::spatial_axes(x.shape()), spatial_of(wt.shape()));
       std::optional<Tensor> bias;
       if (a.has(2)) bias = a.t(2);
       return {x.conv2d(wt, bias, group, w.strides, w.dilations, w.sides())};
@@ -142,11 +174,14 @@ void add_nn_ops(OpTable& t) {
     I64s out_pad = n.ints("output_padding"), out_shape = n.ints("output_shape");
     return [=](Args& a) -> std::vector<Value> {
       const Tensor &x = a.t(0), &wt = a.t(1);
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       Window w = w0;
       std::string ap = w.auto_pad;
       w.auto_pad = "NOTSET";
       w.resolve(x.shape(), sp, spatial_of(wt.shape()));
+      if ((!out_pad.empty() && out_pad.size() != sp) || (!out_shape.empty() && out_shape.size() < sp))
+        throw Error("output_padding or output_shape does not have an entry per spatial axis of the input " +
+                    shape_str(x.shape()));
       I64s op = out_pad.empty() ? I64s(sp, 0) : out_pad;
       // The full result (no padding), then the window ONNX keeps: [begin, begin + out) per axis.
       Tensor full = x.conv_transpose2d(wt, {}, group, w.strides, w.dilations, {0});
@@ -175,11 +210,16 @@ void add_nn_ops(OpTable& t) {
   };
   t["MaxPool"] = [](const NodeInfo& n) -> Run {
     Window w0 = Window::read(n);
+    // Indices with explicit asymmetric pads: known at load (with auto_pad SAME it depends on the shape).
+    const std::size_t half = w0.pads.size() / 2;
+    if (n.has_output(1) && w0.auto_pad == "NOTSET")
+      for (std::size_t k = 0; k < half; ++k)
+        if (w0.pads[k] != w0.pads[k + half]) n.unsupported("the Indices output with asymmetric pads");
     bool column_major = n.i("storage_order", 0);
     return [w0, column_major](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
       Window w = w0.at(x.shape());
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       if (a.n_out > 1) {
         I64s sym;
         for (std::size_t k = 0; k < sp; ++k) {
@@ -218,7 +258,7 @@ void add_nn_ops(OpTable& t) {
     return [w0, include](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
       Window w = w0.at(x.shape());
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       if (!w.padded()) return {pool(x, false, w)};
       Tensor r = pool(x.pad(w.pad_pairs(2), 0.0), false, w);
       if (include) return {r};
@@ -264,7 +304,7 @@ void add_nn_ops(OpTable& t) {
     Window w0 = Window::read(n);
     return [w0](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       Window w = w0.at(x.shape());
       I64s out, sym;
       for (std::size_t k = 0; k < sp; ++k) {
