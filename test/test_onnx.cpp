@@ -423,6 +423,51 @@ TEST_CASE("onnx: a GPT-style embedding (Gather by tokens and by Range) replays u
   REQUIRE(jit.captured() != nullptr);
 }
 
+TEST_CASE("onnx: Gemm with transB agrees with a float64 reference, B constant or an input", "[onnx]") {
+  // y = x @ W^T + b with W an initializer (transposed once and kept) and z = x @ V^T with V an input
+  // (a new value each call: nothing may be kept), plain and under TinyJit.
+  const i64 m = 3, k = 5, n = 4;
+  auto w = test::random_floats(n * k, 31), bias = test::random_floats(n, 32);
+  Builder b(13);
+  b.input("x", {m, k}).input("v", {n, k}).output("y").output("z");
+  b.init_f32("w", {n, k}, w).init_f32("b", {n}, bias);
+  attr_i(b.node("Gemm", {"x", "w", "b"}, {"y"}), "transB", 1);
+  attr_i(b.node("Gemm", {"x", "v"}, {"z"}), "transB", 1);
+  mo::Model model = b.parse();
+  auto reference = [&](const std::vector<double>& x, const std::vector<double>& bt,
+                       const std::vector<double>* c) {
+    std::vector<double> out(static_cast<std::size_t>(m * n));
+    for (i64 i = 0; i < m; ++i)
+      for (i64 j = 0; j < n; ++j) {
+        double acc = c ? (*c)[static_cast<std::size_t>(j)] : 0.0;
+        for (i64 q = 0; q < k; ++q)
+          acc += static_cast<double>(static_cast<float>(x[static_cast<std::size_t>(i * k + q)])) *
+                 static_cast<float>(bt[static_cast<std::size_t>(j * k + q)]);
+        out[static_cast<std::size_t>(i * n + j)] = acc;
+      }
+    return out;
+  };
+  auto check = [&](const std::function<std::vector<Tensor>(const Tensor&, const Tensor&)>& f) {
+    for (unsigned call = 0; call < 4; ++call) {
+      auto x = test::random_floats(static_cast<std::size_t>(m * k), 40 + call);
+      auto v = test::random_floats(static_cast<std::size_t>(n * k), 50 + call);
+      auto outs = f(f32(x, {m, k}).realize(), f32(v, {n, k}).realize());
+      auto y = outs[0].to_vector<float>(), z = outs[1].to_vector<float>();
+      auto wy = reference(x, w, &bias), wz = reference(x, v, nullptr);
+      for (std::size_t q = 0; q < y.size(); ++q) {
+        REQUIRE(y[q] == Approx(wy[q]).margin(1e-5));
+        REQUIRE(z[q] == Approx(wz[q]).margin(1e-5));
+      }
+    }
+  };
+  check([&](const Tensor& x, const Tensor& v) { return model({x, v}); });
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  TinyJit jit([&](const Tensor& x, const Tensor& v) { return model({x, v}); });
+  check([&](const Tensor& x, const Tensor& v) { return jit(x, v); });
+  REQUIRE(jit.captured() != nullptr);
+}
+
 TEST_CASE("onnx: If and Loop run subgraphs that read the outer scope", "[onnx]") {
   // r = relu(x); n = -r (r's last explicit reader); y = If(c, then: r + 1, else: n);
   // z = Loop(3 trips, carried acc = n: acc + r). The branches read r, which must stay alive.

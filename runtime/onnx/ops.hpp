@@ -67,6 +67,7 @@ class Args {
   std::size_t size() const { return in.size(); }
   bool has(std::size_t k) const { return k < in.size() && in[k] && !in[k]->empty(); }
   bool is_host(std::size_t k) const { return has(k) && in[k]->h != nullptr; }
+  bool is_const(std::size_t k) const { return has(k) && in[k]->constant; }  // an initializer or Constant
   const Tensor& t(std::size_t k);  // the Tensor (a host constant is uploaded once)
   const Host& h(std::size_t k);    // the host copy (a Tensor is read back: a realize)
   Dims shape(std::size_t k) const { return need(k).shape(); }
