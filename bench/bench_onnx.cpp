@@ -247,7 +247,12 @@ int main(int argc, char** argv) {
         printf("%5.2fx | ", ort_best / mg_best);
       else
         printf("%6s | ", "-");
-      printf("%11.1f %11.1f\n", mg.first, ort.first);
+      auto first = [](double ms, bool ran) {  // "-" where that side did not run
+        char b[32] = "-";
+        if (ran) snprintf(b, sizeof b, "%.1f", ms);
+        return std::string(b);
+      };
+      printf("%11s %11s\n", first(mg.first, mg_best > 0).c_str(), first(ort.first, ort_best > 0).c_str());
       if (!mg.error.empty()) printf("  metagrad failed: %s\n", mg.error.c_str());
       if (!ort.error.empty()) printf("  ONNX Runtime failed: %s\n", ort.error.c_str());
       fflush(stdout);
