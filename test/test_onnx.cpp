@@ -377,8 +377,8 @@ TEST_CASE("onnx: a convolutional model's TinyJit replays agree with plain calls 
 }
 
 TEST_CASE("onnx: a GPT-style embedding (Gather by tokens and by Range) replays under TinyJit", "[onnx]") {
-  // y = relu((wte[tokens] + wpe[range(0, T)]) @ w1) @ w2: the GPT export's first nodes. Under TinyJit the
-  // memory plan lends the positions' small index buffer a larger scratch buffer; the Gather reads only
+  // y = relu((wte[tokens] + wpe[range(T-1, -1, -1)]) @ w1) @ w2: the GPT export's first nodes. Under TinyJit
+  // the memory plan lends the positions' small index buffer a larger scratch buffer; the Gather reads only
   // its first T elements.
   const i64 vocab = 16, width = 8, t = 4;
   Builder b(14);
@@ -387,13 +387,14 @@ TEST_CASE("onnx: a GPT-style embedding (Gather by tokens and by Range) replays u
   b.init_f32("wpe", {t, width}, test::random_floats(t * width, 6));
   b.init_f32("w1", {width, 4 * width}, test::random_floats(4 * width * width, 7));
   b.init_f32("w2", {4 * width, width}, test::random_floats(4 * width * width, 8));
-  b.init_i64("one", {1}).init_i64("zero", {0}).init_i64("step", {1});
+  b.init_i64("one", {1}).init_i64("zero", {0}).init_i64("minus1", {-1});
   b.node("Shape", {"tokens"}, {"s"});
   b.node("Gather", {"s", "one"}, {"n1"});
-  b.node("Squeeze", {"n1", "zero"}, {"n"});
-  b.node("Squeeze", {"zero", "zero"}, {"start"});
-  b.node("Squeeze", {"step", "zero"}, {"delta"});
-  b.node("Range", {"start", "n", "delta"}, {"pos"});
+  b.node("Sub", {"n1", "one"}, {"last1"});
+  b.node("Squeeze", {"last1", "zero"}, {"start"});
+  b.node("Squeeze", {"minus1", "zero"}, {"delta"});
+  // Positions T-1 ... 0: not a consecutive run, so a gather (consecutive ones are a slice).
+  b.node("Range", {"start", "delta", "delta"}, {"pos"});
   b.node("Gather", {"wte", "tokens"}, {"te"});
   b.node("Gather", {"wpe", "pos"}, {"pe"});
   b.node("Add", {"te", "pe"}, {"x"});
