@@ -14,17 +14,7 @@
 # The project must enable C (`project(x C CXX)`): the generated kernels are C.
 function(metagrad_add_aot_library name)
   cmake_parse_arguments(PARSE_ARGV 1 AOT "SHARED" "GENERATOR" "GENERATOR_ARGS;COMPILE_OPTIONS")
-  if(NOT AOT_GENERATOR)
-    message(FATAL_ERROR "metagrad_add_aot_library(${name}): GENERATOR gen.cpp is required")
-  endif()
-  if(AOT_UNPARSED_ARGUMENTS)
-    message(FATAL_ERROR "metagrad_add_aot_library(${name}): unknown arguments ${AOT_UNPARSED_ARGUMENTS}")
-  endif()
-  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
-  if(NOT "C" IN_LIST languages)
-    message(FATAL_ERROR "metagrad_add_aot_library(${name}): the generated kernels are C; enable the "
-                        "language in the project (project(... C CXX) or enable_language(C))")
-  endif()
+  _metagrad_aot_check("metagrad_add_aot_library(${name})" GENERATOR gen.cpp)
   add_executable(${name}_generator ${AOT_GENERATOR})
   target_link_libraries(${name}_generator PRIVATE metagrad::metagrad)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/${name}.aot)
@@ -35,7 +25,53 @@ function(metagrad_add_aot_library name)
     DEPENDS ${name}_generator
     COMMENT "metagrad AOT: generating ${name}.c and ${name}.h"
     VERBATIM)
-  if(AOT_SHARED)
+  _metagrad_aot_c_library(${name} ${dir} "${AOT_SHARED}" ${AOT_COMPILE_OPTIONS})
+endfunction()
+
+# metagrad_add_onnx_library(NAME MODEL file.onnx [INPUTS name=1x3x224x224 ...] [SHARED]
+#                           [CONSTANTS bin|c] [COMPILE_OPTIONS opts...])
+#
+# An ONNX model compiled ahead of time (docs/onnx.md): runs `metagrad-aot file.onnx -o DIR -n NAME
+# --input ...` at build time (INPUTS fix the symbolic dimensions) into ${CMAKE_CURRENT_BINARY_DIR}/NAME.aot/
+# and builds the library NAME (static, or SHARED) from NAME.c, which links NAME.bin (the weights)
+# with .incbin; CONSTANTS c writes them into the C instead. `#include "NAME.h"` and call
+# NAME_run(inputs..., outputs...). Needs metagrad built with metagrad::onnx (its metagrad-aot).
+function(metagrad_add_onnx_library name)
+  cmake_parse_arguments(PARSE_ARGV 1 AOT "SHARED" "MODEL;CONSTANTS" "INPUTS;COMPILE_OPTIONS")
+  _metagrad_aot_check("metagrad_add_onnx_library(${name})" MODEL file.onnx)
+  if(NOT TARGET metagrad::metagrad-aot)
+    message(FATAL_ERROR "metagrad_add_onnx_library(${name}): metagrad-aot is missing: metagrad was built "
+                        "without ONNX (Debian: libonnx-dev libprotobuf-dev)")
+  endif()
+  if(NOT AOT_CONSTANTS)
+    set(AOT_CONSTANTS bin)
+  endif()
+  get_filename_component(model ${AOT_MODEL} ABSOLUTE)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/${name}.aot)
+  set(args)
+  foreach(input IN LISTS AOT_INPUTS)
+    list(APPEND args --input ${input})
+  endforeach()
+  set(outputs ${dir}/${name}.c ${dir}/${name}.h)
+  if(AOT_CONSTANTS STREQUAL "bin")
+    list(APPEND outputs ${dir}/${name}.bin)
+  endif()
+  add_custom_command(OUTPUT ${outputs}
+    COMMAND ${CMAKE_COMMAND} -E env DEVICE=CLANG $<TARGET_FILE:metagrad::metagrad-aot> ${model} -o ${dir}
+            -n ${name} --constants=${AOT_CONSTANTS} ${args}
+    DEPENDS metagrad::metagrad-aot ${model}
+    COMMENT "metagrad AOT: compiling ${AOT_MODEL} to ${name}.c and ${name}.h"
+    VERBATIM)
+  _metagrad_aot_c_library(${name} ${dir} "${AOT_SHARED}" ${AOT_COMPILE_OPTIONS})
+  if(AOT_CONSTANTS STREQUAL "bin")  # read by the assembler, unseen by the compiler's dependencies
+    set_source_files_properties(${dir}/${name}.c PROPERTIES OBJECT_DEPENDS ${dir}/${name}.bin)
+  endif()
+endfunction()
+
+# The library NAME from DIR/NAME.c: C99 with GNU extensions, the CLANG device's flags, libc, libm
+# and threads only.
+function(_metagrad_aot_c_library name dir shared)
+  if(shared)
     add_library(${name} SHARED ${dir}/${name}.c ${dir}/${name}.h)
   else()
     add_library(${name} STATIC ${dir}/${name}.c ${dir}/${name}.h)
@@ -43,9 +79,11 @@ function(metagrad_add_aot_library name)
   set_target_properties(${name} PROPERTIES LINKER_LANGUAGE C C_STANDARD 99 C_EXTENSIONS ON
                                            POSITION_INDEPENDENT_CODE ON)
   # The CLANG device's flags for these kernels (-fopenmp-simd: a sum's `#pragma omp simd
-  # reduction`, no OpenMP runtime). COMPILE_OPTIONS come after: -march=native (or the target
-  # machine's -march) gives the contractions' GEMM its widest vectors (docs/gemm.md).
-  target_compile_options(${name} PRIVATE -O2 -fno-math-errno -fopenmp-simd ${AOT_COMPILE_OPTIONS})
+  # reduction`, no OpenMP runtime; GCC's -O2 vectorizes little without the dynamic cost model:
+  # MobileNet v2's kernels ran 1.5x slower). The extra arguments come after: -march=native (or the
+  # target machine's -march) gives the contractions' GEMM its widest vectors (docs/gemm.md).
+  target_compile_options(${name} PRIVATE -O2 -fno-math-errno -fopenmp-simd
+                         $<$<C_COMPILER_ID:GNU>:-fvect-cost-model=dynamic> ${ARGN})
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${dir}>)
   # Threads only for NAME_set_threads's products; from glibc 2.34 they are part of libc.
   find_package(Threads REQUIRED)
@@ -55,3 +93,19 @@ function(metagrad_add_aot_library name)
     target_link_libraries(${name} PUBLIC ${METAGRAD_LIBM})
   endif()
 endfunction()
+
+# What both functions check of their arguments (AOT_*): `required` given, nothing unknown, and C
+# enabled in the project.
+macro(_metagrad_aot_check who required example)
+  if(NOT AOT_${required})
+    message(FATAL_ERROR "${who}: ${required} ${example} is required")
+  endif()
+  if(AOT_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "${who}: unknown arguments ${AOT_UNPARSED_ARGUMENTS}")
+  endif()
+  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "C" IN_LIST languages)
+    message(FATAL_ERROR "${who}: the generated kernels are C; enable the "
+                        "language in the project (project(... C CXX) or enable_language(C))")
+  endif()
+endmacro()

@@ -328,6 +328,44 @@ TEST_CASE("AOT: updates in place, several outputs, integer inputs and constants"
   }
 }
 
+TEST_CASE(
+    "AOT: constants of --constants-file's size or more go to NAME.bin and link bit for bit (and the shape "
+    "macros)",
+    "[aot]") {
+  std::mt19937 rng(11);
+  std::vector<float> xv = randn(rng, 5 * 64), wv = randn(rng, 64 * 33), bv = randn(rng, 33);
+  Tensor xc(xv, {5, 64}, {.device = "CPU"});
+  std::vector<float> want =
+      (xc.matmul(Tensor(wv, {64, 33}, {.device = "CPU"})) + Tensor(bv, {33}, {.device = "CPU"}))
+          .to_vector<float>();
+  std::vector<std::vector<float>> got;
+  for (bool file : {false, true}) {
+    INFO("--constants-file: " << file);
+    aot::Generator g("blob");
+    Tensor x = Tensor::empty({5, 64}, {.device = "CLANG"}), w(wv, {64, 33}, {.device = "CLANG"}),
+           b(bv, {33}, {.device = "CLANG"});
+    g.function("f", {{"x", x}}, {{"y", x.matmul(w) + b}});
+    if (file) {  // w (8448 bytes) into blob.bin, b (132 bytes) stays C text
+      auto dir = std::filesystem::temp_directory_path() /
+                 ("metagrad_aot_test_" + std::to_string(::getpid()) + "_main");
+      std::string args[] = {"gen", "-o", dir.string(), "--constants-file=1024"};
+      char* argv[] = {args[0].data(), args[1].data(), args[2].data(), args[3].data()};
+      REQUIRE(g.main(4, argv) == 0);
+      REQUIRE(std::filesystem::file_size(dir / "blob.bin") >= 8448);
+      std::filesystem::remove_all(dir);
+    }
+    REQUIRE((g.source().find(".incbin") != std::string::npos) == file);
+    REQUIRE_THAT(g.header(), Contains("#define f_x_SIZE 320\n") && Contains("#define f_y_RANK 2\n") &&
+                                 Contains("#define f_y_SHAPE {5, 33}\n"));
+    CLibrary lib(g, "blob");
+    std::vector<float> y(5 * 33);
+    lib.fn<void(const float*, float*)>("f")(xv.data(), y.data());
+    check_close(y, want);
+    got.push_back(y);
+  }
+  REQUIRE(got[0] == got[1]);
+}
+
 TEST_CASE("AOT: a generator's mistakes are clear errors", "[aot]") {
   aot::Generator g("bad");
   Tensor x = Tensor::empty({2, 3}, {.device = "CLANG"}), y = Tensor::empty({3}, {.device = "CLANG"});

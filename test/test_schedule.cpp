@@ -515,6 +515,40 @@ TEST_CASE("row kernels: a softmax read by a product and by its backward is compu
   require_same(g, gc, 1e-5);
 }
 
+TEST_CASE("row kernels: softmax takes its exp once, its sum's loop keeping it in the output",
+          "[schedule][rows]") {
+  // The sum's loop stores exp(x - max) where the output goes; the output's loop reads it back and
+  // divides. CLANG's source names each exp it takes (mg_exp2f); the results stay the CPU device's
+  // (and LLVM's, which keeps it the same way).
+  if (!test::available("CLANG")) return;
+  for (auto [rows, cols] : std::vector<std::array<i64, 2>>{{1, 2}, {4, 64}, {17, 100}, {3, 4096}}) {
+    INFO(rows << "x" << cols);
+    auto v =
+        test::random_floats(static_cast<std::size_t>(rows * cols), static_cast<unsigned>(7 * rows + cols));
+    auto make = [&](const std::string& dev, bool masked) {
+      Tensor x = Tensor(v, {rows, cols}, {.device = dev, .dtype = dtypes::float32}).realize();
+      if (!masked) return x.softmax(-1);
+      Tensor mask = Tensor::ones({rows, cols}, {.device = dev, .dtype = dtypes::bool_}).tril().realize();
+      return mask.where(x * 0.25, -INFINITY).softmax(-1);
+    };
+    for (bool masked : {false, true}) {
+      INFO("masked " << masked);
+      Tensor y = make("CLANG", masked);
+      GlobalCounters::cache.emplace();
+      REQUIRE(kernels_for(y) == 1);
+      std::size_t exps = 0;
+      for (const CacheEntry& e : *GlobalCounters::cache)
+        for (std::size_t at = e.prg.prg.find("= mg_exp2f("); at != std::string::npos;
+             at = e.prg.prg.find("= mg_exp2f(", at + 1))
+          ++exps;
+      GlobalCounters::cache.reset();
+      REQUIRE(exps == 1);
+      require_same(y, make("CPU", masked));
+      if (test::available("LLVM")) require_same(make("LLVM", masked), make("CPU", masked));
+    }
+  }
+}
+
 TEST_CASE("row kernels: random row-wise expressions agree with CPU", "[schedule][rows]") {
   for (const char* d : {"CLANG", "LLVM"}) {
     if (!test::available(d)) continue;

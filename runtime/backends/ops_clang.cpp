@@ -301,7 +301,7 @@ std::unique_ptr<Backend> make_clang_backend() {
             [](std::size_t n, DType dt) { return Device::get("CLANG").alloc(n, dt); },
             [] {
               codegen::Opts o = codegen::Opts::host();
-              o.row_sum_lanes = 8;  // (C reorders a kernel's additions only function-wide)
+              o.row_max_lanes = 1;  // (see Opts::row_max_lanes)
               return o;
             }());
       },

@@ -223,9 +223,9 @@ Opts Opts::host() {
 
 void Kernel::hand_coded_optimizations(const Opts& opts) {
   // A row kernel: loops the code generator vectorizes, its float sums reassociable (the linearizer
-  // splits a max's loop into 8 partial maxima itself).
+  // splits a max's loop into row_max_lanes partial maxima itself).
   if (rows) {
-    row_sum_lanes = opts.row_sum_lanes;
+    row_sum_lanes = opts.row_sum_lanes, row_max_lanes = opts.row_max_lanes;
     std::vector<const LazyOp*> stack{ast.get()};
     while (!stack.empty()) {
       const LazyOp* o = stack.back();

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace metagrad::codegen {
 
@@ -53,6 +54,7 @@ struct Linearizer {
     if (auto* b = std::get_if<MemBuffer>(&s)) return load(b->index, pos);
     const LazyOp& op = *std::get<std::shared_ptr<LazyOp>>(s);
     if (&op == k.reduceop) return reduced;
+    if (storing && kept.count(&op)) return load(0, pos);  // (a row kernel's value kept in the output)
     if (k.rows && (op.op.type == OpType::Reduce || op.op == FusedOps::MULACC)) return row_reduce(op);
     if (k.rows && op.op == MovementOps::EXPAND) return ast(op.src.at(0), pos, reduced);
     if (op.op == LoadOps::CONST) {
@@ -303,6 +305,39 @@ struct Linearizer {
 
   // ---- row kernels (Kernel::rows) ----
   std::map<std::string, int> row_values;  // a reduce's value at the current global position, by key
+  // A sum's operand that the full-shaped output computes again outside any reduce, a transcendental
+  // in it (softmax's exp(x - max)): the sum's loop stores it in the output, whose loop reads it
+  // back (`kept`: its nodes there) and overwrites it, rather than taking the exp twice.
+  std::string kept_sum;  // that sum's key
+  std::set<const LazyOp*> kept;
+  bool storing = false;  // the output's loop is being built
+
+  static bool transcendental(const LazyOp& op) {
+    if (op.op == UnaryOps::EXP2 || op.op == UnaryOps::LOG2 || op.op == UnaryOps::SIN) return true;
+    for (const LazySrc& x : op.src)
+      if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&x); o && transcendental(**o)) return true;
+    return false;
+  }
+  // The output's nodes outside reduces whose key is `key`.
+  void outside_reduces(const LazySrc& s, const std::string& key, std::set<const LazyOp*>& out) const {
+    auto* o = std::get_if<std::shared_ptr<LazyOp>>(&s);
+    if (!o || (*o)->op.type == OpType::Reduce || (*o)->op == FusedOps::MULACC) return;
+    if (ast_key(**o, ast_dtype(s)) == key) out.insert(o->get());
+    for (const LazySrc& x : (*o)->src) outside_reduces(x, key, out);
+  }
+  // The first float sum (depth first) whose operand, of the output's dtype with a transcendental in
+  // it, the output also computes.
+  void find_kept(const LazyOp& op) {
+    if (!kept.empty()) return;
+    if (op.op == ReduceOps::SUM)
+      if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&op.src.at(0));
+          o && ast_dtype(op.src[0]) == k.out_dtype && transcendental(**o)) {
+        outside_reduces(k.ast, ast_key(**o, k.out_dtype), kept);
+        if (!kept.empty()) return void(kept_sum = ast_key(op, k.out_dtype));
+      }
+    for (const LazySrc& x : op.src)
+      if (auto* o = std::get_if<std::shared_ptr<LazyOp>>(&x)) find_kept(**o);
+  }
 
   // The reduces under s, each computed (before any loop that reads it opens).
   void row_reduces_in(const LazySrc& s) {
@@ -318,9 +353,10 @@ struct Linearizer {
 
   // A reduce of a row kernel, once per global position (equal reduces, by their AST, once): a loop
   // nest over the reduce axes into one accumulator. A sum's additions may be reassociated (the code
-  // generator's loop vectorizer keeps partial sums in vector lanes) or, for C, kept as
-  // Kernel::row_sum_lanes partial sums; a max, which may not be reordered, takes 8 neighbours of the
-  // last axis a trip into 8 partial maxima. Partial values combine pairwise.
+  // generator's loop vectorizer keeps partial sums in vector lanes) or kept as
+  // Kernel::row_sum_lanes partial sums; a max, which may not be reordered, takes
+  // Kernel::row_max_lanes neighbours of the last axis a trip into as many partial maxima. Partial
+  // values combine pairwise.
   int row_reduce(const LazyOp& r) {
     DType acc_dt = ast_dtype(r.src.at(0));
     std::string key = ast_key(r, acc_dt);
@@ -329,7 +365,7 @@ struct Linearizer {
     bool is_max = r.op == ReduceOps::MAX;
     Op update = is_max ? Op(BinaryOps::MAX) : Op(BinaryOps::ADD);
     std::size_t last = k.shape_len() - 1;
-    std::int64_t n = k.full_shape()[last], lanes = is_max ? 8 : k.row_sum_lanes;
+    std::int64_t n = k.full_shape()[last], lanes = is_max ? k.row_max_lanes : k.row_sum_lanes;
     if (n % lanes != 0 || n < 2 * lanes) lanes = 1;
     std::vector<int> accs;
     for (std::int64_t i = 0; i < lanes; ++i)
@@ -349,6 +385,10 @@ struct Linearizer {
         v = push(UOp{UOps::ALU, acc_dt, {ast(r.src[0], {}, -1), ast(r.src[1], {}, -1)}, BinaryOps::MUL});
       else
         v = ast(r.src[0], {}, -1);
+      if (key == kept_sum) {  // (the output's loop reads it back)
+        auto [idx, valid] = k.sts[0].expr_idxs(idxs_at({}));
+        push(UOp{UOps::STORE, k.out_dtype, {v}, UnaryOps::NOOP, 0, idx, valid});
+      }
       push(UOp{UOps::ACC, acc_dt, {accs[static_cast<std::size_t>(i)], v}, update});
     }
     close_loops(outer);
@@ -359,10 +399,12 @@ struct Linearizer {
 
   void run_rows() {
     open_global_loops();
-    row_reduces_in(k.ast);
-    std::size_t outer = open.size();
     // A full-shaped output: one more loop nest over the reduce axes; a reduced one: one store.
     bool full = prod(k.output_shape) == prod(k.full_shape());
+    if (full && dtypes::is_float(k.out_dtype)) find_kept(*k.ast);
+    row_reduces_in(k.ast);
+    std::size_t outer = open.size();
+    storing = true;
     if (full)
       for (std::size_t d = k.first_reduce; d < k.shape_len(); ++d)
         open_axis(d, "sidx" + std::to_string(d - k.first_reduce), false);
@@ -414,7 +456,7 @@ struct Linearizer {
 }  // namespace
 
 LinearizedKernel linearize(const Kernel& k) {
-  Linearizer l{k, {}, {}, {}, {}, {}, 0, {}};
+  Linearizer l{k, {}, {}, {}, {}, {}, 0, {}, {}, {}, false};
   l.run();
   return std::move(l.out);
 }

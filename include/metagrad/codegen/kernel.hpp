@@ -28,9 +28,12 @@ struct Opts {
   // along memory first): one thread per output would leave the GPU idle and walk memory alone.
   bool any_axis_groups = false;
   // Row kernels (Kernel::rows): a sum's partial sums, this many neighbours of the last axis a trip.
-  // 1 where the code generator may reorder the additions alone (LLVM); C's reordering is
-  // function-wide, so the C compiler gets 8 explicit partial sums instead.
+  // 1 where the code generator may reorder the additions alone (LLVM, and C under its sum's
+  // `#pragma omp simd`: gcc vectorizes one accumulator, not 8 explicit ones).
   std::int64_t row_sum_lanes = 1;
+  // Row kernels: a max's partial maxima, the same way (LLVM vectorizes 8; gcc's code for 8 took
+  // 2.5x the time of one chain on a causal softmax's 64-element rows).
+  std::int64_t row_max_lanes = 8;
   // The host CPU (CLANG, LLVM): AVX-512's 32 registers hold an 8 x 32 tile of floats, AVX2's 16 a
   // 4 x 16 one; a 128 x n block of B stays in L2; column sums read 8 rows of a 2048-wide strip;
   // sums along memory left to the compiler's loop vectorizer.
@@ -52,7 +55,7 @@ class Kernel {
   // each reduce is a loop over the reduce axes (after those it reads), then, when the output has
   // the full shape, one more loop stores it. reduceop stays null (no GEMM, no reduce heuristics).
   bool rows = false;
-  std::int64_t row_sum_lanes = 1;  // Opts::row_sum_lanes
+  std::int64_t row_sum_lanes = 1, row_max_lanes = 8;  // Opts::row_sum_lanes, row_max_lanes
   DType out_dtype;
   std::vector<MemBuffer> bufs;    // inputs: bufs[i] is kernel buffer i + 1 (0 is the output)
   std::vector<ShapeTracker> sts;  // sts[0] output, sts[i + 1] for bufs[i]; all over full_shape
