@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -113,6 +115,54 @@ TEST_CASE("onnx: unsupported operators and attribute values fail at load, naming
     b.node("Relu", {"x"}, {"y"})->set_domain("com.microsoft");
     REQUIRE_THAT(message([&] { b.parse(); }),
                  Contains("the operator domain 'com.microsoft' is not supported"));
+  }
+}
+
+TEST_CASE("onnx: window attributes and inputs that contradict each other are errors naming the node",
+          "[onnx]") {
+  auto ints = [](::onnx::NodeProto* n, const std::string& name, const std::vector<i64>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name), a->set_type(::onnx::AttributeProto::INTS);
+    for (i64 x : v) a->add_ints(x);
+  };
+  {  // Indices with explicit asymmetric pads: at load
+    Builder b;
+    b.input("x", {1, 1, 4, 4}).output("y").output("i", ::onnx::TensorProto::INT64);
+    auto* n = b.node("MaxPool", {"x"}, {"y", "i"}, "pool");
+    ints(n, "kernel_shape", {2, 2}), ints(n, "pads", {0, 0, 1, 1});
+    REQUIRE_THAT(
+        message([&] { b.parse(); }),
+        Contains("node 0 'pool' (MaxPool): the Indices output with asymmetric pads is not supported"));
+  }
+  {  // the same pads without Indices load and run
+    Builder b;
+    b.input("x", {1, 1, 4, 4}).output("y");
+    auto* n = b.node("MaxPool", {"x"}, {"y"}, "pool");
+    ints(n, "kernel_shape", {2, 2}), ints(n, "pads", {0, 0, 1, 1});
+    REQUIRE(b.parse()({Tensor::ones({1, 1, 4, 4})})[0].shape() == Dims{1, 1, 4, 4});
+  }
+  {  // strides of the wrong length, a zero stride, negative pads: at load
+    for (auto [attr, v, why] : {std::tuple<const char*, std::vector<i64>, const char*>{
+                                    "strides", {1, 1, 1}, "strides has 3 entries for 2"},
+                                {"strides", {1, 0}, "strides holds 0 (each must be >= 1)"},
+                                {"pads", {0, -1, 0, 0}, "pads holds -1 (each must be >= 0)"}}) {
+      Builder b;
+      b.input("x", {1, 1, 4, 4}).output("y");
+      b.init_f32("w", {1, 1, 2, 2}, {1, 1, 1, 1});
+      auto* n = b.node("Conv", {"x", "w"}, {"y"}, "conv");
+      ints(n, "kernel_shape", {2, 2}), ints(n, attr, v);
+      REQUIRE_THAT(message([&] { b.parse(); }), Contains("node 0 'conv' (Conv): ") && Contains(why));
+    }
+  }
+  {  // an input of rank 2 (its shape undeclared): at the call, naming the node and the shape
+    Builder b;
+    b.input("x", {std::string("a"), std::string("b")}).output("y");
+    b.init_f32("w", {1, 1, 2, 2}, {1, 1, 1, 1});
+    b.node("Conv", {"x", "w"}, {"y"}, "conv");
+    REQUIRE_THAT(message([&] {
+                   b.parse()({Tensor::ones({4, 4})});
+                 }),
+                 Contains("node 0 'conv' (Conv): the input (4, 4) must be (N, C, spatial...)"));
   }
 }
 
@@ -246,6 +296,99 @@ TEST_CASE("onnx: a convolutional model's TinyJit replays agree with plain calls 
   }
   REQUIRE(jit.captured() != nullptr);
   REQUIRE(!jit.captured()->kernels.empty());
+}
+
+TEST_CASE("onnx: a GPT-style embedding (Gather by tokens and by Range) replays under TinyJit", "[onnx]") {
+  // y = relu((wte[tokens] + wpe[range(T-1, -1, -1)]) @ w1) @ w2: the GPT export's first nodes. Under TinyJit
+  // the memory plan lends the positions' small index buffer a larger scratch buffer; the Gather reads only
+  // its first T elements.
+  const i64 vocab = 16, width = 8, t = 4;
+  Builder b(14);
+  b.input("tokens", {1, std::string("T")}, ::onnx::TensorProto::INT64).output("y");
+  b.init_f32("wte", {vocab, width}, test::random_floats(vocab * width, 5));
+  b.init_f32("wpe", {t, width}, test::random_floats(t * width, 6));
+  b.init_f32("w1", {width, 4 * width}, test::random_floats(4 * width * width, 7));
+  b.init_f32("w2", {4 * width, width}, test::random_floats(4 * width * width, 8));
+  b.init_i64("one", {1}).init_i64("zero", {0}).init_i64("minus1", {-1});
+  b.node("Shape", {"tokens"}, {"s"});
+  b.node("Gather", {"s", "one"}, {"n1"});
+  b.node("Sub", {"n1", "one"}, {"last1"});
+  b.node("Squeeze", {"last1", "zero"}, {"start"});
+  b.node("Squeeze", {"minus1", "zero"}, {"delta"});
+  // Positions T-1 ... 0: not a consecutive run, so a gather (consecutive ones are a slice).
+  b.node("Range", {"start", "delta", "delta"}, {"pos"});
+  b.node("Gather", {"wte", "tokens"}, {"te"});
+  b.node("Gather", {"wpe", "pos"}, {"pe"});
+  b.node("Add", {"te", "pe"}, {"x"});
+  b.node("MatMul", {"x", "w1"}, {"h"});
+  b.node("Relu", {"h"}, {"r"});
+  b.node("MatMul", {"r", "w2"}, {"y"});
+  mo::Model m = b.parse();
+  std::vector<std::vector<i64>> tokens;
+  std::vector<std::vector<float>> want;
+  std::mt19937 gen(3);
+  {
+    test::DeviceScope cpu("CPU");
+    for (int call = 0; call < 4; ++call) {
+      tokens.emplace_back();
+      for (i64 k = 0; k < t; ++k) tokens.back().push_back(static_cast<i64>(gen() % vocab));
+      want.push_back(m({Tensor(tokens.back(), {1, t})})[0].to_vector<float>());
+    }
+  }
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  TinyJit jit([&](const Tensor& x) { return m({x}); });
+  for (std::size_t call = 0; call < 4; ++call) {
+    auto got = jit(Tensor(tokens[call], {1, t}).realize())[0].to_vector<float>();
+    REQUIRE(got.size() == static_cast<std::size_t>(t * width));
+    for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(got[k] == Approx(want[call][k]).margin(1e-4));
+  }
+  REQUIRE(jit.captured() != nullptr);
+}
+
+TEST_CASE("onnx: Gemm with transB agrees with a float64 reference, B constant or an input", "[onnx]") {
+  // y = x @ W^T + b with W an initializer (transposed once and kept) and z = x @ V^T with V an input
+  // (a new value each call: nothing may be kept), plain and under TinyJit.
+  const i64 m = 3, k = 5, n = 4;
+  auto w = test::random_floats(n * k, 31), bias = test::random_floats(n, 32);
+  Builder b(13);
+  b.input("x", {m, k}).input("v", {n, k}).output("y").output("z");
+  b.init_f32("w", {n, k}, w).init_f32("b", {n}, bias);
+  attr_i(b.node("Gemm", {"x", "w", "b"}, {"y"}), "transB", 1);
+  attr_i(b.node("Gemm", {"x", "v"}, {"z"}), "transB", 1);
+  mo::Model model = b.parse();
+  auto reference = [&](const std::vector<double>& x, const std::vector<double>& bt,
+                       const std::vector<double>* c) {
+    std::vector<double> out(static_cast<std::size_t>(m * n));
+    for (i64 i = 0; i < m; ++i)
+      for (i64 j = 0; j < n; ++j) {
+        double acc = c ? (*c)[static_cast<std::size_t>(j)] : 0.0;
+        for (i64 q = 0; q < k; ++q)
+          acc += static_cast<double>(static_cast<float>(x[static_cast<std::size_t>(i * k + q)])) *
+                 static_cast<float>(bt[static_cast<std::size_t>(j * k + q)]);
+        out[static_cast<std::size_t>(i * n + j)] = acc;
+      }
+    return out;
+  };
+  auto check = [&](const std::function<std::vector<Tensor>(const Tensor&, const Tensor&)>& f) {
+    for (unsigned call = 0; call < 4; ++call) {
+      auto x = test::random_floats(static_cast<std::size_t>(m * k), 40 + call);
+      auto v = test::random_floats(static_cast<std::size_t>(n * k), 50 + call);
+      auto outs = f(f32(x, {m, k}).realize(), f32(v, {n, k}).realize());
+      auto y = outs[0].to_vector<float>(), z = outs[1].to_vector<float>();
+      auto wy = reference(x, w, &bias), wz = reference(x, v, nullptr);
+      for (std::size_t q = 0; q < y.size(); ++q) {
+        REQUIRE(y[q] == Approx(wy[q]).margin(1e-5));
+        REQUIRE(z[q] == Approx(wz[q]).margin(1e-5));
+      }
+    }
+  };
+  check([&](const Tensor& x, const Tensor& v) { return model({x, v}); });
+  test::DeviceScope dev("CLANG");
+  if (!dev.ok) return;
+  TinyJit jit([&](const Tensor& x, const Tensor& v) { return model({x, v}); });
+  check([&](const Tensor& x, const Tensor& v) { return jit(x, v); });
+  REQUIRE(jit.captured() != nullptr);
 }
 
 TEST_CASE("onnx: If and Loop run subgraphs that read the outer scope", "[onnx]") {
@@ -490,6 +633,67 @@ TEST_CASE("onnx backend tests: pytorch-operator", "[.onnx_pytorch_operator]") {
   run_backend_set("pytorch-operator");
 }
 TEST_CASE("onnx backend tests: simple", "[.onnx_simple]") { run_backend_set("simple"); }
+
+// Damaged copies of backend-test model files (truncated, bytes overwritten): each loads, and then runs on
+// its test inputs, or fails with onnx::Error naming the file; any other exception, or a crash (the
+// ASan copy of the library runs this too: test/CMakeLists.txt), fails. ONNX_FUZZ_TRIALS per file.
+TEST_CASE("onnx: damaged backend-test models load or fail with onnx::Error", "[.onnx_fuzz]") {
+  const char* data = std::getenv("ONNX_TESTDATA");
+  fs::path root = data ? data : METAGRAD_ONNX_TESTDATA;
+  if (!fs::exists(root / "node")) {
+    std::printf("skipped: no ONNX backend test data at %s (Debian: libonnx-testdata)\n", root.c_str());
+    return;
+  }
+  const char* models[] = {"node/test_conv_with_strides_padding",
+                          "node/test_maxpool_with_argmax_2d_precomputed_pads",
+                          "node/test_lstm_defaults",
+                          "node/test_gemm_default_scalar_bias",
+                          "node/test_resize_upsample_scales_linear",
+                          "node/test_if",
+                          "node/test_loop11",
+                          "node/test_slice",
+                          "node/test_reshape_extended_dims",
+                          "node/test_layer_normalization_2d_axis0",
+                          "node/test_einsum_batch_matmul",
+                          "node/test_gather_0",
+                          "node/test_scan9_sum",
+                          "node/test_batchnorm_example",
+                          "pytorch-converted/test_ConvTranspose2d"};
+  const char* n = std::getenv("ONNX_FUZZ_TRIALS");
+  const int trials = n ? std::atoi(n) : 200;
+  std::mt19937 gen(7);
+  int loaded = 0, ran = 0, rejected = 0;
+  for (const char* name : models) {
+    fs::path dir = root / name;
+    std::ifstream f(dir / "model.onnx", std::ios::binary);
+    const std::string good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    REQUIRE(!good.empty());
+    const auto inputs = read_all(dir / "test_data_set_0", "input");
+    for (int trial = 0; trial < trials; ++trial) {
+      std::string bad = good;
+      if (trial % 3 == 0)
+        bad.resize(gen() % bad.size());
+      else
+        for (int k = 0; k < 1 + trial % 8; ++k) bad[gen() % bad.size()] = static_cast<char>(gen() % 256);
+      INFO(name << ", trial " << trial);
+      if (std::getenv("ONNX_VERBOSE")) std::fprintf(stderr, "%s, trial %d\n", name, trial);  // before a crash
+      try {
+        mo::Model m = mo::parse(bad, "damaged.onnx", dir.string());
+        ++loaded;
+        m(inputs);
+        ++ran;
+      } catch (const mo::Error& e) {
+        ++rejected;
+        REQUIRE_THAT(e.what(), Contains("damaged.onnx"));
+      }
+    }
+  }
+  std::printf("onnx loader fuzz: %d damaged models, %d loaded, %d ran, %d rejected with onnx::Error\n",
+              trials * static_cast<int>(std::size(models)), loaded, ran, rejected);
+  REQUIRE(loaded > 0);
+  REQUIRE(rejected > 0);
+}
+
 // Any folder of tests in the same layout (tools/export_onnx_models.py writes one): ONNX_TESTDATA/ONNX_SET.
 TEST_CASE("onnx backend tests: a folder", "[.onnx_folder]") {
   const char* set = std::getenv("ONNX_SET");

@@ -52,6 +52,7 @@ void build_graph(Graph& gr, const ::onnx::GraphProto& g, const Context& ctx,
   try {
     for (const auto& init : g.initializer()) {
       Value v(tensor_from_proto(init, ctx.folder));
+      v.constant = true;
       if (init.data_type() != ::onnx::TensorProto::FLOAT || v.t->numel() <= kHostLimit)
         v.h = std::make_shared<const Host>(host_from_proto(init, ctx.folder));
       gr.consts[init.name()] = std::move(v);
@@ -81,6 +82,7 @@ void build_graph(Graph& gr, const ::onnx::GraphProto& g, const Context& ctx,
           n.attribute(0).name() == "value") {  // an initializer by another name: no node to run
         const auto& t = n.attribute(0).t();
         Value v(tensor_from_proto(t, ctx.folder));
+        v.constant = true;
         if (v.t->numel() <= kHostLimit) v.h = std::make_shared<const Host>(host_from_proto(t, ctx.folder));
         gr.consts[n.output(0)] = std::move(v);
         known.insert(n.output(0));

@@ -36,6 +36,9 @@ class NodeInfo {
   std::int64_t opset() const { return opset_; }
   std::size_t inputs() const { return static_cast<std::size_t>(proto_.input_size()); }
   bool has_input(std::size_t k) const { return k < inputs() && !proto_.input(static_cast<int>(k)).empty(); }
+  bool has_output(std::size_t k) const {
+    return k < static_cast<std::size_t>(proto_.output_size()) && !proto_.output(static_cast<int>(k)).empty();
+  }
 
   bool has(const std::string& name) const { return find(name) != nullptr; }
   std::int64_t i(const std::string& name, std::int64_t def) const;
@@ -64,6 +67,7 @@ class Args {
   std::size_t size() const { return in.size(); }
   bool has(std::size_t k) const { return k < in.size() && in[k] && !in[k]->empty(); }
   bool is_host(std::size_t k) const { return has(k) && in[k]->h != nullptr; }
+  bool is_const(std::size_t k) const { return has(k) && in[k]->constant; }  // an initializer or Constant
   const Tensor& t(std::size_t k);  // the Tensor (a host constant is uploaded once)
   const Host& h(std::size_t k);    // the host copy (a Tensor is read back: a realize)
   Dims shape(std::size_t k) const { return need(k).shape(); }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <utility>
 
 #include "metagrad/onnx.hpp"
 #include "ops.hpp"
@@ -27,11 +29,43 @@ struct Window {
     if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" &&
         w.auto_pad != "VALID")
       n.unsupported("auto_pad '" + w.auto_pad + "'");
+    // What the attributes say of the number of spatial axes must agree, at load, where they say it.
+    std::size_t sp = !w.kernel.empty()      ? w.kernel.size()
+                     : !w.strides.empty()   ? w.strides.size()
+                     : !w.dilations.empty() ? w.dilations.size()
+                                            : w.pads.size() / 2;
+    w.check(sp);
     return w;
+  }
+  // Each given attribute has one entry per spatial axis (pads two), each in range.
+  void check(std::size_t spatial) const {
+    auto count = [&](const I64s& v, const char* what, std::size_t n) {
+      if (!v.empty() && v.size() != n)
+        throw Error(std::string(what) + " has " + std::to_string(v.size()) + " entries for " +
+                    std::to_string(spatial) + " spatial axes");
+    };
+    count(kernel, "kernel_shape", spatial), count(strides, "strides", spatial);
+    count(dilations, "dilations", spatial), count(pads, "pads", 2 * spatial);
+    auto at_least = [](const I64s& v, const char* what, std::int64_t low) {
+      for (std::int64_t x : v)
+        if (x < low)
+          throw Error(std::string(what) + " holds " + std::to_string(x) +
+                      " (each must be >= " + std::to_string(low) + ")");
+    };
+    at_least(kernel, "kernel_shape", 1), at_least(strides, "strides", 1), at_least(dilations, "dilations", 1);
+    at_least(pads, "pads", 0);
+  }
+  // The spatial axes of an input (N, C, spatial...).
+  static std::size_t spatial_axes(const Dims& in) {
+    if (in.size() < 3)
+      throw Error("the input " + shape_str(in) + " must be (N, C, spatial...): rank 3 or more");
+    return in.size() - 2;
   }
   // Per spatial axis: kernel (from the weight when not given), strides, dilations, pads (begin, end).
   void resolve(const Dims& in, std::size_t spatial, const I64s& weight_kernel) {
     if (kernel.empty()) kernel = weight_kernel;
+    if (in.size() < spatial + 2) spatial_axes(in);
+    check(spatial);
     if (kernel.size() != spatial)
       throw Error("kernel_shape has " + std::to_string(kernel.size()) + " entries for " +
                   std::to_string(spatial) + " spatial axes");
@@ -58,7 +92,7 @@ struct Window {
   // A copy resolved for an input of shape `in` (N, C, spatial...), the kernel given by the attribute.
   Window at(const Dims& in) const {
     Window w = *this;
-    w.resolve(in, in.size() - 2, {});
+    w.resolve(in, spatial_axes(in), {});
     return w;
   }
   bool padded() const {
@@ -91,6 +125,24 @@ Tensor pool(const Tensor& x, bool max, const Window& w, I64s padding = {0}, bool
 
 I64s spatial_of(const Dims& s, std::size_t from = 2) { return I64s(s.begin() + from, s.end()); }
 
+// The transposes of a Gemm's constant B (transB = 1: nn.Linear's weight), made contiguous and realized
+// once per device and kept: a product with a strided B packs it on every call (ResNet-18's classifier,
+// 1 x 512 by 1000 x 512: 0.9 ms a call against 64 us for B laid out as (512, 1000)).
+class Transposed {
+ public:
+  Tensor of(const Tensor& b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [src, t] : done_)
+      if (src.lazydata.get() == b.lazydata.get()) return t;
+    done_.emplace_back(b, b.transpose(0, 1).contiguous().realize());  // src kept: its address stays unique
+    return done_.back().second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<Tensor, Tensor>> done_;
+};
+
 // A per-channel parameter (C,) shaped to broadcast against (N, C, spatial...).
 Tensor channel(const Tensor& p, std::int64_t rank) {
   I64s s(static_cast<std::size_t>(rank - 1), 1);
@@ -107,8 +159,10 @@ void add_nn_ops(OpTable& t) {
   t["Gemm"] = [](const NodeInfo& n) -> Run {
     double alpha = n.f("alpha", 1), beta = n.f("beta", 1);
     bool ta = n.i("transA", 0), tb = n.i("transB", 0);
+    auto transposed = std::make_shared<Transposed>();
     return [=](Args& a) -> std::vector<Value> {
-      Tensor A = ta ? a.t(0).transpose(0, 1) : a.t(0), B = tb ? a.t(1).transpose(0, 1) : a.t(1);
+      Tensor A = ta ? a.t(0).transpose(0, 1) : a.t(0);
+      Tensor B = !tb ? a.t(1) : a.is_const(1) ? transposed->of(a.t(1)) : a.t(1).transpose(0, 1);
       Tensor r = A.matmul(B);
       if (alpha != 1) r = r * alpha;
       if (a.has(2)) r = r + (beta == 1 ? a.t(2) : a.t(2) * beta);
@@ -130,7 +184,7 @@ void add_nn_ops(OpTable& t) {
     return [w0, group](Args& a) -> std::vector<Value> {
       const Tensor &x = a.t(0), &wt = a.t(1);
       Window w = w0;
-      w.resolve(x.shape(), x.shape().size() - 2, spatial_of(wt.shape()));
+      w.resolve(x.shape(), Window::spatial_axes(x.shape()), spatial_of(wt.shape()));
       std::optional<Tensor> bias;
       if (a.has(2)) bias = a.t(2);
       return {x.conv2d(wt, bias, group, w.strides, w.dilations, w.sides())};
@@ -142,11 +196,14 @@ void add_nn_ops(OpTable& t) {
     I64s out_pad = n.ints("output_padding"), out_shape = n.ints("output_shape");
     return [=](Args& a) -> std::vector<Value> {
       const Tensor &x = a.t(0), &wt = a.t(1);
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       Window w = w0;
       std::string ap = w.auto_pad;
       w.auto_pad = "NOTSET";
       w.resolve(x.shape(), sp, spatial_of(wt.shape()));
+      if ((!out_pad.empty() && out_pad.size() != sp) || (!out_shape.empty() && out_shape.size() < sp))
+        throw Error("output_padding or output_shape does not have an entry per spatial axis of the input " +
+                    shape_str(x.shape()));
       I64s op = out_pad.empty() ? I64s(sp, 0) : out_pad;
       // The full result (no padding), then the window ONNX keeps: [begin, begin + out) per axis.
       Tensor full = x.conv_transpose2d(wt, {}, group, w.strides, w.dilations, {0});
@@ -175,11 +232,16 @@ void add_nn_ops(OpTable& t) {
   };
   t["MaxPool"] = [](const NodeInfo& n) -> Run {
     Window w0 = Window::read(n);
+    // Indices with explicit asymmetric pads: known at load (with auto_pad SAME it depends on the shape).
+    const std::size_t half = w0.pads.size() / 2;
+    if (n.has_output(1) && w0.auto_pad == "NOTSET")
+      for (std::size_t k = 0; k < half; ++k)
+        if (w0.pads[k] != w0.pads[k + half]) n.unsupported("the Indices output with asymmetric pads");
     bool column_major = n.i("storage_order", 0);
     return [w0, column_major](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
       Window w = w0.at(x.shape());
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       if (a.n_out > 1) {
         I64s sym;
         for (std::size_t k = 0; k < sp; ++k) {
@@ -218,7 +280,7 @@ void add_nn_ops(OpTable& t) {
     return [w0, include](Args& a) -> std::vector<Value> {
       Tensor x = a.t(0);
       Window w = w0.at(x.shape());
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       if (!w.padded()) return {pool(x, false, w)};
       Tensor r = pool(x.pad(w.pad_pairs(2), 0.0), false, w);
       if (include) return {r};
@@ -264,7 +326,7 @@ void add_nn_ops(OpTable& t) {
     Window w0 = Window::read(n);
     return [w0](Args& a) -> std::vector<Value> {
       const Tensor& x = a.t(0);
-      std::size_t sp = x.shape().size() - 2;
+      std::size_t sp = Window::spatial_axes(x.shape());
       Window w = w0.at(x.shape());
       I64s out, sym;
       for (std::size_t k = 0; k < sp; ++k) {

@@ -317,15 +317,28 @@ void add_shape_ops(OpTable& t) {
       std::int64_t ax = norm_axis(axis, static_cast<std::int64_t>(s.size()), "Gather: axis");
       if (a.all_host() && a.h(0).numel() <= kHostLimit) return {host_gather(a.h(0), a.h(1), ax)};
       const Tensor& x = a.t(0);
-      Tensor idx = a.t(1).cast(dtypes::int64).reshape({-1});
       std::int64_t dim = s[static_cast<std::size_t>(ax)];
-      idx = (idx < 0).where(idx + dim, idx);
-      Tensor r = x.index_select(ax, idx);
       I64s out;
       for (std::int64_t k = 0; k < ax; ++k) out.push_back(s[static_cast<std::size_t>(k)]);
       for (auto d : is) out.push_back(d);
       for (std::size_t k = static_cast<std::size_t>(ax) + 1; k < s.size(); ++k) out.push_back(s[k]);
-      return {r.reshape(out)};
+      // Host indices that run consecutively (a GPT's positions, Range(0, T)) select a slice: a view,
+      // no gather kernel.
+      if (a.is_host(1) && a.h(1).numel() > 0) {
+        I64s v = a.h(1).ints();
+        for (auto& i : v) i = i < 0 ? i + dim : i;
+        bool run = v[0] >= 0 && v.back() < dim;
+        for (std::size_t k = 1; run && k < v.size(); ++k) run = v[k] == v[k - 1] + 1;
+        if (run) {
+          std::vector<std::pair<std::int64_t, std::int64_t>> cut;
+          for (std::size_t k = 0; k < s.size(); ++k) cut.push_back({0, s[k]});
+          cut[static_cast<std::size_t>(ax)] = {v[0], v.back() + 1};
+          return {x.shrink(cut).reshape(out)};
+        }
+      }
+      Tensor idx = a.t(1).cast(dtypes::int64).reshape({-1});
+      idx = (idx < 0).where(idx + dim, idx);
+      return {x.index_select(ax, idx).reshape(out)};
     };
   };
   t["GatherElements"] = [](const NodeInfo& n) -> Run {

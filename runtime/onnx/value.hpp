@@ -43,6 +43,7 @@ struct Value {
   std::optional<Tensor> t;
   std::shared_ptr<const Host> h;
   std::shared_ptr<const std::vector<Value>> seq;  // a sequence (SequenceConstruct ...), inside the graph only
+  bool constant = false;  // an initializer or a Constant: the same Tensor on every call (on one device)
   Value() = default;
   Value(Tensor x) : t(std::move(x)) {}                              // NOLINT
   Value(Host x) : h(std::make_shared<const Host>(std::move(x))) {}  // NOLINT

@@ -1,0 +1,262 @@
+// The same .onnx files through ONNX Runtime and metagrad::onnx (TinyJit on LLVM; DEVICE overrides), in
+// turns, in one run, at 1 and 2 threads: ResNet-18 at batch 1 and 8, MobileNet v2 at batch 1, the
+// 2-layer transformer encoder at batch 1 and 16 (64 positions), the GPT of examples/gpt on one token and
+// on a 64-token prompt. The models come from tools/export_onnx_models.py:
+//
+//   /usr/bin/python3 tools/export_onnx_models.py /tmp/onnx_models
+//   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt]
+//
+// ONNX Runtime runs in a child process, `node bench/ort_bench.js` with onnxruntime-node found through
+// env ORT_NODE or the CMake cache variable METAGRAD_ORT_NODE (its folder); without node or the module
+// its columns say so and metagrad's rows still print. Each round times ONNX Runtime's runs, then
+// metagrad's, on the same shape; a row reports the best round's median. First inference is metagrad's
+// load + first call (codegen and compilation, kernel cache empty at the start of the run) beside ONNX
+// Runtime's session creation + first run.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "metagrad/cpu/parallel.hpp"
+#include "metagrad/jit.hpp"
+#include "metagrad/metagrad.hpp"
+#include "metagrad/onnx.hpp"
+
+using namespace metagrad;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Row {
+  std::string name, folder;  // folder under the models' directory: test_<model>
+  Dims shape;
+  bool tokens;       // int64 tokens below 96 (the GPT) rather than float32 values
+  double items;      // what one run processes, for the throughput: images, sequences or tokens
+  const char* unit;  // ... and its name
+};
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> r = {
+      {"resnet18/batch1", "test_resnet18", {1, 3, 224, 224}, false, 1, "img"},
+      {"resnet18/batch8", "test_resnet18", {8, 3, 224, 224}, false, 8, "img"},
+      {"mobilenet_v2/batch1", "test_mobilenet_v2", {1, 3, 224, 224}, false, 1, "img"},
+      {"encoder/batch1", "test_transformer_encoder", {64, 1, 64}, false, 1, "seq"},
+      {"encoder/batch16", "test_transformer_encoder", {64, 16, 64}, false, 16, "seq"},
+      {"gpt/token", "test_gpt", {1, 1}, true, 1, "tok"},
+      {"gpt/prompt64", "test_gpt", {1, 64}, true, 64, "tok"},
+  };
+  return r;
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One side's timings of a row: first inference (load + first run) and each timed run, in ms.
+struct Timing {
+  double first = 0;
+  std::vector<double> runs;
+  std::string error;  // why there is none
+};
+
+std::string shape_text(const Dims& d) {
+  std::string s;
+  for (std::size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+  return s;
+}
+
+std::string ort_module() {
+  if (const char* e = ::getenv("ORT_NODE"); e && *e) return e;
+  return METAGRAD_ORT_NODE;
+}
+
+// Why ONNX Runtime cannot run here, or "" when it can.
+std::string ort_missing() {
+  const std::string mod = ort_module();
+  if (mod.empty())
+    return "ONNX Runtime skipped: set ORT_NODE (or -DMETAGRAD_ORT_NODE) to onnxruntime-node's folder";
+  if (!fs::exists(fs::path(mod) / "package.json"))
+    return "ONNX Runtime skipped: no onnxruntime-node at " + mod;
+  if (std::system("node --version > /dev/null 2>&1") != 0) return "ONNX Runtime skipped: node is not on PATH";
+  return "";
+}
+
+// ONNX Runtime through bench/ort_bench.js in a child process; its lines are documented there.
+Timing ort_time(const std::string& model, const Row& row, int threads, int reps) {
+  Timing t;
+  std::string cmd = "ORT_NODE='" + ort_module() + "' node '" METAGRAD_ORT_BENCH_JS "' '" + model + "' " +
+                    shape_text(row.shape) + (row.tokens ? " int64 " : " float32 ") + std::to_string(threads) +
+                    " " + std::to_string(reps) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {0, {}, "popen failed"};
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  if (pclose(p) != 0) return {0, {}, out.substr(0, out.find('\n'))};
+  std::istringstream lines(out);
+  std::string line;
+  double session = 0, first = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream f(line);
+    std::string key;
+    f >> key;
+    if (key == "session_ms") f >> session;
+    if (key == "first_ms") f >> first;
+    for (double v; key == "run_ms" && f >> v;) t.runs.push_back(v);
+  }
+  t.first = session + first;
+  if (t.runs.empty()) t.error = "no timings in: " + out.substr(0, out.find('\n'));
+  return t;
+}
+
+Tensor input_of(const Row& row) {
+  if (!row.tokens) return (Tensor::rand(row.shape) * 2 - 1).realize();
+  return (Tensor::rand(row.shape) * 96).floor().cast(dtypes::int64).realize();
+}
+
+// metagrad: load, the first call realized (kernels generated and compiled), then TinyJit's capture and
+// its replays; each timed run realizes the outputs.
+Timing metagrad_time(const std::string& model, const Row& row, int reps) {
+  Timing t;
+  try {
+    Tensor x = input_of(row);
+    const auto t0 = Clock::now();
+    onnx::Model m = onnx::load(model);
+    auto step = [&](Tensor in) {
+      std::vector<Tensor> outs = m({in});
+      for (Tensor& o : outs) o.realize();
+      return outs;
+    };
+    TinyJit<std::function<std::vector<Tensor>(Tensor)>> jit(step);
+    jit(x);
+    t.first = ms_since(t0);
+    for (int i = 0; i < 2; ++i) jit(x);  // capture, one replay
+    for (int i = 0; i < reps; ++i) {
+      const auto r0 = Clock::now();
+      jit(x);
+      t.runs.push_back(ms_since(r0));
+    }
+  } catch (const std::exception& e) { t.error = e.what(); }
+  return t;
+}
+
+struct Args {
+  std::string models;
+  int reps = 10, rounds = 2;
+  std::vector<int> threads = {1, 2};
+  std::string only;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&](const char* flag) {
+      return s.rfind(flag, 0) == 0 ? s.substr(std::string(flag).size()) : "";
+    };
+    if (auto v = value("--reps="); !v.empty()) {
+      a.reps = std::max(1, std::stoi(v));
+    } else if (auto v2 = value("--rounds="); !v2.empty()) {
+      a.rounds = std::max(1, std::stoi(v2));
+    } else if (auto v3 = value("--threads="); !v3.empty()) {
+      a.threads.clear();
+      std::istringstream f(v3);
+      for (std::string n; std::getline(f, n, ',');) a.threads.push_back(std::max(1, std::stoi(n)));
+    } else if (auto v4 = value("--only="); !v4.empty()) {
+      a.only = v4;
+    } else if (s.rfind("--", 0) != 0 && a.models.empty()) {
+      a.models = s;
+    } else {
+      fprintf(stderr, "bench_onnx: unknown argument %s\n", s.c_str());
+      exit(2);
+    }
+  }
+  if (a.models.empty()) {
+    fprintf(stderr,
+            "usage: bench_onnx MODELS [--reps=N] [--rounds=N] [--threads=1,2] [--only=NAME]\n"
+            "  MODELS: the folder tools/export_onnx_models.py wrote (/usr/bin/python3 "
+            "tools/export_onnx_models.py MODELS)\n");
+    exit(2);
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  ::setenv("DEVICE", "LLVM", 0);
+  // An empty kernel cache, so that the first inference includes every compilation.
+  char dir[] = "/tmp/bench_onnx_cache_XXXXXX";
+  if (!::getenv("METAGRAD_CACHE") && mkdtemp(dir)) ::setenv("METAGRAD_CACHE", dir, 1);
+  const std::string missing = ort_missing();
+  printf("bench_onnx: metagrad on %s (TinyJit) against ONNX Runtime; median of %d runs, best of %d rounds\n",
+         ::getenv("DEVICE"), args.reps, args.rounds);
+  if (!missing.empty()) printf("%s\n", missing.c_str());
+  printf("%-20s %3s | %9s %10s %8s | %9s %10s %8s | %6s | %11s %11s\n", "model", "thr", "mg ms", "mg /s", "",
+         "ort ms", "ort /s", "", "xORT", "mg first ms", "ort first ms");
+  for (int threads : args.threads) {
+    cpu::set_threads(threads);
+    for (const Row& row : rows()) {
+      if (!args.only.empty() && row.name.find(args.only) == std::string::npos) continue;
+      const std::string model = (fs::path(args.models) / row.folder / "model.onnx").string();
+      if (!fs::exists(model)) {
+        printf("%-20s %3d | no %s (run tools/export_onnx_models.py)\n", row.name.c_str(), threads,
+               model.c_str());
+        continue;
+      }
+      Timing mg, ort;
+      double mg_best = 0, ort_best = 0;
+      for (int r = 0; r < args.rounds; ++r) {
+        if (missing.empty()) {
+          Timing o = ort_time(model, row, threads, args.reps);
+          if (!o.error.empty()) ort.error = o.error;
+          if (!o.runs.empty() && (ort_best == 0 || median(o.runs) < ort_best)) ort_best = median(o.runs);
+          if (r == 0) ort.first = o.first;
+        }
+        Timing m = metagrad_time(model, row, args.reps);
+        if (!m.error.empty()) mg.error = m.error;
+        if (!m.runs.empty() && (mg_best == 0 || median(m.runs) < mg_best)) mg_best = median(m.runs);
+        if (r == 0) mg.first = m.first;
+      }
+      const char* u = row.unit;
+      printf("%-20s %3d | ", row.name.c_str(), threads);
+      if (mg_best > 0)
+        printf("%9.3f %10.1f %-8s | ", mg_best, row.items * 1e3 / mg_best, (std::string(u) + "/s").c_str());
+      else
+        printf("%9s %10s %-8s | ", "-", "-", "");
+      if (ort_best > 0)
+        printf("%9.3f %10.1f %-8s | ", ort_best, row.items * 1e3 / ort_best, (std::string(u) + "/s").c_str());
+      else
+        printf("%9s %10s %-8s | ", "-", "-", "");
+      if (mg_best > 0 && ort_best > 0)
+        printf("%5.2fx | ", ort_best / mg_best);
+      else
+        printf("%6s | ", "-");
+      auto first = [](double ms, bool ran) {  // "-" where that side did not run
+        char b[32] = "-";
+        if (ran) snprintf(b, sizeof b, "%.1f", ms);
+        return std::string(b);
+      };
+      printf("%11s %11s\n", first(mg.first, mg_best > 0).c_str(), first(ort.first, ort_best > 0).c_str());
+      if (!mg.error.empty()) printf("  metagrad failed: %s\n", mg.error.c_str());
+      if (!ort.error.empty()) printf("  ONNX Runtime failed: %s\n", ort.error.c_str());
+      fflush(stdout);
+    }
+  }
+  if (dir[sizeof dir - 2] != 'X') fs::remove_all(dir);
+}
