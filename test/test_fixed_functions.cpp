@@ -211,7 +211,7 @@ void rule_agrees(S s, D d, std::mt19937& rng) {
   }
 std::vector<Case> rule_cases() {
   return {
-      RULE("reshape", x.template reshape<C, R>(), x.reshape({C, R})),
+      RULE("reshape", (x.template reshape<C, R>()), x.reshape({C, R})),
       RULE("permute", (x.template reshape<2, 2, C>().template permute<2, 0, 1>()),
            x.reshape({2, 2, C}).permute({2, 0, 1})),
       RULE("transpose", x.transpose(), x.transpose()),
