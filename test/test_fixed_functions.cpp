@@ -167,6 +167,81 @@ TEST_CASE("every static elementwise op matches the dynamic path in values and gr
   }
 }
 
+namespace {
+// Every movement and reduce rule (metagrad/shape_rules.hpp) on both paths, on inputs with ties,
+// NaN and infinities and incoming gradients with infinities and NaN. Inputs and gradients are small
+// dyadic numbers, so every sum is exact in any order: values and gradients must then be equal
+// (both NaN counts as equal; 0 and -0 too).
+template <class Tn>
+Tn special_values(std::mt19937& rng, std::initializer_list<float> finite, std::initializer_list<float> rare) {
+  std::uniform_int_distribution<std::size_t> f(0, finite.size() - 1), s(0, rare.size() - 1), one_in(0, 7);
+  Tn t;
+  for (float& v : t) v = one_in(rng) ? finite.begin()[f(rng)] : rare.begin()[s(rng)];
+  return t;
+}
+template <class Tn>
+void equal(const Tn& got, const T& want, const char* what) {
+  std::vector<float> w = want.to_vector<float>();
+  REQUIRE(w.size() == static_cast<std::size_t>(Tn::size));
+  for (index_t i = 0; i < Tn::size; ++i) {
+    float a = got[i], b = w[std::size_t(i)];
+    INFO(what << ", flat index " << i << ": static " << a << ", dynamic " << b);
+    REQUIRE((a == b || (std::isnan(a) && std::isnan(b))));
+  }
+}
+template <class S, class D>
+void rule_agrees(S s, D d, std::mt19937& rng) {
+  constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto x = special_values<X>(rng, {-2, -1, 0.5, 1, 3}, {inf, -inf, nan});
+  for (index_t c = 0; c < C; ++c) x[2 * C + c] = -inf;  // a row whose max is -inf, reached by all
+  auto e = s(x);
+  auto r = special_values<fx::TensorOf<decltype(e)>>(rng, {-2, -1, -0.5, 0.25, 1, 3}, {inf, -inf, nan});
+  T p = dyn(x, true), out = d(p);
+  equal(fx::eval(e), out, "value");
+  auto g = fx::eval(fx::grad((e * r).sum(), x));
+  (out * dyn(r)).sum().backward();
+  REQUIRE(p.grad);
+  equal(std::get<0>(g), *p.grad, "gradient");
+}
+#define RULE(name, S, D)                                                               \
+  Case {                                                                               \
+    name, [](std::mt19937& rng) {                                                      \
+      rule_agrees([](const auto& x) { return S; }, [](const T& x) { return D; }, rng); \
+    }                                                                                  \
+  }
+std::vector<Case> rule_cases() {
+  return {
+      RULE("reshape", (x.template reshape<C, R>()), x.reshape({C, R})),
+      RULE("permute", (x.template reshape<2, 2, C>().template permute<2, 0, 1>()),
+           x.reshape({2, 2, C}).permute({2, 0, 1})),
+      RULE("transpose", x.transpose(), x.transpose()),
+      RULE("expand", (x.template reshape<R, 1, C>().template expand<R, 3, C>()),
+           x.reshape({R, 1, C}).expand({R, 3, C})),
+      RULE("pad", (x.template pad<1, 2, 0, 3>()), x.pad({{1, 2}, {0, 3}})),
+      RULE("shrink", (x.template shrink<1, 3, 2, 9>()), x.shrink({{1, 3}, {2, 9}})),
+      RULE("flip", x.template flip<1>(), x.flip(1)),
+      RULE("flip both", (x.template flip<0, 1>()), x.flip({0, 1})),
+      RULE("sum rows", x.template sum<1>(), x.sum(1)),
+      RULE("sum columns", x.template sum<0>(fx::keepdim), x.sum(0, true)),
+      RULE("sum all", (x.template sum<0, 1>()), x.sum({0, 1})),
+      RULE("max rows", x.template max<1>(), x.max(1)),
+      RULE("max columns", x.template max<0>(fx::keepdim), x.max(0, true)),
+      RULE("max all", (x.template max<0, 1>()), x.max({0, 1})),
+  };
+}
+#undef RULE
+}  // namespace
+
+TEST_CASE("every movement and reduce rule agrees on both paths on ties, NaN and infinities",
+          "[fixed][rules]") {
+  for (const Case& c : rule_cases())
+    for (int seed = 0; seed < 3; ++seed) {
+      INFO(c.name << ", seed " << seed);
+      std::mt19937 rng(700 + seed);
+      c.run(rng);
+    }
+}
+
 TEST_CASE("the elementwise table lists every Fn and every elementwise method", "[fixed]") {
   std::set<std::string> names = case_names();
   boost::mp11::mp_for_each<boost::mp11::mp_iota_c<metagrad::fn::kFnCount>>([&](auto i) {

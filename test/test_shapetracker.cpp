@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <metagrad/shape/inverse.hpp>
 #include <metagrad/shape/shapetracker.hpp>
 #include <metagrad/shape/symbolic.hpp>
 #include <metagrad/shape/view.hpp>
@@ -817,5 +818,50 @@ TEST_CASE("ShapeTracker: simplify merges views where it can and only there", "[s
     REQUIRE(idx.evaluate({{"idx0", 0}, {"idx1", 1}}) == 0);
     REQUIRE(idx.evaluate({{"idx0", 0}, {"idx1", 2}}) == 10);
     REQUIRE(valid.evaluate({{"idx0", 1}, {"idx1", 50}}) == 0);
+  }
+}
+
+// The inverses the backward rules move a gradient back with (metagrad/shape/inverse.hpp): on random
+// shapes and arguments, each movement followed by its inverse is the view it started from (a shrink
+// undone by a pad: the slice in place, every other position masked).
+static_assert(metagrad::inverse_permutation(Dims{2, 0, 1}) == Dims{1, 2, 0});
+static_assert(metagrad::broadcast_axes(Dims{3, 1, 5, 1}, Dims{3, 4, 5, 2}) == Dims{1, 3});
+TEST_CASE("View: each movement's inverse (shape/inverse.hpp) undoes it", "[shapetracker][rules]") {
+  std::mt19937 rng(0x1A7E);
+  auto uniform = [&](i64 lo, i64 hi) { return std::uniform_int_distribution<i64>(lo, hi)(rng); };
+  for (int trial = 0; trial < 300; ++trial) {
+    Dims shape;
+    for (i64 r = uniform(1, 4); r-- > 0;) shape.push_back(uniform(1, 5));
+    const View v(shape);
+    Dims order;
+    for (std::size_t i = 0; i < shape.size(); ++i) order.push_back(static_cast<i64>(i));
+    std::shuffle(order.begin(), order.end(), rng);
+    Pairs pad, slice;
+    Dims flipped;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      pad.push_back({uniform(0, 3), uniform(0, 3)});
+      const i64 begin = uniform(0, shape[i] - 1);
+      slice.push_back({begin, uniform(begin + 1, shape[i])});
+      if (uniform(0, 1)) flipped.push_back(static_cast<i64>(i));
+    }
+    INFO("shape " << to_string(shape) << ", order " << to_string(order) << ", pad " << to_string(pad)
+                  << ", slice " << to_string(slice) << ", flipped " << to_string(flipped));
+    REQUIRE(v.permute(order).permute(metagrad::inverse_permutation(order)) == v);
+    REQUIRE(v.pad(pad).shrink(metagrad::shrink_of_pad(pad, shape)) == v);
+    const Dims steps = metagrad::flip_steps(flipped, shape.size());
+    REQUIRE(v.stride(steps).stride(steps) == v);
+    const View back = v.shrink(slice).pad(metagrad::pad_of_shrink(slice, shape));
+    REQUIRE(back.shape == shape);
+    for (i64 flat = 0; flat < v.size(); ++flat) {
+      Dims pos = Dims::filled(shape.size(), 0);
+      bool inside = true;
+      for (std::size_t i = shape.size(), rest = static_cast<std::size_t>(flat); i-- > 0;) {
+        pos[i] = static_cast<i64>(rest % static_cast<std::size_t>(shape[i]));
+        rest /= static_cast<std::size_t>(shape[i]);
+        inside = inside && slice[i].first <= pos[i] && pos[i] < slice[i].second;
+      }
+      REQUIRE(back.valid(pos) == inside);
+      if (inside) REQUIRE(back.index(pos) == v.index(pos));
+    }
   }
 }

@@ -14,6 +14,7 @@
 #include "metagrad/functions.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/ops.hpp"
+#include "metagrad/shape_rules.hpp"
 
 namespace metagrad {
 
@@ -56,28 +57,47 @@ struct Map final : FunctionImpl<Map<F>, fn::FnTraits<F>::arity> {
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
   const char* name() const override;  // the seed's: "Sigmoid", "Maximum"
 };
-#define METAGRAD_MAP_MLOP(Name, F) \
-  extern template struct Map<F>;   \
-  using Name = Map<F>;
-METAGRAD_MAP_MLOP(Exp, fn::Fn::EXP)
-METAGRAD_MAP_MLOP(Exp2, fn::Fn::EXP2)
-METAGRAD_MAP_MLOP(Log, fn::Fn::LOG)
-METAGRAD_MAP_MLOP(Sin, fn::Fn::SIN)
-METAGRAD_MAP_MLOP(Relu, fn::Fn::RELU)
-METAGRAD_MAP_MLOP(Sigmoid, fn::Fn::SIGMOID)
-METAGRAD_MAP_MLOP(Erf, fn::Fn::ERF)
-METAGRAD_MAP_MLOP(Gelu, fn::Fn::GELU)
-METAGRAD_MAP_MLOP(Atan, fn::Fn::ATAN)
-METAGRAD_MAP_MLOP(Asin, fn::Fn::ASIN)
-METAGRAD_MAP_MLOP(Acos, fn::Fn::ACOS)
-METAGRAD_MAP_MLOP(Add, fn::Fn::ADD)
-METAGRAD_MAP_MLOP(Sub, fn::Fn::SUB)
-METAGRAD_MAP_MLOP(Mul, fn::Fn::MUL)
-METAGRAD_MAP_MLOP(Div, fn::Fn::DIV)
-METAGRAD_MAP_MLOP(Pow, fn::Fn::POW)
-METAGRAD_MAP_MLOP(Maximum, fn::Fn::MAX)
-METAGRAD_MAP_MLOP(Where, fn::Fn::WHERE)
-#undef METAGRAD_MAP_MLOP
+// Every movement: its backward rule is its MoveTraits entry (metagrad/shape_rules.hpp), shared
+// with the static path. Flip (STRIDE) takes the axes to flip, the others their op's argument.
+template <MovementOps M>
+struct Move final : FunctionImpl<Move<M>, 1> {
+  using Arg = typename fn::MoveTraits<M>::Arg;
+  Arg arg;
+  Dims input_shape;
+  LazyBufferPtr forward(const LazyBufferPtr& x, const Arg& arg_);
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
+  const char* name() const override;
+};
+// Every reduction, to the output shape (same rank, reduced axes 1): its backward rule is its
+// ReduceTraits entry, shared with the static path.
+template <ReduceOps R>
+struct Reduce final : FunctionImpl<Reduce<R>, 1> {
+  LazyBufferPtr x, ret;
+  LazyBufferPtr forward(const LazyBufferPtr& x_, const Dims& new_shape);
+  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
+  const char* name() const override;
+};
+
+// The mlops generated from a traits table, listed once: (template, its argument, the seed's name).
+// Each is an alias declared here and instantiated in runtime/tensor/mlops.cpp.
+// clang-format off
+#define METAGRAD_GENERATED_MLOPS(X)                                                                    \
+  X(Map, fn::Fn::EXP, Exp) X(Map, fn::Fn::EXP2, Exp2) X(Map, fn::Fn::LOG, Log) X(Map, fn::Fn::SIN, Sin) \
+  X(Map, fn::Fn::RELU, Relu) X(Map, fn::Fn::SIGMOID, Sigmoid) X(Map, fn::Fn::ERF, Erf)                  \
+  X(Map, fn::Fn::GELU, Gelu) X(Map, fn::Fn::ATAN, Atan) X(Map, fn::Fn::ASIN, Asin)                      \
+  X(Map, fn::Fn::ACOS, Acos) X(Map, fn::Fn::ADD, Add) X(Map, fn::Fn::SUB, Sub) X(Map, fn::Fn::MUL, Mul) \
+  X(Map, fn::Fn::DIV, Div) X(Map, fn::Fn::POW, Pow) X(Map, fn::Fn::MAX, Maximum)                        \
+  X(Map, fn::Fn::WHERE, Where)                                                                          \
+  X(Reduce, ReduceOps::SUM, Sum) X(Reduce, ReduceOps::MAX, Max)                                         \
+  X(Move, MovementOps::RESHAPE, Reshape) X(Move, MovementOps::EXPAND, Expand)                           \
+  X(Move, MovementOps::PERMUTE, Permute) X(Move, MovementOps::PAD, Pad)                                 \
+  X(Move, MovementOps::SHRINK, Shrink) X(Move, MovementOps::STRIDE, Flip)
+// clang-format on
+#define METAGRAD_MLOP_ALIAS(Template, Arg, Name) \
+  extern template struct Template<Arg>;          \
+  using Name = Template<Arg>;
+METAGRAD_GENERATED_MLOPS(METAGRAD_MLOP_ALIAS)
+#undef METAGRAD_MLOP_ALIAS
 
 #define METAGRAD_MLOP(Name, Arity) struct Name final : FunctionImpl<Name, Arity>
 
@@ -90,55 +110,11 @@ METAGRAD_MLOP(Cast, 1) {
   LazyBufferPtr forward(const LazyBufferPtr& x, DType dtype);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
 };
-// Reductions take the output shape: same rank, reduced axes 1.
-METAGRAD_MLOP(Sum, 1) {
-  Dims input_shape;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Dims& new_shape);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Max, 1) {
-  LazyBufferPtr x, ret;
-  LazyBufferPtr forward(const LazyBufferPtr& x_, const Dims& new_shape);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
 // Not differentiable: its output is bool.
 METAGRAD_MLOP(Equal, 2) {
   LazyBufferPtr forward(const LazyBufferPtr& x, const LazyBufferPtr& y);
   std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
 };
-METAGRAD_MLOP(Expand, 1) {
-  Dims input_shape;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Dims& shape);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Reshape, 1) {
-  Dims input_shape;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Dims& shape);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Permute, 1) {
-  Dims order;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Dims& order_);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-// arg[i] = (before, after)
-METAGRAD_MLOP(Pad, 1) {
-  Pairs narg;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Pairs& arg);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-// arg[i] = [begin, end)
-METAGRAD_MLOP(Shrink, 1) {
-  Pairs narg;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Pairs& arg);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-METAGRAD_MLOP(Flip, 1) {
-  Dims steps;
-  LazyBufferPtr forward(const LazyBufferPtr& x, const Dims& axes);
-  std::vector<LazyBufferPtr> backward(const LazyBufferPtr& g) override;
-};
-
 #undef METAGRAD_MLOP
 
 }  // namespace mlops

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "metagrad/detail/cat.hpp"
@@ -66,11 +68,6 @@ L L::log() const { return FnTraits<Fn::LOG>::forward(*this); }
 LB lb(const L& x) { return x.p; }
 LB lb(none) { return nullptr; }
 
-// A bool mask as the gradient's dtype.
-LB as(const LB& mask, const LB& like) { return mask->cast(like->dtype); }
-// g where mask holds, else 0: a select, so an inf in g where the mask is off gives 0, not NaN.
-LB only(const LB& mask, const LB& g) { return mask->e(TernaryOps::WHERE, g, g->const_like(0)); }
-LB is_not(const LB& mask) { return mask->e(BinaryOps::CMPEQ, mask->const_like(0)); }
 }  // namespace
 
 LB Contiguous::forward(const LB& x) { return x->contiguous(); }
@@ -81,6 +78,13 @@ LB Cast::forward(const LB& x, DType dtype) {
   return x->cast(dtype);
 }
 std::vector<LB> Cast::backward(const LB& g) { return {g->cast(input_dtype)}; }
+
+// "metagrad::mlops::" and a traits entry's name capitalised: the seed's "Sigmoid", "Reshape".
+static std::string mlop_name(const char* entry) {
+  std::string s = entry;
+  s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+  return "metagrad::mlops::" + s;
+}
 
 // The node protocol of functions.hpp over a Map's saved values.
 template <Fn F>
@@ -111,77 +115,43 @@ std::vector<LB> Map<F>::backward(const LB& g) {
 }
 template <Fn F>
 const char* Map<F>::name() const {
-  static const std::string n = [] {
-    std::string s = FnTraits<F>::name;
-    s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
-    return "metagrad::mlops::" + s;
-  }();
+  static const std::string n = mlop_name(FnTraits<F>::name);
   return n.c_str();
 }
-template struct Map<Fn::EXP>;
-template struct Map<Fn::EXP2>;
-template struct Map<Fn::LOG>;
-template struct Map<Fn::SIN>;
-template struct Map<Fn::RELU>;
-template struct Map<Fn::SIGMOID>;
-template struct Map<Fn::ERF>;
-template struct Map<Fn::GELU>;
-template struct Map<Fn::ATAN>;
-template struct Map<Fn::ASIN>;
-template struct Map<Fn::ACOS>;
-template struct Map<Fn::ADD>;
-template struct Map<Fn::SUB>;
-template struct Map<Fn::MUL>;
-template struct Map<Fn::DIV>;
-template struct Map<Fn::POW>;
-template struct Map<Fn::MAX>;
-template struct Map<Fn::WHERE>;
 
-LB Sum::forward(const LB& x, const Dims& new_shape) {
-  input_shape = x->shape();
-  return x->r(ReduceOps::SUM, new_shape);
-}
-std::vector<LB> Sum::backward(const LB& g) { return {g->movement_op(MovementOps::EXPAND, input_shape)}; }
+// The node protocol of shape_rules.hpp over a reduction's saved values.
+template <ReduceOps R>
+struct ReduceNode {
+  const Reduce<R>& r;
+  DType dtype;  // the gradient's
+  L out() const { return r.ret; }
+  template <std::size_t I>
+  L x() const {
+    return r.x;
+  }
+  L expand(const L& v) const { return v.p->movement_op(MovementOps::EXPAND, r.x->shape()); }
+  L sum(const L& v) const { return v.p->r(ReduceOps::SUM, r.ret->shape()); }
+  L as_grad(const L& mask) const { return mask.p->cast(dtype); }
+};
 
-LB Max::forward(const LB& x_, const Dims& new_shape) {
+template <ReduceOps R>
+LB Reduce<R>::forward(const LB& x_, const Dims& new_shape) {
   x = x_;
-  return ret = x->r(ReduceOps::MAX, new_shape);
+  return ret = x->r(R, new_shape);
 }
-// The gradient is shared equally among the elements that reach the max; a NaN max is reached by
-// the NaNs (as PyTorch's max()), so a NaN row's gradient is finite too.
-std::vector<LB> Max::backward(const LB& g) {
-  LB hit = x->e(BinaryOps::CMPEQ, ret->movement_op(MovementOps::EXPAND, x->shape()));
-  LB is_max = hit->e(BinaryOps::MAX, is_not(x->e(BinaryOps::CMPEQ, x)));  // or: bools' MAX
-  LB count = as(is_max, g)->r(ReduceOps::SUM, g->shape());
-  return {only(is_max, g->e(BinaryOps::DIV, count)->movement_op(MovementOps::EXPAND, x->shape()))};
+template <ReduceOps R>
+std::vector<LB> Reduce<R>::backward(const LB& g) {
+  return {lb(fn::ReduceTraits<R>::grad(ReduceNode<R>{*this, g->dtype}, L(g)))};
+}
+template <ReduceOps R>
+const char* Reduce<R>::name() const {
+  static const std::string n = mlop_name(fn::ReduceTraits<R>::name);
+  return n.c_str();
 }
 
 LB Equal::forward(const LB& x, const LB& y) { return x->e(BinaryOps::CMPEQ, y); }
 std::vector<LB> Equal::backward(const LB&) {
   throw std::logic_error("mlops::Equal has no derivative: comparisons are not differentiable");
-}
-
-LB Expand::forward(const LB& x, const Dims& shape) {
-  input_shape = x->shape();
-  return x->movement_op(MovementOps::EXPAND, shape);
-}
-std::vector<LB> Expand::backward(const LB& g) { return {g->r(ReduceOps::SUM, input_shape)}; }
-
-LB Reshape::forward(const LB& x, const Dims& shape) {
-  input_shape = x->shape();
-  return x->movement_op(MovementOps::RESHAPE, shape);
-}
-std::vector<LB> Reshape::backward(const LB& g) { return {g->movement_op(MovementOps::RESHAPE, input_shape)}; }
-
-LB Permute::forward(const LB& x, const Dims& order_) {
-  order = order_;
-  return x->movement_op(MovementOps::PERMUTE, order);
-}
-std::vector<LB> Permute::backward(const LB& g) {
-  Dims inverse = Dims::filled(order.size(), 0);
-  for (std::size_t i = 0; i < order.size(); ++i)
-    inverse[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
-  return {g->movement_op(MovementOps::PERMUTE, inverse)};
 }
 
 // Checked before reading the shape along `arg`: a wrong rank must be an error, not a read past it.
@@ -191,26 +161,35 @@ static void check_rank(const char* op, const LB& x, const Pairs& arg) {
                                             ": one pair per dimension"));
 }
 
-LB Pad::forward(const LB& x, const Pairs& arg) {
-  check_rank("pad", x, arg);
-  for (std::size_t i = 0; i < arg.size(); ++i) narg.push_back({arg[i].first, arg[i].first + x->shape()[i]});
-  return x->movement_op(MovementOps::PAD, arg);
+template <MovementOps M>
+LB Move<M>::forward(const LB& x, const Arg& arg_) {
+  if constexpr (std::is_same_v<Arg, Pairs>) check_rank(fn::MoveTraits<M>::name, x, arg_);
+  input_shape = x->shape();
+  if constexpr (M == MovementOps::STRIDE)
+    arg = flip_steps(arg_, input_shape.size());  // flip's axes
+  else
+    arg = arg_;
+  return x->movement_op(M, arg);
 }
-std::vector<LB> Pad::backward(const LB& g) { return {g->movement_op(MovementOps::SHRINK, narg)}; }
+// g moved back by the rule: a movement, or expand's sum back to the input's shape.
+template <MovementOps M>
+std::vector<LB> Move<M>::backward(const LB& g) {
+  using Rule = fn::MoveTraits<M>;
+  auto back = Rule::back_arg(arg, input_shape);
+  if constexpr (std::is_same_v<decltype(Rule::back), const ReduceOps>)
+    return {g->r(Rule::back, back)};
+  else
+    return {g->movement_op(Rule::back, back)};
+}
+template <MovementOps M>
+const char* Move<M>::name() const {
+  static const std::string n = mlop_name(fn::MoveTraits<M>::name);
+  return n.c_str();
+}
 
-LB Shrink::forward(const LB& x, const Pairs& arg) {
-  check_rank("shrink", x, arg);
-  for (std::size_t i = 0; i < arg.size(); ++i) narg.push_back({arg[i].first, x->shape()[i] - arg[i].second});
-  return x->movement_op(MovementOps::SHRINK, arg);
-}
-std::vector<LB> Shrink::backward(const LB& g) { return {g->movement_op(MovementOps::PAD, narg)}; }
-
-LB Flip::forward(const LB& x, const Dims& axes) {
-  steps = Dims::filled(x->shape().size(), 1);
-  for (std::int64_t a : axes) steps[static_cast<std::size_t>(a)] = -1;
-  return x->movement_op(MovementOps::STRIDE, steps);
-}
-std::vector<LB> Flip::backward(const LB& g) { return {g->movement_op(MovementOps::STRIDE, steps)}; }
+#define METAGRAD_MLOP_INSTANCE(Template, Arg, Name) template struct Template<Arg>;
+METAGRAD_GENERATED_MLOPS(METAGRAD_MLOP_INSTANCE)
+#undef METAGRAD_MLOP_INSTANCE
 
 }  // namespace mlops
 }  // namespace metagrad

@@ -3,6 +3,7 @@
 // shrink (slicing), flip, transpose. Each is a Move node; its View is computed in a constant
 // expression, and a bad argument is a compile error naming the op, the shape and the argument.
 #include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/shape/inverse.hpp"
 
 namespace metagrad::fixed {
 
@@ -81,11 +82,7 @@ auto ExprBase<D>::flip() const {
   METAGRAD_FIXED_SHAPE_CHECK(ax.ok, "fixed: flip: each axis must exist and appear once", err::flip,
                              typename E::shape, Args<A...>);
   if constexpr (ax.ok) {
-    constexpr Dims steps = [] {
-      Dims s = Dims::filled(E::shape::rank, 1);
-      for (std::int64_t a : normalize_axes(Dims{A...}, E::shape::rank).axes) s[a] = -1;
-      return s;
-    }();
+    constexpr Dims steps = flip_steps(ax.axes, E::shape::rank);
     return detail::move<E, MovementOps::STRIDE, steps>(self().expr());
   }
 }

@@ -3,8 +3,10 @@
 // `Vjp<Op>::grad<I>(n, g)` is the expression of d loss / d child I, given the incoming gradient
 // expression g (the node's shape) and the node n (n.out(): its forward value, n.x<I>(): child I's,
 // n.op(): its op, for ops with run-time data), or `none` where child I gets no gradient
-// (comparisons, a where's condition). The rules are the
-// dynamic path's (runtime/tensor/mlops.cpp), so both paths agree to rounding.
+// (comparisons, a where's condition). The elementwise, movement and reduce rules are not written
+// here: they are the FnTraits, MoveTraits and ReduceTraits entries (metagrad/functions.hpp,
+// metagrad/shape_rules.hpp) the dynamic path's mlops are generated from too, so both paths agree
+// to rounding (test/test_fixed_functions.cpp checks every one).
 #include <cstddef>
 #include <tuple>
 
@@ -12,6 +14,7 @@
 #include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/reduce.hpp"
 #include "metagrad/functions.hpp"
+#include "metagrad/shape_rules.hpp"
 
 namespace metagrad::fixed {
 
@@ -59,20 +62,13 @@ struct Vjp<op::Gate> {  // the same switch on the gradient
   }
 };
 
+// Reductions and movements: the rules of their MoveTraits and ReduceTraits entries
+// (metagrad/shape_rules.hpp), shared with the dynamic path.
 template <ReduceOps R, Dims Axes>
 struct Vjp<op::Reduce<R, Axes>> {
   template <std::size_t I, class N, class G>
   static auto grad(const N& n, const G& g) {
-    constexpr Dims in = N::template child_t<0>::shape::dims;
-    if constexpr (R == ReduceOps::SUM) {
-      return detail::expand_to<in>(g);
-    } else {  // shared equally among the elements that reach the max
-      using T = typename G::value_type;
-      auto is_max = (n.template x<0>() == detail::expand_to<in>(n.out())).template cast<T>();
-      auto count =
-          detail::expand_to<in>(Expr<op::Reduce<ReduceOps::SUM, Axes>, decltype(is_max)>({}, is_max));
-      return is_max / count * detail::expand_to<in>(g);
-    }
+    return fn::ReduceTraits<R>::grad(detail::ReduceNode<Axes, N, typename G::value_type>{{n}}, g);
   }
 };
 
@@ -80,42 +76,13 @@ template <MovementOps M, auto Arg>
 struct Vjp<op::Move<M, Arg>> {
   template <std::size_t I, class N, class G>
   static auto grad(const N&, const G& g) {
-    constexpr Dims in = N::template child_t<0>::shape::dims;
-    if constexpr (M == MovementOps::RESHAPE) {
-      return detail::move<G, MovementOps::RESHAPE, in>(g);
-    } else if constexpr (M == MovementOps::EXPAND) {
-      return detail::sum_to<in>(g);
-    } else if constexpr (M == MovementOps::PERMUTE && detail::swaps_last_two<M, Arg>() &&
-                         detail::transposable_product<G>::value) {
+    if constexpr (detail::swaps_last_two<M, Arg>() && detail::transposable_product<G>::value) {
       // (a b)^T as b^T a^T: a linear layer's weight (out, in) read as w.transpose() gets its
       // gradient from one product written in its own layout, not a product and a transposed copy
       return matmul(detail::transposed(fixed::child<1>(g)), detail::transposed(fixed::child<0>(g)));
-    } else if constexpr (M == MovementOps::PERMUTE) {
-      constexpr Dims inverse = [] {
-        Dims d = Dims::filled(Arg.size(), 0);
-        for (std::size_t i = 0; i < Arg.size(); ++i)
-          d[static_cast<std::size_t>(Arg[i])] = static_cast<std::int64_t>(i);
-        return d;
-      }();
-      return detail::move<G, MovementOps::PERMUTE, inverse>(g);
-    } else if constexpr (M == MovementOps::PAD) {  // the padding cut off again
-      constexpr Pairs keep = [] {
-        Pairs p;
-        for (std::size_t i = 0; i < Arg.size(); ++i)
-          p.push_back({Arg[i].first, Arg[i].first + N::template child_t<0>::shape::dims[i]});
-        return p;
-      }();
-      return detail::move<G, MovementOps::SHRINK, keep>(g);
-    } else if constexpr (M == MovementOps::SHRINK) {  // zeros where the slice cut
-      constexpr Pairs around = [] {
-        Pairs p;
-        for (std::size_t i = 0; i < Arg.size(); ++i)
-          p.push_back({Arg[i].first, N::template child_t<0>::shape::dims[i] - Arg[i].second});
-        return p;
-      }();
-      return detail::move<G, MovementOps::PAD, around>(g);
-    } else {  // STRIDE of +-1 (flip) is its own inverse
-      return detail::move<G, MovementOps::STRIDE, Arg>(g);
+    } else {
+      using Rule = fn::MoveTraits<M>;
+      return detail::move_back<Rule::back, Rule::back_arg(Arg, N::template child_t<0>::shape::dims)>(g);
     }
   }
 };

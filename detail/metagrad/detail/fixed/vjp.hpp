@@ -7,6 +7,7 @@
 
 #include "metagrad/detail/fixed/matmul.hpp"
 #include "metagrad/fixed/elementwise.hpp"
+#include "metagrad/shape/inverse.hpp"
 
 namespace metagrad::fixed::detail {
 // A node as an FnTraits rule sees it, asking for child Want's gradient only: the others' terms are
@@ -38,17 +39,37 @@ auto expand_to(const G& g) {
 // g summed down to `To` (same rank: the axes where To is 1 and g is not).
 template <Dims To, class G>
 auto sum_to(const G& g) {
-  constexpr Dims axes = [] {
-    Dims a;
-    for (std::size_t i = 0; i < To.size(); ++i)
-      if (To[i] != G::shape::dims[i]) a.push_back(static_cast<std::int64_t>(i));
-    return a;
-  }();
+  constexpr Dims axes = broadcast_axes(To, G::shape::dims);
   if constexpr (axes.empty())
     return g;
   else
     return Expr<op::Reduce<ReduceOps::SUM, axes>, G>(op::Reduce<ReduceOps::SUM, axes>{}, g);
 }
+// g moved back by a MoveTraits rule: a movement, or expand's sum back to the input's shape.
+template <auto Back, auto Arg, class G>
+auto move_back(const G& g) {
+  if constexpr (std::is_same_v<decltype(Back), ReduceOps>)
+    return sum_to<Arg>(g);
+  else
+    return move<G, Back, Arg>(g);
+}
+// A reduction's node as its ReduceTraits rule sees it (metagrad/shape_rules.hpp), T the gradient's
+// element type: its only child's value and output as Only gives them.
+template <Dims Axes, class N, class T>
+struct ReduceNode : Only<0, N> {
+  template <class V>
+  auto expand(const V& v) const {
+    return expand_to<N::template child_t<0>::shape::dims>(v);
+  }
+  template <class V>
+  auto sum(const V& v) const {
+    return Expr<op::Reduce<ReduceOps::SUM, Axes>, V>({}, v);
+  }
+  template <class M>
+  auto as_grad(const M& mask) const {
+    return mask.template cast<T>();
+  }
+};
 
 // A permutation that swaps the last two axes and keeps the others.
 template <MovementOps M, auto Arg>
