@@ -66,6 +66,7 @@ inline constexpr bool kAllTiles = false;
 #endif
 
 inline constexpr int kTileRows = METAGRAD_GEMM_MR(kVectorBytes);  // (gemm_plan.h)
+static_assert(METAGRAD_GEMM_POOL_MACS == kParallelMacs, "gemm_plan.h: the pool's threshold is every op's");
 
 template <class T, bool AllTiles = kAllTiles>
 struct Gemm {
@@ -202,10 +203,10 @@ struct Gemm {
 
   // C (m x n, row stride ldc) = A B, or (acc) C += A B; A[i][p] = a[i * ars + p * acs],
   // B[p][j] = b[p * brs + j * bcs].
-  // Above kParallelMacs the work of each KC step is cut into parts (kPartsPerThread a pool thread)
-  // over C's row strips or its column strips (by_rows below); each part packs its A blocks into its
-  // own buffer (from the caller's arena, so no worker allocates). Every element is the same sum
-  // whatever the split.
+  // Above METAGRAD_GEMM_POOL_MACS (gemm_plan.h) the work of each KC step is cut into parts (kPartsPerThread a
+  // pool thread) over C's row strips or its column strips (by_rows below); each part packs its A blocks into
+  // its own buffer (from the caller's arena, so no worker allocates). Every element is the same sum whatever
+  // the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking(),
                   bool acc = false);
@@ -272,7 +273,7 @@ struct Gemm {
           out = acc ? out + t : t;
         }
     };
-    const int parts = m * n * k >= kParallelMacs ? parts_for(bi * bj, 1) : 1;
+    const int parts = m * n * k >= METAGRAD_GEMM_POOL_MACS ? parts_for(bi * bj, 1) : 1;
     if (parts <= 1) {
       for (index_t blk = 0; blk < bi * bj; ++blk) block(blk);
       return;
@@ -290,7 +291,7 @@ struct Gemm {
     auto range = [&](index_t j0, index_t j1) {
       mg_gemm_few_range(m, j0, j1, k, a, ars, acs, b, brs, c, ldc, acc);
     };
-    if (m * n * k < kParallelMacs) return range(0, n);
+    if (m * n * k < METAGRAD_GEMM_POOL_MACS) return range(0, n);
     parallel_for(n, W, W, range);
   }
 };
@@ -363,7 +364,7 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
   const bool ahead = plan::mg_gemm_ahead(direct, k, n, S, caches.from_memory());
   Arena::Scope scope;
   T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
-  const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
+  const int parts = m * n * k >= METAGRAD_GEMM_POOL_MACS ? parts_for(rstrips * cstrips, 1) : 1;
   // The parts split C's row strips or its column strips. By rows, no A block is packed twice, but
   // the B panel, packed by all, is read by all, partly from other cores' caches. By columns, each
   // part packs and reads only its own B strips, with no wait for another's packing, but reads all
@@ -402,7 +403,8 @@ void Gemm<T, AllTiles>::step_part(void* ctx, int p, int np) {
   const Step& s = *static_cast<const Step*>(ctx);
   T* ap = s.ap + p * s.ablock;
   if (s.phase == 1) {  // C's row strips [r0, r1), all columns
-    const index_t r0 = s.rstrips * p / np * MR, r1 = std::min(s.m, s.rstrips * (p + 1) / np * MR);
+    const index_t r0 = mg_gemm_part_start(s.rstrips, p, np, MR, s.m),
+                  r1 = mg_gemm_part_start(s.rstrips, p + 1, np, MR, s.m);
     if (r0 < r1)
       mg_gemm_rows(r0, r1, 0, s.nc, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
                    s.acc, false);
@@ -410,11 +412,12 @@ void Gemm<T, AllTiles>::step_part(void* ctx, int p, int np) {
   }
   // B's strips [s0, s1) (columns [c0, c1)), packed (strips of NR columns, row p then p+1) unless read
   // in place
-  const index_t s0 = s.bstrips * p / np, c0 = s0 * NR, c1 = std::min(s.nc, s.bstrips * (p + 1) / np * NR);
+  const index_t c0 = mg_gemm_part_start(s.bstrips, p, np, NR, s.nc),
+                c1 = mg_gemm_part_start(s.bstrips, p + 1, np, NR, s.nc);
   if (s.gather && c0 < c1)
-    s.gather->pack(s.gather->ctx, s.bp + s0 * NR * s.kc, s.pc, s.kc, s.jc + c0, c1 - c0, NR);
+    s.gather->pack(s.gather->ctx, s.bp + c0 * s.kc, s.pc, s.kc, s.jc + c0, c1 - c0, NR);
   else if (!s.direct && c0 < c1)
-    pack<NR>(s.bp + s0 * NR * s.kc, s.kc, c1 - c0, s.bsrc + c0 * s.bcs, s.brs, s.bcs);
+    pack<NR>(s.bp + c0 * s.kc, s.kc, c1 - c0, s.bsrc + c0 * s.bcs, s.brs, s.bcs);
   if (s.phase == 2 && c0 < c1)  // then all of C's rows times them
     mg_gemm_rows(0, s.m, c0, c1, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
                  s.acc, s.whole_a);
