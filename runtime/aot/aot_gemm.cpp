@@ -1,9 +1,10 @@
 // The AOT library's GEMM as C text: detail/metagrad/detail/cpu/gemm_plan.h (the rules: the tile's
-// size, the blocking, k's steps, B in place, the split over threads) and gemm_kernel.h (the tiles,
-// the packing and the loops around them), the C++ kernel's own text, after aot_gemm_prelude.h (the
-// vector type for them), then aot_gemm_driver.c: threads only where the caller asks for them
-// (NAME_set_threads), each running a part of C as a product of its own, with its own packing
-// buffers. All four are real files, compiled as C by test/aot (aot_gemm_c).
+// size, the blocking, k's steps, B in place, the split over threads), gemm_kernel.h (the tiles, the
+// packing and the loops around them) and gemm_driver.h (the blocked product, its parts over
+// threads), the C++ kernel's own text, around this folder's aot_gemm_prelude.h (the vector type and
+// the seam for them) and aot_gemm_sgemm.c (threads started for each call, only where the caller
+// asks for them: NAME_set_threads). All five are real files, compiled as C by test/aot
+// (aot_gemm_c_*).
 #include "aot_gemm.hpp"
 
 #include <algorithm>
@@ -21,8 +22,8 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-// The texts of detail/metagrad/detail/cpu/gemm_plan.h and gemm_kernel.h, and of this folder's
-// aot_gemm_prelude.h and aot_gemm_driver.c (CMakeLists.txt reads them at build time; generated
+// The texts of detail/metagrad/detail/cpu/gemm_{plan,kernel,driver}.h and of this folder's
+// aot_gemm_prelude.h and aot_gemm_sgemm.c (CMakeLists.txt reads them at build time; generated
 // files: build/generated/)
 constexpr const char* kPlan =
 #include "gemm_plan_text.inc"
@@ -36,14 +37,17 @@ constexpr const char* kKernel =
 constexpr const char* kDriver =
 #include "gemm_driver_text.inc"
     ;
+constexpr const char* kSgemm =
+#include "gemm_sgemm_text.inc"
+    ;
 
 std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::CacheSizes& caches) {
   auto prefixed = [&](std::string s) {
     replace_all(s, "P_", prefix + "_");
     return s;
   };
-  // The plan and the kernel untouched by the prefix: their names are static or macros, the same in
-  // every library.
+  // The plan, the kernel and the driver untouched by the prefix: their names are static or macros,
+  // the same in every library.
   return detail::cat(
       "/* ", prefix, "_sgemm: the matrix product of contractions, metagrad's blocked GEMM in C */\n", kPlan,
       prefixed(detail::cat("#define P_L1 ", std::to_string(caches.l1), "L\n#define P_L2 ",
@@ -52,7 +56,7 @@ std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::
                            "L\n#define P_NMAX ", std::to_string(std::max<std::int64_t>(max.n, 1)),
                            "L\n#define P_KMAX ", std::to_string(std::max<std::int64_t>(max.k, 1)), "L\n",
                            kPrelude)),
-      kKernel, prefixed(kDriver));
+      kKernel, kDriver, prefixed(kSgemm));
 }
 
 }  // namespace metagrad::aot

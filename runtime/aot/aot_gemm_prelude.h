@@ -1,9 +1,10 @@
-/* The vector prelude of an AOT library's C GEMM (runtime/aot/aot_gemm.cpp pastes this text after
-   gemm_plan.h and before gemm_kernel.h; CMake reads it at build time): the names gemm_kernel.h asks
-   its includer for (MG_T, MG_V, MG_LOAD and the rest) as GNU C vectors, the cache blocking for floats from
-   the generating machine's caches, and the packing buffers. The includer defines P_L1, P_L2, P_L3
-   (cache bytes) and P_MMAX, P_NMAX, P_KMAX (the largest product); names beginning with the P prefix take the
-   library's. Compiled as C by test/aot (aot_gemm_c). */
+/* The prelude of an AOT library's C GEMM (runtime/aot/aot_gemm.cpp pastes this text after
+   gemm_plan.h and before gemm_kernel.h and gemm_driver.h; CMake reads it at build time): the names
+   those ask their includer for (MG_T, MG_V, MG_LOAD and the rest, as GNU C vectors; the driver's
+   seam for threads, MG_PARTS and MG_RUN_PARTS, defined in aot_gemm_sgemm.c), the cache blocking for
+   floats from the generating machine's caches, and the packing buffers. The includer defines P_L1,
+   P_L2, P_L3 (cache bytes) and P_MMAX, P_NMAX, P_KMAX (the largest product); names beginning with
+   the P prefix take the library's. Compiled as C by test/aot (aot_gemm_c_*). */
 #include <pthread.h>
 #include <stdlib.h>
 #if defined(__SSE__)
@@ -22,11 +23,13 @@
 #define P_MC METAGRAD_GEMM_MC(P_L2, 4, P_MR)
 #define P_NC METAGRAD_GEMM_NC(P_L3, P_KC, 4, P_NR)
 #define P_FAR METAGRAD_GEMM_FROM_MEMORY(P_L3)
-#define P_STEPS(k) mg_gemm_steps(k, P_KC, P_NR, 4, P_L1)
 typedef float P_v __attribute__((vector_size(P_VB)));
 #define P_ASIZE (P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16))
 #define P_BSIZE (P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX))
-static float P_apack[P_ASIZE] __attribute__((aligned(64)));
+/* a part's A blocks and B's edge strip (gemm_driver.h's ablock): part 0's here, the others' on the
+   heap (aot_gemm_sgemm.c) */
+#define P_ABLOCK (P_ASIZE + P_MIN(P_KC, P_KMAX) * P_NR)
+static float P_apack[P_ABLOCK] __attribute__((aligned(64)));
 static float P_bpack[P_BSIZE] __attribute__((aligned(64)));
 static int64_t P_split[30][6]; /* mg_gemm_split's table, filled on the first product */
 static int P_split_ready;
@@ -81,3 +84,8 @@ static inline P_v P_broadcast(const float* p) { /* a loop of lanes made a mess o
   X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
 #define P_TILE_DECLARE(Nv, InPlaceA, Ahead) static void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS);
 P_TILE_KINDS(P_TILE_DECLARE)
+/* gemm_driver.h's seam: threads started for each call (aot_gemm_sgemm.c) */
+static int64_t P_parts(int64_t macs, int64_t strips);
+static void P_run_parts(int parts, void (*fn)(void*, int, int), void* ctx);
+#define MG_PARTS(macs, strips) P_parts(macs, strips)
+#define MG_RUN_PARTS(parts, fn, ctx) P_run_parts(parts, fn, ctx)

@@ -1,5 +1,5 @@
 /* The AOT library's C GEMM compiled as C, as runtime/aot/aot_gemm.cpp assembles it (gemm_plan.h,
-   aot_gemm_prelude.h, gemm_kernel.h, aot_gemm_driver.c; the P prefix kept), under -Wall -Werror,
+   aot_gemm_prelude.h, gemm_kernel.h, gemm_driver.h, aot_gemm_sgemm.c; the P prefix kept), under -Wall -Werror,
    and its products checked against a double reference: random shapes and strides (A or B
    transposed, B's rows a multiple of 16 apart and off a cache line), caches small enough that every loop of the driver runs more than
    once (k's steps, blocks of A's rows, panels of B's columns), one to three threads, each thread
@@ -17,10 +17,10 @@
 #include "metagrad/detail/cpu/gemm_plan.h"
 /* (after the plan, as the library's text) */
 #include "aot_gemm_prelude.h"
-/* (then the kernel) */
+/* (then the kernel, the driver and the entry) */
 #include "metagrad/detail/cpu/gemm_kernel.h"
-/* (then the driver) */
-#include "aot_gemm_driver.c"
+#include "metagrad/detail/cpu/gemm_driver.h"
+#include "aot_gemm_sgemm.c"
 
 static unsigned long long state = 42;
 static int64_t below(int64_t n) { /* 0 .. n - 1 */
