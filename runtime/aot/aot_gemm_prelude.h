@@ -18,7 +18,7 @@
 #define P_NR (METAGRAD_GEMM_NV * P_W)
 #define P_MIN(x, y) ((x) < (y) ? (x) : (y))
 #define P_CLAMP(x, lo, hi) ((x) < (lo) ? (lo) : (x) > (hi) ? (hi) : (x))
-#define P_UP(x, q) (((x) + (q) - 1) / (q) * (q))
+#define P_UP(x, q) (((x) + (q)-1) / (q) * (q))
 #define P_KC METAGRAD_GEMM_KC(P_L2, P_VB)
 #define P_MC METAGRAD_GEMM_MC(P_L2, 4, P_MR)
 #define P_NC METAGRAD_GEMM_NC(P_L3, P_KC, 4, P_NR)
@@ -74,14 +74,15 @@ static inline P_v P_broadcast(const float* p) { /* a loop of lanes made a mess o
 /* C has no templates: a tile of R rows (one of the plan's six sizes) runs through a function for its
    kind (vectors, A in place, prefetch), out of line as the C++ kernel's template instances are
    (inlined into the loops around them, the tiles' k loops spilled registers to the stack). */
-#define P_TILE_ARGS                                                                                   \
+#define P_TILE_ARGS                                                                                          \
   int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, \
       int acc, int64_t lda, const float *ahead
 #define P_TILE_NAME(Nv, InPlaceA, Ahead) P_tile_##Nv##_##InPlaceA##_##Ahead
 #define P_TILE_KIND(Nv, InPlaceA, Ahead) P_TILE_NAME(Nv, InPlaceA, Ahead)
 #define MG_TILE(R, Nv, InPlaceA, Ahead, ...) P_TILE_KIND(Nv, InPlaceA, Ahead)(R, __VA_ARGS__)
-#define P_TILE_KINDS(X) X(METAGRAD_GEMM_NV, 1, 1) X(METAGRAD_GEMM_NV, 1, 2) X(METAGRAD_GEMM_NV, 1, 0) \
-  X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
+#define P_TILE_KINDS(X)     \
+  X(METAGRAD_GEMM_NV, 1, 1) \
+  X(METAGRAD_GEMM_NV, 1, 2) X(METAGRAD_GEMM_NV, 1, 0) X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
 #define P_TILE_DECLARE(Nv, InPlaceA, Ahead) static void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS);
 P_TILE_KINDS(P_TILE_DECLARE)
 /* gemm_driver.h's seam: threads started for each call (aot_gemm_sgemm.c) */

@@ -3,10 +3,10 @@
    driver's seam for threads (a team started for each call) and P_sgemm, P_use_threads. Names
    beginning with the P prefix take the library's. Compiled as C by test/aot (aot_gemm_c_*). */
 #include <sched.h>
-#define P_TILE_CASE(s, Nv, InPlaceA, Ahead)                                                            \
-  case METAGRAD_GEMM_TILE_ROWS(P_MR, s):                                                                \
+#define P_TILE_CASE(s, Nv, InPlaceA, Ahead)                                                                \
+  case METAGRAD_GEMM_TILE_ROWS(P_MR, s):                                                                   \
     mg_gemm_tile_body(kc, a, b, bs, c, ldc, rows, cols, acc, lda, ahead, METAGRAD_GEMM_TILE_ROWS(P_MR, s), \
-                      Nv, InPlaceA, Ahead);                                                              \
+                      Nv, InPlaceA, Ahead);                                                                \
     break;
 #define P_TILE_DEFINE(Nv, InPlaceA, Ahead)                                                     \
   static __attribute__((noinline)) void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS) { \
@@ -94,8 +94,8 @@ static int64_t P_more_parts;
 __attribute__((destructor)) static void P_free_buffers(void) { free(P_more), P_more = 0, P_more_parts = 0; }
 static void P_use_threads(int threads) { P_threads = threads < 1 ? 1 : threads > P_TMAX ? P_TMAX : threads; }
 
-static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs,
-                    const float* b, int64_t brs, int64_t bcs, float* c, int64_t ldc) {
+static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs, const float* b,
+                    int64_t brs, int64_t bcs, float* c, int64_t ldc) {
   int64_t i, j;
   mg_gemm_blocked pl;
   float* ap = P_apack;

@@ -1,9 +1,9 @@
 /* The AOT library's C GEMM compiled as C, as runtime/aot/aot_gemm.cpp assembles it (gemm_plan.h,
-   aot_gemm_prelude.h, gemm_kernel.h, gemm_driver.h, aot_gemm_sgemm.c; the P prefix kept), under -Wall -Werror,
-   and its products checked against a double reference: random shapes and strides (A or B
-   transposed, B's rows a multiple of 16 apart and off a cache line), caches small enough that every loop of the driver runs more than
-   once (k's steps, blocks of A's rows, panels of B's columns), one to three threads, each thread
-   count giving the same bits. Exits non-zero on the first wrong product. */
+   aot_gemm_prelude.h, gemm_kernel.h, gemm_driver.h, aot_gemm_sgemm.c; the P prefix kept), under -Wall
+   -Werror, and its products checked against a double reference: random shapes and strides (A or B transposed,
+   B's rows a multiple of 16 apart and off a cache line), caches small enough that every loop of the driver
+   runs more than once (k's steps, blocks of A's rows, panels of B's columns), one to three threads, each
+   thread count giving the same bits. Exits non-zero on the first wrong product. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,13 +14,14 @@
 #define P_MMAX 320L
 #define P_NMAX 320L
 #define P_KMAX 640L
+/* in the library's order (clang-format off: not sorted) */
+/* clang-format off */
 #include "metagrad/detail/cpu/gemm_plan.h"
-/* (after the plan, as the library's text) */
 #include "aot_gemm_prelude.h"
-/* (then the kernel, the driver and the entry) */
 #include "metagrad/detail/cpu/gemm_kernel.h"
 #include "metagrad/detail/cpu/gemm_driver.h"
 #include "aot_gemm_sgemm.c"
+/* clang-format on */
 
 static unsigned long long state = 42;
 static int64_t below(int64_t n) { /* 0 .. n - 1 */
@@ -50,9 +51,9 @@ static int check(int64_t m, int64_t n, int64_t k, int ta, int tb, int64_t off) {
           ref += t, mag += fabs(t);
         }
         if (!(fabs(c[i * n + j] - ref) <= 1e-5 * mag + 1e-6)) {
-          printf("%ld x %ld x %ld (A%s, B%s, B %ld off a line), %ld threads: C[%ld][%ld] = %g, not %g\n", (long)m,
-                 (long)n, (long)k, ta ? " transposed" : "", tb ? " transposed" : "", (long)off, (long)threads,
-                 (long)i, (long)j, c[i * n + j], ref);
+          printf("%ld x %ld x %ld (A%s, B%s, B %ld off a line), %ld threads: C[%ld][%ld] = %g, not %g\n",
+                 (long)m, (long)n, (long)k, ta ? " transposed" : "", tb ? " transposed" : "", (long)off,
+                 (long)threads, (long)i, (long)j, c[i * n + j], ref);
           return 1;
         }
       }
@@ -70,9 +71,9 @@ static int check(int64_t m, int64_t n, int64_t k, int ta, int tb, int64_t off) {
 int main(void) {
   /* the paths by shape: one or two rows, B in place (small), B packed, k in several steps, wide
      panels, threads (from 2^22 multiply-adds a part), k = 0 */
-  static const int64_t fixed[][3] = {{1, 300, 200}, {2, 33, 640}, {7, 9, 5},       {64, 64, 64},
-                                     {127, 127, 127}, {300, 320, 600}, {320, 300, 100}, {5, 0, 3},
-                                     {4, 6, 0}};
+  static const int64_t fixed[][3] = {{1, 300, 200},   {2, 33, 640},    {7, 9, 5},
+                                     {64, 64, 64},    {127, 127, 127}, {300, 320, 600},
+                                     {320, 300, 100}, {5, 0, 3},       {4, 6, 0}};
   int t, failed = 0;
   for (t = 0; t < (int)(sizeof fixed / sizeof fixed[0]); ++t)
     failed |= check(fixed[t][0], fixed[t][1], fixed[t][2], 0, 0, 0);

@@ -13,7 +13,8 @@
    [0, parts) on its threads and returns when all have returned. MG_PACK_B(dst, kc, count, src, step,
    across), B's packing into strips of NR, may be defined (the C++ kernel's out-of-line copy). */
 #ifndef MG_PACK_B
-#define MG_PACK_B(dst, kc, count, src, step, across) mg_gemm_pack_body(dst, kc, count, src, step, across, MG_NR)
+#define MG_PACK_B(dst, kc, count, src, step, across) \
+  mg_gemm_pack_body(dst, kc, count, src, step, across, MG_NR)
 #endif
 
 /* B read through a gather rather than strides (a conv's windows: im2col in the packing):
@@ -33,12 +34,12 @@ typedef struct {
   int direct, ahead, by_rows, next;
 } mg_gemm_blocked;
 
-/* C (m x n) = A B (A's columns acs apart) by blocks of KC x NC (B's panel, multiples of MR and NR), MC rows of A, on a host
-   of l1 and l2 bytes of cache, operands past `far` bytes read from memory; `gather`: B packed by a
-   gather (never read in place); `next`: packed strips past half the L2 ask for the next one. */
+/* C (m x n) = A B (A's columns acs apart) by blocks of KC x NC (B's panel, multiples of MR and NR), MC rows
+   of A, on a host of l1 and l2 bytes of cache, operands past `far` bytes read from memory; `gather`: B packed
+   by a gather (never read in place); `next`: packed strips past half the L2 ask for the next one. */
 static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int64_t acs, const MG_T* b,
-                                            int64_t brs, int64_t bcs, int gather, int64_t KC, int64_t MC, int64_t NC,
-                                            int64_t l1, int64_t l2, int64_t far, int next) {
+                                            int64_t brs, int64_t bcs, int gather, int64_t KC, int64_t MC,
+                                            int64_t NC, int64_t l1, int64_t l2, int64_t far, int next) {
   const int64_t S = (int64_t)sizeof(MG_T);
   mg_gemm_blocked pl;
   /* k in equal steps of at most KC (docs/gemm.md, "Blocking from the machine it runs on") */
@@ -95,15 +96,16 @@ static void mg_gemm_step_part(void* ctx, int p, int np) {
   }
   /* B's strips of columns [c0, c1), packed (strips of NR columns, row p then p+1) unless read in
      place */
-  c0 = mg_gemm_part_start(s->bstrips, p, np, MG_NR, s->nc), c1 = mg_gemm_part_start(s->bstrips, p + 1, np, MG_NR, s->nc);
+  c0 = mg_gemm_part_start(s->bstrips, p, np, MG_NR, s->nc),
+  c1 = mg_gemm_part_start(s->bstrips, p + 1, np, MG_NR, s->nc);
   if (c0 >= c1) return;
   if (s->gather)
     s->gather->pack(s->gather->ctx, s->bp + c0 * s->kc, s->pc, s->kc, s->jc + c0, c1 - c0, MG_NR);
   else if (!s->direct)
     MG_PACK_B(s->bp + c0 * s->kc, s->kc, c1 - c0, s->bsrc + c0 * s->bcs, s->brs, s->bcs);
   if (s->phase == 2) /* then all of C's rows times them */
-    mg_gemm_rows(0, s->m, c0, c1, s->kc, s->MC, s->asrc, s->ars, s->acs, s->panel, ap, ap + s->apack, s->c, s->ldc,
-                 s->acc, s->whole_a);
+    mg_gemm_rows(0, s->m, c0, c1, s->kc, s->MC, s->asrc, s->ars, s->acs, s->panel, ap, ap + s->apack, s->c,
+                 s->ldc, s->acc, s->whole_a);
 }
 
 /* The blocked product of plan `pl` (without a lead), B's panel in bp and the parts' blocks in ap;
@@ -123,7 +125,8 @@ static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n,
       panel.ahead = pl->ahead;
       panel.next = pl->next && mg_gemm_next(pl->direct, kc, nc, (int64_t)sizeof(MG_T), pl->l2);
       st.panel = &panel, st.asrc = a + pc * acs, st.bsrc = bsrc, st.bp = bp, st.ap = ap, st.c = c + jc;
-      st.m = m, st.nc = nc, st.kc = kc, st.MC = pl->MC, st.ars = ars, st.acs = acs, st.brs = brs, st.bcs = bcs;
+      st.m = m, st.nc = nc, st.kc = kc, st.MC = pl->MC, st.ars = ars, st.acs = acs, st.brs = brs,
+      st.bcs = bcs;
       st.ldc = ldc, st.bstrips = (nc + MG_NR - 1) / MG_NR, st.rstrips = pl->rstrips, st.ablock = pl->ablock;
       st.apack = pl->apack, st.pc = pc, st.jc = jc, st.direct = pl->direct, st.acc = acc || pc > 0;
       st.whole_a = pl->parts > 1, st.gather = gather;
