@@ -26,11 +26,10 @@
 typedef float P_v __attribute__((vector_size(P_VB)));
 #define P_ASIZE (P_UP(P_MIN(P_MC, P_MMAX), P_MR) * (P_UP(P_MIN(P_KC, P_KMAX), 16) + 16))
 #define P_BSIZE (P_UP(P_MIN(P_NC, P_NMAX), P_NR) * P_MIN(P_KC, P_KMAX))
-/* a part's A blocks and B's edge strip (gemm_driver.h's ablock): part 0's here, the others' on the
-   heap (aot_gemm_sgemm.c) */
-#define P_ABLOCK (P_ASIZE + P_MIN(P_KC, P_KMAX) * P_NR)
+/* a part's A blocks, B's edge strip and its B panel (gemm_driver.h's ablock, the parts meeting once
+   a product): part 0's here, the others' on the heap (aot_gemm_sgemm.c) */
+#define P_ABLOCK (P_ASIZE + P_MIN(P_KC, P_KMAX) * P_NR + P_BSIZE)
 static float P_apack[P_ABLOCK] __attribute__((aligned(64)));
-static float P_bpack[P_BSIZE] __attribute__((aligned(64)));
 static int64_t P_split[30][6]; /* mg_gemm_split's table, filled on the first product */
 static int P_split_ready;
 
@@ -85,8 +84,9 @@ static inline P_v P_broadcast(const float* p) { /* a loop of lanes made a mess o
   X(METAGRAD_GEMM_NV, 1, 2) X(METAGRAD_GEMM_NV, 1, 0) X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
 #define P_TILE_DECLARE(Nv, InPlaceA, Ahead) static void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS);
 P_TILE_KINDS(P_TILE_DECLARE)
-/* gemm_driver.h's seam: threads started for each call (aot_gemm_sgemm.c) */
+/* gemm_driver.h's seam: threads started for each call (aot_gemm_sgemm.c), meeting once a product */
 static int64_t P_parts(int64_t macs, int64_t strips);
 static void P_run_parts(int parts, void (*fn)(void*, int, int), void* ctx);
 #define MG_PARTS(macs, strips) P_parts(macs, strips)
 #define MG_RUN_PARTS(parts, fn, ctx) P_run_parts(parts, fn, ctx)
+#define MG_PARTS_ONCE 1

@@ -2,7 +2,6 @@
    pastes this text last; CMake reads it at build time): the tiles' out-of-line functions, the
    driver's seam for threads (a team started for each call) and P_sgemm, P_use_threads. Names
    beginning with the P prefix take the library's. Compiled as C by test/aot (aot_gemm_c_*). */
-#include <sched.h>
 #define P_TILE_CASE(s, Nv, InPlaceA, Ahead)                                                                \
   case METAGRAD_GEMM_TILE_ROWS(P_MR, s):                                                                   \
     mg_gemm_tile_body(kc, a, b, bs, c, ldc, rows, cols, acc, lda, ahead, METAGRAD_GEMM_TILE_ROWS(P_MR, s), \
@@ -21,70 +20,40 @@
   }
 P_TILE_KINDS(P_TILE_DEFINE)
 
-/* gemm_driver.h's seam: a team of threads started for each product (P_sgemm) and joined at its
-   end, so that the library needs only libc, the caller one of them; between the driver's runs (one
-   or two a KC step) the helpers spin, then yield, on the count of runs. A part is at least
-   METAGRAD_GEMM_CALL_THREAD_MACS multiply-adds (gemm_plan.h: a start and join cost more than the
-   C++ pool's wake-up). */
+/* gemm_driver.h's seam: threads started for each product (P_sgemm), the caller one of them, each
+   running a part of C as a product of its own (MG_PARTS_ONCE), so that the library needs only libc;
+   a part is at least METAGRAD_GEMM_CALL_THREAD_MACS multiply-adds (gemm_plan.h: a start and join
+   cost more than the pool's wake-up). */
 #define P_TMAX 64
 static int P_threads = 1;
-static struct {
-  void (*fn)(void*, int, int);
-  void* ctx;
-  int parts, size, runs, done, quit;
-} P_team = {0, 0, 0, 1, 0, 0, 0};
-static pthread_t P_member[P_TMAX];
 static int64_t P_parts(int64_t macs, int64_t strips) {
   const int64_t parts = P_MIN(P_threads, macs / METAGRAD_GEMM_CALL_THREAD_MACS);
   return P_CLAMP(parts, 1, strips);
 }
-static void P_pause(int* spins) {
-  if (++*spins < 1 << 14) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  } else {
-    sched_yield();
-  }
-}
-/* member t's parts of the current run */
-static void P_member_parts(int t) {
-  int p;
-  for (p = t; p < P_team.parts; p += P_team.size) P_team.fn(P_team.ctx, p, P_team.parts);
-}
-static void* P_member_loop(void* arg) {
-  const int t = (int)(intptr_t)arg;
-  int seen = 0, spins;
-  for (;;) {
-    for (spins = 0; __atomic_load_n(&P_team.runs, __ATOMIC_ACQUIRE) == seen;) P_pause(&spins);
-    ++seen;
-    if (__atomic_load_n(&P_team.quit, __ATOMIC_ACQUIRE)) return 0;
-    P_member_parts(t);
-    __atomic_add_fetch(&P_team.done, 1, __ATOMIC_ACQ_REL);
-  }
+typedef struct {
+  void (*fn)(void*, int, int);
+  void* ctx;
+  int p, parts;
+} P_part;
+static void* P_part_run(void* t) {
+  const P_part* part = (const P_part*)t;
+  part->fn(part->ctx, part->p, part->parts);
+  return 0;
 }
 static void P_run_parts(int parts, void (*fn)(void*, int, int), void* ctx) {
-  int spins;
-  P_team.fn = fn, P_team.ctx = ctx, P_team.parts = parts;
-  __atomic_store_n(&P_team.done, 0, __ATOMIC_RELAXED);
-  if (P_team.size > 1) __atomic_add_fetch(&P_team.runs, 1, __ATOMIC_RELEASE);
-  P_member_parts(0);
-  for (spins = 0; __atomic_load_n(&P_team.done, __ATOMIC_ACQUIRE) < P_team.size - 1;) P_pause(&spins);
-}
-/* up to `size` members, the caller included (fewer where a thread does not start) */
-static void P_team_start(int size) {
-  int t;
-  P_team.runs = 0, P_team.quit = 0;
-  for (t = 1; t < size && pthread_create(&P_member[t], 0, P_member_loop, (void*)(intptr_t)t) == 0; ++t)
-    P_team.size = t + 1;
-}
-static void P_team_stop(void) {
-  int t;
-  if (P_team.size == 1) return;
-  __atomic_store_n(&P_team.quit, 1, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&P_team.runs, 1, __ATOMIC_RELEASE);
-  for (t = 1; t < P_team.size; ++t) pthread_join(P_member[t], 0);
-  P_team.size = 1;
+  P_part part[P_TMAX];
+  pthread_t thread[P_TMAX];
+  int started[P_TMAX], p;
+  for (p = 1; p < parts; ++p) {
+    part[p].fn = fn, part[p].ctx = ctx, part[p].p = p, part[p].parts = parts;
+    started[p] = pthread_create(&thread[p], 0, P_part_run, &part[p]) == 0;
+  }
+  fn(ctx, 0, parts);
+  for (p = 1; p < parts; ++p)
+    if (started[p])
+      pthread_join(thread[p], 0);
+    else
+      fn(ctx, p, parts); /* no thread: the caller runs it */
 }
 
 /* the other parts' buffers (P_ABLOCK floats each), allocated on first use and kept; they go with
@@ -125,8 +94,6 @@ static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars
       ap = (float*)(P_more + 64 - (uintptr_t)P_more % 64);
     else
       pl.parts = 1;
-    P_team_start((int)pl.parts);
   }
-  mg_gemm_run_blocked(&pl, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, 0, 0, P_bpack, ap);
-  P_team_stop();
+  mg_gemm_run_blocked(&pl, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, 0, 0, 0, ap);
 }

@@ -128,10 +128,12 @@ struct Gemm {
 // The blocked driver, shared with AOT libraries' C GEMM too (gemm_driver.h): its seam is the pool
 #define MG_PARTS(macs, strips) ((macs) >= METAGRAD_GEMM_POOL_MACS ? parts_for(strips, 1) : 1)
 #define MG_RUN_PARTS(parts, fn, ctx) Pool::get().run(parts, fn, ctx)
+#define MG_PARTS_ONCE 0  // (the pool's threads persist: they meet at each step)
 #define MG_PACK_B(dst, kc, count, src, step, across) pack<NR>(dst, kc, count, src, step, across)
 #include "metagrad/detail/cpu/gemm_driver.h"
 #undef MG_PARTS
 #undef MG_RUN_PARTS
+#undef MG_PARTS_ONCE
 #undef MG_T
 #undef MG_V
 #undef MG_W

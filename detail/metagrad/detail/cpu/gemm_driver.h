@@ -10,8 +10,10 @@
    cut into (1: not split; the threshold is the seam's, by its threads' cost: gemm_plan.h's
    METAGRAD_GEMM_POOL_MACS for the C++ pool, METAGRAD_GEMM_CALL_THREAD_MACS for threads started per
    call), and MG_RUN_PARTS(parts, fn, ctx), which calls fn(ctx, p, parts) once for each p in
-   [0, parts) on its threads and returns when all have returned. MG_PACK_B(dst, kc, count, src, step,
-   across), B's packing into strips of NR, may be defined (the C++ kernel's out-of-line copy). */
+   [0, parts) on its threads and returns when all have returned; MG_PARTS_ONCE, 1 where the parts
+   meet once a product rather than twice a KC step (threads started per call, for which each meeting
+   costs a wake-up; on a machine with more threads than cores, a scheduling slice). MG_PACK_B(dst, kc, count,
+   src, step, across), B's packing into strips of NR, may be defined (the C++ kernel's out-of-line copy). */
 #ifndef MG_PACK_B
 #define MG_PACK_B(dst, kc, count, src, step, across) \
   mg_gemm_pack_body(dst, kc, count, src, step, across, MG_NR)
@@ -27,10 +29,11 @@ typedef struct {
 } mg_gemm_gather;
 
 /* A blocked product's plan (mg_gemm_plan_blocked). The includer gives it bsize elements for B's
-   packed panel and parts x ablock for the parts' A blocks (and B's edge strip), or, where lead is
-   not 0, runs the first `lead` columns and the rest as products of their own. */
+   packed panel and parts x ablock for the parts' A blocks, B's edge strip and (MG_PARTS_ONCE) each
+   part's own B panel at `own` in its block, or, where lead is not 0, runs the first `lead` columns
+   and the rest as products of their own. */
 typedef struct {
-  int64_t ks, MC, NC, rstrips, parts, apack, ablock, bsize, lead, l2;
+  int64_t ks, MC, NC, parts, apack, ablock, bsize, own, lead, l2;
   int direct, ahead, by_rows, next;
 } mg_gemm_blocked;
 
@@ -44,9 +47,9 @@ static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int
   mg_gemm_blocked pl;
   /* k in equal steps of at most KC (docs/gemm.md, "Blocking from the machine it runs on") */
   const int64_t steps = mg_gemm_steps(k, KC, MG_NR, S, l1);
-  const int64_t ncmax = METAGRAD_GEMM_MIN(n, NC), cstrips = (ncmax + MG_NR - 1) / MG_NR;
+  const int64_t ncmax = METAGRAD_GEMM_MIN(n, NC), cstrips = (ncmax + MG_NR - 1) / MG_NR,
+                rstrips = (m + MG_MR - 1) / MG_MR;
   pl.ks = (k + steps - 1) / steps, pl.MC = MC, pl.NC = NC, pl.l2 = l2, pl.next = next;
-  pl.rstrips = (m + MG_MR - 1) / MG_MR;
   /* B read in place (docs/gemm.md, "B read in place"): small products (64 x 64, a conv's per-image
      product) pay no packing. */
   pl.direct = !gather && mg_gemm_direct(m, n, k, brs, bcs, steps, MC, MG_MR, S, l2);
@@ -55,7 +58,7 @@ static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int
   pl.lead = mg_gemm_lead(pl.direct, (int64_t)((uintptr_t)b % 64) / S, n, brs, pl.ks, S, l1);
   /* B in place from memory asks for each next strip (docs/gemm.md, "From memory"). */
   pl.ahead = mg_gemm_ahead(pl.direct, k, n, S, far);
-  pl.parts = MG_PARTS(m * n * k, pl.rstrips * cstrips);
+  pl.parts = MG_PARTS(m * n * k, rstrips * cstrips);
   /* The parts split C's row strips or its column strips. By rows, no A block is packed twice, but
      the B panel, packed by all, is read by all, partly from other cores' caches. By columns, each
      part packs and reads only its own B strips, with no wait for another's packing, but reads all
@@ -63,10 +66,12 @@ static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int
      strips (a 16-row product at AVX-512's MR 14: 14 rows and 2), or where A's rows are contiguous
      and at most 3/4 as many as the step has columns; square products keep the rows (docs/gemm.md,
      "Threads"). */
-  pl.by_rows = mg_gemm_by_rows(pl.parts, m, ncmax, pl.rstrips, cstrips, acs);
-  pl.apack = METAGRAD_GEMM_MIN(MC, pl.rstrips * MG_MR) * mg_gemm_padded_row(pl.ks, S);
-  pl.ablock = pl.apack + (pl.direct ? pl.ks * MG_NR : 0); /* (+ B's edge strip) */
+  pl.by_rows = mg_gemm_by_rows(pl.parts, m, ncmax, rstrips, cstrips, acs);
+  pl.apack = METAGRAD_GEMM_MIN(MC, rstrips * MG_MR) * mg_gemm_padded_row(pl.ks, S);
+  pl.own = pl.apack + (pl.direct ? pl.ks * MG_NR : 0); /* (+ B's edge strip) */
   pl.bsize = pl.ks * cstrips * MG_NR;
+  pl.ablock = MG_PARTS_ONCE ? pl.own + pl.bsize : pl.own;
+  if (MG_PARTS_ONCE) pl.bsize = 0;
   return pl;
 }
 
@@ -108,11 +113,13 @@ static void mg_gemm_step_part(void* ctx, int p, int np) {
                  s->ldc, s->acc, s->whole_a);
 }
 
-/* The blocked product of plan `pl` (without a lead), B's panel in bp and the parts' blocks in ap;
-   `acc`: C += A B. Every element is the same sum whatever the split. */
-static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n, int64_t k, const MG_T* a,
-                                int64_t ars, int64_t acs, const MG_T* b, int64_t brs, int64_t bcs, MG_T* c,
-                                int64_t ldc, int acc, const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
+/* The KC steps of C (m x n) = A B, cut into `parts` by rows or columns (by_rows: a part packs its
+   share of B's panel, then after all have, C's row strips of its share times all of it; else each
+   packs its share of the panel, then all of C's rows times it). */
+static void mg_gemm_step_parts(const mg_gemm_blocked* pl, int parts, int by_rows, int whole_a, int64_t m,
+                               int64_t n, int64_t k, const MG_T* a, int64_t ars, int64_t acs, const MG_T* b,
+                               int64_t brs, int64_t bcs, MG_T* c, int64_t ldc, int acc,
+                               const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
   int64_t jc, pc;
   for (jc = 0; jc < n; jc += pl->NC) {
     const int64_t nc = METAGRAD_GEMM_MIN(pl->NC, n - jc);
@@ -125,20 +132,66 @@ static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n,
       panel.ahead = pl->ahead;
       panel.next = pl->next && mg_gemm_next(pl->direct, kc, nc, (int64_t)sizeof(MG_T), pl->l2);
       st.panel = &panel, st.asrc = a + pc * acs, st.bsrc = bsrc, st.bp = bp, st.ap = ap, st.c = c + jc;
-      st.m = m, st.nc = nc, st.kc = kc, st.MC = pl->MC, st.ars = ars, st.acs = acs, st.brs = brs,
-      st.bcs = bcs;
-      st.ldc = ldc, st.bstrips = (nc + MG_NR - 1) / MG_NR, st.rstrips = pl->rstrips, st.ablock = pl->ablock;
-      st.apack = pl->apack, st.pc = pc, st.jc = jc, st.direct = pl->direct, st.acc = acc || pc > 0;
-      st.whole_a = pl->parts > 1, st.gather = gather;
-      if (pl->by_rows) { /* (one part included) */
-        st.phase = 0;
-        if (!pl->direct) MG_RUN_PARTS((int)pl->parts, mg_gemm_step_part, &st);
+      st.m = m, st.nc = nc, st.kc = kc, st.MC = pl->MC, st.ars = ars, st.acs = acs, st.brs = brs;
+      st.bcs = bcs, st.ldc = ldc, st.bstrips = (nc + MG_NR - 1) / MG_NR, st.rstrips = (m + MG_MR - 1) / MG_MR;
+      st.ablock = pl->ablock, st.apack = pl->apack, st.pc = pc, st.jc = jc, st.direct = pl->direct;
+      st.acc = acc || pc > 0, st.whole_a = whole_a, st.gather = gather;
+      st.phase = by_rows ? 0 : 2;
+      if (by_rows && pl->direct) st.phase = 1; /* (nothing to pack) */
+      for (;;) {
+        if (parts == 1)
+          mg_gemm_step_part(&st, 0, 1);
+        else
+          MG_RUN_PARTS(parts, mg_gemm_step_part, &st);
+        if (st.phase != 0) break;
         st.phase = 1;
-      } else {
-        st.phase = 2;
       }
-      MG_RUN_PARTS((int)pl->parts, mg_gemm_step_part, &st);
     }
   }
+}
+
+/* MG_PARTS_ONCE: part p of a product cut once, C's row strips or its column strips of its own, a
+   blocked product on one thread with its own buffers */
+typedef struct {
+  const mg_gemm_blocked* pl;
+  int64_t m, n, k, ars, acs, brs, bcs, ldc;
+  const MG_T *a, *b;
+  MG_T *c, *ap;
+  int acc;
+  const mg_gemm_gather* gather;
+} mg_gemm_whole;
+static void mg_gemm_whole_part(void* ctx, int p, int np) {
+  const mg_gemm_whole* w = (const mg_gemm_whole*)ctx;
+  MG_T* ap = w->ap + p * w->pl->ablock;
+  int64_t i0 = 0, i1 = w->m, j0 = 0, j1 = w->n;
+  if (w->pl->by_rows)
+    i0 = mg_gemm_part_start((w->m + MG_MR - 1) / MG_MR, p, np, MG_MR, w->m),
+    i1 = mg_gemm_part_start((w->m + MG_MR - 1) / MG_MR, p + 1, np, MG_MR, w->m);
+  else
+    j0 = mg_gemm_part_start((w->n + MG_NR - 1) / MG_NR, p, np, MG_NR, w->n),
+    j1 = mg_gemm_part_start((w->n + MG_NR - 1) / MG_NR, p + 1, np, MG_NR, w->n);
+  if (i0 < i1 && j0 < j1) /* (the column split's parts read all of A: none copies it) */
+    mg_gemm_step_parts(w->pl, 1, 0, !w->pl->by_rows && np > 1, i1 - i0, j1 - j0, w->k, w->a + i0 * w->ars,
+                       w->ars, w->acs, w->gather ? w->b : w->b + j0 * w->bcs, w->brs, w->bcs,
+                       w->c + i0 * w->ldc + j0, w->ldc, w->acc, w->gather, ap + w->pl->own, ap);
+}
+
+/* The blocked product of plan `pl` (without a lead), B's panel in bp and the parts' blocks in ap;
+   `acc`: C += A B. Every element is the same sum whatever the split. */
+static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n, int64_t k, const MG_T* a,
+                                int64_t ars, int64_t acs, const MG_T* b, int64_t brs, int64_t bcs, MG_T* c,
+                                int64_t ldc, int acc, const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
+  mg_gemm_whole w;
+  if (!MG_PARTS_ONCE) {
+    mg_gemm_step_parts(pl, (int)pl->parts, pl->by_rows, pl->parts > 1, m, n, k, a, ars, acs, b, brs, bcs, c,
+                       ldc, acc, gather, bp, ap);
+    return;
+  }
+  w.pl = pl, w.m = m, w.n = n, w.k = k, w.ars = ars, w.acs = acs, w.brs = brs, w.bcs = bcs, w.ldc = ldc;
+  w.a = a, w.b = b, w.c = c, w.ap = ap, w.acc = acc, w.gather = gather;
+  if (pl->parts == 1)
+    mg_gemm_whole_part(&w, 0, 1);
+  else
+    MG_RUN_PARTS((int)pl->parts, mg_gemm_whole_part, &w);
 }
 #undef MG_PACK_B
