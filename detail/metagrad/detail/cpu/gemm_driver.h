@@ -150,8 +150,9 @@ static void mg_gemm_step_parts(const mg_gemm_blocked* pl, int parts, int by_rows
   }
 }
 
+#if MG_PARTS_ONCE
 /* MG_PARTS_ONCE: part p of a product cut once, C's row strips or its column strips of its own, a
-   blocked product on one thread with its own buffers */
+   blocked product on one thread with its own buffers (B by strides: no gather, the C++ kernel's only) */
 typedef struct {
   const mg_gemm_blocked* pl;
   int64_t m, n, k, ars, acs, brs, bcs, ldc;
@@ -176,22 +177,25 @@ static void mg_gemm_whole_part(void* ctx, int p, int np) {
                        w->c + i0 * w->ldc + j0, w->ldc, w->acc, w->gather, ap + w->pl->own, ap);
 }
 
+#endif
+
 /* The blocked product of plan `pl` (without a lead), B's panel in bp and the parts' blocks in ap;
    `acc`: C += A B. Every element is the same sum whatever the split. */
 static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n, int64_t k, const MG_T* a,
                                 int64_t ars, int64_t acs, const MG_T* b, int64_t brs, int64_t bcs, MG_T* c,
                                 int64_t ldc, int acc, const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
+#if MG_PARTS_ONCE
   mg_gemm_whole w;
-  if (!MG_PARTS_ONCE) {
-    mg_gemm_step_parts(pl, (int)pl->parts, pl->by_rows, pl->parts > 1, m, n, k, a, ars, acs, b, brs, bcs, c,
-                       ldc, acc, gather, bp, ap);
-    return;
-  }
   w.pl = pl, w.m = m, w.n = n, w.k = k, w.ars = ars, w.acs = acs, w.brs = brs, w.bcs = bcs, w.ldc = ldc;
   w.a = a, w.b = b, w.c = c, w.ap = ap, w.acc = acc, w.gather = gather;
+  (void)bp;
   if (pl->parts == 1)
     mg_gemm_whole_part(&w, 0, 1);
   else
     MG_RUN_PARTS((int)pl->parts, mg_gemm_whole_part, &w);
+#else
+  mg_gemm_step_parts(pl, (int)pl->parts, pl->by_rows, pl->parts > 1, m, n, k, a, ars, acs, b, brs, bcs, c,
+                     ldc, acc, gather, bp, ap);
+#endif
 }
 #undef MG_PACK_B
