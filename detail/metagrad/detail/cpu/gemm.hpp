@@ -214,7 +214,7 @@ struct Gemm {
   // C (m x n, row stride ldc) = A B, or (acc) C += A B; A[i][p] = a[i * ars + p * acs],
   // B[p][j] = b[p * brs + j * bcs].
   // Above METAGRAD_GEMM_POOL_MACS (gemm_plan.h) the work of each KC step is cut into parts (kPartsPerThread a
-  // pool thread) over C's row strips or its column strips (by_rows below); each part packs its A blocks into
+  // pool thread) over C's row strips or its column strips (gemm_driver.h); each part packs its A blocks into
   // its own buffer (from the caller's arena, so no worker allocates). Every element is the same sum whatever
   // the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,

@@ -54,9 +54,11 @@ static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int
      product) pay no packing. */
   pl.direct = !gather && mg_gemm_direct(m, n, k, brs, bcs, steps, MC, MG_MR, S, l2);
   /* B's rows all equally off a cache line: the first columns, up to a line, a product of their own
-     (docs/gemm.md, "Off a cache line"). */
+     (docs/gemm.md, "Off a cache line"; at k = 64 two products would cost a quarter of 64 x 64, and
+     the L1 holds the strips anyway). */
   pl.lead = mg_gemm_lead(pl.direct, (int64_t)((uintptr_t)b % 64) / S, n, brs, pl.ks, S, l1);
-  /* B in place from memory asks for each next strip (docs/gemm.md, "From memory"). */
+  /* B in place from memory asks for each next strip (see mg_gemm_tile_body); on a B in the L2 or L3
+     the requests cost more than they gain, so not there (docs/gemm.md, "From memory"). */
   pl.ahead = mg_gemm_ahead(pl.direct, k, n, S, far);
   pl.parts = MG_PARTS(m * n * k, rstrips * cstrips);
   /* The parts split C's row strips or its column strips. By rows, no A block is packed twice, but
@@ -64,7 +66,8 @@ static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int
      part packs and reads only its own B strips, with no wait for another's packing, but reads all
      of A (in place where its rows are contiguous). So the columns where there are too few row
      strips (a 16-row product at AVX-512's MR 14: 14 rows and 2), or where A's rows are contiguous
-     and at most 3/4 as many as the step has columns; square products keep the rows (docs/gemm.md,
+     (read in place, even 4 KiB apart: see mg_gemm_rows) and at most 3/4 as many as the step has
+     columns; square products keep the rows (docs/gemm.md,
      "Threads"). */
   pl.by_rows = mg_gemm_by_rows(pl.parts, m, ncmax, rstrips, cstrips, acs);
   pl.apack = METAGRAD_GEMM_MIN(MC, rstrips * MG_MR) * mg_gemm_padded_row(pl.ks, S);
