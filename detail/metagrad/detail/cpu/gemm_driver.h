@@ -67,8 +67,7 @@ static mg_gemm_blocked mg_gemm_plan_blocked(int64_t m, int64_t n, int64_t k, int
      of A (in place where its rows are contiguous). So the columns where there are too few row
      strips (a 16-row product at AVX-512's MR 14: 14 rows and 2), or where A's rows are contiguous
      (read in place, even 4 KiB apart: see mg_gemm_rows) and at most 3/4 as many as the step has
-     columns; square products keep the rows (docs/gemm.md,
-     "Threads"). */
+     columns; square products keep the rows (docs/gemm.md, "Threads"). */
   pl.by_rows = mg_gemm_by_rows(pl.parts, m, ncmax, rstrips, cstrips, acs);
   pl.apack = METAGRAD_GEMM_MIN(MC, rstrips * MG_MR) * mg_gemm_padded_row(pl.ks, S);
   pl.own = pl.apack + (pl.direct ? pl.ks * MG_NR : 0); /* (+ B's edge strip) */
