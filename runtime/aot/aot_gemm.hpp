@@ -1,6 +1,6 @@
 #pragma once
-// The matrix product an AOT library carries (runtime/aot/aot_gemm.cpp): cpu/gemm.hpp's plan and loops
-// (their C text) and a driver in C, since the library links only libc and libm.
+// The matrix product an AOT library carries (runtime/aot/aot_gemm.cpp): cpu/gemm.hpp's plan, loops and
+// driver (their C text) with its own threads in C, since the library links only libc and libm.
 #include <cstdint>
 #include <string>
 

@@ -1,7 +1,8 @@
 #pragma once
 // The internals of cpu/gemm.hpp, in an ISA-named namespace (simd.hpp): the driver (the paths chosen
-// by shape, the blocking, the split over threads, the dot-product path) around the loops and tiles
-// of gemm_kernel.h, by the rules of gemm_plan.h: C that AOT libraries carry too.
+// by shape, the blocking, the dot-product path) around the blocked driver of gemm_driver.h (the split
+// over threads, behind a seam: here the pool) and the loops and tiles of gemm_kernel.h, by the rules
+// of gemm_plan.h: C that AOT libraries carry too.
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -66,6 +67,7 @@ inline constexpr bool kAllTiles = false;
 #endif
 
 inline constexpr int kTileRows = METAGRAD_GEMM_MR(kVectorBytes);  // (gemm_plan.h)
+static_assert(METAGRAD_GEMM_POOL_MACS == kParallelMacs, "gemm_plan.h: the pool's threshold is every op's");
 
 template <class T, bool AllTiles = kAllTiles>
 struct Gemm {
@@ -123,6 +125,15 @@ struct Gemm {
 #define MG_PACK_EDGE(dst, kc, count, src, step) pack_edge(dst, kc, count, src, step)
 #define MG_A_ROWS (!AllTiles)
 #include "metagrad/detail/cpu/gemm_kernel.h"
+// The blocked driver, shared with AOT libraries' C GEMM too (gemm_driver.h): its seam is the pool
+#define MG_PARTS(macs, strips) ((macs) >= METAGRAD_GEMM_POOL_MACS ? parts_for(strips, 1) : 1)
+#define MG_RUN_PARTS(parts, fn, ctx) Pool::get().run(parts, fn, ctx)
+#define MG_PARTS_ONCE 0  // (the pool's threads persist: they meet at each step)
+#define MG_PACK_B(dst, kc, count, src, step, across) pack<NR>(dst, kc, count, src, step, across)
+#include "metagrad/detail/cpu/gemm_driver.h"
+#undef MG_PARTS
+#undef MG_RUN_PARTS
+#undef MG_PARTS_ONCE
 #undef MG_T
 #undef MG_V
 #undef MG_W
@@ -202,28 +213,13 @@ struct Gemm {
 
   // C (m x n, row stride ldc) = A B, or (acc) C += A B; A[i][p] = a[i * ars + p * acs],
   // B[p][j] = b[p * brs + j * bcs].
-  // Above kParallelMacs the work of each KC step is cut into parts (kPartsPerThread a pool thread)
-  // over C's row strips or its column strips (by_rows below); each part packs its A blocks into its
-  // own buffer (from the caller's arena, so no worker allocates). Every element is the same sum
-  // whatever the split.
+  // Above METAGRAD_GEMM_POOL_MACS (gemm_plan.h) the work of each KC step is cut into parts (kPartsPerThread a
+  // pool thread) over C's row strips or its column strips (gemm_driver.h); each part packs its A blocks into
+  // its own buffer (from the caller's arena, so no worker allocates). Every element is the same sum whatever
+  // the split.
   static void run(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking(),
                   bool acc = false);
-  // One KC step of the blocked path, cut into parts over the pool (step_part: one function for the
-  // three kinds of part, rather than a lambda and its pool instantiations each). phase 0: part p
-  // packs its share of B's strips; 1: then C's row strips of part p times all of B; 2: part p's B
-  // strips, packed, then all of C's rows times them (the column split).
-  struct Step {
-    const mg_gemm_panel* panel;
-    const T *asrc, *bsrc;
-    T *bp, *ap, *c;
-    index_t m, nc, kc, MC, ars, acs, brs, bcs, ldc, bstrips, rstrips, ablock, apack;
-    bool direct, acc, whole_a;
-    int phase;
-    const GemmGatherB<T>* gather;  // B's packing, or null: B's strides
-    index_t pc, jc;                // the step's first row and column of B
-  };
-  static void step_part(void* ctx, int p, int np);
   // run on this copy whatever the CPU (run itself may hand the product to a wider copy: below).
   // `gather`: B packed by it (b, brs and bcs unused), never read in place.
   static void run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
@@ -272,7 +268,7 @@ struct Gemm {
           out = acc ? out + t : t;
         }
     };
-    const int parts = m * n * k >= kParallelMacs ? parts_for(bi * bj, 1) : 1;
+    const int parts = m * n * k >= METAGRAD_GEMM_POOL_MACS ? parts_for(bi * bj, 1) : 1;
     if (parts <= 1) {
       for (index_t blk = 0; blk < bi * bj; ++blk) block(blk);
       return;
@@ -290,7 +286,7 @@ struct Gemm {
     auto range = [&](index_t j0, index_t j1) {
       mg_gemm_few_range(m, j0, j1, k, a, ars, acs, b, brs, c, ldc, acc);
     };
-    if (m * n * k < kParallelMacs) return range(0, n);
+    if (m * n * k < METAGRAD_GEMM_POOL_MACS) return range(0, n);
     parallel_for(n, W, W, range);
   }
 };
@@ -338,86 +334,20 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       return dots(m, n, k, a, ars, b, bcs, c, ldc, acc);
     if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc, acc);
   }
-  const index_t KC = bk.kc, MC = std::max<index_t>(bk.mc / MR, 1) * MR,
-                NC = std::max<index_t>(bk.nc / NR, 1) * NR;
-  constexpr index_t S = sizeof(T);
+  // The blocked path (gemm_driver.h): by gemm_plan.h's rules, from the host's caches
   const CacheSizes& caches = host_caches();
-  // k in equal steps of at most KC (docs/gemm.md, "Blocking from the machine it runs on")
-  const index_t steps = plan::mg_gemm_steps(k, KC, NR, S, caches.l1), ks = (k + steps - 1) / steps;
-  const index_t ncmax = std::min(n, NC), rstrips = (m + MR - 1) / MR, cstrips = (ncmax + NR - 1) / NR;
-  // B read in place (docs/gemm.md, "B read in place"): small products (64 x 64, a conv's per-image
-  // product) pay no packing.
-  const bool direct = !gather && plan::mg_gemm_direct(m, n, k, brs, bcs, steps, MC, MR, S, caches.l2);
-  // B's rows all equally off a cache line: the first columns, up to a line, a product of their own
-  // (docs/gemm.md, "Off a cache line"; at k = 64 two products would cost a quarter of 64 x 64, and
-  // the L1 holds the strips anyway).
-  if (const index_t lead =
-          plan::mg_gemm_lead(direct, static_cast<index_t>(reinterpret_cast<std::uintptr_t>(b) % 64) / S, n,
-                             brs, ks, S, caches.l1)) {
-    run(m, lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk, acc);
-    return run(m, n - lead, k, a, ars, acs, b + lead, brs, bcs, c + lead, ldc, bk, acc);
+  const mg_gemm_blocked pl = mg_gemm_plan_blocked(
+      m, n, k, acs, b, brs, bcs, gather != nullptr, bk.kc, std::max<index_t>(bk.mc / MR, 1) * MR,
+      std::max<index_t>(bk.nc / NR, 1) * NR, caches.l1, caches.l2, caches.from_memory(), 1);
+  if (pl.lead) {
+    run(m, pl.lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk, acc);
+    return run(m, n - pl.lead, k, a, ars, acs, b + pl.lead, brs, bcs, c + pl.lead, ldc, bk, acc);
   }
-  // A B read in place from memory (CacheSizes::from_memory) asks for each next strip (see tile); on
-  // a B in the L2 or L3 the requests cost more than they gain, so not there (docs/gemm.md, "From
-  // memory").
-  const bool ahead = plan::mg_gemm_ahead(direct, k, n, S, caches.from_memory());
-  Arena::Scope scope;
-  T* bp = Arena::local().alloc<T>(ks * (cstrips * NR));
-  const int parts = m * n * k >= kParallelMacs ? parts_for(rstrips * cstrips, 1) : 1;
-  // The parts split C's row strips or its column strips. By rows, no A block is packed twice, but
-  // the B panel, packed by all, is read by all, partly from other cores' caches. By columns, each
-  // part packs and reads only its own B strips, with no wait for another's packing, but reads all
-  // of A (in place where its rows are contiguous). So the columns where there are too few row
-  // strips (a 16-row product at AVX-512's MR 14: 14 rows and 2), or where A's rows are contiguous
-  // (read in place, even 4 KiB apart: see rows()) and at most 3/4 as many as the step has columns;
-  // square products keep the rows (docs/gemm.md, "Threads").
-  const bool by_rows = plan::mg_gemm_by_rows(parts, m, ncmax, rstrips, cstrips, acs);
-  const index_t apack = std::min(MC, rstrips * MR) * plan::mg_gemm_padded_row(ks, S),
-                ablock = apack + (direct ? ks * NR : 0);  // (+ B's edge strip)
-  T* ap = Arena::local().alloc<T>(parts * ablock);
-  for (index_t jc = 0; jc < n; jc += NC) {
-    const index_t nc = std::min(NC, n - jc), bstrips = (nc + NR - 1) / NR;
-    for (index_t pc = 0; pc < k; pc += ks) {
-      const index_t kc = std::min(ks, k - pc);
-      const T* bsrc = gather ? b : b + pc * brs + jc * bcs;
-      const T* asrc = a + pc * acs;
-      const mg_gemm_panel panel{
-          direct ? bsrc : bp, direct, brs, nc, ahead, plan::mg_gemm_next(direct, kc, nc, S, caches.l2)};
-      Step st{&panel, asrc,   bsrc,          bp,        ap,  c + jc, m,       nc,      kc,
-              MC,     ars,    acs,           brs,       bcs, ldc,    bstrips, rstrips, ablock,
-              apack,  direct, acc || pc > 0, parts > 1, 0,   gather, pc,      jc};
-      if (by_rows) {  // (one part included)
-        if (!direct) Pool::get().run(parts, &step_part, &st);
-        st.phase = 1;
-      } else {
-        st.phase = 2;
-      }
-      Pool::get().run(parts, &step_part, &st);
-    }
-  }
-}
-
-template <class T, bool AllTiles>
-void Gemm<T, AllTiles>::step_part(void* ctx, int p, int np) {
-  const Step& s = *static_cast<const Step*>(ctx);
-  T* ap = s.ap + p * s.ablock;
-  if (s.phase == 1) {  // C's row strips [r0, r1), all columns
-    const index_t r0 = s.rstrips * p / np * MR, r1 = std::min(s.m, s.rstrips * (p + 1) / np * MR);
-    if (r0 < r1)
-      mg_gemm_rows(r0, r1, 0, s.nc, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
-                   s.acc, false);
-    return;
-  }
-  // B's strips [s0, s1) (columns [c0, c1)), packed (strips of NR columns, row p then p+1) unless read
-  // in place
-  const index_t s0 = s.bstrips * p / np, c0 = s0 * NR, c1 = std::min(s.nc, s.bstrips * (p + 1) / np * NR);
-  if (s.gather && c0 < c1)
-    s.gather->pack(s.gather->ctx, s.bp + s0 * NR * s.kc, s.pc, s.kc, s.jc + c0, c1 - c0, NR);
-  else if (!s.direct && c0 < c1)
-    pack<NR>(s.bp + s0 * NR * s.kc, s.kc, c1 - c0, s.bsrc + c0 * s.bcs, s.brs, s.bcs);
-  if (s.phase == 2 && c0 < c1)  // then all of C's rows times them
-    mg_gemm_rows(0, s.m, c0, c1, s.kc, s.MC, s.asrc, s.ars, s.acs, s.panel, ap, ap + s.apack, s.c, s.ldc,
-                 s.acc, s.whole_a);
+  Arena::Scope scope;  // (so no worker allocates)
+  T* bp = Arena::local().alloc<T>(pl.bsize);
+  T* ap = Arena::local().alloc<T>(pl.parts * pl.ablock);
+  const mg_gemm_gather g{gather ? gather->pack : nullptr, gather ? gather->ctx : nullptr};
+  mg_gemm_run_blocked(&pl, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, acc, gather ? &g : nullptr, bp, ap);
 }
 
 #ifdef METAGRAD_FIXED_GEMM_PREBUILT

@@ -3,7 +3,8 @@
    extensions): the C++ kernel includes it inside struct Gemm<T> (cpu/gemm.hpp), once per element
    type and ISA, and an AOT library's C GEMM carries this text verbatim after gemm_plan.h's
    (runtime/aot/aot_gemm.cpp; CMake reads both at build time), so a change to the kernel is made here
-   for both. The drivers around it (threads, buffers) are each side's own.
+   for both. The blocked driver around it is gemm_driver.h, also shared; threads and buffers are
+   each side's own.
 
    No include guard: the includer defines the element type MG_T, its vector MG_V of MG_W lanes, the
    tile's MG_MR rows of MG_NV vectors (MG_NR elements), the vector operations MG_LOAD(p),

@@ -28,6 +28,14 @@
 #define METAGRAD_GEMM_FEW_ROWS 2
 #define METAGRAD_GEMM_FEW_BYTES 4096
 
+/* The split over threads, by the threads' cost: the C++ pool's threads persist, and a product of
+   METAGRAD_GEMM_POOL_MACS multiply-adds or more is split over them (parallel.hpp's kParallelMacs,
+   every op's threshold); an AOT library starts threads for each call, a start and join costing
+   30 us on Zen 3, so a part there is at least METAGRAD_GEMM_CALL_THREAD_MACS (at 2^20 a part,
+   127 x 127 at 2 threads ran at half its speed on one). */
+#define METAGRAD_GEMM_POOL_MACS ((int64_t)1 << 20)
+#define METAGRAD_GEMM_CALL_THREAD_MACS ((int64_t)1 << 22)
+
 /* Cache blocking from the host's caches, as macros: constant expressions in C too, where an AOT
    library sizes its packing buffers with them. K0 is the L2's size in KiB, 128 .. 1024: a K0 x NR
    strip of packed B, reused by every A strip of a block, streams from the L2, and a long K0 halves
@@ -96,6 +104,13 @@ METAGRAD_GEMM_FN int mg_gemm_copy_a(int64_t ars, int64_t acs, int whole_a, int64
 METAGRAD_GEMM_FN int mg_gemm_by_rows(int64_t parts, int64_t m, int64_t ncmax, int64_t rstrips,
                                      int64_t cstrips, int64_t acs) {
   return rstrips >= parts && (acs != 1 || cstrips < parts || 4 * m > 3 * ncmax);
+}
+/* The split's cut, the same on both sides (C's row strips or its column strips): part p of np
+   starts at this row or column, its strips of `width` counted out evenly, up to `limit`; it ends
+   where part p + 1 starts. */
+METAGRAD_GEMM_FN int64_t mg_gemm_part_start(int64_t strips, int64_t p, int64_t np, int64_t width,
+                                            int64_t limit) {
+  return strips * p / np * width < limit ? strips * p / np * width : limit;
 }
 /* Packed strips past half the L2: each strip's first tile asks the L2 for the next strip. */
 METAGRAD_GEMM_FN int mg_gemm_next(int direct, int64_t kc, int64_t nc, int64_t s, int64_t l2) {
