@@ -12,8 +12,8 @@ namespace metagrad::gemm {
 
 namespace {
 // Columns [j0, j1) of C: 16 independent sums a dot product vectorise without reassociation.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void columns(const Problem& p, const float* a,
-                                                                          std::int64_t j0, std::int64_t j1) {
+[[gnu::always_inline]] inline void columns_body(const Problem& p, const float* a, std::int64_t j0,
+                                                std::int64_t j1) {
   for (std::int64_t j = j0; j < j1; ++j) {
     const float* b = p.b + j * p.bcs;
     for (std::int64_t i = 0; i < p.m; ++i) {
@@ -29,6 +29,19 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void columns(const 
     }
   }
 }
+// One copy per ISA, chosen by isa() as the GEMM's are (not target_clones: its IFUNC resolvers run
+// while the library is relocated, before a sanitizer's runtime has started, and crash under TSan).
+// (in the ISA namespaces test/isa_isolation.cmake looks for)
+namespace avx512 {
+[[gnu::target("avx512f")]] void columns(const Problem& p, const float* a, std::int64_t j0, std::int64_t j1) {
+  columns_body(p, a, j0, j1);
+}
+}  // namespace avx512
+namespace avx {
+[[gnu::target("avx2")]] void columns(const Problem& p, const float* a, std::int64_t j0, std::int64_t j1) {
+  columns_body(p, a, j0, j1);
+}
+}  // namespace avx
 }  // namespace
 
 bool gemv_fits(const Problem& p) {
@@ -40,6 +53,7 @@ void gemv(const Problem& p) {
   for (std::int64_t i = 0; i < p.m; ++i)
     for (std::int64_t q = 0; q < p.k; ++q)
       a[static_cast<std::size_t>(i * p.k + q)] = p.a[i * p.ars + q * p.acs];
+  auto columns = isa() == Isa::avx512 ? &avx512::columns : isa() == Isa::avx2 ? &avx::columns : &columns_body;
   cpu::parallel_for(p.n, 16, std::max<std::int64_t>(16, (std::int64_t{1} << 16) / p.k),
                     [&](std::int64_t j0, std::int64_t j1) { columns(p, a.data(), j0, j1); });
 }
