@@ -1,6 +1,7 @@
 // Which ISA's kernel runs: CPUID's widest, or METAGRAD_ISA.
 #include <stdexcept>
 
+#include "gemv.hpp"
 #include "metagrad/device/gemm.hpp"
 #include "metagrad/helpers.hpp"
 
@@ -75,12 +76,8 @@ GemmBlocking default_blocking(Isa isa) {
   }
 }
 
-// Few rows against a weight read in place (gemv.cpp): dot products, not the blocked kernel.
-bool gemv_fits(const Problem& p);
-void gemv(const Problem& p);
-
 void sgemm(const Problem& p, const GemmBlocking& bk, Isa isa) {
-  if (gemv_fits(p)) return gemv(p);
+  if (gemv_fits(p)) return gemv(p, isa);  // few rows: dot products, not the blocked kernel
   GemmBlocking b = bk.kc > 0 ? bk : choose_blocking(p.m, p.n, p.k, isa);
   switch (isa) {
 #if defined(__x86_64__)

@@ -3,15 +3,13 @@
 #include "matmul_bf16.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <vector>
 
+#include "../gemm/gemv.hpp"
 #include "../lazy/replayable_fill.hpp"
 #include "metagrad/cpu/gemm_lowp.hpp"
 #include "metagrad/cpu/narrow.hpp"
-#include "metagrad/cpu/parallel.hpp"
-#include "metagrad/device/gemm.hpp"
 #include "metagrad/device/raw_buffer.hpp"
 
 namespace metagrad {
@@ -33,42 +31,6 @@ std::vector<std::int64_t> out_shape(const Tensor& x, std::int64_t n) {
   return s;
 }
 
-// y (m x n, f32) = x (m x k, f32) W^T for W (n x k) bf16 rows, m small (decoding): dot products that
-// read each weight once. The GEMM would pack W for 1-4 rows of work (gemm_bf16's tile is 14 x 32,
-// so A W^T or W A^T wastes most of its products). 16 independent sums vectorise without reassociation.
-// One copy per ISA, chosen by gemm::isa() (runtime/gemm/gemv.cpp says why not target_clones).
-#define METAGRAD_GEMV_ROWS_PARAMS                                                                           \
-  std::int64_t m, std::int64_t k, const float *x, const std::uint16_t *w, std::int64_t j0, std::int64_t j1, \
-      float *y, std::int64_t n
-[[gnu::always_inline]] inline void gemv_rows_body(METAGRAD_GEMV_ROWS_PARAMS) {
-  for (std::int64_t j = j0; j < j1; ++j) {
-    const std::uint16_t* r = w + j * k;
-    for (std::int64_t i = 0; i < m; ++i) {
-      const float* a = x + i * k;
-      float acc[16] = {};
-      std::int64_t p = 0;
-      for (; p + 16 <= k; p += 16)
-        for (int l = 0; l < 16; ++l)
-          acc[l] += a[p + l] * std::bit_cast<float>(static_cast<std::uint32_t>(r[p + l]) << 16);
-      float s = 0;
-      for (; p < k; ++p) s += a[p] * std::bit_cast<float>(static_cast<std::uint32_t>(r[p]) << 16);
-      for (float v : acc) s += v;
-      y[i * n + j] = s;
-    }
-  }
-}
-// (in the ISA namespaces test/isa_isolation.cmake looks for)
-namespace avx512 {
-[[gnu::target("avx512f")]] void gemv_rows(METAGRAD_GEMV_ROWS_PARAMS) {
-  gemv_rows_body(m, k, x, w, j0, j1, y, n);
-}
-}  // namespace avx512
-namespace avx {
-[[gnu::target("avx2")]] void gemv_rows(METAGRAD_GEMV_ROWS_PARAMS) {
-  gemv_rows_body(m, k, x, w, j0, j1, y, n);
-}
-}  // namespace avx
-#undef METAGRAD_GEMV_ROWS_PARAMS
 }  // namespace
 
 std::optional<Tensor> matmul_bf16(const Tensor& x, const Tensor& w, const char* op) {
@@ -89,13 +51,9 @@ std::optional<Tensor> matmul_bf16(const Tensor& x, const Tensor& w, const char* 
         CustomArg{ReplayableFill{[m, n, k](RawBuffer& o, const std::vector<RawBuffer*>& in) {
           std::vector<float> xf(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
           cpu::bf16_to_f32(host<const std::uint16_t>(in[0]), xf.data(), m * k);
-          const auto* w = host<const std::uint16_t>(in[1]);
-          auto gemv_rows = gemm::isa() == gemm::Isa::avx512 ? &avx512::gemv_rows
-                           : gemm::isa() == gemm::Isa::avx2 ? &avx::gemv_rows
-                                                            : &gemv_rows_body;
-          cpu::parallel_for(
-              n, 16, std::max<std::int64_t>(16, (1 << 16) / k),
-              [&](std::int64_t j0, std::int64_t j1) { gemv_rows(m, k, xf.data(), w, j0, j1, y.data(), n); });
+          // W read in place, m small: the GEMM would pack W for 1-4 rows of work (gemm_bf16's tile is
+          // 14 x 32, so A W^T or W A^T wastes most of its products).
+          gemm::gemv_bf16(m, n, k, xf.data(), host<const std::uint16_t>(in[1]), y.data());
           cpu::f32_to_bf16(y.data(), host<std::uint16_t>(&o), m * n);
         }}});
     Tensor c(

@@ -1,0 +1,19 @@
+#pragma once
+// Products of few rows against a weight read in place (decoding: one token's activations times a
+// weight), as dot products that read each weight once: the blocked GEMM would pack the whole weight
+// for 1-4 rows of work. Internal to the runtime library (gemv.cpp).
+#include <cstdint>
+
+#include "metagrad/device/gemm.hpp"
+
+namespace metagrad::gemm {
+
+// Whether sgemm hands p to gemv: m <= 4, B's columns contiguous (brs == 1, a weight W (n x k) used as
+// W^T, as Linear's is) and a weight large enough to be worth it.
+bool gemv_fits(const Problem& p);
+void gemv(const Problem& p, Isa isa = gemm::isa());
+// y (m x n, f32) = x (m x k, f32) W^T for W (n x k) bf16 rows (widened as they are read).
+void gemv_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, const std::uint16_t* w,
+               float* y, Isa isa = gemm::isa());
+
+}  // namespace metagrad::gemm
