@@ -341,7 +341,8 @@ TEST_CASE("fixed grad: the static MLP matches the dynamic path on CPU: loss and 
     auto x = random_tensor<float, B, In>(rng, 0, 1);
     fx::Tensor<float, B, Out> y;
     for (index_t i = 0; i < B; ++i) y(i, rng() % Out) = 1;
-    float loss = fx::grad_into(std::tie(m.gw1, m.gb1, m.gw2, m.gb2), m.loss(x, y), m.w1, m.b1, m.w2, m.b2);
+    float loss = fx::grad_into(std::tie(m.grads.w1, m.grads.b1, m.grads.w2, m.grads.b2), m.loss(x, y), m.w1,
+                               m.b1, m.w2, m.b2);
 
     auto dyn = [](const auto& t, bool param) {
       std::vector<float> v(t.begin(), t.end());
@@ -362,10 +363,10 @@ TEST_CASE("fixed grad: the static MLP matches the dynamic path on CPU: loss and 
         REQUIRE(close(got[i], w[i], 1e-4, 1e-5));
       }
     };
-    same(m.gw1, w1);
-    same(m.gb1, b1);
-    same(m.gw2, w2);
-    same(m.gb2, b2);
+    same(m.grads.w1, w1);
+    same(m.grads.b1, b1);
+    same(m.grads.w2, w2);
+    same(m.grads.b2, b2);
   }
 }
 
