@@ -43,6 +43,7 @@ constexpr double kLr = 1e-3, kB1 = 0.9, kB2 = 0.99, kEps = 1e-8, kDecay = 0.1;
 using Block = examples::static_gpt::Block<C>;
 using Model = examples::static_gpt::Model<C, T, V, N>;
 using examples::static_gpt::head;
+using examples::static_gpt::in_proj;
 using examples::static_gpt::layernorm;
 using examples::static_gpt::linear;
 
@@ -69,7 +70,7 @@ auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
   // q, k and v one packed product, cut: the attention reads each several times (the softmax's max,
   // sum and output, and their backward), which would otherwise recompute the projection each time;
   // the heads are views of it.
-  auto qkv = fx::cut(linear(h, p.attn.in_proj_weight, p.attn.in_proj_bias));
+  auto qkv = fx::cut(in_proj(h, p.attn));
   auto q = head<0, H>(qkv), k = head<1, H>(qkv), v = head<2, H>(qkv);
   // fx::scaled_dot_product_attention<true> written out: q k^T cut (read by the softmax's max and
   // exp), its exp cut (read by the sum, the numerator and their backward, which would otherwise

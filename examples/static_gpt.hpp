@@ -67,13 +67,14 @@ struct Model {
                            (Vocab, head));
 };
 
-template <class X, class W, class B>
-auto linear(const X& x, const W& w, const B& b) {
-  return fx::matmul(x, w.template permute<1, 0>()) + b;
-}
 template <class X, index_t Out, index_t In>
 auto linear(const X& x, const Linear<Out, In>& l) {
-  return linear(x, l.weight, l.bias);
+  return fx::linear(x, l.weight.template permute<1, 0>(), l.bias);
+}
+// q, k and v packed: (..., 3 C)
+template <class X, index_t C>
+auto in_proj(const X& x, const Attention<C>& a) {
+  return fx::linear(x, a.in_proj_weight.template permute<1, 0>(), a.in_proj_bias);
 }
 template <class X, index_t C>
 auto layernorm(const X& x, const LayerNorm<C>& l) {

@@ -18,14 +18,14 @@ inline constexpr index_t B = GPT_BATCH, T = GPT_CONTEXT, C = GPT_WIDTH, H = GPT_
 
 using Block = examples::static_gpt::Block<C>;
 using Model = examples::static_gpt::Model<C, T, V, N>;
+using examples::static_gpt::in_proj;
 using examples::static_gpt::layernorm;
 using examples::static_gpt::linear;
 
 template <class X, class Cut>
 auto block(const X& x, const Block& p, Cut cut) {
   auto h = cut(layernorm(x, p.ln1));
-  auto qkv = cut(linear(h, p.attn.in_proj_weight,
-                        p.attn.in_proj_bias));  // one packed product; the heads are views of it
+  auto qkv = cut(in_proj(h, p.attn));  // one packed product; the heads are views of it
   using examples::static_gpt::head;
   auto o = fx::scaled_dot_product_attention<true>(head<0, H>(qkv), head<1, H>(qkv), head<2, H>(qkv))
                .template permute<0, 2, 1, 3>()
