@@ -29,8 +29,8 @@
 
 #include "../examples/gpt_model.hpp"
 #include "../examples/static_gpt.hpp"
-#include "metagrad/fixed.hpp"
 #include "metagrad/device/threadpool.hpp"
+#include "metagrad/fixed.hpp"
 
 namespace {
 
@@ -40,11 +40,11 @@ using metagrad::Tensor;
 constexpr index_t B = 4, T = 64, C = 128, H = 4, D = C / H, V = examples::kVocab, N = 2;
 constexpr double kLr = 1e-3, kB1 = 0.9, kB2 = 0.99, kEps = 1e-8, kDecay = 0.1;
 
-template <index_t Out, index_t In>
-using Linear = examples::static_gpt::Linear<Out, In>;
 using Block = examples::static_gpt::Block<C>;
 using Model = examples::static_gpt::Model<C, T, V, N>;
 using examples::static_gpt::head;
+using examples::static_gpt::in_proj;
+using examples::static_gpt::layernorm;
 using examples::static_gpt::linear;
 
 // True above the diagonal: the positions a query may not attend.
@@ -66,11 +66,11 @@ struct Shifts {
 
 template <class X>
 auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
-  auto h = fx::cut(fx::layernorm(x, p.ln1_w, p.ln1_b));
+  auto h = fx::cut(layernorm(x, p.ln1));
   // q, k and v one packed product, cut: the attention reads each several times (the softmax's max,
   // sum and output, and their backward), which would otherwise recompute the projection each time;
   // the heads are views of it.
-  auto qkv = fx::cut(linear(h, p.qkv));
+  auto qkv = fx::cut(in_proj(h, p.attn));
   auto q = head<0, H>(qkv), k = head<1, H>(qkv), v = head<2, H>(qkv);
   // fx::scaled_dot_product_attention<true> written out: q k^T cut (read by the softmax's max and
   // exp), its exp cut (read by the sum, the numerator and their backward, which would otherwise
@@ -86,8 +86,8 @@ auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
   // the heads' outputs cut, as the (B, T, C) the projection reads: read again by its weight's
   // gradient, which would otherwise compute the product (and its transposing copy) once more
   auto o = fx::cut(fx::matmul(probs, v).template permute<0, 2, 1, 3>().template reshape<B, T, C>());
-  auto x2 = fx::cut(x + linear(o, p.out));
-  auto h2 = fx::cut(fx::layernorm(x2, p.ln2_w, p.ln2_b));
+  auto x2 = fx::cut(x + linear(o, p.attn.out_proj));
+  auto h2 = fx::cut(layernorm(x2, p.ln2));
   auto f = fx::cut(linear(h2, p.fc));  // read by gelu and by its backward
   // gelu's value cut: read by the product and again by the product's weight gradient, each of
   // which would otherwise evaluate it into a temporary of its own
@@ -97,62 +97,23 @@ auto block(const X& x, const Block& p, fx::Tensor<float, B, H, T, 1>& shift) {
 
 template <class Idx, class Lab>
 auto loss_of(const Model& m, Shifts& sh, const Idx& idx, const Lab& labels) {
-  auto x = fx::cut(fx::embedding(m.wte, idx) + m.wpe);
+  auto x = fx::cut(fx::embedding(m.wte.weight, idx) + m.wpe.weight);
   auto y = block(block(x, m.blocks[0], sh.at[0]), m.blocks[1], sh.at[1]);
-  auto logits = fx::matmul(fx::layernorm(y, m.lnf_w, m.lnf_b), m.head.template permute<1, 0>());
+  auto logits = fx::matmul(layernorm(y, m.ln_f), m.head.weight.template permute<1, 0>());
   return fx::sparse_categorical_crossentropy(logits, labels);
 }
 
-// Every parameter, in one order for the gradients, the optimizer state and the weights' names.
-auto params(Model& m) {
-  auto blk = [](Block& b) {
-    return std::tie(b.ln1_w, b.ln1_b, b.qkv.w, b.qkv.b, b.out.w, b.out.b, b.ln2_w, b.ln2_b, b.fc.w, b.fc.b,
-                    b.proj.w, b.proj.b);
-  };
-  return std::tuple_cat(std::tie(m.wte, m.wpe), blk(m.blocks[0]), blk(m.blocks[1]),
-                        std::tie(m.lnf_w, m.lnf_b, m.head));
-}
-
-// Each parameter's AdamW moments.
-template <class... P>
-struct Moments {
-  std::tuple<std::remove_cvref_t<P>...> m, v;  // zero-initialised
-};
-
-// One training step on the static path: the loss (before the update).
-template <class Idx, class Lab, class... P>
-double static_step(Model& model, Moments<P...>& st, Shifts& sh, long t, const Idx& idx, const Lab& labels) {
+// One training step on the static path: the loss (before the update). The gradients of the whole
+// model (fx::grad_into over its reflected struct), their global norm clipped at 1 (the coefficient
+// fused into the update) and AdamW with decay groups (fx::AdamW: matrices decay), each parameter's
+// update one fx::assign pass.
+template <class Idx, class Lab>
+double static_step(Model& model, Model& grads, fx::AdamW<Model>& opt, Shifts& sh, const Idx& idx,
+                   const Lab& labels) {
   fx::Tape tape;
-  auto loss = loss_of(model, sh, idx, labels);
-  return std::apply(
-      [&](auto&... p) {
-        auto g = fx::grad(loss, p...);
-        double sq = 0;
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-          ((sq += static_cast<double>((get<I>(g) * get<I>(g)).sum().eval()[0])), ...);
-        }
-        (std::index_sequence_for<P...>{});
-        const float coef = static_cast<float>(std::min(1.0, 1.0 / (std::sqrt(sq) + 1e-6)));
-        // the bias corrections' reciprocals: a multiply where a divide costs several (two divides and
-        // a square root an element bound the update)
-        const float inv1 = static_cast<float>(1 / (1 - std::pow(kB1, t))),
-                    inv2 = static_cast<float>(1 / (1 - std::pow(kB2, t)));
-        auto update = [&](auto& w, auto& m, auto& v, const auto& grad) {
-          using W = std::remove_cvref_t<decltype(w)>;
-          auto gc = grad * coef;  // an expression: no temporary tensor (the same values)
-          const float wd = W::shape::rank >= 2 ? float(kDecay) : 0.f;  // decay_groups: matrices decay
-          // m, v, then w from the new m and v, in one pass over the four tensors (fx::assign)
-          fx::assign(std::tie(m, v, w), m * float(kB1) + gc * float(1 - kB1),
-                     v * float(kB2) + gc * gc * float(1 - kB2),
-                     w - ((m * inv1) / ((v * inv2).sqrt() + float(kEps)) + w * wd) * float(kLr));
-        };
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-          (update(p, std::get<I>(st.m), std::get<I>(st.v), get<I>(g)), ...);
-        }
-        (std::index_sequence_for<P...>{});
-        return static_cast<double>(g.loss());
-      },
-      params(model));
+  const double loss = fx::grad_into(grads, loss_of(model, sh, idx, labels), model);
+  opt.step(model, grads, static_cast<float>(std::min(1.0, 1.0 / (fx::global_norm(grads) + 1e-6))));
+  return loss;
 }
 
 // The static model's weights from the dynamic one's state dict.
@@ -216,8 +177,9 @@ int main(int argc, char** argv) {
   };
 
   // The static path, from the same weights on the same batches.
-  auto moments =
-      std::apply([](auto&... p) { return std::make_unique<Moments<decltype(p)...>>(); }, params(*model));
+  auto grads = std::make_unique<Model>();
+  fx::AdamW<Model> adamw(
+      {.lr = kLr, .b1 = kB1, .b2 = kB2, .eps = kEps, .weight_decay = kDecay, .decay_vectors = false});
   auto shifts = std::make_unique<Shifts>();
   auto idx = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
   auto labels = std::make_unique<fx::Tensor<std::int64_t, B, T>>();
@@ -226,7 +188,7 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     std::copy(xs[s].begin(), xs[s].end(), idx->begin());
     std::copy(ys[s].begin(), ys[s].end(), labels->begin());
-    st_loss.push_back(static_step(*model, *moments, *shifts, static_cast<long>(s) + 1, *idx, *labels));
+    st_loss.push_back(static_step(*model, *grads, adamw, *shifts, *idx, *labels));
     st_ms.push_back(ms_since(t0));
   };
   // The two paths take turns, kTurn steps each (each warm in its turn): on a shared machine a spell

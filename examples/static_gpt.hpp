@@ -1,9 +1,12 @@
 #pragma once
-// The character GPT's parameters as fixed:: tensors (PyTorch's layout, as examples/gpt_model.hpp:
-// a Linear's weight is (out, in), y = x W^T + b), for any width C, context T, vocabulary V and N
-// blocks, and their values from the dynamic model's state dict by name. Shared by
-// bench/bench_static_gpt and examples/gpt_aot.
+// The character GPT's parameters as a static model (fixed/model.hpp): reflected structs of fixed::
+// tensors named and laid out as examples/gpt_model.hpp's modules (PyTorch's layout: a Linear's weight
+// is (out, in), y = x W^T + b), for any width C, context T, vocabulary V and N blocks. Declared once
+// here: fx::for_each_named walks them as blocks.0.attn.in_proj_weight, ..., the dynamic model's state
+// dict names, so its weights copy over by name and fx::save writes a file the dynamic GPT loads.
+// Shared by bench/bench_static_gpt and examples/gpt_aot.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <map>
 #include <stdexcept>
@@ -12,41 +15,70 @@
 #include <vector>
 
 #include <metagrad/fixed.hpp>
+#include <metagrad/fixed/model.hpp>
 
 namespace examples::static_gpt {
 
 namespace fx = metagrad::fixed;
 using fx::index_t;
 
+// (BOOST_HANA_DEFINE_STRUCT takes a member's type as one macro argument: types with a comma get an
+// alias.)
+template <index_t N>
+using Vec = fx::Tensor<float, N>;
+
 template <index_t Out, index_t In>
 struct Linear {
-  fx::Tensor<float, Out, In> w;
-  fx::Tensor<float, Out> b;
+  using W = fx::Tensor<float, Out, In>;
+  BOOST_HANA_DEFINE_STRUCT(Linear, (W, weight), (Vec<Out>, bias));
+};
+template <index_t C>
+struct LayerNorm {
+  BOOST_HANA_DEFINE_STRUCT(LayerNorm, (Vec<C>, weight), (Vec<C>, bias));
+};
+template <index_t Rows, index_t C>  // an embedding table, or the unbiased head
+struct Weight {
+  using W = fx::Tensor<float, Rows, C>;
+  BOOST_HANA_DEFINE_STRUCT(Weight, (W, weight));
+};
+// MultiheadAttention's in_proj (q, k and v's rows, one product: one GEMM forward, one for the input's
+// gradient and one for the weight's, as the dynamic path) and its out_proj.
+template <index_t C>
+struct Attention {
+  using W = fx::Tensor<float, 3 * C, C>;
+  using Out = Linear<C, C>;
+  BOOST_HANA_DEFINE_STRUCT(Attention, (W, in_proj_weight), (Vec<3 * C>, in_proj_bias), (Out, out_proj));
 };
 
 template <index_t C>
 struct Block {
-  fx::Tensor<float, C> ln1_w, ln1_b, ln2_w, ln2_b;
-  // MultiheadAttention's in_proj (q, k and v's rows, one product: one GEMM forward, one for the
-  // input's gradient and one for the weight's, as the dynamic path) and its out_proj
-  Linear<3 * C, C> qkv;
-  Linear<C, C> out;
-  Linear<4 * C, C> fc;
-  Linear<C, 4 * C> proj;
+  using Fc = Linear<4 * C, C>;
+  using Proj = Linear<C, 4 * C>;
+  BOOST_HANA_DEFINE_STRUCT(Block, (LayerNorm<C>, ln1), (Attention<C>, attn), (LayerNorm<C>, ln2), (Fc, fc),
+                           (Proj, proj));
 };
 
 template <index_t C, index_t T, index_t V, index_t N>
 struct Model {
-  fx::Tensor<float, V, C> wte;
-  fx::Tensor<float, T, C> wpe;
-  Block<C> blocks[N];
-  fx::Tensor<float, C> lnf_w, lnf_b;
-  fx::Tensor<float, V, C> head;
+  using Vocab = Weight<V, C>;
+  using Positions = Weight<T, C>;
+  using Blocks = std::array<Block<C>, N>;
+  BOOST_HANA_DEFINE_STRUCT(Model, (Vocab, wte), (Positions, wpe), (Blocks, blocks), (LayerNorm<C>, ln_f),
+                           (Vocab, head));
 };
 
 template <class X, index_t Out, index_t In>
 auto linear(const X& x, const Linear<Out, In>& l) {
-  return fx::matmul(x, l.w.template permute<1, 0>()) + l.b;
+  return fx::linear(x, l.weight.template permute<1, 0>(), l.bias);
+}
+// q, k and v packed: (..., 3 C)
+template <class X, index_t C>
+auto in_proj(const X& x, const Attention<C>& a) {
+  return fx::linear(x, a.in_proj_weight.template permute<1, 0>(), a.in_proj_bias);
+}
+template <class X, index_t C>
+auto layernorm(const X& x, const LayerNorm<C>& l) {
+  return fx::layernorm(x, l.weight, l.bias);
 }
 
 // Head I (0: q, 1: k, 2: v) of a packed (B, T, 3 C) projection, as (B, H, T, C / H): a view, which a
@@ -64,26 +96,15 @@ auto head(const QKV& qkv) {
 // Values by the dynamic model's names (its weights, or their gradients) into m's tensors.
 template <index_t C, index_t T, index_t V, index_t N>
 void copy_weights(const std::map<std::string, std::vector<float>>& sd, Model<C, T, V, N>& m) {
-  auto take = [&](const std::string& name, auto& dst, std::size_t offset = 0) {
-    auto it = sd.find(name);
-    auto n = static_cast<std::size_t>(std::remove_cvref_t<decltype(dst)>::size);
-    if (it == sd.end() || offset + n > it->second.size())
-      throw std::runtime_error("static GPT: no weight " + name + " of " + std::to_string(offset + n) +
-                               " values");
-    std::copy_n(it->second.begin() + static_cast<std::ptrdiff_t>(offset), n, dst.begin());
-  };
-  take("wte.weight", m.wte), take("wpe.weight", m.wpe);
-  for (index_t i = 0; i < N; ++i) {
-    std::string p = "blocks." + std::to_string(i) + ".";
-    Block<C>& b = m.blocks[i];
-    take(p + "ln1.weight", b.ln1_w), take(p + "ln1.bias", b.ln1_b), take(p + "ln2.weight", b.ln2_w);
-    take(p + "ln2.bias", b.ln2_b);
-    take(p + "attn.in_proj_weight", b.qkv.w), take(p + "attn.in_proj_bias", b.qkv.b);
-    take(p + "attn.out_proj.weight", b.out.w), take(p + "attn.out_proj.bias", b.out.b);
-    take(p + "fc.weight", b.fc.w), take(p + "fc.bias", b.fc.b);
-    take(p + "proj.weight", b.proj.w), take(p + "proj.bias", b.proj.b);
-  }
-  take("ln_f.weight", m.lnf_w), take("ln_f.bias", m.lnf_b), take("head.weight", m.head);
+  fx::for_each_named(
+      [&](const std::string& name, auto& dst) {
+        auto it = sd.find(name);
+        auto n = static_cast<std::size_t>(std::remove_cvref_t<decltype(dst)>::size);
+        if (it == sd.end() || n != it->second.size())
+          throw std::runtime_error("static GPT: no weight " + name + " of " + std::to_string(n) + " values");
+        std::copy_n(it->second.begin(), n, dst.begin());
+      },
+      m);
 }
 
 }  // namespace examples::static_gpt

@@ -384,16 +384,17 @@ std::vector<std::vector<float>> train_static(const Data& d, bool adam, bool dist
   StaticAdam opt;
   for (std::int64_t s = 0; s < kSteps; ++s) {
     load<Batch>(d, s, distributed ? R() * Batch : 0, x, y);
-    fx::grad_into(std::tie(m.gw1, m.gb1, m.gw2, m.gb2), m.loss(x, y), m.w1, m.b1, m.w2, m.b2);
-    if (distributed) dist::allreduce(dist::ReduceOp::MEAN, m.gw1, m.gb1, m.gw2, m.gb2);
+    fx::grad_into(std::tie(m.grads.w1, m.grads.b1, m.grads.w2, m.grads.b2), m.loss(x, y), m.w1, m.b1, m.w2,
+                  m.b2);
+    if (distributed) dist::allreduce(dist::ReduceOp::MEAN, m.grads.w1, m.grads.b1, m.grads.w2, m.grads.b2);
     if (adam) {
-      opt.step(0.01f, std::pair{&m.w1, &m.gw1}, std::pair{&m.b1, &m.gb1}, std::pair{&m.w2, &m.gw2},
-               std::pair{&m.b2, &m.gb2});
+      opt.step(0.01f, std::pair{&m.w1, &m.grads.w1}, std::pair{&m.b1, &m.grads.b1},
+               std::pair{&m.w2, &m.grads.w2}, std::pair{&m.b2, &m.grads.b2});
     } else {
-      m.w1 -= 0.1f * m.gw1;
-      m.b1 -= 0.1f * m.gb1;
-      m.w2 -= 0.1f * m.gw2;
-      m.b2 -= 0.1f * m.gb2;
+      m.w1 -= 0.1f * m.grads.w1;
+      m.b1 -= 0.1f * m.grads.b1;
+      m.w2 -= 0.1f * m.grads.w2;
+      m.b2 -= 0.1f * m.grads.b2;
     }
   }
   auto vec = [](const auto& t) { return std::vector<float>(t.data(), t.data() + t.size); };

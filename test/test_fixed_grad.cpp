@@ -6,6 +6,8 @@
 // and a W5-sized SGD step that allocates nothing after its first.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -21,7 +23,9 @@
 #include "metagrad/fixed/describe.hpp"
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/mlp.hpp"
+#include "metagrad/fixed/model.hpp"
 #include "metagrad/fixed/nn.hpp"
+#include "metagrad/fixed/optim.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace fx = metagrad::fixed;
@@ -341,7 +345,8 @@ TEST_CASE("fixed grad: the static MLP matches the dynamic path on CPU: loss and 
     auto x = random_tensor<float, B, In>(rng, 0, 1);
     fx::Tensor<float, B, Out> y;
     for (index_t i = 0; i < B; ++i) y(i, rng() % Out) = 1;
-    float loss = fx::grad_into(std::tie(m.gw1, m.gb1, m.gw2, m.gb2), m.loss(x, y), m.w1, m.b1, m.w2, m.b2);
+    float loss = fx::grad_into(std::tie(m.grads.w1, m.grads.b1, m.grads.w2, m.grads.b2), m.loss(x, y), m.w1,
+                               m.b1, m.w2, m.b2);
 
     auto dyn = [](const auto& t, bool param) {
       std::vector<float> v(t.begin(), t.end());
@@ -362,10 +367,10 @@ TEST_CASE("fixed grad: the static MLP matches the dynamic path on CPU: loss and 
         REQUIRE(close(got[i], w[i], 1e-4, 1e-5));
       }
     };
-    same(m.gw1, w1);
-    same(m.gb1, b1);
-    same(m.gw2, w2);
-    same(m.gb2, b2);
+    same(m.grads.w1, w1);
+    same(m.grads.b1, b1);
+    same(m.grads.w2, w2);
+    same(m.grads.b2, b2);
   }
 }
 
@@ -523,4 +528,138 @@ TEST_CASE("fixed grad: 0 and -0 are different constants; x * -0 is -0 in every l
     REQUIRE(g1[i] == std::numeric_limits<double>::infinity());
     REQUIRE(g2[i] == -std::numeric_limits<double>::infinity());
   }
+}
+
+// ---- static models as reflected structs (fixed/model.hpp, fixed/optim.hpp) ----
+namespace reflected {
+// Nested structs, a std::array of blocks, a C array and a plain value, as a user's model would be.
+using W = fx::Tensor<double, 4, 4>;
+using Bv = fx::Tensor<double, 4>;
+using Head = fx::Tensor<double, 4, 3>;
+struct Layer {
+  BOOST_HANA_DEFINE_STRUCT(Layer, (W, w), (Bv, b));
+};
+struct Net {
+  using Layers = std::array<Layer, 2>;
+  using Scales = Bv[2];
+  BOOST_HANA_DEFINE_STRUCT(Net, (Layers, layers), (int, width), (Scales, scale), (Head, head));
+};
+template <class X>
+auto forward(const Net& n, const X& x) {
+  auto h = ((fx::matmul(x, n.layers[0].w) + n.layers[0].b) * n.scale[0]).sigmoid();
+  auto h2 = ((fx::matmul(h, n.layers[1].w) + n.layers[1].b) * n.scale[1]).sigmoid();
+  return fx::matmul(h2, n.head);
+}
+}  // namespace reflected
+
+TEST_CASE("fixed model: a reflected struct's parameters, walked in declaration order with dotted names",
+          "[fixed][model]") {
+  using reflected::Net;
+  Net n{};
+  std::vector<std::string> names;
+  std::vector<const void*> at;
+  fx::for_each_named(
+      [&](const std::string& name, const auto& t) {
+        names.push_back(name);
+        at.push_back(t.data());
+      },
+      std::as_const(n));
+  REQUIRE(names == std::vector<std::string>{"layers.0.w", "layers.0.b", "layers.1.w", "layers.1.b", "scale.0",
+                                            "scale.1", "head"});
+  REQUIRE(at == std::vector<const void*>{n.layers[0].w.data(), n.layers[0].b.data(), n.layers[1].w.data(),
+                                         n.layers[1].b.data(), n.scale[0].data(), n.scale[1].data(),
+                                         n.head.data()});
+  static_assert(boost::mp11::mp_size<fx::params_t<Net>>::value == 7);
+  static_assert(std::is_same_v<boost::mp11::mp_at_c<fx::params_t<Net>, 6>, reflected::Head>);
+  REQUIRE(&std::get<6>(fx::parameters(n)) == &n.head);
+}
+
+TEST_CASE("fixed model: grad of a reflected model equals each parameter's grad", "[fixed][model]") {
+  using reflected::Net;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    std::mt19937 rng(900 + seed);
+    Net n{};
+    fx::for_each_param(
+        [&](auto& t) {
+          for (double& v : t) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+        },
+        n);
+    auto x = random_tensor<double, 5, 4>(rng, -1, 1);
+    auto y = random_tensor<double, 5, 3>(rng, -1, 1);
+    auto loss = ((reflected::forward(n, x) - y) * (reflected::forward(n, x) - y)).sum();
+    auto [g, l] = fx::grad(loss, n);
+    Net want{};
+    double lw = fx::grad_into(std::tie(want.layers[0].w, want.layers[0].b, want.layers[1].w, want.layers[1].b,
+                                       want.scale[0], want.scale[1], want.head),
+                              loss, n.layers[0].w, n.layers[0].b, n.layers[1].w, n.layers[1].b, n.scale[0],
+                              n.scale[1], n.head);
+    REQUIRE(l == lw);
+    fx::for_each_named(
+        [&](const std::string& name, const auto& got, const auto& expect) {
+          INFO(name);
+          for (index_t i = 0; i < got.size; ++i) REQUIRE(got[i] == expect[i]);
+        },
+        g, want);
+    // and against central differences (what the walk hands each parameter is its own gradient)
+    fx::for_each_param(
+        [&](auto& p, const auto& gp) {
+          metagrad::test::require_fd([&] { return double(fx::eval(loss)[0]); }, std::tie(gp), p);
+        },
+        n, g);
+  }
+}
+
+TEST_CASE("fixed model: fx::sgd and fx::AdamW steps equal the hand-written updates", "[fixed][model]") {
+  using reflected::Net;
+  std::mt19937 rng(950);
+  Net n{}, grads{};
+  auto fill = [&](Net& m) {
+    fx::for_each_param(
+        [&](auto& t) {
+          for (double& v : t) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+        },
+        m);
+  };
+  fill(n);
+  // Flat copies, updated element by element as PyTorch's documentation writes the rules.
+  auto flat = [](const Net& m) {
+    std::vector<std::vector<double>> out;
+    fx::for_each_param([&](const auto& t) { out.emplace_back(t.begin(), t.end()); }, m);
+    return out;
+  };
+  auto w = flat(n), m1 = w, v1 = w;
+  for (auto& t : m1) std::fill(t.begin(), t.end(), 0.0);
+  v1 = m1;
+  std::vector<std::size_t> rank;
+  fx::for_each_param([&](const auto& t) { rank.push_back(std::remove_cvref_t<decltype(t)>::rank); }, n);
+
+  fill(grads);
+  fx::sgd(n, grads, 0.1);
+  auto g = flat(grads);
+  for (std::size_t k = 0; k < w.size(); ++k)
+    for (std::size_t i = 0; i < w[k].size(); ++i) w[k][i] -= 0.1 * g[k][i];
+  REQUIRE(flat(n) == w);
+
+  const double lr = 0.01, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = 0.1, scale = 0.5;
+  fx::AdamW<Net> opt({.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .weight_decay = wd, .decay_vectors = false});
+  for (int t = 1; t <= 3; ++t) {
+    fill(grads);
+    g = flat(grads);
+    opt.step(n, grads, scale);
+    for (std::size_t k = 0; k < w.size(); ++k)
+      for (std::size_t i = 0; i < w[k].size(); ++i) {
+        double gi = g[k][i] * scale;
+        m1[k][i] = b1 * m1[k][i] + (1 - b1) * gi;
+        v1[k][i] = b2 * v1[k][i] + (1 - b2) * gi * gi;
+        double up = m1[k][i] / (1 - std::pow(b1, t)) / (std::sqrt(v1[k][i] / (1 - std::pow(b2, t))) + eps);
+        w[k][i] -= lr * (up + (rank[k] >= 2 ? wd : 0.0) * w[k][i]);
+      }
+    auto got = flat(n);
+    for (std::size_t k = 0; k < w.size(); ++k)
+      for (std::size_t i = 0; i < w[k].size(); ++i) {
+        INFO("step " << t << ", parameter " << k << ", element " << i);
+        REQUIRE(close(got[k][i], w[k][i], 1e-12, 1e-14));
+      }
+  }
+  REQUIRE(opt.steps() == 3);
 }

@@ -4,9 +4,9 @@
 //   gpt_aot_check PROGRAM DIR
 //
 // Builds the dynamic character GPT (examples/gpt_model.hpp) of config.h's sizes from a fixed seed,
-// writes its weights in the static model's order (model.hpp's params) and random tokens into DIR,
-// runs `PROGRAM DIR/weights.bin DIR/tokens.bin DIR/logits.bin` (main.c, which calls the AOT library),
-// and compares each of its logits with the dynamic forward's: 1e-4 relative plus 1e-4 absolute (the
+// writes its weights in the static model's order (fx::for_each_param over static_gpt.hpp's Model) and random
+// tokens into DIR, runs `PROGRAM DIR/weights.bin DIR/tokens.bin DIR/logits.bin` (main.c, which calls the AOT
+// library), and compares each of its logits with the dynamic forward's: 1e-4 relative plus 1e-4 absolute (the
 // C kernels and the CPU device sum in different orders). Then one call of the library's training step
 // (lr 1) from here: its loss and the gradient it applied against the dynamic path's backward (1e-3
 // relative plus 2e-5 absolute: the update's float rounding is about 1e-7 of each weight). Exit status
@@ -38,7 +38,7 @@ using examples::static_gpt::copy_weights;
 // The static model's tensors as the flat weights array of config.h.
 std::vector<float> flat(Model& m) {
   std::vector<float> out;
-  std::apply([&](const auto&... p) { (out.insert(out.end(), p.begin(), p.end()), ...); }, params(m));
+  fx::for_each_param([&](const auto& p) { out.insert(out.end(), p.begin(), p.end()); }, m);
   if (out.size() != GPT_WEIGHTS) throw std::runtime_error("gpt_aot_check: config.h's GPT_WEIGHTS is wrong");
   return out;
 }

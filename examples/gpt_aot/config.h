@@ -10,8 +10,8 @@
 #define GPT_HEADS 4
 #define GPT_BLOCKS 2
 #define GPT_VOCAB 96
-/* The weights as one float array, in model.hpp's params() order: wte, wpe, each block's 12, then
- * ln_f's weight and bias and the head. */
+/* The weights as one float array, in the static model's order (static_gpt.hpp, fx::for_each_param):
+ * wte, wpe, each block's 12, then ln_f's weight and bias and the head. */
 #define GPT_BLOCK_WEIGHTS (4 * GPT_WIDTH + 4 * (GPT_WIDTH * GPT_WIDTH + GPT_WIDTH) + 8 * GPT_WIDTH * GPT_WIDTH + 5 * GPT_WIDTH)
 #define GPT_WEIGHTS                                                                                  \
   (GPT_VOCAB * GPT_WIDTH + GPT_CONTEXT * GPT_WIDTH + GPT_BLOCKS * GPT_BLOCK_WEIGHTS + 2 * GPT_WIDTH + \

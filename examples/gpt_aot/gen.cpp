@@ -8,8 +8,6 @@
 // lowered once, and the generator stays a few small types per block.
 #include <cstdint>
 #include <memory>
-#include <tuple>
-#include <type_traits>
 #include <vector>
 
 #include <metagrad/aot.hpp>
@@ -25,24 +23,8 @@ int main(int argc, char** argv) {
   fx::Tensor<std::int32_t, B, T> tokens, labels;
   // One input for every weight: each fixed tensor stands for its slice of it.
   metagrad::Tensor weights = metagrad::Tensor::empty({GPT_WEIGHTS});
-  auto bind_weights = [&](metagrad::Lowering& L) {
-    std::int64_t at = 0;
-    std::apply(
-        [&](auto&... p) {
-          auto bind = [&](const auto& t) {
-            using W = std::remove_cvref_t<decltype(t)>;
-            constexpr auto dims = W::shape::dims;
-            L.bind(t, weights.shrink({{at, at + W::size}}).reshape({dims.begin(), dims.end()}));
-            at += W::size;
-          };
-          (bind(p), ...);
-        },
-        params(*m));
-    return at == GPT_WEIGHTS;  // else config.h's count disagrees with the model
-  };
-
   metagrad::Lowering L("CLANG");
-  if (!bind_weights(L)) return 1;
+  L.bind(*m, weights);  // throws where config.h's count disagrees with the model
   auto cut = [&](const auto& e) { return L.cut(e); };
   g.function("gpt_forward", {{"tokens", L.leaf(tokens)}, {"weights", weights}},
              {{"logits", L(logits(*m, tokens, cut))}});
@@ -50,10 +32,10 @@ int main(int argc, char** argv) {
   // The training step: the mean cross-entropy of the next tokens `labels` and an SGD step on the
   // weights, the gradients from fixed::grad's rules (Lowering::grad, through the cuts).
   metagrad::Lowering Lt("CLANG");
-  bind_weights(Lt);
+  Lt.bind(*m, weights);
   auto cut_t = [&](const auto& e) { return Lt.cut(e); };
   auto loss = fx::sparse_categorical_crossentropy(logits(*m, tokens, cut_t), labels);
-  auto grads = std::apply([&](const auto&... p) { return Lt.grad(loss, p...); }, params(*m));
+  auto grads = Lt.grad(loss, *m);
   std::vector<metagrad::Tensor> flat;
   for (const metagrad::Tensor& t : grads.grads) flat.push_back(t.reshape({-1}));
   metagrad::Tensor lr = metagrad::Tensor::empty({});

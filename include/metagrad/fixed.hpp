@@ -2,7 +2,8 @@
 // The static-shape path, all of it: fixed::Tensor<T, Dims...> and TensorMap (user memory), expression
 // types and inline evaluation, type-level gradients (fx::grad, fx::grad_into) and the cuts that keep
 // their compile cost linear (fx::cut, fx::Tape), the CNN ops and pooling, a transformer's pieces, the
-// MLP training step, the thread-pool controls (fx::set_threads) and fx::describe (an expression's
+// MLP training step, static models as reflected structs and their optimizers (fx::for_each_param,
+// fx::AdamW), the thread-pool controls (fx::set_threads) and fx::describe (an expression's
 // fusion plan). Header-only: link metagrad::headers.
 // First the headers a shape error points into: the compiler's include chain above it is then short.
 #include "metagrad/fixed/shape.hpp"
@@ -29,8 +30,10 @@
 #include "metagrad/fixed/math.hpp"
 #include "metagrad/fixed/matmul.hpp"
 #include "metagrad/fixed/mlp.hpp"
+#include "metagrad/fixed/model.hpp"
 #include "metagrad/fixed/movement.hpp"
 #include "metagrad/fixed/nn.hpp"
+#include "metagrad/fixed/optim.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/fixed/pool.hpp"
 #include "metagrad/fixed/reduce.hpp"

@@ -11,6 +11,7 @@
 //   Tensor y = L((a + b).relu()), z = L(a.exp());    // every expression lowered through L
 //   auto g = L.grad(loss, w, b);                     // g.loss, g.grads[0] (d loss / d w), ...
 //   auto h = L.cut(fixed::layernorm(x, w, b));       // as fixed::cut, for lowered models
+//   L.bind(model, weights); L.grad(loss, model);     // a static model (fixed/model.hpp) whole
 //
 // L.grad differentiates the expression types with fixed::grad's own backward rules (fixed::Vjp,
 // FnTraits), not the dynamic path's: each node of the loss gets its gradient as a Tensor, and each
@@ -36,6 +37,7 @@
 
 #include "metagrad/detail/cat.hpp"
 #include "metagrad/fixed.hpp"
+#include "metagrad/fixed/model.hpp"
 #include "metagrad/ops.hpp"
 #include "metagrad/tensor.hpp"
 
@@ -56,6 +58,26 @@ class Lowering {
   void bind(const fixed::Tensor<T, D...>& t, const Tensor& dyn) {
     check_binding(dyn, fixed::Shape<D...>::dims, dtype_of<T>);
     leaves_.insert_or_assign(static_cast<const void*>(t.data()), dyn);
+  }
+
+  // A static model (fixed/model.hpp) as slices of one flat 1-D Tensor, its parameters in
+  // fixed::for_each_param's order (an AOT library's weights array); its size must be the model's.
+  template <fixed::ReflectedModel M>
+  void bind(const M& model, const Tensor& flat) {
+    std::int64_t at = 0, n = flat.shape().size() == 1 ? flat.shape()[0] : -1;
+    fixed::for_each_param([&](const auto& t) { at += std::remove_cvref_t<decltype(t)>::size; }, model);
+    if (at != n)
+      throw std::invalid_argument(detail::cat("Lowering.bind: the model has ", at,
+                                              " values, the flat tensor is ", to_string(flat.shape())));
+    at = 0;
+    fixed::for_each_param(
+        [&](const auto& t) {
+          using W = std::remove_cvref_t<decltype(t)>;
+          constexpr auto dims = W::shape::dims;
+          bind(t, flat.shrink({{at, at + W::size}}).reshape({dims.begin(), dims.end()}));
+          at += W::size;
+        },
+        model);
   }
 
   // The expression as a Tensor. Equal subtrees of it lower to one Tensor; separate calls share
@@ -108,6 +130,12 @@ class Lowering {
     };
     (take(params), ...);
     return out;
+  }
+
+  // d loss / d every parameter of a static model, in fixed::for_each_param's order.
+  template <fixed::Operand L, fixed::ReflectedModel M>
+  Gradients grad(const L& loss, const M& model) {
+    return std::apply([&](const auto&... p) { return grad(loss, p...); }, fixed::parameters(model));
   }
 
  private:

@@ -1,26 +1,34 @@
 #pragma once
 // A two-layer static MLP (In -> Hidden relu -> Out, log-softmax + NLL on one-hot labels) and its
 // SGD training step: forward, fixed::grad and the update, all on tensors the model owns, so a step
-// allocates nothing once the arena has grown (the first step). W5 of docs/benchmarks.md is
+// allocates nothing once the arena has grown (the first step). Its parameters are a reflected struct
+// (MLPParams), its gradients another of that type. W5 of docs/benchmarks.md is
 // MLP<float, 128, 784, 512, 10>; examples/fashion_mnist_static trains one.
 #include <cmath>
 #include <random>
 
 #include "metagrad/fixed/grad.hpp"
 #include "metagrad/fixed/matmul.hpp"
+#include "metagrad/fixed/optim.hpp"
 
 namespace metagrad::fixed {
 
+// The MLP's parameters, declared once: a static model (fixed/model.hpp) that fx::grad, fx::sgd,
+// fx::AdamW and fx::save take whole (w1, b1, w2, b2).
+template <class T, index_t In, index_t Hidden, index_t Out>
+struct MLPParams {
+  using W1 = Tensor<T, In, Hidden>;
+  using B1 = Tensor<T, Hidden>;
+  using W2 = Tensor<T, Hidden, Out>;
+  using B2 = Tensor<T, Out>;
+  BOOST_HANA_DEFINE_STRUCT(MLPParams, (W1, w1), (B1, b1), (W2, w2), (B2, b2));
+};
+
 template <class T, index_t Batch, index_t In, index_t Hidden, index_t Out>
-struct MLP {
-  Tensor<T, In, Hidden> w1;
-  Tensor<T, Hidden> b1;
-  Tensor<T, Hidden, Out> w2;
-  Tensor<T, Out> b2;
-  Tensor<T, In, Hidden> gw1;  // the last step's gradients
-  Tensor<T, Hidden> gb1;
-  Tensor<T, Hidden, Out> gw2;
-  Tensor<T, Out> gb2;
+struct MLP : MLPParams<T, In, Hidden, Out> {
+  using Params = MLPParams<T, In, Hidden, Out>;
+  using Params::b1, Params::b2, Params::w1, Params::w2;
+  Params grads;  // the last step's gradients
 
   // Weights uniform in +-1/sqrt(fan_in), biases 0 (as nn::Linear's default).
   explicit MLP(std::uint32_t seed = 0) {
@@ -32,6 +40,8 @@ struct MLP {
     init(w1, In);
     init(w2, Hidden);
   }
+  Params& params() { return *this; }
+  const Params& params() const { return *this; }
 
   template <class X>
   auto logits(const X& x) const {
@@ -44,11 +54,8 @@ struct MLP {
   }
   // One SGD step on the batch (x, y); returns the loss before the step.
   T step(const Tensor<T, Batch, In>& x, const Tensor<T, Batch, Out>& y, T lr) {
-    T l = grad_into(std::tie(gw1, gb1, gw2, gb2), loss(x, y), w1, b1, w2, b2);
-    w1 -= lr * gw1;
-    b1 -= lr * gb1;
-    w2 -= lr * gw2;
-    b2 -= lr * gb2;
+    T l = grad_into(grads, loss(x, y), params());
+    sgd(params(), grads, lr);
     return l;
   }
 };
