@@ -127,6 +127,21 @@ void BM_depthwise(benchmark::State& state, Layer l) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ResNet's max pool (3 x 3, stride 2, padding 1) of the stem's ReLU: GB/s of its input read and
+// output written.
+void BM_max_pool(benchmark::State& state) {
+  cpu::set_threads(1);
+  Tensor x = param({1, 64, 112, 112}, 1.0);
+  run(
+      state,
+      [&](Tensor in) {
+        return std::vector<Tensor>{in.relu().max_pool2d({3, 3}, {2, 2}, {1}, {1}).realize()};
+      },
+      x, 64.0 * 56 * 56 * 9);
+  state.counters["GB/s"] =
+      benchmark::Counter(4e-9 * 64 * (112 * 112 + 56 * 56), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Both gradients of a conv (the input's and the weight's) from a given output gradient: twice the
 // forward's multiply-adds.
 void BM_conv_backward(benchmark::State& state, Layer l) {
@@ -204,6 +219,7 @@ int main(int argc, char** argv) {
   for (const Layer& l : kDepthwise)
     benchmark::RegisterBenchmark((std::string("depthwise/") + l.name).c_str(), BM_depthwise, l)
         ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("pool/max3x3s2_64_112", BM_max_pool)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("conv_backward/3x3_64-64_56", BM_conv_backward, kLayers[1])
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("conv_backward/3x3_256-256_14", BM_conv_backward, kLayers[6])

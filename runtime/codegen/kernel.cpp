@@ -262,10 +262,11 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
       if (sts[b].views().back().strides[axis] == 1) ++n;
     return n;
   };
-  // Whether a multiply-accumulate reads windows (a view of a view) along `axis` at a stride of 1
-  // to 4: a depthwise conv's, `axis` the output's width.
+  // Whether a multiply-accumulate or a max reads windows (a view of a view) along `axis` at a
+  // stride of 1 to 4: a depthwise conv's or a max pool's, `axis` the output's width.
   auto windowed = [&](std::size_t axis) {
-    for (std::size_t b = 1; b < sts.size() && reduceop->op == FusedOps::MULACC; ++b)
+    const bool kind = reduceop->op == FusedOps::MULACC || reduceop->op == ReduceOps::MAX;
+    for (std::size_t b = 1; b < sts.size() && kind; ++b)
       if (std::int64_t s = sts[b].views().back().strides[axis]; sts[b].views().size() > 1 && s >= 1 && s <= 4)
         return true;
     return false;
