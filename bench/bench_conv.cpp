@@ -1,6 +1,6 @@
 // ResNet-18's convolutions on the dynamic path (Tensor::conv2d, TinyJit on LLVM, one thread), batch 1:
 // each layer's forward, a backward row (both gradients of the 3x3 64 -> 64 layer at 56), depthwise
-// rows (MobileNet v2's), and the whole network's forward (batch norm folded into the convs' biases, random
+// rows (MobileNet v2's), ResNet's max pool, and the whole network's forward (batch norm folded into the convs' biases, random
 // weights) in ms per image. Each row prints GFLOP/s and its ratio to the FMA peak (the ISA the GEMM runs,
 // timed in the same run: bench/machine_limits.hpp's loop). DEVICE overrides LLVM.
 //   nice build/bench/bench_conv [--benchmark_filter=...]

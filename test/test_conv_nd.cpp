@@ -506,6 +506,41 @@ TEST_CASE("depthwise conv2d: random windows on CPU and CLANG and LLVM against a 
   }
 }
 
+// Max pools take the depthwise convs' path (their windows upcast across the width on CLANG); C's
+// max selects: NaN still wins, ties (a ReLU's zeros) and -0 against +0 still give the second operand.
+TEST_CASE("max_pool2d: random windows with ties and NaN on CLANG and LLVM match the CPU device",
+          "[conv][depthwise]") {
+  std::mt19937 gen(62);
+  auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
+  std::uint64_t seed = 6200;
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    for (int trial = 0; trial < 6; ++trial) {
+      V k, s, d, p, xs{pick(1, 2), pick(1, 4)};
+      for (int j = 0; j < 2; ++j) {
+        k.push_back(pick(1, 3)), s.push_back(pick(1, 3)), d.push_back(pick(1, 2));
+        p.push_back(pick(0, k.back() / 2));
+        xs.push_back(pick(d.back() * (k.back() - 1) + 1, 30));
+      }
+      INFO(dev << " x " << to_string(Dims(xs)) << " k " << to_string(Dims(k)) << " stride "
+               << to_string(Dims(s)) << " dilation " << to_string(Dims(d)) << " pad " << to_string(Dims(p)));
+      Vd xv = test::random_values(test::numel_of(xs), seed++);
+      for (double& v : xv) v = std::max(v, 0.0);  // ties at 0, as after a ReLU
+      xv[static_cast<std::size_t>(pick(0, static_cast<I>(xv.size()) - 1))] = std::nan("");
+      xv[static_cast<std::size_t>(pick(0, static_cast<I>(xv.size()) - 1))] = -0.0;
+      auto pooled = [&](const std::string& at) { return vals(on(xv, xs, at).max_pool2d(k, s, d, p)); };
+      const Vd got = pooled(dev), want = pooled("CPU");
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("output " << i << ": " << got[i] << " against " << want[i]);
+        CHECK(std::isnan(got[i]) == std::isnan(want[i]));
+        if (!std::isnan(want[i])) CHECK(got[i] == want[i]);
+      }
+    }
+  }
+}
+
 TEST_CASE("conv2d through the GEMM: ResNet's kinds of conv, forward and both gradients, are products",
           "[gemm][conv]") {
   for (const char* dev : {"CLANG", "LLVM"}) {
