@@ -1,8 +1,8 @@
 // ResNet-18's convolutions on the dynamic path (Tensor::conv2d, TinyJit on LLVM, one thread), batch 1:
-// each layer's forward, a backward row (both gradients of the 3x3 64 -> 64 layer at 56), a depthwise
-// row, and the whole network's forward (batch norm folded into the convs' biases, random weights) in
-// ms per image. Each row prints GFLOP/s and its ratio to the FMA peak (the ISA the GEMM runs, timed
-// in the same run: bench/machine_limits.hpp's loop). DEVICE overrides LLVM.
+// each layer's forward, a backward row (both gradients of the 3x3 64 -> 64 layer at 56), depthwise
+// rows (MobileNet v2's), ResNet's max pool, and the whole network's forward (batch norm folded into the convs' biases, random
+// weights) in ms per image. Each row prints GFLOP/s and its ratio to the FMA peak (the ISA the GEMM runs,
+// timed in the same run: bench/machine_limits.hpp's loop). DEVICE overrides LLVM.
 //   nice build/bench/bench_conv [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -83,6 +83,15 @@ const Layer kLayers[] = {
     {"3x3s2_256-512_14", 256, 512, 14, 3, 2, 1},   {"3x3_512-512_7", 512, 512, 7, 3, 1, 1},
     {"1x1s2_256-512_14", 256, 512, 14, 1, 2, 0},   {"depthwise3x3_128_56", 128, 128, 56, 3, 1, 1, 128},
 };
+// MobileNet v2's depthwise 3x3 convs at 224 (torchvision's): memory-bound, so their rows print
+// GB/s of the input read and output written (a lower bound on the traffic) beside GFLOP/s.
+const Layer kDepthwise[] = {
+    {"dw3x3_32_112", 32, 32, 112, 3, 1, 1, 32},     {"dw3x3s2_96_112", 96, 96, 112, 3, 2, 1, 96},
+    {"dw3x3_144_56", 144, 144, 56, 3, 1, 1, 144},   {"dw3x3s2_144_56", 144, 144, 56, 3, 2, 1, 144},
+    {"dw3x3_192_28", 192, 192, 28, 3, 1, 1, 192},   {"dw3x3s2_192_28", 192, 192, 28, 3, 2, 1, 192},
+    {"dw3x3_384_14", 384, 384, 14, 3, 1, 1, 384},   {"dw3x3_576_14", 576, 576, 14, 3, 1, 1, 576},
+    {"dw3x3s2_576_14", 576, 576, 14, 3, 2, 1, 576}, {"dw3x3_960_7", 960, 960, 7, 3, 1, 1, 960},
+};
 
 I out_size(const Layer& l) { return (l.hw + 2 * l.pad - l.k) / l.stride + 1; }
 double conv_flops(const Layer& l) {
@@ -100,6 +109,37 @@ void BM_conv_forward(benchmark::State& state, Layer l) {
         return std::vector<Tensor>{in.conv2d(w, b, l.groups, {l.stride}, {1}, {l.pad}).relu().realize()};
       },
       x, conv_flops(l));
+}
+
+// A depthwise conv with its bias and ReLU6 (MobileNet's, batch norm folded).
+void BM_depthwise(benchmark::State& state, Layer l) {
+  cpu::set_threads(1);
+  Tensor x = param({1, l.cin, l.hw, l.hw}, 1.0);
+  Tensor w = param({l.cout, 1, l.k, l.k}, 0.1), b = param({l.cout}, 0.1);
+  run(
+      state,
+      [&](Tensor in) {
+        return std::vector<Tensor>{in.conv2d(w, b, l.groups, {l.stride}, {1}, {l.pad}).clip(0, 6).realize()};
+      },
+      x, conv_flops(l));
+  const I o = out_size(l);
+  state.counters["GB/s"] = benchmark::Counter(4e-9 * static_cast<double>(l.cin * (l.hw * l.hw + o * o)),
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ResNet's max pool (3 x 3, stride 2, padding 1) of the stem's ReLU: GB/s of its input read and
+// output written.
+void BM_max_pool(benchmark::State& state) {
+  cpu::set_threads(1);
+  Tensor x = param({1, 64, 112, 112}, 1.0);
+  run(
+      state,
+      [&](Tensor in) {
+        return std::vector<Tensor>{in.relu().max_pool2d({3, 3}, {2, 2}, {1}, {1}).realize()};
+      },
+      x, 64.0 * 56 * 56 * 9);
+  state.counters["GB/s"] =
+      benchmark::Counter(4e-9 * 64 * (112 * 112 + 56 * 56), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Both gradients of a conv (the input's and the weight's) from a given output gradient: twice the
@@ -176,6 +216,10 @@ int main(int argc, char** argv) {
   for (const Layer& l : kLayers)
     benchmark::RegisterBenchmark((std::string("conv_forward/") + l.name).c_str(), BM_conv_forward, l)
         ->Unit(benchmark::kMillisecond);
+  for (const Layer& l : kDepthwise)
+    benchmark::RegisterBenchmark((std::string("depthwise/") + l.name).c_str(), BM_depthwise, l)
+        ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("pool/max3x3s2_64_112", BM_max_pool)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("conv_backward/3x3_64-64_56", BM_conv_backward, kLayers[1])
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("conv_backward/3x3_256-256_14", BM_conv_backward, kLayers[6])

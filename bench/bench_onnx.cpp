@@ -199,7 +199,9 @@ Args parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  ::setenv("DEVICE", "LLVM", 0);
+  // (Device::DEFAULT is read from the environment before main: setting DEVICE here alone left it CLANG)
+  if (!::getenv("DEVICE")) Device::DEFAULT = "LLVM";
+  ::setenv("DEVICE", Device::DEFAULT.c_str(), 0);
   // An empty kernel cache, so that the first inference includes every compilation.
   char dir[] = "/tmp/bench_onnx_cache_XXXXXX";
   if (!::getenv("METAGRAD_CACHE") && mkdtemp(dir)) ::setenv("METAGRAD_CACHE", dir, 1);

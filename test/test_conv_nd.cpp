@@ -442,6 +442,105 @@ TEST_CASE("conv2d through the GEMM: forward against a float64 loop, gradients ag
     }
 }
 
+// Depthwise convs (one channel a group: no GEMM, a rendered kernel a conv) of random sizes, strides,
+// dilations and per-side pads against a float64 loop, their gradients against the CPU device's.
+TEST_CASE("depthwise conv2d: random windows on CPU and CLANG and LLVM against a float64 loop",
+          "[conv][depthwise]") {
+  std::mt19937 gen(61);
+  auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
+  std::uint64_t seed = 6100;
+  for (const char* dev : {"CPU", "CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    for (int trial = 0; trial < 8; ++trial) {
+      ConvCase c;
+      c.g.groups = pick(2, 6);
+      c.xs = {pick(1, 2), c.g.groups}, c.ws = {c.g.groups, 1};
+      for (int j = 0; j < 2; ++j) {
+        const I k = pick(1, 4), d = pick(1, 2), before = pick(0, 2), after = pick(0, 2);
+        c.ws.push_back(k), c.g.stride.push_back(pick(1, 3)), c.g.dilation.push_back(d);
+        c.g.before.push_back(before), c.g.after.push_back(after);
+        c.xs.push_back(std::max<I>(pick(3, 30), d * (k - 1) + 1 - before - after));
+      }
+      INFO(dev << " " << describe(c));
+      const Vd xv = test::random_values(test::numel_of(c.xs), seed++),
+               wv = test::random_values(test::numel_of(c.ws), seed++),
+               bv = test::random_values(c.ws[0], seed++);
+      auto [want, os] = ref_conv(xv, c.xs, wv, c.ws, c.g);
+      Tensor y = on(xv, c.xs, dev)
+                     .conv2d(on(wv, c.ws, dev), {}, c.g.groups, c.g.stride, c.g.dilation, torch_pads(c.g));
+      REQUIRE(dims_of(y) == os);
+      const I terms = test::numel_of(V(c.ws.begin() + 2, c.ws.end()));
+      require_close(vals(y), want, 1e-6 * static_cast<double>(terms), 1e-6);
+      auto grads = [&](const std::string& d) {
+        Tensor xg = on(xv, c.xs, d).requires_grad_(), wg = on(wv, c.ws, d).requires_grad_(),
+               bg = on(bv, {c.ws[0]}, d).requires_grad_();
+        Tensor yg = xg.conv2d(wg, bg, c.g.groups, c.g.stride, c.g.dilation, torch_pads(c.g)).clip(0, 6);
+        (yg * on(test::random_values(test::numel_of(os), 7), os, d)).sum().backward();
+        return std::vector<Vd>{vals(*xg.grad), vals(*wg.grad), vals(*bg.grad)};
+      };
+      if (std::string(dev) == "CPU") continue;
+      const std::vector<Vd> got = grads(dev), ref = grads("CPU");
+      const char* what[] = {"input gradient", "weight gradient", "bias gradient"};
+      for (int i = 0; i < 3; ++i) require_close(got[i], ref[i], 1e-4, 1e-4, what[i]);
+    }
+  }
+  // MobileNet's rows of 28 (stride 1) and 14 (stride 2): gcc's kernel holds the width in registers,
+  // a divisor of it (14), where LLVM's keeps the loops, which it unrolls and vectorizes itself.
+  struct Case {
+    const char* dev;
+    I stride;
+    const char* kernel;
+  } cases[] = {{"CLANG", 1, "r_8_28_2_3_3_14("},
+               {"CLANG", 2, "r_8_14_3_3_14("},
+               {"LLVM", 1, "@r_8_28_28_3_3("},
+               {"LLVM", 2, "@r_8_14_14_3_3("}};
+  for (const Case& k : cases) {
+    test::DeviceScope scope(k.dev);
+    if (!scope.ok) continue;
+    INFO(k.dev << " stride " << k.stride);
+    Tensor x = Tensor::rand({1, 8, 28, 28}).realize(), w = Tensor::rand({8, 1, 3, 3}).realize();
+    const auto src = test::kernel_sources(x.conv2d(w, {}, 8, {k.stride}, {1}, {1}));
+    CHECK(std::any_of(src.begin(), src.end(),
+                      [&](const std::string& s) { return s.find(k.kernel) != std::string::npos; }));
+  }
+}
+
+// Max pools take the depthwise convs' path (their windows upcast across the width on CLANG); C's
+// max selects: NaN still wins, ties (a ReLU's zeros) and -0 against +0 still give the second operand.
+TEST_CASE("max_pool2d: random windows with ties and NaN on CLANG and LLVM match the CPU device",
+          "[conv][depthwise]") {
+  std::mt19937 gen(62);
+  auto pick = [&](I lo, I hi) { return std::uniform_int_distribution<I>(lo, hi)(gen); };
+  std::uint64_t seed = 6200;
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    for (int trial = 0; trial < 6; ++trial) {
+      V k, s, d, p, xs{pick(1, 2), pick(1, 4)};
+      for (int j = 0; j < 2; ++j) {
+        k.push_back(pick(1, 3)), s.push_back(pick(1, 3)), d.push_back(pick(1, 2));
+        p.push_back(pick(0, k.back() / 2));
+        xs.push_back(pick(d.back() * (k.back() - 1) + 1, 30));
+      }
+      INFO(dev << " x " << to_string(Dims(xs)) << " k " << to_string(Dims(k)) << " stride "
+               << to_string(Dims(s)) << " dilation " << to_string(Dims(d)) << " pad " << to_string(Dims(p)));
+      Vd xv = test::random_values(test::numel_of(xs), seed++);
+      for (double& v : xv) v = std::max(v, 0.0);  // ties at 0, as after a ReLU
+      xv[static_cast<std::size_t>(pick(0, static_cast<I>(xv.size()) - 1))] = std::nan("");
+      xv[static_cast<std::size_t>(pick(0, static_cast<I>(xv.size()) - 1))] = -0.0;
+      auto pooled = [&](const std::string& at) { return vals(on(xv, xs, at).max_pool2d(k, s, d, p)); };
+      const Vd got = pooled(dev), want = pooled("CPU");
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("output " << i << ": " << got[i] << " against " << want[i]);
+        CHECK(std::isnan(got[i]) == std::isnan(want[i]));
+        if (!std::isnan(want[i])) CHECK(got[i] == want[i]);
+      }
+    }
+  }
+}
+
 TEST_CASE("conv2d through the GEMM: ResNet's kinds of conv, forward and both gradients, are products",
           "[gemm][conv]") {
   for (const char* dev : {"CLANG", "LLVM"}) {

@@ -216,9 +216,9 @@ void Kernel::block_reduce(std::size_t axis, std::int64_t amount) {
 
 Opts Opts::host() {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) return {8, 32, 128, 64, 8, 0, 0};
+  if (__builtin_cpu_supports("avx512f")) return {8, 32, 128, 64, 8, 0, 0, 16};
 #endif
-  return {4, 16, 128, 64, 8, 0, 0};
+  return {4, 16, 128, 64, 8, 0, 0, 16};
 }
 
 void Kernel::hand_coded_optimizations(const Opts& opts) {
@@ -238,6 +238,22 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
     return;
   }
   auto looped_end = [&] { return shape_len() - upcasted; };
+  // LLVM (window_loops): a copy that pads (a load masked along the last axis) is a branch on each
+  // element there, which LLVM does not vectorize; the whole row upcast makes each position's mask
+  // along it a constant, and the row's loads one run under the row's own test. (Rows of 24 to 128:
+  // MobileNet's 16-wide ones ran 3x slower so, LLVM's loop already vectorizing them.)
+  if (!reduceop && opts.window_loops && shape_len() >= 2) {
+    const std::size_t last = shape_len() - 1;
+    const std::int64_t n = full_shape()[last];
+    bool masked = false;
+    for (std::size_t b = 1; b < sts.size(); ++b) {
+      const View& v = sts[b].views().back();
+      masked = masked || (sts[b].views().size() == 1 && v.mask.size() == shape_len() &&
+                          (v.mask[last].first != 0 || v.mask[last].second != n));
+    }
+    if (masked && n >= 24 && n <= 128) upcast(last, n);
+    return;
+  }
   // One looped reduce axis, a multiple of 2 blocks, a sum straight into the output (which holds the
   // partial sums), and a global axis for the threads. At most 4096 blocks: the output sums them in
   // one chain, which must stay short (see the linearizer's levels).
@@ -261,6 +277,15 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
     for (std::size_t b = 1; b < sts.size() && reduceop->op == FusedOps::MULACC; ++b)
       if (sts[b].views().back().strides[axis] == 1) ++n;
     return n;
+  };
+  // Whether a multiply-accumulate or a max reads windows (a view of a view) along `axis` at a
+  // stride of 1 to 4: a depthwise conv's or a max pool's, `axis` the output's width.
+  auto windowed = [&](std::size_t axis) {
+    const bool kind = reduceop->op == FusedOps::MULACC || reduceop->op == ReduceOps::MAX;
+    for (std::size_t b = 1; b < sts.size() && kind; ++b)
+      if (std::int64_t s = sts[b].views().back().strides[axis]; sts[b].views().size() > 1 && s >= 1 && s <= 4)
+        return true;
+    return false;
   };
   // A matmul: the multiply's two sides are an outer product over the rows and the columns, one side
   // constant along the rows (B), the other along the columns (A). A square (x - mean)^2 is not: a
@@ -344,6 +369,19 @@ void Kernel::hand_coded_optimizations(const Opts& opts) {
         full_shape()[r] % 8 == 0 && full_shape()[r] >= 16) {
       reassociate = reduceop->op != ReduceOps::MAX && dtypes::is_float(ast_dtype(reduceop->src.at(0)));
       if (opts.row_upcast > 1 || !reassociate) upcast(r, std::max<std::int64_t>(opts.row_upcast, 8));
+      return;
+    }
+    // A depthwise conv (the GEMM's one-column products, a reduce over windows read along the
+    // output's width at its stride): the width upcast by its largest divisor up to window_upcast
+    // (MobileNet's rows of 28, 14 and 7 too), each tap then one row of loads and FMAs that gcc's SLP
+    // vectorizes; or, with window_loops, left as loops that LLVM unrolls (the window) and
+    // vectorizes (the width) itself, faster there than either upcast.
+    if (std::size_t c = first_reduce - 1;
+        first_reduce > 0 && (opts.window_loops || opts.window_upcast > 0) && windowed(c)) {
+      if (opts.window_loops) return;
+      std::int64_t u = opts.window_upcast, w = full_shape()[c];
+      while (u > 1 && w % u != 0) --u;
+      if (u >= 4 || u == w) upcast(c, u);
       return;
     }
     // A reduce across memory (column sums): neighbouring outputs in registers share each row read.

@@ -23,6 +23,11 @@ struct Opts {
   // A sum along memory: partial sums in this many registers (0: one loop the code generator
   // vectorizes itself, its additions marked reassociable: LLVM's and gcc's loop vectorizers).
   std::int64_t row_upcast = 8;
+  // A depthwise conv (a reduce over windows along the output's width): the width upcast by its
+  // largest divisor up to this (0: as a column sum, below), or with window_loops none, the loops
+  // left to the code generator (LLVM unrolls the window and vectorizes the width itself).
+  std::int64_t window_upcast = 0;
+  bool window_loops = false;
   // A GPU: any reduce of few outputs whose reduce axes hold at least 64 elements is shared by a
   // group of 32 to group_reduce threads, along whichever reduce axis that size divides (the one
   // along memory first): one thread per output would leave the GPU idle and walk memory alone.
