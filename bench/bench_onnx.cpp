@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "count_mallocs.hpp"  // test/aot: malloc counted while `counting`
 #include "metagrad/cpu/parallel.hpp"
 #include "metagrad/jit.hpp"
 #include "metagrad/metagrad.hpp"
@@ -39,40 +40,6 @@
 using namespace metagrad;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Heap allocations while `counting`: the C library's malloc family, replaced for this program (as
-// test/aot/test_onnx_aot.cpp does), so that an AOT run that allocates is seen.
-namespace {
-bool counting = false;
-unsigned long mallocs = 0;
-}  // namespace
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-void* malloc(std::size_t n) {
-  mallocs += counting;
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t n, std::size_t s) {
-  mallocs += counting;
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, std::size_t n) {
-  mallocs += counting;
-  return __libc_realloc(p, n);
-}
-void* aligned_alloc(std::size_t a, std::size_t n) {
-  mallocs += counting;
-  return __libc_memalign(a, n);
-}
-int posix_memalign(void** p, std::size_t a, std::size_t n) {
-  mallocs += counting;
-  *p = __libc_memalign(a, n);
-  return *p ? 0 : 12;  // ENOMEM
-}
-}
 
 namespace {
 
