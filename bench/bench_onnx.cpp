@@ -1,7 +1,8 @@
-// The same .onnx files through ONNX Runtime and metagrad::onnx (TinyJit on LLVM; DEVICE overrides), in
-// turns, in one run, at 1 and 2 threads: ResNet-18 at batch 1 and 8, MobileNet v2 at batch 1, the
-// 2-layer transformer encoder at batch 1 and 16 (64 positions), the GPT of examples/gpt on one token and
-// on a 64-token prompt. The models come from tools/export_onnx_models.py:
+// The same .onnx files through ONNX Runtime, metagrad::onnx (TinyJit on LLVM; DEVICE overrides) and
+// metagrad-aot's C library of the model (built by the system C compiler, dlopened), in turns, in one run, at
+// 1 and 2 threads: ResNet-18 at batch 1 and 8, MobileNet v2 at batch 1, the 2-layer transformer encoder at
+// batch 1 and 16 (64 positions), the GPT of examples/gpt on one token and on a 64-token prompt. The models
+// come from tools/export_onnx_models.py:
 //
 //   /usr/bin/python3 tools/export_onnx_models.py /tmp/onnx_models
 //   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt]
@@ -11,19 +12,26 @@
 // its columns say so and metagrad's rows still print. Each round times ONNX Runtime's runs, then
 // metagrad's, on the same shape; a row reports the best round's median. First inference is metagrad's
 // load + first call (codegen and compilation, kernel cache empty at the start of the run) beside ONNX
-// Runtime's session creation + first run.
+// Runtime's session creation + first run; the AOT's first is metagrad-aot + the C compiler + the first
+// call. An AOT run must allocate nothing: malloc is counted around its calls (a row says if it did).
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "count_mallocs.hpp"  // test/aot: malloc counted while `counting`
 #include "metagrad/cpu/parallel.hpp"
 #include "metagrad/jit.hpp"
 #include "metagrad/metagrad.hpp"
@@ -161,6 +169,89 @@ struct Args {
   std::string only;
 };
 
+// A model compiled by metagrad-aot for one row's shape: NAME_run and NAME_set_threads from the shared
+// object the C compiler built, and host arrays for its input and outputs.
+struct AotModel {
+  void* so = nullptr;
+  int (*run1)(void*, void*) = nullptr;  // one input, one output (every model of the bench)
+  void (*threads)(int) = nullptr;
+  std::vector<std::byte> in, out;
+  double first = 0;  // metagrad-aot, the C compiler and the first call, ms
+  std::string error;
+  ~AotModel() {
+    if (so) ::dlclose(so);
+  }
+};
+
+std::string run_command(const std::string& cmd, int& status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return status = -1, "popen failed";
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  status = pclose(p);
+  return out;
+}
+
+// The model compiled into `dir` (kept for the run), built as cmake/MetagradAOT.cmake builds it.
+std::unique_ptr<AotModel> aot_build(const std::string& model, const Row& row, const fs::path& dir) {
+  auto a = std::make_unique<AotModel>();
+  auto fail = [&](std::string why) {
+    a->error = std::move(why);
+    return std::move(a);
+  };
+  const auto t0 = Clock::now();
+  int status = 0;
+  std::string said = run_command("DEVICE=CLANG '" METAGRAD_AOT_TOOL "' '" + model + "' -o '" + dir.string() +
+                                     "' -n model --input input=" + shape_text(row.shape),
+                                 status);
+  if (status != 0) return fail("metagrad-aot: " + said.substr(0, said.find('\n')));
+  fs::path so = dir / "libmodel.so";
+  said =
+      run_command("'" METAGRAD_AOT_CC "' -O3 -march=native -fno-math-errno -fopenmp-simd -shared -fPIC -o '" +
+                      so.string() + "' '" + (dir / "model.c").string() + "' -lm -pthread",
+                  status);
+  if (status != 0) return fail("cc: " + said.substr(0, said.find('\n')));
+  a->so = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!a->so) return fail(::dlerror());
+  a->run1 = reinterpret_cast<int (*)(void*, void*)>(::dlsym(a->so, "model_run"));
+  a->threads = reinterpret_cast<void (*)(int)>(::dlsym(a->so, "model_set_threads"));
+  // the arrays' sizes from model.h: #define model_run_X_SIZE N, the input's first
+  std::ifstream h(dir / "model.h");
+  std::vector<std::int64_t> sizes;
+  for (std::string line; std::getline(h, line);)
+    if (line.rfind("#define model_run_", 0) == 0 && line.find("_SIZE ") != std::string::npos)
+      sizes.push_back(std::stoll(line.substr(line.rfind(' ') + 1)));
+  if (!a->run1 || !a->threads || sizes.size() != 2) return fail("not one input and one output");
+  Tensor x = input_of(row);
+  a->in.resize(static_cast<std::size_t>(x.numel() * x.dtype().itemsize));
+  if (row.tokens)
+    std::memcpy(a->in.data(), x.to_vector<std::int64_t>().data(), a->in.size());
+  else
+    std::memcpy(a->in.data(), x.to_vector<float>().data(), a->in.size());
+  a->out.resize(static_cast<std::size_t>(sizes[1]) * 4);
+  if (a->run1(a->in.data(), a->out.data()) != 0) return fail("model_run returned an error");
+  a->first = ms_since(t0);
+  return a;
+}
+
+// Timed runs of the compiled model (its GEMM on `threads`), counting their allocations.
+Timing aot_time(AotModel& a, int threads, int reps, unsigned long& allocs) {
+  Timing t;
+  if (!a.error.empty()) return t.error = a.error, t;
+  a.threads(threads);
+  a.run1(a.in.data(), a.out.data());  // the threads' buffers, allocated on first use
+  for (int i = 0; i < reps; ++i) {
+    const auto r0 = Clock::now();
+    mallocs = 0, counting = true;
+    a.run1(a.in.data(), a.out.data());
+    counting = false;
+    t.runs.push_back(ms_since(r0));
+    allocs += mallocs;
+  }
+  return t;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -206,11 +297,16 @@ int main(int argc, char** argv) {
   char dir[] = "/tmp/bench_onnx_cache_XXXXXX";
   if (!::getenv("METAGRAD_CACHE") && mkdtemp(dir)) ::setenv("METAGRAD_CACHE", dir, 1);
   const std::string missing = ort_missing();
-  printf("bench_onnx: metagrad on %s (TinyJit) against ONNX Runtime; median of %d runs, best of %d rounds\n",
-         ::getenv("DEVICE"), args.reps, args.rounds);
+  printf(
+      "bench_onnx: metagrad on %s (TinyJit) and its AOT C library against ONNX Runtime; median of %d runs, "
+      "best of %d rounds\n",
+      ::getenv("DEVICE"), args.reps, args.rounds);
   if (!missing.empty()) printf("%s\n", missing.c_str());
-  printf("%-20s %3s | %9s %10s %8s | %9s %10s %8s | %6s | %11s %11s\n", "model", "thr", "mg ms", "mg /s", "",
-         "ort ms", "ort /s", "", "xORT", "mg first ms", "ort first ms");
+  printf("%-20s %3s | %9s %10s | %9s %10s | %9s %10s %8s | %6s %6s | %9s %9s %9s\n", "model", "thr", "mg ms",
+         "mg /s", "aot ms", "aot /s", "ort ms", "ort /s", "", "xORT", "aotxORT", "mg first", "aot first",
+         "ort first");
+  fs::path aot_dir = fs::temp_directory_path() / ("bench_onnx_aot_" + std::to_string(::getpid()));
+  std::map<std::string, std::unique_ptr<AotModel>> aots;  // by row: compiled once, timed at each thread count
   for (int threads : args.threads) {
     cpu::set_threads(threads);
     for (const Row& row : rows()) {
@@ -221,8 +317,11 @@ int main(int argc, char** argv) {
                model.c_str());
         continue;
       }
-      Timing mg, ort;
-      double mg_best = 0, ort_best = 0;
+      Timing mg, ort, aot;
+      double mg_best = 0, ort_best = 0, aot_best = 0;
+      unsigned long allocs = 0;
+      auto& compiled = aots[row.name];
+      if (!compiled) compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
       for (int r = 0; r < args.rounds; ++r) {
         if (missing.empty()) {
           Timing o = ort_time(model, row, threads, args.reps);
@@ -234,31 +333,42 @@ int main(int argc, char** argv) {
         if (!m.error.empty()) mg.error = m.error;
         if (!m.runs.empty() && (mg_best == 0 || median(m.runs) < mg_best)) mg_best = median(m.runs);
         if (r == 0) mg.first = m.first;
+        Timing a = aot_time(*compiled, threads, args.reps, allocs);
+        if (!a.error.empty()) aot.error = a.error;
+        if (!a.runs.empty() && (aot_best == 0 || median(a.runs) < aot_best)) aot_best = median(a.runs);
       }
-      const char* u = row.unit;
       printf("%-20s %3d | ", row.name.c_str(), threads);
-      if (mg_best > 0)
-        printf("%9.3f %10.1f %-8s | ", mg_best, row.items * 1e3 / mg_best, (std::string(u) + "/s").c_str());
-      else
-        printf("%9s %10s %-8s | ", "-", "-", "");
+      for (double best : {mg_best, aot_best})
+        if (best > 0)
+          printf("%9.3f %10.1f | ", best, row.items * 1e3 / best);
+        else
+          printf("%9s %10s | ", "-", "-");
       if (ort_best > 0)
-        printf("%9.3f %10.1f %-8s | ", ort_best, row.items * 1e3 / ort_best, (std::string(u) + "/s").c_str());
+        printf("%9.3f %10.1f %-8s | ", ort_best, row.items * 1e3 / ort_best,
+               (std::string(row.unit) + "/s").c_str());
       else
         printf("%9s %10s %-8s | ", "-", "-", "");
-      if (mg_best > 0 && ort_best > 0)
-        printf("%5.2fx | ", ort_best / mg_best);
-      else
-        printf("%6s | ", "-");
+      for (double best : {mg_best, aot_best})
+        if (best > 0 && ort_best > 0)
+          printf("%5.2fx ", ort_best / best);
+        else
+          printf("%6s ", "-");
       auto first = [](double ms, bool ran) {  // "-" where that side did not run
         char b[32] = "-";
         if (ran) snprintf(b, sizeof b, "%.1f", ms);
         return std::string(b);
       };
-      printf("%11s %11s\n", first(mg.first, mg_best > 0).c_str(), first(ort.first, ort_best > 0).c_str());
+      printf("| %9s %9s %9s\n", first(mg.first, mg_best > 0).c_str(),
+             first(compiled->first, aot_best > 0 && threads == args.threads[0]).c_str(),
+             first(ort.first, ort_best > 0).c_str());
+      if (allocs) printf("  the AOT library allocated %lu times in its runs\n", allocs);
       if (!mg.error.empty()) printf("  metagrad failed: %s\n", mg.error.c_str());
+      if (!aot.error.empty()) printf("  metagrad AOT failed: %s\n", aot.error.c_str());
       if (!ort.error.empty()) printf("  ONNX Runtime failed: %s\n", ort.error.c_str());
       fflush(stdout);
     }
   }
+  aots.clear();
+  fs::remove_all(aot_dir);
   if (dir[sizeof dir - 2] != 'X') fs::remove_all(dir);
 }

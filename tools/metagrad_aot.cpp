@@ -5,7 +5,8 @@
 // loads the model, fixes every input's shape (symbolic dimensions from --input), runs it once under an
 // aot::Generator and writes DIR/NAME.h, DIR/NAME.c and DIR/NAME.bin (the weights, linked in by the C's
 // .incbin; --constants=c writes them as C text instead): one function
-// `void NAME_run(const T* input..., T* output...)`, inputs and outputs in the model's order.
+// `int NAME_run(const T* input..., T* output...)`, inputs and outputs in the model's order, returning 0
+// (1: a Gather's index read from an input is out of range).
 #include <algorithm>
 #include <cctype>
 #include <cstdio>

@@ -22,13 +22,15 @@
 // buffer nothing in the record writes (a constant, emitted as a static array of its values).
 // So the kernels must not depend on data beyond their buffers -- true of every kernel metagrad
 // generates -- and whatever the graph computes outside kernels (random numbers, LoadOps::CUSTOM
-// fills, copies from other devices) is frozen at its generation-time value.
+// fills but the indexed loads, copies from other devices) is frozen at its generation-time value.
 //
 // The emitted C function takes, in order: each input (`const T*`; an updated input is `T*`,
 // written in place after everything else is computed; a 0-d input is passed by value), then each
-// output (`T*`, row-major). Outputs must not overlap inputs. The scratch arena makes functions of
-// one library non-reentrant: call them from one thread at a time. `NAME_set_threads(n)` (NAME.h)
-// lets each matrix product of a call split its work over up to n threads, started for the product
+// output (`T*`, row-major), and returns int: 0, or 1 where an index it reads from its inputs is out
+// of range (an indexed load: runtime/aot/indexed_load.hpp, an ONNX Gather of token ids), which stops
+// the call before any wild read, its outputs unspecified. Outputs must not overlap inputs. The scratch arena
+// makes functions of one library non-reentrant: call them from one thread at a time. `NAME_set_threads(n)`
+// (NAME.h) lets each matrix product of a call split its work over up to n threads, started for the product
 // and joined before it returns; by default a call starts none.
 #include <memory>
 #include <string>

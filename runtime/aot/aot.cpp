@@ -15,7 +15,9 @@
 #include <unordered_map>
 #include <utility>
 
+#include "../lazy/replayable_fill.hpp"
 #include "aot_gemm.hpp"
+#include "indexed_load.hpp"
 #include "metagrad/backends/gemm_program.hpp"
 #include "metagrad/backends/ops_clang.hpp"
 #include "metagrad/codegen/cstyle.hpp"
@@ -108,7 +110,7 @@ struct Function {
 };
 
 std::string prototype(const Function& f) {
-  std::string s = detail::cat("void ", f.name, "(");
+  std::string s = detail::cat("int ", f.name, "(");
   for (std::size_t i = 0; i < f.params.size(); ++i) {
     const Param& p = f.params[i];
     s += detail::cat(i ? ", " : "", p.writable || p.by_value ? "" : "const ", header_type(p.dtype),
@@ -138,6 +140,7 @@ struct Generator::Impl {
   // Buffers earlier functions computed: reading one later would freeze it into a constant.
   std::vector<std::shared_ptr<RawBuffer>> computed;
   std::optional<GemmExtent> gemm;  // the largest contraction, when a function has one
+  bool gathers = false;            // a function has an indexed load (PREFIX_gather)
   // Constants of blob_min bytes or more (main's --constants-file): NAME.bin, linked in by the
   // assembler's .incbin.
   std::size_t blob_min = SIZE_MAX;
@@ -207,6 +210,7 @@ struct Capture {
   void record();
   void emit_kernels();
   void emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
+  void emit_gather(const IndexedLoad& l, const std::vector<std::shared_ptr<RawBuffer>>& bufs);
   void emit_gemm(const GemmProgram& gp, const std::vector<std::shared_ptr<RawBuffer>>& bufs,
                  std::map<std::string, Arena>& arenas);
   void emit_copies();
@@ -267,12 +271,24 @@ void Capture::bind_inputs() {
   }
 }
 
-// Runs the outputs and updates once, recording the kernels.
+// The indexed load a recorded entry runs, if it is one (a replayable fill: indexed_load.hpp).
+const IndexedLoad* indexed_load_of(const CacheEntry& e) {
+  const auto* c = dynamic_cast<const CustomProgram*>(e.prg.clprg.get());
+  return c ? c->fill().fill.target<IndexedLoad>() : nullptr;
+}
+
+// Runs the outputs and updates once, recording the kernels and the indexed loads (under a
+// CaptureLog, the scheduler records replayable fills among the kernels). Other fills are left out:
+// what they computed is a constant, as before.
 void Capture::record() {
   struct Restore {
     std::optional<std::vector<CacheEntry>> saved =
         std::exchange(GlobalCounters::cache, std::vector<CacheEntry>{});
-    ~Restore() { GlobalCounters::cache = std::move(saved); }
+    CaptureLog log, *was = std::exchange(CaptureLog::active, &log);
+    ~Restore() {
+      GlobalCounters::cache = std::move(saved);
+      CaptureLog::active = was;
+    }
   } restore;
   for (const auto* list : {&outputs, &updates})
     for (const Arg& a : *list) {
@@ -286,7 +302,9 @@ void Capture::record() {
       }
       results.push_back(c->base()->realized);
     }
-  rec = std::move(*GlobalCounters::cache);
+  for (auto& e : *GlobalCounters::cache)
+    if (!dynamic_cast<const CustomProgram*>(e.prg.clprg.get()) || indexed_load_of(e))
+      rec.push_back(std::move(e));
 }
 
 // Homes: the first output a kernel computes writes straight into the caller's array; every other
@@ -332,6 +350,8 @@ void Capture::emit_kernels() {
       }
     if (auto* gp = dynamic_cast<const GemmProgram*>(rec[k].prg.clprg.get()))
       emit_gemm(*gp, bufs, arenas);
+    else if (const IndexedLoad* l = indexed_load_of(rec[k]))
+      emit_gather(*l, bufs);
     else
       emit_call(rec[k].prg, bufs);
     for (const auto& b : bufs)
@@ -356,6 +376,17 @@ void Capture::emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<Ra
     lines.push_back(detail::cat("{ void* const args[] = {", args, "}; ", name, "(args, 0, ", n, "); }"));
   else
     lines.push_back(detail::cat(name, "(", args, ", 0, ", n, ");"));
+}
+
+// An indexed load: its rows copied by PREFIX_gather, which checks every index first and returns 1
+// for one out of range, which the function returns at once.
+void Capture::emit_gather(const IndexedLoad& l, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
+  g.gathers = true;
+  auto num = [](std::int64_t v) { return detail::cat(std::to_string(v), "LL"); };
+  lines.push_back(detail::cat("if (", g.prefix, "_gather(", home.at(bufs.at(0).get()), ", ",
+                              home.at(bufs.at(1).get()), ", ", home.at(bufs.at(2).get()), ", ", num(l.outer),
+                              ", ", num(l.size), ", ", num(l.n), ", ", num(l.inner * bufs[0]->dtype.itemsize),
+                              ")) return 1;"));
 }
 
 // A contraction: the library's GEMM once per batch index (C loops over the batch axes), into the
@@ -451,6 +482,7 @@ void Generator::function(const std::string& fn, const std::vector<Arg>& inputs,
     for (std::size_t j = 0; j < e.bufs.size(); ++j)
       if (j < 64 && (e.prg.writes >> j & 1)) impl_->computed.push_back(e.bufs[j]);
   for (const auto& l : c.lines) c.f.body += "  " + l + "\n";
+  c.f.body += "  return 0;\n";
   impl_->fns.push_back(std::move(c.f));
 }
 
@@ -458,11 +490,12 @@ std::string Generator::header() const {
   const Impl& g = *impl_;
   std::string guard = detail::cat("METAGRAD_AOT_", g.name, "_H");
   std::transform(guard.begin(), guard.end(), guard.begin(), [](unsigned char c) { return std::toupper(c); });
-  std::string s =
-      detail::cat("/* ", g.name, ".h: generated by metagrad::aot::Generator; do not edit.\n",
-                  "   Arrays are row-major. Calls share static scratch memory: one thread at a time. */\n",
-                  "#ifndef ", guard, "\n#define ", guard, "\n#include <stdint.h>\n\n",
-                  "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+  std::string s = detail::cat(
+      "/* ", g.name, ".h: generated by metagrad::aot::Generator; do not edit.\n",
+      "   Arrays are row-major. Calls share static scratch memory: one thread at a time.\n",
+      "   A function returns 0, or 1 where an index it reads from its inputs (a gather's) is out\n",
+      "   of range: it stops there, its outputs unspecified. */\n", "#ifndef ", guard, "\n#define ", guard,
+      "\n#include <stdint.h>\n\n", "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
   s += detail::cat(
       "/* The threads each matrix product of a call may use: default 1, so that a call starts none;\n",
       "   more are started by a product large enough to gain, and joined before it returns. */\n", "void ",
@@ -514,6 +547,18 @@ std::string render_source(const Generator::Impl& g, const Blob& blob, const std:
       detail::cat("/* ", g.name, ".c: generated by metagrad::aot::Generator; do not edit. */\n#include \"",
                   g.name, ".h\"\n\n", g.prelude, "\n");
   if (g.gemm) { s += gemm_c_source(g.prefix, *g.gemm, cpu::host_caches()) + "\n"; }
+  if (g.gathers)
+    s += detail::cat(
+        "/* An indexed load (a gather on indices computed when it runs): rows of `row` bytes of src\n",
+        "   (outer, size, rows) picked by idx[0..n); every index is checked before any is read. */\n",
+        "static int ", g.prefix,
+        "_gather(void* restrict out, const void* restrict src, const long long* idx,\n",
+        "    long long outer, long long size, long long n, long long row) {\n", "  long long a, j;\n",
+        "  for (j = 0; j < n; ++j) if (idx[j] < 0 || idx[j] >= size) return 1;\n",
+        "  for (a = 0; a < outer; ++a) for (j = 0; j < n; ++j)\n",
+        "    __builtin_memcpy((char*)out + (a * n + j) * row, (const char*)src + (a * size + idx[j]) * "
+        "row,\n",
+        "                     (unsigned long)row);\n", "  return 0;\n}\n");
   s += detail::cat("void ", g.name, "_set_threads(int threads) { ",
                    g.gemm ? g.prefix + "_use_threads(threads);" : "(void)threads;", " }\n");
   if (!blob.bytes.empty()) {

@@ -28,6 +28,7 @@ class CustomProgram final : public Program {
                   const std::vector<RawBuffer*>& bufs) override {
     f_(*bufs[0], std::vector<RawBuffer*>(bufs.begin() + 1, bufs.end()));
   }
+  const ReplayableFill& fill() const { return f_; }  // (an AOT capture emits some fills as C)
 
  private:
   ReplayableFill f_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "../aot/indexed_load.hpp"
 #include "metagrad/onnx.hpp"
 #include "ops.hpp"
 
@@ -338,6 +339,9 @@ void add_shape_ops(OpTable& t) {
       }
       Tensor idx = a.t(1).cast(dtypes::int64).reshape({-1});
       idx = (idx < 0).where(idx + dim, idx);
+      // Indices from an input (token ids) are read when the gather runs, not now: a graph that
+      // TinyJit replays and metagrad-aot compiles to an indexed load in C.
+      if (!a.is_host(1)) return {aot::indexed_load(x, ax, idx).reshape(out)};
       return {x.index_select(ax, idx).reshape(out)};
     };
   };

@@ -24,41 +24,7 @@ namespace mo = metagrad::onnx;
 using test::attr_i;
 using test::Builder;
 
-// Heap allocations while `counting`: the C library's malloc family, replaced for this program.
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // (the sanitizers own malloc)
-#define COUNTS_MALLOC
-namespace {
-bool counting = false;
-unsigned long mallocs = 0;
-}  // namespace
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-void* malloc(std::size_t n) {
-  mallocs += counting;
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t n, std::size_t s) {
-  mallocs += counting;
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, std::size_t n) {
-  mallocs += counting;
-  return __libc_realloc(p, n);
-}
-void* aligned_alloc(std::size_t a, std::size_t n) {
-  mallocs += counting;
-  return __libc_memalign(a, n);
-}
-int posix_memalign(void** p, std::size_t a, std::size_t n) {
-  mallocs += counting;
-  *p = __libc_memalign(a, n);
-  return *p ? 0 : 12;  // ENOMEM
-}
-}
-#endif
+#include "count_mallocs.hpp"  // malloc counted while `counting` (COUNTS_MALLOC where it is)
 
 namespace {
 
@@ -90,15 +56,16 @@ std::string tool(const fs::path& model, const fs::path& dir, const std::string& 
   return out;
 }
 
-// The compiled model: NAME_run from DIR/libNAME.so, built from DIR/NAME.c as CMake builds it.
+// The compiled model: NAME_run from DIR/libNAME.so, built from DIR/NAME.c as CMake builds it (-O3,
+// for this machine).
 struct CLibrary {
   void* so = nullptr;
   void* fn = nullptr;
   CLibrary(const fs::path& dir, const std::string& name) {
     fs::path lib = dir / ("lib" + name + ".so");
     std::string out, cc = std::string(METAGRAD_AOT_CC) +
-                          " -O2 -fno-math-errno -fopenmp-simd -shared -fPIC -o '" + lib.string() + "' '" +
-                          (dir / (name + ".c")).string() + "' -lm -pthread";
+                          " -O3 -march=native -fno-math-errno -fopenmp-simd -shared -fPIC -o '" +
+                          lib.string() + "' '" + (dir / (name + ".c")).string() + "' -lm -pthread";
     INFO(cc << "\n" << out);
     REQUIRE(run(cc, out) == 0);
     so = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -109,29 +76,39 @@ struct CLibrary {
   ~CLibrary() {
     if (so) ::dlclose(so);
   }
-  // One call on these arrays (inputs, then outputs): every parameter is a pointer.
-  void operator()(const std::vector<void*>& a) const {
+  // One call on these arrays (inputs, then outputs): every parameter is a pointer. Its status.
+  int operator()(const std::vector<void*>& a) const {
     using P = void*;
     switch (a.size()) {
       case 2:
-        return reinterpret_cast<void (*)(P, P)>(fn)(a[0], a[1]);
+        return reinterpret_cast<int (*)(P, P)>(fn)(a[0], a[1]);
       case 3:
-        return reinterpret_cast<void (*)(P, P, P)>(fn)(a[0], a[1], a[2]);
+        return reinterpret_cast<int (*)(P, P, P)>(fn)(a[0], a[1], a[2]);
       case 4:
-        return reinterpret_cast<void (*)(P, P, P, P)>(fn)(a[0], a[1], a[2], a[3]);
+        return reinterpret_cast<int (*)(P, P, P, P)>(fn)(a[0], a[1], a[2], a[3]);
       default:
         FAIL("a test model with " << a.size() << " arrays");
     }
+    return -1;
   }
 };
 
-// Runs the compiled model on `in` (counting its allocations) and returns its outputs, shaped as `like`.
-std::vector<Tensor> call(const CLibrary& c, const std::vector<Tensor>& in, const std::vector<Tensor>& like) {
+// Runs the compiled model on `in` (float32 or int64; counting its allocations) and returns its float
+// outputs, shaped as `like`; `status` is what it returned, expected 0 unless given.
+std::vector<Tensor> call(const CLibrary& c, const std::vector<Tensor>& in, const std::vector<Tensor>& like,
+                         int status = 0) {
   std::vector<std::vector<float>> host;
-  for (const auto& t : in) host.push_back(t.to_vector<float>());
-  for (const auto& t : like) host.emplace_back(static_cast<std::size_t>(t.numel()), -7.f);
+  std::vector<std::vector<std::int64_t>> ints;
   std::vector<void*> args;
-  for (auto& h : host) args.push_back(h.data());
+  for (const auto& t : in)
+    if (t.dtype() == dtypes::int64) {
+      args.push_back(ints.emplace_back(t.to_vector<std::int64_t>()).data());
+    } else {
+      args.push_back(host.emplace_back(t.to_vector<float>()).data());
+    }
+  std::size_t outs = host.size();
+  for (const auto& t : like) host.emplace_back(static_cast<std::size_t>(t.numel()), -7.f);
+  for (std::size_t k = 0; k < like.size(); ++k) args.push_back(host[outs + k].data());
 #ifdef COUNTS_MALLOC
   mallocs = 0, counting = true;  // first, that the count sees a malloc
   void* volatile probe = std::malloc(8);
@@ -140,14 +117,14 @@ std::vector<Tensor> call(const CLibrary& c, const std::vector<Tensor>& in, const
   REQUIRE(mallocs == 1);
   mallocs = 0, counting = true;
 #endif
-  c(args);
+  CHECK(c(args) == status);
 #ifdef COUNTS_MALLOC
   counting = false;
   CHECK(mallocs == 0);
 #endif
   std::vector<Tensor> out;
   for (std::size_t k = 0; k < like.size(); ++k)
-    out.emplace_back(host[in.size() + k], like[k].shape(), TensorOptions{.device = "CPU"});
+    out.emplace_back(host[outs + k], like[k].shape(), TensorOptions{.device = "CPU"});
   return out;
 }
 
@@ -167,15 +144,21 @@ std::vector<Tensor> read_set(const fs::path& dir, const std::string& prefix) {
   return out;
 }
 
-// Conv -> Relu -> MaxPool -> Flatten -> Gemm -> Softmax on a symbolic batch, random weights.
-Builder conv_net() {
-  std::mt19937 rng(7);
-  std::normal_distribution<double> nd(0, 0.3);
-  auto random = [&](std::size_t n) {
+// n weights from N(0, sd), a seeded sequence.
+struct Normal {
+  std::mt19937 rng;
+  std::normal_distribution<double> nd;
+  Normal(unsigned seed, double sd) : rng(seed), nd(0, sd) {}
+  std::vector<double> operator()(std::size_t n) {
     std::vector<double> v(n);
     for (auto& x : v) x = nd(rng);
     return v;
-  };
+  }
+};
+
+// Conv -> Relu -> MaxPool -> Flatten -> Gemm -> Softmax on a symbolic batch, random weights.
+Builder conv_net() {
+  Normal random(7, 0.3);
   Builder b;
   b.input("image", {"batch", 3, 8, 8});
   b.init_f32("w1", {8, 3, 3, 3}, random(8 * 27)).init_f32("b1", {8}, random(8));
@@ -203,7 +186,68 @@ Builder conv_net() {
   return b;
 }
 
+// An embedding and a head, a GPT's ends: Gather(wte, tokens) on axis 0 (rows of 8) and Gather(head,
+// tokens) on axis 1 (single elements of its 8 rows), token ids from the input, a symbolic sequence.
+Builder token_net() {
+  Normal random(5, 1);
+  Builder b;
+  b.input("tokens", {1, "seq"}, ::onnx::TensorProto::INT64);
+  b.init_f32("wte", {11, 8}, random(88)).init_f32("head", {8, 11}, random(88));
+  b.node("Gather", {"wte", "tokens"}, {"x"}, "wte_gather");
+  b.node("MatMul", {"x", "head"}, {"logits"});
+  attr_i(b.node("Gather", {"head", "tokens"}, {"cols"}, "head_gather"), "axis", 1);
+  b.output("logits").output("cols");
+  return b;
+}
+
 }  // namespace
+
+TEST_CASE("onnx aot: a gather of an input's token ids is an indexed load that checks its indices",
+          "[onnx_aot]") {
+  fs::path dir = temp_dir("tokens");
+  fs::path model = dir / "tokens.onnx";
+  std::ofstream(model, std::ios::binary) << token_net().bytes();
+  mo::Model m = mo::load(model.string());
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::int64_t> tok(-11, 10);  // negative: counted from the end (ONNX)
+  for (std::int64_t seq : {1, 64}) {
+    INFO("sequence " << seq);
+    fs::path out = dir / std::to_string(seq);
+    int status = 0;
+    std::string said = tool(model, out, "tokens", "--input tokens=1x" + std::to_string(seq), status);
+    INFO(said);
+    REQUIRE(status == 0);
+    CLibrary c(out, "tokens");
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(seq));
+      for (auto& t : ids) t = tok(rng);
+      Tensor tokens(ids, {1, seq}, {.device = "CPU"});
+      std::string was = Device::DEFAULT;
+      Device::DEFAULT = "CPU";
+      std::vector<Tensor> want = m({tokens});
+      Device::DEFAULT = was;
+      for (auto& w : want) w = w.to("CPU");
+      auto got = call(c, {tokens}, want);
+      for (std::size_t k = 0; k < got.size(); ++k) check_close(got[k], want[k], 1e-6, 1e-5);
+    }
+    // out of range either way: the call says so and reads nothing (ASan would see a wild read); the
+    // import reads the indices when it runs, and throws then
+    for (std::int64_t bad : {std::int64_t{11}, std::int64_t{-12}, std::int64_t{1} << 40}) {
+      INFO("token " << bad);
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(seq), 3);
+      ids.back() = bad;
+      std::string was = Device::DEFAULT;
+      Device::DEFAULT = "CPU";
+      std::vector<Tensor> lazy = m({Tensor(ids, {1, seq}, {.device = "CPU"})});
+      CHECK_THROWS_WITH(lazy[0].realize(), Contains("out of range") && Contains("indexed_load"));
+      Device::DEFAULT = was;
+      call(c, {Tensor(ids, {1, seq}, {.device = "CPU"})},
+           {Tensor::empty({1, seq, 11}, {.device = "CPU"}), Tensor::empty({8, 1, seq}, {.device = "CPU"})},
+           1);
+    }
+  }
+  fs::remove_all(dir);
+}
 
 TEST_CASE("onnx aot: backend test models compiled to C match their expected outputs", "[onnx_aot]") {
   for (const char* test : {"pytorch-converted/test_Conv2d_groups", "pytorch-converted/test_BatchNorm2d_eval",
@@ -264,7 +308,7 @@ TEST_CASE("onnx aot: a conv net built here, its weights in the .bin or in the C,
     REQUIRE(status == 0);
     std::ifstream h(out / "convnet.h");
     std::string header((std::istreambuf_iterator<char>(h)), {});
-    CHECK_THAT(header, Contains("void convnet_run(const float* image, float* probs_out);"));
+    CHECK_THAT(header, Contains("int convnet_run(const float* image, float* probs_out);"));
     CHECK_THAT(header, Contains("probs_out is 'probs.out'") && !Contains("image is"));
     CHECK_THAT(header, Contains("#define convnet_run_image_SHAPE {2, 3, 8, 8}"));
     CHECK_THAT(header, Contains("#define convnet_run_probs_out_SIZE 20"));
