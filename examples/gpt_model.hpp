@@ -2,8 +2,11 @@
 // The character GPT of examples/gpt, shared with bench/bench_gpt: token and position embeddings, N
 // pre-LayerNorm blocks of causal multi-head self-attention (nn::MultiheadAttention) and a GELU MLP,
 // a final LayerNorm and an unbiased head. Names follow PyTorch's modules (wte, wpe, blocks.0.attn...).
+// Mixed precision (GPT::bf16): the products with the weights take bf16 copies of the f32 masters
+// and bf16 activations, through cpu::gemm_bf16 (f32 sums); their gradients reach the f32 masters.
 #include <cstdint>
 #include <metagrad/metagrad.hpp>
+#include <optional>
 #include <vector>
 
 namespace examples {
@@ -13,15 +16,38 @@ namespace nn = metagrad::nn;
 
 constexpr int kVocab = 96;  // '\n' is 0, ' '..'~' are 1..95
 
+// x W^T + b with x and W cast to bf16 for the product (f32 sums rounded to bf16), the result back to
+// f32: W's gradient flows through the casts to the f32 master.
+inline Tensor linear_bf16(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
+  using metagrad::dtypes::bfloat16, metagrad::dtypes::float32;
+  Tensor y = x.cast(bfloat16).linear(w.cast(bfloat16).transpose()).cast(float32);
+  return b ? y + *b : y;
+}
+inline Tensor linear_bf16(const Tensor& x, const nn::Linear& l) { return linear_bf16(x, l.weight, l.bias); }
+
 struct Block {
   nn::LayerNorm ln1, ln2;
   nn::MultiheadAttention attn;
   nn::Linear fc, proj;
   Block(std::int64_t c, std::int64_t h)
       : ln1(c), ln2(c), attn(c, h, 0, true, true), fc(c, 4 * c), proj(4 * c, c) {}
-  Tensor operator()(const Tensor& x) const {
+  Tensor operator()(const Tensor& x, bool bf16 = false) const {
+    if (bf16) {
+      Tensor y = x + attention_bf16(ln1(x));
+      return y + linear_bf16(linear_bf16(ln2(y), fc).gelu(), proj);
+    }
     Tensor y = x + attn(ln1(x), true);
     return y + proj(fc(ln2(y)).gelu());
+  }
+  // attn(x, true), as MultiheadAttention computes it (batch first, no dropout), with its two
+  // products with weights in bf16; the scores and their weighted sum stay f32.
+  Tensor attention_bf16(const Tensor& x) const {
+    std::int64_t n = x.shape()[0], l = x.shape()[1], e = attn.embed_dim, h = attn.num_heads;
+    std::vector<Tensor> qkv;
+    for (const Tensor& y : linear_bf16(x, attn.in_proj_weight, attn.in_proj_bias).chunk(3, -1))
+      qkv.push_back(y.reshape({n, l, h, e / h}).transpose(1, 2));
+    Tensor o = qkv[0].scaled_dot_product_attention(qkv[1], qkv[2], {}, 0.0, true);
+    return linear_bf16(o.transpose(1, 2).reshape({n, l, e}), attn.out_proj);
   }
   // The same for new positions after those in the block's key/value cache (decoding).
   Tensor operator()(const Tensor& x, nn::KVCache& cache) const {
@@ -35,6 +61,7 @@ struct Block {
 
 struct GPT {
   std::int64_t context, vocab;
+  bool bf16 = false;  // the products with weights in bf16 (mixed precision), in training and evaluation
   nn::Embedding wte, wpe;
   std::vector<Block> blocks;
   nn::LayerNorm ln_f;
@@ -56,8 +83,8 @@ struct GPT {
     Tensor pos =
         Tensor::arange(static_cast<double>(t), {.device = idx.device(), .dtype = metagrad::dtypes::int64});
     Tensor x = wte(idx) + wpe(pos);
-    for (const Block& b : blocks) x = b(x);
-    return head(ln_f(x));
+    for (const Block& b : blocks) x = b(x, bf16);
+    return bf16 ? linear_bf16(ln_f(x), head) : head(ln_f(x));
   }
   // Decoding: one key/value cache per block, of the whole context, for `batch` sequences.
   std::vector<nn::KVCache> make_caches(std::int64_t batch) const {
@@ -75,6 +102,12 @@ struct GPT {
     for (std::size_t i = 0; i < blocks.size(); ++i) x = blocks[i](x, caches[i]);
     x = x.shrink({{0, x.shape()[0]}, {t - 1, t}, {0, x.shape()[2]}});
     return head(ln_f(x)).reshape({x.shape()[0], vocab});
+  }
+  // Every product with a weight in Q8_0 or Q4_0 blocks from now on (inference only; the width a
+  // multiple of 32). The embeddings stay f32: they are looked up, not multiplied.
+  void quantize(metagrad::cpu::QuantType type) {
+    for (Block& b : blocks) b.attn.quantize(type), b.fc.quantize(type), b.proj.quantize(type);
+    head.quantize(type);
   }
   nn::StateDict state_dict() const {
     return nn::state_dict({{"wte", wte}, {"wpe", wpe}, {"blocks", blocks}, {"ln_f", ln_f}, {"head", head}});

@@ -133,7 +133,24 @@ TEST_CASE("lowp: f32 <-> bf16 and fp16 round to nearest even: ties, NaN, inf, su
   }
 }
 
-TEST_CASE("lowp: gemm_bf16 on every path against float64, accumulation error only", "[gemm_lowp]") {
+namespace {
+
+// A 16-bit float format and its product: bf16 (8 significant bits) or IEEE half (11).
+struct Format16 {
+  int mbits, bias;
+  void (*gemm)(std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*, std::int64_t,
+               const std::uint16_t*, std::int64_t, float*, std::int64_t, bool, LowpPath);
+  LowpPath best;
+  double value(std::uint16_t b) const {  // exact
+    const double v = decode16(b & 0x7fffu, mbits, bias);
+    return b & 0x8000u ? -v : v;
+  }
+};
+
+// The format's GEMM on every path and random shapes, strides and accumulation, its inputs rounded
+// to nearest even from f32, against float64 over their exact values: every product of two inputs
+// is exact in f32, so the error is the f32 sums' alone.
+void check_gemm16(const Format16& f) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-2, 2);
   struct Shape {
@@ -144,20 +161,18 @@ TEST_CASE("lowp: gemm_bf16 on every path against float64, accumulation error onl
   for (int t = 0; t < 12; ++t)
     shapes.push_back({1 + static_cast<std::int64_t>(rng() % 45), 1 + static_cast<std::int64_t>(rng() % 100),
                       static_cast<std::int64_t>(rng() % 300)});
-  for (LowpPath path : paths(cpu::best_bf16_path()))
+  for (LowpPath path : paths(f.best))
     for (const Shape& s : shapes)
       for (bool acc : {false, true}) {
         const std::int64_t lda = s.k + 3, ldb = s.n + 1, ldc = s.n + 2;
-        std::vector<float> af(static_cast<std::size_t>(s.m * lda)), bf(static_cast<std::size_t>(s.k * ldb));
+        std::vector<std::uint16_t> a(static_cast<std::size_t>(s.m * lda)),
+            b(static_cast<std::size_t>(s.k * ldb));
         std::vector<float> c(static_cast<std::size_t>(s.m * ldc));
-        for (float& x : af) x = u(rng);
-        for (float& x : bf) x = u(rng);
+        for (std::uint16_t& x : a) x = round16(u(rng), f.mbits, f.bias);
+        for (std::uint16_t& x : b) x = round16(u(rng), f.mbits, f.bias);
         for (float& x : c) x = u(rng);
-        std::vector<std::uint16_t> a(af.size()), b(bf.size());
-        cpu::f32_to_bf16(af.data(), a.data(), static_cast<std::int64_t>(af.size()));
-        cpu::f32_to_bf16(bf.data(), b.data(), static_cast<std::int64_t>(bf.size()));
         const std::vector<float> c0 = c;
-        cpu::gemm_bf16(s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c.data(), ldc, acc, path);
+        f.gemm(s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c.data(), ldc, acc, path);
         INFO("path " << static_cast<int>(path) << " " << s.m << "x" << s.n << "x" << s.k << " acc " << acc);
         int bad = 0;
         for (std::int64_t i = 0; i < s.m; ++i)
@@ -169,15 +184,30 @@ TEST_CASE("lowp: gemm_bf16 on every path against float64, accumulation error onl
             }
             double ref = acc ? c0[at] : 0, mag = std::fabs(ref);
             for (std::int64_t p = 0; p < s.k; ++p) {
-              const double x = static_cast<double>(bf16_value(a[static_cast<std::size_t>(i * lda + p)])) *
-                               bf16_value(b[static_cast<std::size_t>(p * ldb + j)]);
+              const double x = f.value(a[static_cast<std::size_t>(i * lda + p)]) *
+                               f.value(b[static_cast<std::size_t>(p * ldb + j)]);
               ref += x, mag += std::fabs(x);
             }
-            // each product exact in f32 (8 x 8 significant bits): at most k + 2 roundings of sums
+            // at most k + 2 roundings of sums
             bad += std::fabs(c[at] - ref) > static_cast<double>(s.k + 2) * std::ldexp(1.0, -24) * mag;
           }
         CHECK(bad == 0);
       }
+}
+
+}  // namespace
+
+TEST_CASE("lowp: gemm_bf16 on every path against float64, accumulation error only", "[gemm_lowp]") {
+  check_gemm16({7, 127, cpu::gemm_bf16, cpu::best_bf16_path()});
+}
+
+TEST_CASE("lowp: gemm_f16 on every path against float64, accumulation error only", "[gemm_lowp]") {
+  check_gemm16({10, 15, cpu::gemm_f16, cpu::best_f16_path()});
+  std::vector<std::uint16_t> a(32), b(32);
+  std::vector<float> c(16);
+  CHECK_THROWS_WITH(
+      cpu::gemm_f16(4, 4, 8, a.data(), 4, b.data(), 4, c.data(), 4),
+      Catch::Contains("cpu::gemm_f16") && Catch::Contains("m=4 n=4 k=8") && Catch::Contains("lda"));
 }
 
 TEST_CASE("lowp: gemm_s8 on every path is exact, -128 included", "[gemm_lowp]") {

@@ -384,4 +384,22 @@ void gemm_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const voi
   f32_panels(m, n, k, a, lda, w_panel, true, c, ldc, accumulate, f32_isa(path));
 }
 
+// f16 has no product instruction on x86 short of AVX-512 FP16 (not on Zen 4): A widened once and B a
+// panel at a time, as gemm_bf16's avx2 path, through the f32 GEMM of the path's ISA. Every product of
+// two halves (11 x 11 significant bits) is exact in f32.
+LowpPath best_f16_path() { return resolve(LowpPath::best, gemm::best_isa() == gemm::Isa::avx512, "", ""); }
+
+void gemm_f16(i64 m, i64 n, i64 k, const std::uint16_t* a, i64 lda, const std::uint16_t* b, i64 ldb, float* c,
+              i64 ldc, bool accumulate, LowpPath path) {
+  check_gemm("cpu::gemm_f16", m, n, k, a, lda, b, ldb, c, ldc, n);
+  path = resolve(path, gemm::best_isa() == gemm::Isa::avx512, "cpu::gemm_f16", "AVX-512");
+  if (m == 0 || n == 0) return;
+  std::vector<float> af(static_cast<std::size_t>(m * k));
+  for (i64 i = 0; i < m; ++i) f16_to_f32(a + i * lda, af.data() + i * k, k);
+  auto b_panel = [&](i64 j0, i64 w, float* out) {
+    for (i64 q = 0; q < k; ++q) f16_to_f32(b + q * ldb + j0, out + q * w, w);
+  };
+  f32_panels(m, n, k, af.data(), k, b_panel, false, c, ldc, accumulate, f32_isa(path));
+}
+
 }  // namespace metagrad::cpu

@@ -1,5 +1,5 @@
 #pragma once
-// Low-precision matrix products beside the float32 GEMM (cpu/gemm.hpp): bf16 x bf16 -> f32 and
+// Low-precision matrix products beside the float32 GEMM (cpu/gemm.hpp): bf16 x bf16 and f16 x f16 -> f32 and
 // int8 x int8 -> int32, blocked for the caches as it is, with the dequantising epilogue of int8
 // products and the symmetric int8 quantisation that feeds them. Row-major operands with leading
 // dimensions; `accumulate` adds the product to what C holds. Defined in the runtime library
@@ -17,6 +17,13 @@ namespace metagrad::cpu {
 void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a, std::int64_t lda,
                const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate = false,
                LowpPath path = LowpPath::best);
+
+// C (m x n, f32) = A (m x k, f16 bits) B (k x n, f16 bits): f16 widened to f32 panel by panel and
+// the f32 GEMM of the path's ISA (native: AVX-512; no x86 CPU here has a product of halves short of
+// AVX-512 FP16). Every product of two halves is exact in f32, so only the f32 sums round.
+void gemm_f16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a, std::int64_t lda,
+              const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate = false,
+              LowpPath path = LowpPath::best);
 
 // C (m x n, int32) = A (m x k, int8) B (k x n, int8), exact (wrapping past int32's range, which
 // needs k > 2^17). native: vpdpbusd on k in fours, A offset by 128 to unsigned and 128 times B's

@@ -16,6 +16,7 @@ namespace metagrad::cpu {
 enum class LowpPath : std::uint8_t { best, native, avx2, generic };
 // The path `best` resolves to for each kind of product.
 LowpPath best_bf16_path();
+LowpPath best_f16_path();  // native: AVX-512 (the f32 GEMM over widened halves)
 LowpPath best_s8_path();
 LowpPath best_quant_path();
 
