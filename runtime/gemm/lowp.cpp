@@ -4,7 +4,6 @@
 // AVX-512 and AVX2 kernels are in lowp_avx512.cpp and lowp_avx2.cpp, compiled with their flags.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -279,11 +278,14 @@ bool cpu_int8_gemv() {
 }
 // METAGRAD_QUANT_ACT=int8: gemm_q's few-row products run gemv_q_int8.
 bool int8_activations() {
-  static const bool on = [] {
-    const char* e = std::getenv("METAGRAD_QUANT_ACT");
-    return e && std::string(e) == "int8";
-  }();
+  static const bool on = metagrad::getenv("METAGRAD_QUANT_ACT") == "int8";
   return on;
+}
+
+// f(n0, n1) over W's rows (C's columns), split over the threads: a row of W is at most a few KiB.
+template <class F>
+void split_rows(i64 m, i64 n, i64 k, F&& f) {
+  parallel_for(n, 16, std::max<i64>(16, kParallelMacs / std::max<i64>(1, m * k)), f);
 }
 
 void check_quant(const char* op, QuantType t, i64 k) {
@@ -422,9 +424,7 @@ void gemv_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const voi
   check_gemm("cpu::gemv_q", m, n, k, a, lda, w, k, c, ldc, k);
   path = resolve(path, gemm::best_isa() == gemm::Isa::avx512, "cpu::gemv_q", "AVX-512");
   if (m == 0 || n == 0) return;
-  // A row of W is at most a few KiB: split W's rows (C's columns) over the threads.
-  const i64 grain = std::max<i64>(16, kParallelMacs / std::max<i64>(1, m * k));
-  parallel_for(n, 16, grain, [&](i64 n0, i64 n1) {
+  split_rows(m, n, k, [&](i64 n0, i64 n1) {
     const GemvArgs g{m, n0, n1, k, a, lda, w, c, ldc, accumulate};
     if (path == LowpPath::native)
       lowp::avx512::gemv_q(t, g);
@@ -442,16 +442,11 @@ void gemv_q_int8(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, cons
   path = resolve(path, cpu_int8_gemv(), "cpu::gemv_q_int8", "AVX-512 VNNI and VBMI");
   if (m == 0 || n == 0) return;
   const Int8Rows x(t, m, k, a, lda);
-  const i64 grain = std::max<i64>(16, kParallelMacs / std::max<i64>(1, m * k));
-  parallel_for(n, 16, grain, [&](i64 n0, i64 n1) {
+  split_rows(m, n, k, [&](i64 n0, i64 n1) {
     const lowp::GemvInt8Args g{m,           n0, n1, k,   x.pairs,   x.qa.data(), x.init.data(),
                                x.da.data(), w,  c,  ldc, accumulate};
-    if (path == LowpPath::native)
-      lowp::avx512::gemv_q_int8(t, g);
-    else if (t == QuantType::q8_0)
-      gemv_int8_generic<BlockQ8_0>(g);
-    else
-      gemv_int8_generic<BlockQ4_0>(g);
+    if (path == LowpPath::native) return lowp::avx512::gemv_q_int8(t, g);
+    (t == QuantType::q8_0 ? gemv_int8_generic<BlockQ8_0> : gemv_int8_generic<BlockQ4_0>)(g);
   });
 }
 
