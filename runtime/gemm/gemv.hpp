@@ -9,7 +9,7 @@
 namespace metagrad::gemm {
 
 // Whether sgemm hands p to gemv: m <= 4, B's columns contiguous (brs == 1, a weight W (n x k) used as
-// W^T, as Linear's is) and a weight large enough to be worth it.
+// W^T, as Linear's is, or a head's keys) and at least 1024 weights.
 bool gemv_fits(const Problem& p);
 void gemv(const Problem& p, Isa isa = gemm::isa());
 // y (m x n, f32) = x (m x k, f32) W^T for W (n x k) bf16 rows (widened as they are read).

@@ -7,9 +7,11 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lowp_isa.hpp"
+#include "metagrad/cpu/gemv_int8.hpp"
 #include "metagrad/cpu/parallel.hpp"
 #include "metagrad/device/gemm.hpp"
 #include "metagrad/helpers.hpp"
@@ -212,6 +214,80 @@ void gemv_generic(const GemvArgs& g) {
   }
 }
 
+// gemv_q_int8's A (lowp::GemvInt8Args): each row's blocks quantised as Q8_0 with a float scale,
+// d = amax / 127, q = x / d rounded to nearest even.
+struct Int8Rows {
+  i64 pairs;
+  std::vector<std::int8_t> qa;
+  std::vector<std::int32_t> init;
+  std::vector<float> da;
+  Int8Rows(QuantType t, i64 m, i64 k, const float* a, i64 lda)
+      : pairs((k / kQuantBlock + 1) / 2),
+        qa(static_cast<std::size_t>(m * pairs * 64)),
+        init(static_cast<std::size_t>(m * pairs * 16)),
+        da(static_cast<std::size_t>(m * pairs * 16)) {
+    const int off = t == QuantType::q8_0 ? 128 : 8;  // what makes W's values unsigned
+    for (i64 i = 0; i < m; ++i)
+      for (i64 b = 0; b < k / kQuantBlock; ++b) {
+        const float* x = a + i * lda + b * kQuantBlock;
+        float amax = 0;
+        for (int e = 0; e < kQuantBlock; ++e) amax = std::max(amax, std::fabs(x[e]));
+        const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+        const auto at = static_cast<std::size_t>(i * pairs * 64 + b * kQuantBlock);
+        std::int32_t sum = 0;
+        for (int e = 0; e < kQuantBlock; ++e) {
+          const auto q = static_cast<std::int8_t>(std::clamp(std::nearbyint(x[e] * id), -127.0f, 127.0f));
+          qa[at + static_cast<std::size_t>(e)] = q, sum += q;
+        }
+        const auto lanes = static_cast<std::size_t>(i * pairs * 16 + b * 8);  // block b's 8 lanes
+        init[lanes] = -off * sum;
+        std::fill_n(da.begin() + static_cast<std::ptrdiff_t>(lanes), 8, d);
+      }
+  }
+};
+// The portable gemv_q_int8: each block's integer dot product, scaled.
+template <class Block>
+void gemv_int8_generic(const lowp::GemvInt8Args& g) {
+  const i64 blocks = g.k / kQuantBlock;
+  const Block* w = static_cast<const Block*>(g.w);
+  for (i64 j = g.n0; j < g.n1; ++j)
+    for (i64 i = 0; i < g.m; ++i) {
+      float s = 0;
+      for (i64 b = 0; b < blocks; ++b) {
+        const Block& x = w[j * blocks + b];
+        const std::int8_t* q = g.qa + (i * g.pairs * 64 + b * kQuantBlock);
+        std::int32_t t = 0;
+        for (int e = 0; e < kQuantBlock; ++e) {
+          if constexpr (std::is_same_v<Block, BlockQ8_0>)
+            t += x.qs[e] * q[e];
+          else
+            t += ((e < 16 ? x.qs[e] & 15 : x.qs[e - 16] >> 4) - 8) * q[e];
+        }
+        s += half::to_float(x.d) * g.da[i * g.pairs * 16 + b * 8] * static_cast<float>(t);
+      }
+      float& c = g.c[i * g.ldc + j];
+      c = g.accumulate ? c + s : s;
+    }
+}
+bool cpu_int8_gemv() {
+#if defined(__x86_64__)
+  return cpu_vnni() && __builtin_cpu_supports("avx512vbmi");
+#else
+  return false;
+#endif
+}
+// METAGRAD_QUANT_ACT=int8: gemm_q's few-row products run gemv_q_int8.
+bool int8_activations() {
+  static const bool on = metagrad::getenv("METAGRAD_QUANT_ACT") == "int8";
+  return on;
+}
+
+// f(n0, n1) over W's rows (C's columns), split over the threads: a row of W is at most a few KiB.
+template <class F>
+void split_rows(i64 m, i64 n, i64 k, F&& f) {
+  parallel_for(n, 16, std::max<i64>(16, kParallelMacs / std::max<i64>(1, m * k)), f);
+}
+
 void check_quant(const char* op, QuantType t, i64 k) {
   if (t != QuantType::q8_0 && t != QuantType::q4_0)
     throw std::invalid_argument(std::string(op) + ": unknown QuantType");
@@ -348,9 +424,7 @@ void gemv_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const voi
   check_gemm("cpu::gemv_q", m, n, k, a, lda, w, k, c, ldc, k);
   path = resolve(path, gemm::best_isa() == gemm::Isa::avx512, "cpu::gemv_q", "AVX-512");
   if (m == 0 || n == 0) return;
-  // A row of W is at most a few KiB: split W's rows (C's columns) over the threads.
-  const i64 grain = std::max<i64>(16, kParallelMacs / std::max<i64>(1, m * k));
-  parallel_for(n, 16, grain, [&](i64 n0, i64 n1) {
+  split_rows(m, n, k, [&](i64 n0, i64 n1) {
     const GemvArgs g{m, n0, n1, k, a, lda, w, c, ldc, accumulate};
     if (path == LowpPath::native)
       lowp::avx512::gemv_q(t, g);
@@ -361,10 +435,26 @@ void gemv_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const voi
   });
 }
 
+void gemv_q_int8(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const void* w, float* c, i64 ldc,
+                 bool accumulate, LowpPath path) {
+  check_quant("cpu::gemv_q_int8", t, k);
+  check_gemm("cpu::gemv_q_int8", m, n, k, a, lda, w, k, c, ldc, k);
+  path = resolve(path, cpu_int8_gemv(), "cpu::gemv_q_int8", "AVX-512 VNNI and VBMI");
+  if (m == 0 || n == 0) return;
+  const Int8Rows x(t, m, k, a, lda);
+  split_rows(m, n, k, [&](i64 n0, i64 n1) {
+    const lowp::GemvInt8Args g{m,           n0, n1, k,   x.pairs,   x.qa.data(), x.init.data(),
+                               x.da.data(), w,  c,  ldc, accumulate};
+    if (path == LowpPath::native) return lowp::avx512::gemv_q_int8(t, g);
+    (t == QuantType::q8_0 ? gemv_int8_generic<BlockQ8_0> : gemv_int8_generic<BlockQ4_0>)(g);
+  });
+}
+
 void gemm_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const void* w, float* c, i64 ldc,
             bool accumulate, LowpPath path) {
   check_quant("cpu::gemm_q", t, k);
   check_gemm("cpu::gemm_q", m, n, k, a, lda, w, k, c, ldc, k);
+  if (m <= 4 && int8_activations()) return gemv_q_int8(m, n, k, a, lda, t, w, c, ldc, accumulate, path);
   if (m <= 4) return gemv_q(m, n, k, a, lda, t, w, c, ldc, accumulate, path);
   path = resolve(path, gemm::best_isa() == gemm::Isa::avx512, "cpu::gemm_q", "AVX-512");
   if (n == 0) return;

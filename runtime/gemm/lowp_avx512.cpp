@@ -244,6 +244,67 @@ void gemv(const GemvArgs& g) {
     }
 }
 
+template <QuantType T>
+constexpr int kBlockBytes = T == QuantType::q8_0 ? 34 : 18;
+// vpermb's and vpermw's indices: Q8_0's values are block o / 32's bytes 2 + o % 32, Q4_0's byte
+// 2 + o % 16 (the high nibble in the second half); the scales words 0 and B / 2.
+template <QuantType T>
+struct Int8Index {
+  std::uint8_t q[64];
+  std::uint16_t d[32];
+  constexpr Int8Index() : q{}, d{} {
+    constexpr int B = kBlockBytes<T>;
+    for (int o = 0; o < 64; ++o)
+      q[o] = static_cast<std::uint8_t>(T == QuantType::q8_0 ? (o < 32 ? 2 + o : 4 + o)
+                                                            : o / 32 * B + 2 + o % 16);
+    for (int l = 0; l < 32; ++l) d[l] = static_cast<std::uint16_t>(l < 8 ? 0 : B / 2);
+  }
+};
+template <QuantType T>
+alignas(64) constexpr Int8Index<T> kInt8Index{};
+
+// Pair p of a row: blocks 2p and 2p + 1 (a zero block past an odd count), added to acc.
+template <QuantType T>
+[[gnu::target("avx512vbmi"), gnu::always_inline]] inline __m512 pair_int8(const char* w, i64 blocks, i64 p,
+                                                                          const std::int8_t* qa,
+                                                                          const std::int32_t* init,
+                                                                          const float* da, __m512i iq,
+                                                                          __m512i id, __m512 acc) {
+  constexpr int B = kBlockBytes<T>;
+  const bool two = 2 * p + 1 < blocks;
+  const char* at = w + 2 * p * B;
+  __m512i z, q;
+  if constexpr (T == QuantType::q8_0) {
+    z = two ? _mm512_loadu_si512(at) : _mm512_maskz_loadu_epi8((__mmask64{1} << B) - 1, at);
+    const __m512i tail = two ? _mm512_maskz_loadu_epi8(0xf, at + 64) : _mm512_setzero_si512();
+    q = _mm512_xor_si512(_mm512_permutex2var_epi8(z, iq, tail), _mm512_set1_epi8(-128));
+  } else {
+    z = _mm512_maskz_loadu_epi8((__mmask64{1} << (two ? 2 * B : B)) - 1, at);
+    q = _mm512_permutexvar_epi8(iq, z);
+    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xff00ff00, q, 4), _mm512_set1_epi8(15));
+  }
+  const __m512i s = dpbusd(_mm512_loadu_si512(init + 16 * p), q, _mm512_loadu_si512(qa + 64 * p));
+  const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(id, z)));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(da + 16 * p)), acc);
+}
+// gemv_q_int8: a pair of W's blocks against a pair of A's int8 blocks by one vpdpbusd. W's 64
+// values as unsigned bytes (Q8_0's flipped by 128, Q4_0's nibbles as they are; `init` takes the
+// offset back) from one or two loads and one vpermb, its two fp16 scales by one vpermw.
+template <QuantType T>
+[[gnu::target("avx512vbmi")]] float dot_int8(const char* w, i64 blocks, const std::int8_t* qa,
+                                             const std::int32_t* init, const float* da) {
+  const __m512i iq = _mm512_load_si512(kInt8Index<T>.q), id = _mm512_load_si512(kInt8Index<T>.d);
+  const i64 pairs = (blocks + 1) / 2;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();  // two chains: the adds overlap
+  i64 p = 0;
+  for (; p + 2 <= pairs; p += 2) {
+    acc0 = pair_int8<T>(w, blocks, p, qa, init, da, iq, id, acc0);
+    acc1 = pair_int8<T>(w, blocks, p + 1, qa, init, da, iq, id, acc1);
+  }
+  if (p < pairs) acc0 = pair_int8<T>(w, blocks, p, qa, init, da, iq, id, acc0);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
 // W's quantised rows as B = W^T for a 14 x 32 f32 tile, each block of W dequantised once, as it
 // is packed: a packed strip holds, k after k, 32 columns (32 rows of W), so no f32 copy of W
 // exists beyond the one panel.
@@ -321,5 +382,20 @@ void gemv_q(QuantType t, const GemvArgs& g) {
     gemv<BlockQ8_0>(g);
   else
     gemv<BlockQ4_0>(g);
+}
+void gemv_q_int8(QuantType t, const GemvInt8Args& g) {
+  const i64 blocks = g.k / kQuantBlock;
+  const std::size_t row = static_cast<std::size_t>(blocks) * (t == QuantType::q8_0 ? 34 : 18);
+  for (i64 j = g.n0; j < g.n1; ++j)
+    for (i64 i = 0; i < g.m; ++i) {
+      const char* w = static_cast<const char*>(g.w) + static_cast<std::size_t>(j) * row;
+      const i64 r = i * g.pairs;
+      const float s =
+          t == QuantType::q8_0
+              ? dot_int8<QuantType::q8_0>(w, blocks, g.qa + 64 * r, g.init + 16 * r, g.da + 16 * r)
+              : dot_int8<QuantType::q4_0>(w, blocks, g.qa + 64 * r, g.init + 16 * r, g.da + 16 * r);
+      float& c = g.c[i * g.ldc + j];
+      c = g.accumulate ? c + s : s;
+    }
 }
 }  // namespace metagrad::cpu::lowp::avx512

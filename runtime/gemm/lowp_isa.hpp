@@ -34,8 +34,25 @@ struct GemvArgs {
   bool accumulate;
 };
 
+// gemv_q_int8's A: each row quantised a block of 32 at a time to int8 with a float scale, laid out
+// for a pair of blocks a step: `qa` 64 bytes, `init` 16 int32 (minus the offset that makes W's
+// values unsigned times each block's sum of qa, in lanes 0 and 8), `da` 16 floats (each block's scale
+// in its 8 lanes); an odd count ends with a zero block. Rows `pairs` steps apart.
+struct GemvInt8Args {
+  std::int64_t m, n0, n1, k, pairs;
+  const std::int8_t* qa;
+  const std::int32_t* init;
+  const float* da;
+  const void* w;
+  float* c;
+  std::int64_t ldc;
+  bool accumulate;
+};
+
 #if defined(__x86_64__)
 namespace avx512 {
+// Needs VNNI and VBMI (vpermb): lowp.cpp checks.
+void gemv_q_int8(QuantType t, const GemvInt8Args& g);
 void gemm_bf16(const Bf16Args& p);
 // bias: -128 times B's column sums (A is offset by 128), added once.
 void gemm_s8(const S8Args& p, const std::int32_t* bias);
@@ -51,6 +68,7 @@ namespace avx512 {
 inline void gemm_bf16(const Bf16Args&) {}
 inline void gemm_s8(const S8Args&, const std::int32_t*) {}
 inline void gemv_q(QuantType, const GemvArgs&) {}
+inline void gemv_q_int8(QuantType, const GemvInt8Args&) {}
 inline void gemm_q(QuantType, const QArgs&) {}
 }  // namespace avx512
 namespace avx {
