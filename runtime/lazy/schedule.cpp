@@ -668,7 +668,7 @@ LazyBuffer& LazyBuffer::realize() {
   std::lock_guard lock(realize_mutex());
   LazyBufferPtr target = base();
   if (target->realized) return *this;
-  Plan first = make_plan(target);
+  Plan first = scheduler::EagerCache::get().plan(target, [](const LazyBufferPtr& b) { return make_plan(b); });
   if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
     scheduler::RealizeFlags flags = scheduler::realize_flags();
     if (flags.debug >= 1) scheduler::RealizeReport(flags.debug).build({&first, 1});
