@@ -668,9 +668,11 @@ LazyBuffer& LazyBuffer::realize() {
   std::lock_guard lock(realize_mutex());
   LazyBufferPtr target = base();
   if (target->realized) return *this;
-  Plan first = scheduler::EagerCache::get().plan(target, [](const LazyBufferPtr& b) { return make_plan(b); });
+  scheduler::RealizeFlags flags = scheduler::realize_flags();
+  Plan first = flags.schedule_cache ? scheduler::EagerCache::get().plan(
+                                          target, [](const LazyBufferPtr& b) { return make_plan(b); })
+                                    : make_plan(target);
   if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
-    scheduler::RealizeFlags flags = scheduler::realize_flags();
     if (flags.debug >= 1) scheduler::RealizeReport(flags.debug).build({&first, 1});
     std::optional<scheduler::GraphDraft> draft;
     if (flags.graph >= 1) draft = scheduler::graph({&first, 1});
