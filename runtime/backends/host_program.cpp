@@ -47,6 +47,7 @@ HostProgram::~HostProgram() = default;
 
 std::vector<void*> host_pointers(const char* device, const std::vector<RawBuffer*>& bufs) {
   std::vector<void*> ptrs;
+  ptrs.reserve(bufs.size());  // (one allocation per kernel launch, not one per growth)
   for (RawBuffer* b : bufs) ptrs.push_back(host_pointer(device, b));
   return ptrs;
 }

@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "metagrad/detail/env.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/device/buffer_pool.hpp"
 #include "metagrad/device/gemm.hpp"
@@ -23,7 +24,8 @@ void ASTRunner::exec(const std::vector<RawBuffer*>& bufs) const {
   GlobalCounters::kernel_count += 1;
   GlobalCounters::global_ops += op_estimate;
   GlobalCounters::global_mem += mem_estimate;
-  if (getenv_int("DEBUG") >= 2) print_kernel_line(name, bufs.size(), t, op_estimate, mem_estimate);
+  if (detail::env_cached([] { return getenv_int("DEBUG"); }) >= 2)
+    print_kernel_line(name, bufs.size(), t, op_estimate, mem_estimate);
 }
 
 Compiled::Compiled(BufferFactory buffer, Codegen codegen, Runtime runtime, bool concurrent_compiles,
@@ -203,10 +205,14 @@ void Compiled::exec_ast(const LazyOp& ast, const std::vector<std::shared_ptr<Raw
 }
 
 void Compiled::exec(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
-  std::vector<RawBuffer*> raw;
-  raw.reserve(bufs.size());
+  // The thread's list of pointers, borrowed (a kernel that runs another, a custom fill, finds it
+  // taken and makes its own): an eager op allocates one thing fewer.
+  thread_local std::vector<RawBuffer*> spare;
+  std::vector<RawBuffer*> raw = std::move(spare);
+  raw.clear();
   for (const auto& b : bufs) raw.push_back(b.get());
   r.exec(raw);
+  spare = std::move(raw);
   // The JIT's capture keeps every buffer the kernel touched alive.
   if (GlobalCounters::cache) GlobalCounters::cache->push_back({r, bufs});
 }

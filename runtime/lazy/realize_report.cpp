@@ -13,8 +13,7 @@
 #include "schedule_plan.hpp"
 
 #include "metagrad/detail/cat.hpp"
-
-extern char** environ;
+#include "metagrad/detail/env.hpp"
 
 namespace metagrad::scheduler {
 
@@ -26,7 +25,8 @@ std::string fixed3(double v) {
 }
 }  // namespace
 
-RealizeFlags realize_flags() {
+namespace {
+RealizeFlags read_flags() {
   RealizeFlags f;
   bool graph = false, debug = false, multi = false, cache = false;  // the first of each counts, as getenv
   constexpr std::size_t kMulti = sizeof "METAGRAD_MULTI_OUTPUT=" - 1;
@@ -43,6 +43,11 @@ RealizeFlags realize_flags() {
       f.schedule_cache = std::strtol(v + kCache, nullptr, 10), cache = true;
   }
   return f;
+}
+}  // namespace
+
+RealizeFlags realize_flags() {
+  return detail::env_cached([] { return read_flags(); });
 }
 
 RealizeReport::RealizeReport(long debug, bool cached)

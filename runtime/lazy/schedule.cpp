@@ -40,13 +40,16 @@ std::shared_ptr<GraphOp> make_op(Op op, std::vector<GraphSrc> src = {}, OpArg ar
 // for_each_leaf's order, which numbers the kernel's buffers (generated sources and cache keys
 // depend on it), and returns the buffers in that order.
 std::vector<LazyBufferPtr> number_leaves(LazyOp& ast, const std::vector<LazyBufferPtr>& inputs) {
-  std::vector<std::size_t> final_index(inputs.size() + 1, 0);
+  thread_local std::vector<std::size_t> final_index;  // (scratch: an eager op's allocations)
+  thread_local std::vector<LazyOp*> stack;
+  final_index.assign(inputs.size() + 1, 0);
   std::vector<LazyBufferPtr> leaves;
+  leaves.reserve(inputs.size());
   for_each_leaf(ast, [&](const MemBuffer& m) {
     if (!final_index[m.index])
       final_index[m.index] = leaves.size() + 1, leaves.push_back(inputs[m.index - 1]);
   });
-  std::vector<LazyOp*> stack{&ast};
+  stack.assign(1, &ast);
   while (!stack.empty()) {
     LazyOp* o = stack.back();
     stack.pop_back();
@@ -134,8 +137,11 @@ std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
                                       Plan::Runner* runner = nullptr) {
   auto out = dev.alloc(static_cast<std::size_t>(b.st.size()), b.dtype);
   if (b.st.size() == 0) return out;  // nothing to compute for an empty result
-  std::vector<std::shared_ptr<RawBuffer>> bufs;
-  bufs.reserve(leaves.size() + stores.size() + 1);
+  // The thread's list, borrowed (a custom fill that realizes finds it taken and makes its own),
+  // emptied before it is given back: it must not hold the buffers.
+  thread_local std::vector<std::shared_ptr<RawBuffer>> spare;
+  std::vector<std::shared_ptr<RawBuffer>> bufs = std::move(spare);
+  bufs.clear();
   bufs.push_back(out);
   for (const auto& leaf : leaves) bufs.push_back(leaf->base()->realized);
   for (const auto& s : stores) bufs.push_back(dev.alloc(static_cast<std::size_t>(s->st.size()), s->dtype));
@@ -147,6 +153,7 @@ std::shared_ptr<RawBuffer> run_kernel(Backend& dev, const LazyOp& ast,
     dev.exec_ast(ast, bufs);
   }
   for (std::size_t i = 0; i < stores.size(); ++i) stores[i]->set_realized(bufs[leaves.size() + 1 + i]);
+  bufs.clear(), spare = std::move(bufs);
   return out;
 }
 
@@ -661,9 +668,11 @@ LazyBuffer& LazyBuffer::realize() {
   std::lock_guard lock(realize_mutex());
   LazyBufferPtr target = base();
   if (target->realized) return *this;
-  Plan first = make_plan(target);
+  scheduler::RealizeFlags flags = scheduler::realize_flags();
+  Plan first = flags.schedule_cache ? scheduler::EagerCache::get().plan(
+                                          target, [](const LazyBufferPtr& b) { return make_plan(b); })
+                                    : make_plan(target);
   if (first.deps.empty()) {  // the eager case, one kernel on realized inputs: no walk
-    scheduler::RealizeFlags flags = scheduler::realize_flags();
     if (flags.debug >= 1) scheduler::RealizeReport(flags.debug).build({&first, 1});
     std::optional<scheduler::GraphDraft> draft;
     if (flags.graph >= 1) draft = scheduler::graph({&first, 1});

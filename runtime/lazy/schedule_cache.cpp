@@ -189,4 +189,83 @@ void ScheduleCache::add(GraphKey key, const std::vector<Plan>& order) {
   }
 }
 
+EagerCache& EagerCache::get() {
+  static EagerCache cache;
+  return cache;
+}
+
+Plan EagerCache::plan(const LazyBufferPtr& target, Plan (*make)(const LazyBufferPtr&)) {
+  // Eligible: an elementwise op (no fused tree, no constant argument) whose sources are realized
+  // buffers, none a view. AstBuilder makes such an op's kernel its op over MemBuffers of the
+  // sources' own views, each buffer once: nothing else of the graph or the buffers is read.
+  const GraphOp* op = target->op.get();
+  if (!op || target->realized ||
+      (op->op.type != OpType::Unary && op->op.type != OpType::Binary && op->op.type != OpType::Ternary) ||
+      op->src.size() > kMaxSrc || op->src.empty() ||
+      !(std::holds_alternative<std::monostate>(op->arg) || std::holds_alternative<DType>(op->arg)))
+    return make(target);
+  std::array<LazyBuffer*, kMaxSrc> src{};
+  std::size_t hash = static_cast<std::size_t>(op->op.type) * 31 + op->op.value;
+  for (std::size_t i = 0; i < op->src.size(); ++i) {
+    const auto* b = std::get_if<LazyBufferPtr>(&op->src[i]);
+    if (!b || !(*b)->realized || (*b)->is_view()) return make(target);
+    src[i] = b->get();
+    hash = hash * 131 + static_cast<std::size_t>(src[i]->dtype.priority);
+    for (std::int64_t d : src[i]->st.shape()) hash = hash * 131 + static_cast<std::size_t>(d);
+  }
+  const std::size_t n = op->src.size();
+  std::array<std::uint8_t, kMaxSrc> same{};
+  for (std::size_t i = 0; i < n; ++i) {
+    same[i] = static_cast<std::uint8_t>(i);
+    for (std::size_t j = 0; j < i; ++j)
+      if (src[j] == src[i]) {
+        same[i] = static_cast<std::uint8_t>(j);
+        break;
+      }
+  }
+  const auto* cast = std::get_if<DType>(&op->arg);
+  std::optional<Entry>& slot = slots_[hash % kSlots];
+  auto matches = [&](const Entry& e) {
+    if (e.op != op->op || e.n != n || !(e.dtype == target->dtype) ||
+        e.cast.has_value() != (cast != nullptr) || (cast && !(*e.cast == *cast)) || e.same != same ||
+        e.device != target->device)
+      return false;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(e.dtypes[i] == src[i]->dtype) || !(e.views[i] == src[i]->st)) return false;
+    return true;
+  };
+  if (slot && matches(*slot)) {
+    Plan p;
+    p.buf = target, p.ast = slot->ast, p.runner = slot->runner;
+    p.leaves.reserve(slot->leaves);
+    for (std::size_t k = 0; k < slot->leaves; ++k) p.leaves.push_back(src[slot->leaf[k]]->shared_from_this());
+    return p;
+  }
+  Plan p = make(target);
+  // (kept only as the plan it checks it is: one kernel reading the sources, nothing to realize first)
+  if (!p.ast || !p.deps.empty() || !p.stores.empty() || p.from || p.leaves.size() > kMaxSrc) return p;
+  Entry e{op->op,
+          target->dtype,
+          cast ? std::optional(*cast) : std::nullopt,
+          target->device,
+          n,
+          same,
+          {},
+          {},
+          {},
+          p.leaves.size(),
+          p.ast,
+          std::make_shared<Plan::Runner>()};
+  for (std::size_t i = 0; i < n; ++i) e.dtypes[i] = src[i]->dtype, e.views.push_back(src[i]->st);
+  for (std::size_t k = 0; k < p.leaves.size(); ++k) {
+    std::size_t i = 0;
+    while (i < n && src[i] != p.leaves[k].get()) ++i;
+    if (i == n) return p;  // (a leaf that is no source: not an op this cache knows)
+    e.leaf[k] = static_cast<std::uint8_t>(i);
+  }
+  p.runner = e.runner;
+  slot = std::move(e);
+  return p;
+}
+
 }  // namespace metagrad::scheduler

@@ -2,6 +2,7 @@
 // The schedule cache: a realize's plans kept by the graph they were made from, so a graph that
 // comes again (an eager training loop's step) is not scheduled again (tinygrad's schedule cache).
 // Private to the library's sources.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -58,6 +59,37 @@ class ScheduleCache {
   std::unordered_set<std::size_t> seen_;  // graphs scheduled once, by hash
   std::uint64_t clock_ = 0;               // lookups so far
   std::size_t bytes_ = 0;                 // of all entries' tokens
+};
+
+// The plans of eager ops: one elementwise op over up to three realized buffers read whole (W6's
+// a + b), whose kernel is its op over its sources as they are. Such a plan is found by the op, its
+// output's dtype and device and its sources' dtypes and views (and which of them are one buffer),
+// without building its AST and its kernel cache key again (a third of an eager op's time).
+// Process-wide, under the realize lock.
+class EagerCache {
+ public:
+  // target's plan, from the cache when target is such an op, else made by `make` (and kept when
+  // target is such an op).
+  Plan plan(const LazyBufferPtr& target, Plan (*make)(const LazyBufferPtr&));
+  static EagerCache& get();
+
+ private:
+  static constexpr std::size_t kMaxSrc = 3, kSlots = 64;
+  struct Entry {
+    Op op{UnaryOps::NOOP};
+    DType dtype{};
+    std::optional<DType> cast;  // the op's argument (a CAST's dtype), or none
+    std::string device;
+    std::size_t n = 0;
+    std::array<std::uint8_t, kMaxSrc> same{};  // source i is source same[i] (the first of them)
+    std::array<DType, kMaxSrc> dtypes{};
+    std::vector<ShapeTracker> views;
+    std::array<std::uint8_t, kMaxSrc> leaf{};  // the kernel's buffer k + 1 is source leaf[k]
+    std::size_t leaves = 0;
+    std::shared_ptr<LazyOp> ast;
+    std::shared_ptr<Plan::Runner> runner;
+  };
+  std::array<std::optional<Entry>, kSlots> slots_;  // direct-mapped by a hash of the op and shapes
 };
 
 }  // namespace metagrad::scheduler
