@@ -498,9 +498,10 @@ TEST_CASE("gemm: an epilogue hook sees each block of C's rows once and final on 
 
 TEST_CASE("gemm: products followed by each epilogue kind agree with the product and its epilogue apart",
           "[gemm]") {
-  // The GEMM's epilogue (bias, ReLU, GELU, a residual, the backward's mask, a conv's bias + ReLU +
-  // residual) runs on C's blocks of rows inside the product, into the output itself; against the
-  // same product realized first and the same elementwise ops run after it as their own kernel.
+  // The GEMM's epilogue (bias, ReLU, GELU, a residual, the backward's mask, a conv's bias: each a
+  // product the scheduler fuses with what follows it) runs on C's blocks of rows inside the
+  // product (a conv's batch: after each image), into the output itself; against the same product
+  // realized first and the same elementwise ops run after it as their own kernel.
   using test::require_close;
   std::mt19937 g(31);
   auto rnd = [&](const Dims& s) {
@@ -513,36 +514,39 @@ TEST_CASE("gemm: products followed by each epilogue kind agree with the product 
     if (!scope.ok) continue;
     for (int t = 0; t < 6; ++t) {
       fixed::set_threads(1 + t % 2);
-      // (ragged: any size; t >= 4 above the threads' threshold)
-      const i64 m = t >= 4 ? 150 + d(g) : d(g), n = t >= 4 ? 200 + d(g) : d(g), k = 2 + d(g), bt = 1 + t % 3;
-      Tensor x = rnd({bt, m, k}), w = rnd({k, n}), bias = rnd({n}), res = rnd({bt, m, n}),
-             dy = rnd({bt, m, n});
-      Tensor img = rnd({bt, 3 + t, 9 + t, 7 + t}), wc = rnd({5 + t, 3 + t, 3, 3}), bc = rnd({5 + t}),
-             rc = rnd({bt, 5 + t, 9 + t, 7 + t});
+      // (ragged: any size; t >= 4 above the threads' threshold, split by rows or columns)
+      const i64 m = t >= 4 ? 150 + d(g) : d(g), n = t >= 4 ? 200 + d(g) : d(g), k = 2 + d(g), bt = 1 + t % 3,
+                co = 5 + 3 * t;
+      Tensor x = rnd({m, k}), w = rnd({k, n}), bias = rnd({n}), res = rnd({m, n}), dy = rnd({m, n});
+      Tensor img = rnd({bt, 3 + t, 9 + t, 7 + t}), wc = rnd({co, 3 + t, 3, 3}), bc = rnd({co});
+      auto conv = [&](const std::optional<Tensor>& b) { return img.conv2d(wc, b, 1, {1}, {1}, {1}); };
       using Epi = std::function<Tensor(const Tensor&)>;
       struct Kind {
         const char* what;
-        std::function<Tensor()> product;
+        std::function<Tensor(bool)> product;  // (fused: the product with its ops, else its result)
         Epi epi;
       } kinds[] = {
-          {"bias", [&] { return x.matmul(w); }, [&](const Tensor& c) { return c + bias; }},
-          {"bias relu", [&] { return x.matmul(w); }, [&](const Tensor& c) { return (c + bias).relu(); }},
-          {"bias gelu", [&] { return x.matmul(w); }, [&](const Tensor& c) { return (c + bias).gelu(); }},
-          {"residual", [&] { return x.matmul(w); }, [&](const Tensor& c) { return res + c; }},
-          {"mask", [&] { return x.matmul(w); },
+          {"bias", [&](bool) { return x.matmul(w); }, [&](const Tensor& c) { return c + bias; }},
+          {"bias relu", [&](bool) { return x.matmul(w); },
+           [&](const Tensor& c) { return (c + bias).relu(); }},
+          {"bias gelu", [&](bool) { return x.matmul(w); },
+           [&](const Tensor& c) { return (c + bias).gelu(); }},
+          {"residual", [&](bool) { return x.matmul(w); }, [&](const Tensor& c) { return res + c; }},
+          {"mask", [&](bool) { return x.matmul(w); },
            [&](const Tensor& c) { return c * (res > 0.0).cast(dtypes::float32); }},
-          {"transposed scale relu", [&] { return x.transpose(1, 2).matmul(dy); },
+          {"transposed scale relu", [&](bool) { return dy.transpose(0, 1).matmul(x); },
            [&](const Tensor& c) { return (c * 0.5 + 1.0).relu(); }},
-          {"conv bias relu residual", [&] { return img.conv2d(wc, std::nullopt, 1, {1}, {1}, {1}); },
-           [&](const Tensor& c) {
-             return (c + bc.reshape({1, 5 + t, 1, 1})).relu() + rc;
-           }},
+          {"conv bias",
+           [&](bool fused) {
+             return fused ? conv(bc) : conv(std::nullopt).realize() + bc.reshape({1, co, 1, 1});
+           },
+           [&](const Tensor& c) { return c; }},
       };
       for (const Kind& kd : kinds) {
         INFO(dev << " " << kd.what << " m=" << m << " n=" << n << " k=" << k << " batch=" << bt
                  << " threads=" << fixed::threads());
-        Tensor apart = kd.epi(kd.product().realize()).realize();
-        Tensor fused = kd.epi(kd.product());
+        Tensor apart = kd.epi(kd.product(false).realize()).realize();
+        Tensor fused = kd.epi(kd.product(true));
         bool gemm_ran = false;
         for (const auto& src : test::kernel_sources(fused))  // (realizes it)
           gemm_ran |= src.rfind("// gemm_", 0) == 0 && src.find("then the epilogue") != std::string::npos;
