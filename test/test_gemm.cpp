@@ -5,6 +5,8 @@
 // results as the default blocking, and a second process reuses it without searching.
 #include <dlfcn.h>
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -24,9 +26,9 @@
 #include "kernel_sources.hpp"
 #include "metagrad/cpu/caches.hpp"
 #include "metagrad/cpu/gemm.hpp"
+#include "metagrad/device/gemm.hpp"
 #include "metagrad/fixed/parallel.hpp"
 #include "metagrad/metagrad.hpp"
-#include "metagrad/device/gemm.hpp"
 
 using namespace metagrad;
 namespace fs = std::filesystem;
@@ -410,6 +412,134 @@ TEST_CASE("gemm: the host devices' float32 contractions run it and agree with CP
       }
     }
   }
+}
+
+namespace {
+// An epilogue on C's rows (cpu::GemmRowsDone): checks that the rows it is handed are final (equal to
+// the product run without it) and new, then applies ReLU to them in place.
+struct RowsSeen {
+  const float* want;  // C of the product without an epilogue
+  float* c;
+  i64 n, ldc;
+  std::vector<std::atomic<int>>* calls;  // per row
+  std::atomic<int>* stale;               // rows handed over before they were final
+};
+void rows_seen(const void* ctx, i64 i0, i64 i1) {
+  const auto& r = *static_cast<const RowsSeen*>(ctx);
+  for (i64 i = i0; i < i1; ++i) {
+    ++(*r.calls)[static_cast<std::size_t>(i)];
+    for (i64 j = 0; j < r.n; ++j) {
+      float& x = r.c[i * r.ldc + j];
+      if (x != r.want[i * r.ldc + j]) ++*r.stale;
+      x = std::max(x, 0.f);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("gemm: an epilogue hook sees each block of C's rows once and final on every path and split",
+          "[gemm]") {
+  std::mt19937 g(23);
+  const int saved = fixed::threads();
+  // Random small shapes (one block; few rows; deep products as dot products; B off a line: a lead
+  // product apart), then products above the split's threshold by rows and by columns (6, 16 rows),
+  // deep, and with A's rows 4 KiB apart.
+  std::vector<std::array<i64, 3>> shapes;
+  std::uniform_int_distribution<i64> dim(1, 70);
+  for (int t = 0; t < 12; ++t) shapes.push_back({dim(g), dim(g), dim(g)});
+  for (auto s : {std::array<i64, 3>{6, 1500, 150},
+                 {16, 1500, 150},
+                 {200, 1500, 150},
+                 {800, 700, 150},
+                 {200, 600, 1024},
+                 {3, 9, 40000},
+                 {2, 4096, 300}})
+    shapes.push_back(s);
+  for (gemm::Isa isa : isas())
+    for (int threads : {1, 2}) {
+      fixed::set_threads(threads);
+      for (auto [m, n, k] : shapes) {
+        // (B transposed, its rows along k, for the dot products and the few-row products' gemv)
+        Case c{m,
+               n,
+               k,
+               g() % 2 == 0,
+               k >= 16 * std::max(m, n) || g() % 2 == 0,
+               0,
+               0,
+               0,
+               static_cast<i64>(g() % 3),
+               {},
+               {},
+               {}};
+        c.allocate(g);
+        gemm::Problem p = c.problem();
+        gemm::sgemm(p, {}, isa);
+        const std::vector<float> want = c.c;
+        std::fill(c.c.begin(), c.c.end(), 7.f);
+        std::vector<std::atomic<int>> calls(static_cast<std::size_t>(m));
+        std::atomic<int> stale{0};
+        const RowsSeen seen{want.data() + (p.c - c.c.data()), p.c, n, p.ldc, &calls, &stale};
+        const cpu::GemmRowsDone done{&rows_seen, &seen};
+        p.done = &done;
+        gemm::sgemm(p, {}, isa);
+        INFO(gemm::to_string(isa) << " " << threads << " threads: " << m << " x " << n << " x " << k);
+        REQUIRE(stale == 0);
+        for (i64 i = 0; i < m; ++i) {
+          REQUIRE(calls[static_cast<std::size_t>(i)] == 1);
+          for (i64 j = 0; j < n; ++j)
+            REQUIRE(p.c[i * p.ldc + j] ==
+                    std::max(want[static_cast<std::size_t>(p.c - c.c.data() + i * p.ldc + j)], 0.f));
+        }
+      }
+    }
+  fixed::set_threads(saved);
+}
+
+TEST_CASE("gemm: products followed by an epilogue agree with the product and its epilogue apart", "[gemm]") {
+  // The GEMM's epilogue (the ops the scheduler fuses with a product: a linear layer's bias, added
+  // before the summed axis is dropped) runs on C's blocks of rows inside the product, into the
+  // output itself; against the same product realized first and its bias added by a kernel of its
+  // own. (Ops after a product's reshape are a kernel of their own: docs/gemm.md.)
+  using test::require_close;
+  std::mt19937 g(31);
+  auto rnd = [&](const Dims& s) {
+    return Tensor(test::random_values(prod(s), g()), s, {.dtype = dtypes::float32}).realize();
+  };
+  const int saved = fixed::threads();
+  std::uniform_int_distribution<i64> d(1, 90);
+  for (const char* dev : {"CLANG", "LLVM"}) {
+    test::DeviceScope scope(dev);
+    if (!scope.ok) continue;
+    for (int t = 0; t < 6; ++t) {
+      fixed::set_threads(1 + t % 2);
+      // (ragged: any size; t >= 4 above the threads' threshold, split by rows or columns)
+      const i64 m = t >= 4 ? 150 + d(g) : d(g), n = t >= 4 ? 200 + d(g) : d(g), k = 2 + d(g), bt = 1 + t % 3;
+      Tensor x = rnd({m, k}), w = rnd({k, n}), bias = rnd({n}), bk = rnd({k}), dy = rnd({m, n});
+      Tensor xb = rnd({bt, m, k});  // (a batch of sequences: one product of bt m rows)
+      struct Kind {
+        const char* what;
+        std::function<Tensor()> fused, apart;
+      } kinds[] = {
+          {"linear bias", [&] { return x.linear(w, bias); }, [&] { return x.matmul(w).realize() + bias; }},
+          {"batched linear bias", [&] { return xb.linear(w, bias); },
+           [&] { return xb.matmul(w).realize() + bias; }},
+          {"transposed linear bias", [&] { return dy.transpose(0, 1).linear(x, bk); },
+           [&] { return dy.transpose(0, 1).matmul(x).realize() + bk; }},
+      };
+      for (const Kind& kd : kinds) {
+        INFO(dev << " " << kd.what << " m=" << m << " n=" << n << " k=" << k << " batch=" << bt
+                 << " threads=" << fixed::threads());
+        Tensor apart = kd.apart().realize(), fused = kd.fused();
+        bool gemm_ran = false;
+        for (const auto& src : test::kernel_sources(fused))  // (realizes it)
+          gemm_ran |= src.rfind("// gemm_", 0) == 0 && src.find("then the epilogue") != std::string::npos;
+        CHECK(gemm_ran);
+        require_close(fused.to_vector<double>(), apart.to_vector<double>(), 1e-6, 1e-6, kd.what);
+      }
+    }
+  }
+  fixed::set_threads(saved);
 }
 
 TEST_CASE("gemm: a model's products are each one GEMM of the right extent", "[gemm]") {

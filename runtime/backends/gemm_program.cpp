@@ -29,6 +29,15 @@ std::shared_ptr<LazyOp> replace(const LazyOp& op, const LazyOp* target, const Me
   return out;
 }
 
+// Whether C lies in the output as the rows of [batch..., m, n], row-major: product b's row i is
+// the output's elements [(b m + i) n, (b m + i + 1) n).
+bool rows_in_order(const codegen::GemmPlan& p, std::int64_t c_size) {
+  std::int64_t stride = p.m * p.n;
+  for (std::size_t d = p.batch.size(); d-- > 0; stride *= p.batch[d].size)
+    if (p.batch[d].size > 1 && p.batch[d].c != stride) return false;
+  return p.c_offset == 0 && p.ldc == p.n && stride == c_size;
+}
+
 // The buffer indices the AST above `target` reads (not those only under it).
 void used_above(const LazyOp& op, const LazyOp* target, std::vector<bool>& used) {
   for (const LazySrc& s : op.src) {
@@ -170,6 +179,29 @@ void pack_window(const void* ctx, float* dst, std::int64_t p0, std::int64_t kc, 
 
 }  // namespace
 
+// The epilogue's compiled function, called on a range of its outermost loop (`unit` elements of C
+// an index) as the products finish C's rows (GemmEpilogue::unit).
+struct EpilogueCall {
+  void* fn;
+  void* const* ptrs;
+  std::size_t count;
+  std::int64_t unit;
+};
+
+namespace {
+
+struct EpilogueRows {  // one product's: its rows' elements from `first`
+  const EpilogueCall* call;
+  std::int64_t first, n;
+};
+void epilogue_rows(const void* ctx, std::int64_t i0, std::int64_t i1) {
+  const auto& r = *static_cast<const EpilogueRows*>(ctx);
+  call_host_range(r.call->fn, r.call->ptrs, r.call->count, (r.first + i0 * r.n) / r.call->unit,
+                  (r.first + i1 * r.n) / r.call->unit);
+}
+
+}  // namespace
+
 GemmProgram::GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking,
                          std::optional<GemmEpilogue> epilogue, std::vector<ASTRunner> packs,
                          Compiled::BufferFactory scratch)
@@ -181,7 +213,7 @@ GemmProgram::GemmProgram(codegen::GemmPlan plan, gemm::GemmBlocking blocking,
       window_(window_tables(plan_)) {}
 
 void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
-                           const std::shared_ptr<RawBuffer>* gathered) const {
+                           const std::shared_ptr<RawBuffer>* gathered, const EpilogueCall* epi) const {
   const codegen::GemmPlan& p = plan_;
   // An operand in place, or its gathered copy.
   auto operand = [&](std::size_t buf, int pack) {
@@ -193,6 +225,10 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
   // (with a window: B's own buffer, read through it)
   const float* b_src = window_ ? static_cast<const float*>(host_pointer("GEMM", bufs.at(p.b))) : nullptr;
   const std::int64_t count = p.batch_count();
+  // The epilogue on each block of C's rows as the GEMM finishes it where a row is whole indices of
+  // its range, else after each product where that is.
+  const std::int64_t size = p.m * p.n;
+  const bool by_rows = epi && p.n % epi->unit == 0, after = epi && !by_rows;
   // Batch indices [i0, i1): each product's offsets from its index, innermost batch axis last.
   auto run = [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
@@ -202,8 +238,13 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
         rest /= p.batch[d].size;
         oa += at * p.batch[d].a, ob += at * p.batch[d].b, oc += at * p.batch[d].c;
       }
+      const EpilogueRows rows{epi, i * size, p.n};
+      const cpu::GemmRowsDone done{&epilogue_rows, &rows};
+      const cpu::GemmRowsDone* d = by_rows ? &done : nullptr;
       if (!window_) {
-        gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc}, blocking_);
+        gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, b + ob, p.brs, p.bcs, c + oc, p.ldc, nullptr, d},
+                    blocking_);
+        if (after) epilogue_rows(&rows, 0, p.m);
         continue;
       }
       // B gathered in the packing: the batch axes' terms shift its base and bounds
@@ -217,7 +258,8 @@ void GemmProgram::products(float* c, const std::vector<RawBuffer*>& bufs,
         for (std::size_t q = 0; q < wp.below.size(); ++q) wp.below[q] -= at * win.bounds[q][l.axis];
       }
       const cpu::GemmGatherB<float> gather{&pack_window, &wp};
-      gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, nullptr, 0, 0, c + oc, p.ldc, &gather}, blocking_);
+      gemm::sgemm({p.m, p.n, p.k, a + oa, p.ars, p.acs, nullptr, 0, 0, c + oc, p.ldc, &gather, d}, blocking_);
+      if (after) epilogue_rows(&rows, 0, p.m);
     }
   };
   cpu::parallel_products(count, p.m * p.n * p.k, run);
@@ -233,12 +275,29 @@ void GemmProgram::operator()(const std::vector<std::int64_t>&, const std::vector
     gathered[i] = fresh(prod(pk.shape));
     packs_[i].launch({gathered[i].get(), bufs.at(pk.buf)});
   }
-  if (!epilogue_) return products(static_cast<float*>(host_pointer("GEMM", bufs.at(0))), bufs, gathered);
-  std::shared_ptr<RawBuffer> c = fresh(epilogue_->c_size);
-  products(static_cast<float*>(host_pointer("GEMM", c.get())), bufs, gathered);
-  std::vector<RawBuffer*> epi{bufs.at(0)};
-  for (int i : epilogue_->inputs) epi.push_back(i < 0 ? c.get() : bufs.at(static_cast<std::size_t>(i)));
-  epilogue_->runner.launch(epi);  // counted as part of this kernel
+  auto* out = static_cast<float*>(host_pointer("GEMM", bufs.at(0)));
+  if (!epilogue_) return products(out, bufs, gathered, nullptr);
+  const GemmEpilogue& e = *epilogue_;
+  // C in the output itself (the epilogue reads each element of C where it then writes its own),
+  // unless another buffer shares the output's memory (an assignment reading what it overwrites)
+  auto* end = reinterpret_cast<char*>(out) + bufs[0]->nbytes();
+  const bool in_place = e.in_place && std::none_of(bufs.begin() + 1, bufs.end(), [&](RawBuffer* b) {
+                          auto* q = static_cast<char*>(host_pointer("GEMM", b));
+                          return q < end && reinterpret_cast<char*>(out) < q + b->nbytes();
+                        });
+  std::shared_ptr<RawBuffer> scratch = in_place ? nullptr : fresh(e.c_size);
+  RawBuffer* c = in_place ? bufs[0] : scratch.get();
+  std::vector<RawBuffer*> epi{bufs[0]};
+  for (int i : e.inputs) epi.push_back(i < 0 ? c : bufs.at(static_cast<std::size_t>(i)));
+  auto* cp = static_cast<float*>(host_pointer("GEMM", c));
+  void* fn = e.unit > 0 ? e.runner.clprg->host_function() : nullptr;
+  if (!fn || (plan_.n % e.unit != 0 && plan_.m * plan_.n % e.unit != 0)) {
+    products(cp, bufs, gathered, nullptr);
+    return e.runner.launch(epi);  // (one pass over all of C) counted as part of this kernel
+  }
+  const std::vector<void*> ptrs = host_pointers("GEMM", epi);
+  const EpilogueCall call{fn, ptrs.data(), ptrs.size(), e.unit};
+  products(cp, bufs, gathered, &call);
 }
 
 GemmParts gemm_parts(const codegen::Kernel& k, const codegen::GemmPlan& p, const RunnerFn& lower,
@@ -333,6 +392,12 @@ ASTRunner gemm_runner(const codegen::Kernel& k, const codegen::GemmPlan& plan,
       [&](const std::shared_ptr<LazyOp>& ast, DType dt) { return codegen::run_pipeline(ast, dt, render); },
       compile);
   r.prg += parts.source;
+  if (parts.epilogue) {  // (see GemmEpilogue)
+    GemmEpilogue& e = *parts.epilogue;
+    e.in_place = k.out_dtype == dtypes::float32;
+    const std::int64_t g = e.runner.global_size.empty() ? 0 : e.runner.global_size[0];
+    if (g > 0 && e.c_size % g == 0 && rows_in_order(p, e.c_size)) e.unit = e.c_size / g;
+  }
   r.clprg = std::make_shared<GemmProgram>(p, gemm::choose_blocking(p.m, p.n, p.k), std::move(parts.epilogue),
                                           std::move(parts.packs), std::move(scratch));
   r.clprg->op_estimate = r.op_estimate;

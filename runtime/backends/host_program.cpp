@@ -66,15 +66,16 @@ void call_host(void* fn, void* const* ptrs, std::size_t count) {
   kCallers.first[count](fn, ptrs);
 }
 
+void call_host_range(void* fn, void* const* ptrs, std::size_t count, std::int64_t start, std::int64_t end) {
+  if (count > kMaxHostArgs)  // (the kernel takes the array itself)
+    return reinterpret_cast<void (*)(void* const*, std::int64_t, std::int64_t)>(fn)(ptrs, start, end);
+  kCallers.second[count](fn, ptrs, start, end);
+}
+
 void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate) {
-  // Past kMaxHostArgs the kernel takes the array itself.
-  auto as_array = [](void* f, void* const* a, std::int64_t s, std::int64_t e) {
-    reinterpret_cast<void (*)(void* const*, std::int64_t, std::int64_t)>(f)(a, s, e);
-  };
-  auto call = count > kMaxHostArgs ? as_array : kCallers.second[count];
   // Below ~a few hundred thousand ops, waking other threads costs more than it saves.
-  if (op_estimate < (1 << 18)) return call(fn, ptrs, 0, n);
-  parallel_for(n, [&](std::int64_t s, std::int64_t e) { call(fn, ptrs, s, e); });
+  if (op_estimate < (1 << 18)) return call_host_range(fn, ptrs, count, 0, n);
+  parallel_for(n, [&](std::int64_t s, std::int64_t e) { call_host_range(fn, ptrs, count, s, e); });
 }
 
 ASTRunner host_runner(const std::shared_ptr<LazyOp>& ast, DType out_dtype, const codegen::Renderer& render,

@@ -77,7 +77,11 @@ GemmBlocking default_blocking(Isa isa) {
 }
 
 void sgemm(const Problem& p, const GemmBlocking& bk, Isa isa) {
-  if (gemv_fits(p)) return gemv(p, isa);  // few rows: dot products, not the blocked kernel
+  if (gemv_fits(p)) {  // few rows: dot products, not the blocked kernel (then C's epilogue)
+    gemv(p, isa);
+    if (p.done) p.done->fn(p.done->ctx, 0, p.m);
+    return;
+  }
   GemmBlocking b = bk.kc > 0 ? bk : choose_blocking(p.m, p.n, p.k, isa);
   switch (isa) {
 #if defined(__x86_64__)

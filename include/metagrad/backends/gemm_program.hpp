@@ -1,6 +1,7 @@
 #pragma once
 // A contraction kernel on a host device (codegen/gemm.hpp): the runtime GEMM over the kernel's
-// buffers for every batch index, then the epilogue kernel, if there is one, over C.
+// buffers for every batch index, and the epilogue kernel, if there is one, over C: on each block of
+// C's rows as the GEMM finishes it (GemmEpilogue::unit), else after the products.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,7 +19,15 @@ struct GemmEpilogue {
   ASTRunner runner;
   std::vector<int> inputs;
   std::int64_t c_size = 0;  // elements of C
+  // On the host: C written into the output itself, no scratch (the epilogue writes float32, each
+  // element where it read C's), and `unit`, where C's rows lie in the output in order, the elements
+  // of C an index of the runner's range covers (its outermost loop): the epilogue then runs on each
+  // block of C's rows as the GEMM finishes it, in cache (or, a unit past a row, after each product).
+  bool in_place = false;
+  std::int64_t unit = 0;
 };
+
+struct EpilogueCall;  // the epilogue's function on C's rows (gemm_program.cpp)
 
 struct GemmWindow;  // a plan's b_window as tables (gemm_program.cpp)
 
@@ -40,8 +49,8 @@ class GemmProgram : public Program {
 
  private:
   // `gathered[i]`: plan.packs[i]'s copy.
-  void products(float* c, const std::vector<RawBuffer*>& bufs,
-                const std::shared_ptr<RawBuffer>* gathered) const;
+  void products(float* c, const std::vector<RawBuffer*>& bufs, const std::shared_ptr<RawBuffer>* gathered,
+                const EpilogueCall* epi) const;
   codegen::GemmPlan plan_;
   gemm::GemmBlocking blocking_;
   std::optional<GemmEpilogue> epilogue_;

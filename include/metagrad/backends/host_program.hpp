@@ -34,6 +34,8 @@ void* host_pointer(const char* device, RawBuffer* b);
 // A run of the kernel fn(ptrs[0..count)..., int64 start, int64 end) over [0, n), split across the thread
 // pool when op_estimate is big enough. Allocates nothing.
 void run_host(void* fn, void* const* ptrs, std::size_t count, std::int64_t n, std::int64_t op_estimate);
+// One call of fn(ptrs[0..count)..., start, end) on this thread.
+void call_host_range(void* fn, void* const* ptrs, std::size_t count, std::int64_t start, std::int64_t end);
 // A call of fn(ptrs[0..count)...) without a range (hand-written kernels, at most kMaxHostArgs buffers).
 void call_host(void* fn, void* const* ptrs, std::size_t count);
 // AST -> runner for a host device: a float32 contraction runs the runtime GEMM (device/gemm.hpp;

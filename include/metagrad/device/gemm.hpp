@@ -22,7 +22,8 @@ Isa isa();  // the one in use: METAGRAD_ISA if set (std::runtime_error if the CP
 using cpu::GemmBlocking;
 
 // C (m x n, row stride ldc) = A B, A[i][p] = a[i * ars + p * acs], B[p][j] = b[p * brs + j * bcs],
-// or, with gather_b, B as that packs it (a conv's windows, gathered panel by panel).
+// or, with gather_b, B as that packs it (a conv's windows, gathered panel by panel); `done`, C's
+// epilogue, called on each block of C's rows once final (cpu::GemmRowsDone).
 struct Problem {
   std::int64_t m, n, k;
   const float* a;
@@ -32,6 +33,7 @@ struct Problem {
   float* c;
   std::int64_t ldc;
   const cpu::GemmGatherB<float>* gather_b = nullptr;
+  const cpu::GemmRowsDone* done = nullptr;
 };
 
 // Runs p with `isa`'s kernel and blocking `bk` ({} means the blocking chosen for p's shape).

@@ -32,6 +32,14 @@ struct GemmGatherB {
   const void* ctx;
 };
 
+// A product's epilogue inside its blocks (gemm_driver.h's mg_gemm_done): fn(ctx, i0, i1) once rows
+// [i0, i1) of C, all its columns, are final, while they are still in cache; called by several
+// threads at once, each with its own rows, and once for every row.
+struct GemmRowsDone {
+  void (*fn)(const void* ctx, std::int64_t i0, std::int64_t i1);
+  const void* ctx;
+};
+
 namespace detail {
 using index_t = std::int64_t;
 using namespace plan;  // gemm_kernel.h calls the plan's functions as C does, unqualified
@@ -221,10 +229,12 @@ struct Gemm {
                   index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk = host_blocking(),
                   bool acc = false);
   // run on this copy whatever the CPU (run itself may hand the product to a wider copy: below).
-  // `gather`: B packed by it (b, brs and bcs unused), never read in place.
+  // `gather`: B packed by it (b, brs and bcs unused), never read in place. `done`: C's epilogue,
+  // called on each block of rows once final (in the blocked path's last step; after the product in
+  // the others).
   static void run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs, const T* b,
                        index_t brs, index_t bcs, T* c, index_t ldc, const GemmBlocking& bk, bool acc = false,
-                       const GemmGatherB<T>* gather = nullptr);
+                       const GemmGatherB<T>* gather = nullptr, const GemmRowsDone* done = nullptr);
 
   // A product whose k dwarfs m and n (a conv's weight gradient: 6 x 25 outputs over 36864 terms)
   // with both operands contiguous along k is mn dot products: each DI x DJ block of C sums vectors
@@ -312,11 +322,16 @@ void Gemm<T, AllTiles>::run(index_t m, index_t n, index_t k, const T* a, index_t
 template <class T, bool AllTiles>
 void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, index_t ars, index_t acs,
                                  const T* b, index_t brs, index_t bcs, T* c, index_t ldc,
-                                 const GemmBlocking& bk, bool acc, const GemmGatherB<T>* gather) {
-  if (m == 0 || n == 0 || (k == 0 && acc)) return;
+                                 const GemmBlocking& bk, bool acc, const GemmGatherB<T>* gather,
+                                 const GemmRowsDone* done) {
+  if (m == 0 || n == 0) return;
+  auto finish = [&] {  // (the paths without blocks: C's epilogue after the product)
+    if (done) done->fn(done->ctx, 0, m);
+  };
   if (k == 0) {
-    for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
-    return;
+    if (!acc)
+      for (index_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    return finish();
   }
   if constexpr (!AllTiles) {
     if (acs != 1) {  // (few tiles: A read in place only) A's rows made contiguous, once
@@ -324,15 +339,15 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       T* at = Arena::local().alloc<T>(m * k);
       for (index_t i = 0; i < m; ++i)
         for (index_t p = 0; p < k; ++p) at[i * k + p] = a[i * ars + p * acs];
-      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk, acc, gather);
+      return run_here(m, n, k, at, k, 1, b, brs, bcs, c, ldc, bk, acc, gather, done);
     }
     // (one thread: a tile of MR rows for one was 4x slower at 1 x 512 x 512)
     if (m <= kFewRows && bcs == 1 && !gather)
-      return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc, acc);
+      return mg_gemm_few_range(m, 0, n, k, a, ars, acs, b, brs, c, ldc, acc), finish();
   } else if (!gather) {  // (with few tiles, the blocked path: see kAllTiles)
     if (acs == 1 && brs == 1 && k >= kDotDepth * std::max(m, n) && k >= 4 * W)
-      return dots(m, n, k, a, ars, b, bcs, c, ldc, acc);
-    if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc, acc);
+      return dots(m, n, k, a, ars, b, bcs, c, ldc, acc), finish();
+    if (m <= kFewRows && bcs == 1) return few_rows(m, n, k, a, ars, acs, b, brs, c, ldc, acc), finish();
   }
   // The blocked path (gemm_driver.h): by gemm_plan.h's rules, from the host's caches
   const CacheSizes& caches = host_caches();
@@ -341,13 +356,16 @@ void Gemm<T, AllTiles>::run_here(index_t m, index_t n, index_t k, const T* a, in
       std::max<index_t>(bk.nc / NR, 1) * NR, caches.l1, caches.l2, caches.from_memory(), 1);
   if (pl.lead) {
     run(m, pl.lead, k, a, ars, acs, b, brs, bcs, c, ldc, bk, acc);
-    return run(m, n - pl.lead, k, a, ars, acs, b + pl.lead, brs, bcs, c + pl.lead, ldc, bk, acc);
+    run(m, n - pl.lead, k, a, ars, acs, b + pl.lead, brs, bcs, c + pl.lead, ldc, bk, acc);
+    return finish();
   }
   Arena::Scope scope;  // (so no worker allocates)
   T* bp = Arena::local().alloc<T>(pl.bsize);
   T* ap = Arena::local().alloc<T>(pl.parts * pl.ablock);
   const mg_gemm_gather g{gather ? gather->pack : nullptr, gather ? gather->ctx : nullptr};
-  mg_gemm_run_blocked(&pl, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, acc, gather ? &g : nullptr, bp, ap);
+  const mg_gemm_done d{done ? done->fn : nullptr, done ? done->ctx : nullptr, 0};
+  mg_gemm_run_blocked_done(&pl, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, acc, gather ? &g : nullptr, bp, ap,
+                           done ? &d : nullptr);
 }
 
 #ifdef METAGRAD_FIXED_GEMM_PREBUILT

@@ -87,7 +87,28 @@ typedef struct {
   int64_t m, nc, kc, MC, ars, acs, brs, bcs, ldc, bstrips, rstrips, ablock, apack, pc, jc;
   int direct, acc, whole_a, phase;
   const mg_gemm_gather* gather; /* B's packing, or null: B's strides */
+  const mg_gemm_done* done;     /* C's last step: its rows' epilogue, or null */
 } mg_gemm_step;
+
+/* The epilogue of C's rows [0, m) after the column split, whose parts' rows are final only when all
+   have returned: part p's share of the rows (each still in some core's cache). */
+typedef struct {
+  const mg_gemm_done* done;
+  int64_t m;
+} mg_gemm_after;
+static void mg_gemm_after_part(void* ctx, int p, int np) {
+  const mg_gemm_after* a = (const mg_gemm_after*)ctx;
+  const int64_t i0 = a->m * p / np, i1 = a->m * (p + 1) / np;
+  if (i0 < i1) a->done->fn(a->done->ctx, a->done->row + i0, a->done->row + i1);
+}
+static void mg_gemm_after_parts(const mg_gemm_done* done, int64_t m, int parts) {
+  mg_gemm_after a;
+  a.done = done, a.m = m;
+  if (parts <= 1)
+    mg_gemm_after_part(&a, 0, 1);
+  else
+    MG_RUN_PARTS(parts, mg_gemm_after_part, &a);
+}
 
 static void mg_gemm_step_part(void* ctx, int p, int np) {
   const mg_gemm_step* s = (const mg_gemm_step*)ctx;
@@ -98,7 +119,7 @@ static void mg_gemm_step_part(void* ctx, int p, int np) {
                   r1 = mg_gemm_part_start(s->rstrips, p + 1, np, MG_MR, s->m);
     if (r0 < r1)
       mg_gemm_rows(r0, r1, 0, s->nc, s->kc, s->MC, s->asrc, s->ars, s->acs, s->panel, ap, ap + s->apack, s->c,
-                   s->ldc, s->acc, 0);
+                   s->ldc, s->acc, 0, s->done);
     return;
   }
   /* B's strips of columns [c0, c1), packed (strips of NR columns, row p then p+1) unless read in
@@ -110,18 +131,19 @@ static void mg_gemm_step_part(void* ctx, int p, int np) {
     s->gather->pack(s->gather->ctx, s->bp + c0 * s->kc, s->pc, s->kc, s->jc + c0, c1 - c0, MG_NR);
   else if (!s->direct)
     MG_PACK_B(s->bp + c0 * s->kc, s->kc, c1 - c0, s->bsrc + c0 * s->bcs, s->brs, s->bcs);
-  if (s->phase == 2) /* then all of C's rows times them */
+  if (s->phase == 2) /* then all of C's rows times them (one part: all its columns, so its epilogue too) */
     mg_gemm_rows(0, s->m, c0, c1, s->kc, s->MC, s->asrc, s->ars, s->acs, s->panel, ap, ap + s->apack, s->c,
-                 s->ldc, s->acc, s->whole_a);
+                 s->ldc, s->acc, s->whole_a, np == 1 ? s->done : 0);
 }
 
 /* The KC steps of C (m x n) = A B, cut into `parts` by rows or columns (by_rows: a part packs its
    share of B's panel, then after all have, C's row strips of its share times all of it; else each
-   packs its share of the panel, then all of C's rows times it). */
+   packs its share of the panel, then all of C's rows times it). `done`: C's rows' epilogue, block
+   by block in the last step (by rows, or one part), else after it. */
 static void mg_gemm_step_parts(const mg_gemm_blocked* pl, int parts, int by_rows, int whole_a, int64_t m,
                                int64_t n, int64_t k, const MG_T* a, int64_t ars, int64_t acs, const MG_T* b,
                                int64_t brs, int64_t bcs, MG_T* c, int64_t ldc, int acc,
-                               const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
+                               const mg_gemm_gather* gather, MG_T* bp, MG_T* ap, const mg_gemm_done* done) {
   int64_t jc, pc;
   for (jc = 0; jc < n; jc += pl->NC) {
     const int64_t nc = METAGRAD_GEMM_MIN(pl->NC, n - jc);
@@ -138,6 +160,7 @@ static void mg_gemm_step_parts(const mg_gemm_blocked* pl, int parts, int by_rows
       st.bcs = bcs, st.ldc = ldc, st.bstrips = (nc + MG_NR - 1) / MG_NR, st.rstrips = (m + MG_MR - 1) / MG_MR;
       st.ablock = pl->ablock, st.apack = pl->apack, st.pc = pc, st.jc = jc, st.direct = pl->direct;
       st.acc = acc || pc > 0, st.whole_a = whole_a, st.gather = gather;
+      st.done = done && jc + nc >= n && pc + kc >= k && (by_rows || parts == 1) ? done : 0;
       st.phase = by_rows ? 0 : 2;
       if (by_rows && pl->direct) st.phase = 1; /* (nothing to pack) */
       for (;;) {
@@ -150,6 +173,7 @@ static void mg_gemm_step_parts(const mg_gemm_blocked* pl, int parts, int by_rows
       }
     }
   }
+  if (done && !by_rows && parts > 1) mg_gemm_after_parts(done, m, parts);
 }
 
 #if MG_PARTS_ONCE
@@ -162,6 +186,7 @@ typedef struct {
   MG_T *c, *ap;
   int acc;
   const mg_gemm_gather* gather;
+  const mg_gemm_done* done;
 } mg_gemm_whole;
 static void mg_gemm_whole_part(void* ctx, int p, int np) {
   const mg_gemm_whole* w = (const mg_gemm_whole*)ctx;
@@ -173,31 +198,43 @@ static void mg_gemm_whole_part(void* ctx, int p, int np) {
   else
     j0 = mg_gemm_part_start((w->n + MG_NR - 1) / MG_NR, p, np, MG_NR, w->n),
     j1 = mg_gemm_part_start((w->n + MG_NR - 1) / MG_NR, p + 1, np, MG_NR, w->n);
+  mg_gemm_done rows; /* (by rows, or one part: its rows' epilogue in its last step) */
+  const int own = w->done && (w->pl->by_rows || np == 1);
+  if (own) rows = *w->done, rows.row += i0;
   if (i0 < i1 && j0 < j1) /* (the column split's parts read all of A: none copies it) */
     mg_gemm_step_parts(w->pl, 1, 0, !w->pl->by_rows && np > 1, i1 - i0, j1 - j0, w->k, w->a + i0 * w->ars,
                        w->ars, w->acs, w->gather ? w->b : w->b + j0 * w->bcs, w->brs, w->bcs,
-                       w->c + i0 * w->ldc + j0, w->ldc, w->acc, w->gather, ap + w->pl->own, ap);
+                       w->c + i0 * w->ldc + j0, w->ldc, w->acc, w->gather, ap + w->pl->own, ap,
+                       own ? &rows : 0);
 }
 
 #endif
 
 /* The blocked product of plan `pl` (without a lead), B's panel in bp and the parts' blocks in ap;
-   `acc`: C += A B. Every element is the same sum whatever the split. */
-static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n, int64_t k, const MG_T* a,
-                                int64_t ars, int64_t acs, const MG_T* b, int64_t brs, int64_t bcs, MG_T* c,
-                                int64_t ldc, int acc, const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
+   `acc`: C += A B. Every element is the same sum whatever the split. `done`, where not null: C's
+   epilogue, run on each block of rows once final (mg_gemm_done). */
+static void mg_gemm_run_blocked_done(const mg_gemm_blocked* pl, int64_t m, int64_t n, int64_t k,
+                                     const MG_T* a, int64_t ars, int64_t acs, const MG_T* b, int64_t brs,
+                                     int64_t bcs, MG_T* c, int64_t ldc, int acc, const mg_gemm_gather* gather,
+                                     MG_T* bp, MG_T* ap, const mg_gemm_done* done) {
 #if MG_PARTS_ONCE
   mg_gemm_whole w;
   w.pl = pl, w.m = m, w.n = n, w.k = k, w.ars = ars, w.acs = acs, w.brs = brs, w.bcs = bcs, w.ldc = ldc;
-  w.a = a, w.b = b, w.c = c, w.ap = ap, w.acc = acc, w.gather = gather;
+  w.a = a, w.b = b, w.c = c, w.ap = ap, w.acc = acc, w.gather = gather, w.done = done;
   (void)bp;
   if (pl->parts == 1)
     mg_gemm_whole_part(&w, 0, 1);
   else
     MG_RUN_PARTS((int)pl->parts, mg_gemm_whole_part, &w);
+  if (done && !pl->by_rows && pl->parts > 1) mg_gemm_after_parts(done, m, (int)pl->parts);
 #else
   mg_gemm_step_parts(pl, (int)pl->parts, pl->by_rows, pl->parts > 1, m, n, k, a, ars, acs, b, brs, bcs, c,
-                     ldc, acc, gather, bp, ap);
+                     ldc, acc, gather, bp, ap, done);
 #endif
+}
+static void mg_gemm_run_blocked(const mg_gemm_blocked* pl, int64_t m, int64_t n, int64_t k, const MG_T* a,
+                                int64_t ars, int64_t acs, const MG_T* b, int64_t brs, int64_t bcs, MG_T* c,
+                                int64_t ldc, int acc, const mg_gemm_gather* gather, MG_T* bp, MG_T* ap) {
+  mg_gemm_run_blocked_done(pl, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, acc, gather, bp, ap, 0);
 }
 #undef MG_PACK_B

@@ -263,6 +263,15 @@ typedef struct {
   int ahead, next;
 } mg_gemm_panel;
 
+/* A GEMM's epilogue inside its blocks: fn(ctx, row + i0, row + i1) once rows [i0, i1) of C, all its
+   columns, are final, while they are still in cache (the bias, activation or residual after a
+   product); called by several threads at once, each with its own rows. */
+typedef struct {
+  void (*fn)(const void* ctx, int64_t i0, int64_t i1);
+  const void* ctx;
+  int64_t row; /* C's first row in the caller's numbering */
+} mg_gemm_done;
+
 /* Rows [r0, r1) x columns [c0, c1) of the kc x nc step: A blocks of MC rows packed into ap
    (strips of MR rows, column p then p+1), each times the B strips of the columns. Read in place,
    the last strip is packed (into `edge`) when it ends inside a vector (its loads would pass B's
@@ -273,10 +282,11 @@ typedef struct {
    Rows a multiple of 4 KiB apart would put a tile's MR row streams in one L1 set: the block's rows
    are copied then, whole, to rows a cache line more than kc apart (cheaper than a transposing pack),
    unless every part reads all of A (`whole_a`, the column split), which would copy it once a part:
-   there it is read in place (docs/gemm.md, "A read in place"). */
+   there it is read in place (docs/gemm.md, "A read in place"). `done`, where not null: this is C's
+   last step and [c0, c1) all its columns, each block's rows handed to it once final. */
 static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t kc, int64_t MC,
                          const MG_T* a, int64_t ars, int64_t acs, const mg_gemm_panel* B, MG_T* ap,
-                         MG_T* edge, MG_T* c, int64_t ldc, int acc, int whole_a) {
+                         MG_T* edge, MG_T* c, int64_t ldc, int acc, int whole_a, const mg_gemm_done* done) {
   const int arows = MG_A_ROWS || acs == 1, alias = mg_gemm_copy_a(ars, acs, whole_a, (int64_t)sizeof(MG_T));
   const int64_t lda = alias ? mg_gemm_padded_row(kc, (int64_t)sizeof(MG_T)) : ars;
   for (int64_t ic = r0; ic < r1; ic += MC) {
@@ -310,6 +320,7 @@ static void mg_gemm_rows(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t
         mg_gemm_packed_tile(kc, ap + ir * kc, bj, bs, cj + ir * ldc, ldc,
                             MG_GEMM_MIN((int64_t)MG_MR, mc - ir), cols, acc);
     }
+    if (done) done->fn(done->ctx, done->row + ic, done->row + ic + mc); /* (the block's rows, all final) */
   }
 }
 
