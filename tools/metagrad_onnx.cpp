@@ -267,9 +267,10 @@ class Emitter {
       << "//   " << ns << "::Stages s;  // intermediate values, allocated once\n"
       << "//   " << ns << "::forward(p, s, inputs..., outputs...);  // allocates nothing\n"
       << "// Needs metagrad's headers (include/ and detail/) and Boost.Hana; no library, no protobuf.\n"
-      << "#include <cstdint>\n#include <cstring>\n#include <fstream>\n#include <limits>\n#include "
-         "<stdexcept>\n"
-      << "#include <string>\n\n#include <boost/hana/accessors.hpp>\n#include <boost/hana/define_struct.hpp>\n"
+      << "#include <cstdint>\n#include <cstdlib>\n#include <fstream>\n#include <limits>\n"
+      << "#include <stdexcept>\n#include <string>\n#include <type_traits>\n\n"
+      << "#include <boost/hana/accessors.hpp>\n#include <boost/hana/concept/struct.hpp>\n"
+      << "#include <boost/hana/define_struct.hpp>\n"
       << "#include <boost/hana/for_each.hpp>\n#include <boost/hana/string.hpp>\n\n"
       << "#include \"metagrad/fixed.hpp\"\n\nnamespace " << ns << " {\n\nnamespace fx = metagrad::fixed;\n\n";
     for (std::size_t k = 0; k < inputs_.size(); ++k)
@@ -278,17 +279,34 @@ class Emitter {
     for (std::size_t k = 0; k < outputs_.size(); ++k)
       o << "using Output" << k << " = fx::Tensor<float, " << list(outputs_[k].shape) << ">;  // '"
         << comment(outputs_[k].onnx) << "'\n";
-    o << "\n// The initializers (batch norms folded into the convolutions before them).\nstruct Params {\n"
-      << "  BOOST_HANA_DEFINE_STRUCT(Params";
-    for (const auto& p : params_)
-      o << ",\n    (fx::Tensor<float, " << list(p.shape) << ">, " << p.name << ")";
-    o << ");\n};\n\n// The values forward() evaluates between its expressions.\nstruct Stages {\n";
+    // Hana reflects a struct of at most kGroup members: more parameters go to nested structs of that many.
+    const std::size_t groups = params_.size() > kGroup ? (params_.size() + kGroup - 1) / kGroup : 0;
+    if (groups > kGroup) throw Error("more than " + std::to_string(kGroup * kGroup) + " parameters");
+    auto members = [&](const std::string& type, std::size_t from, std::size_t to) {
+      o << "struct " << type << " {\n  BOOST_HANA_DEFINE_STRUCT(" << type;
+      for (std::size_t k = from; k < to; ++k)
+        o << ",\n    (fx::Tensor<float, " << list(params_[k].shape) << ">, " << params_[k].name << ")";
+      o << ");\n};\n";
+    };
+    o << "\n// The initializers (batch norms folded into the convolutions before them)";
+    if (!groups) {
+      o << ".\n";
+      members("Params", 0, params_.size());
+    } else {
+      o << ", in groups of " << kGroup << ".\n";
+      for (std::size_t g = 0; g < groups; ++g)
+        members("Params" + std::to_string(g), g * kGroup, std::min(params_.size(), (g + 1) * kGroup));
+      o << "struct Params {\n  BOOST_HANA_DEFINE_STRUCT(Params";
+      for (std::size_t g = 0; g < groups; ++g) o << ",\n    (Params" << g << ", part" << g << ")";
+      o << ");\n};\n";
+    }
+    o << "\n// The values forward() evaluates between its expressions.\nstruct Stages {\n";
     for (const auto& s : stages_) o << "  fx::Tensor<float, " << list(s.second) << "> " << s.first << ";\n";
     o << "};\n\n" << kLoader;
     o << "\ninline void forward(const Params& p, Stages& s";
     for (std::size_t k = 0; k < inputs_.size(); ++k) o << ", const Input" << k << "& " << inputs_[k].cpp;
     for (std::size_t k = 0; k < outputs_.size(); ++k) o << ", Output" << k << "& " << outputs_[k].cpp;
-    o << ") {\n  (void)p;\n  (void)s;\n" << body_.str() << "}\n\n}  // namespace " << ns << "\n";
+    o << ") {\n  (void)p;\n  (void)s;\n" << resolve(body_.str()) << "}\n\n}  // namespace " << ns << "\n";
   }
 
  private:
@@ -297,10 +315,46 @@ class Emitter {
     Shape shape;
   };
 
+  static constexpr std::size_t kGroup = 48;
+  // A parameter's name in Params (and in the safetensors file): its group's, then its own.
+  std::string path(std::size_t k) const {
+    return (params_.size() > kGroup ? "part" + std::to_string(k / kGroup) + "." : "") + params_[k].name;
+  }
+  // The body with the parameters' placeholders ("p.\x01index\x02") as their members.
+  std::string resolve(std::string body) const {
+    for (std::size_t at; (at = body.find('\x01')) != std::string::npos;) {
+      std::size_t end = body.find('\x02', at);
+      body.replace(at, end + 1 - at, path(std::stoul(body.substr(at + 1, end - at - 1))));
+    }
+    return body;
+  }
+
   // The loader every header carries: a safetensors file's float32 tensors, by the members' names.
   static constexpr const char* kLoader =
       R"(// The parameters from a safetensors file (the one metagrad-onnx wrote; fx::load reads it too), by
 // name: every member's name, dtype F32 and size are checked, and an error names the file and tensor.
+template <class S>
+void load_into(S& p, const std::string& prefix, std::istream& f, const std::string& head, const std::string& path) {
+  boost::hana::for_each(boost::hana::accessors<S>(), [&](auto member) {
+    const std::string name = prefix + boost::hana::to<const char*>(boost::hana::first(member));
+    auto& t = boost::hana::second(member)(p);
+    if constexpr (boost::hana::Struct<std::remove_cvref_t<decltype(t)>>::value) {  // a group of parameters
+      load_into(t, name + ".", f, head, path);
+    } else {
+      const std::string where = "load: " + path + ": tensor '" + name + "'";
+      std::size_t at = head.find("\"" + name + "\":");
+      if (at == std::string::npos) throw std::runtime_error(where + " is missing");
+      std::size_t end = head.find('}', at), d = head.find("\"data_offsets\":[", at);
+      if (head.find("\"dtype\":\"F32\"", at) > end || d > end) throw std::runtime_error(where + " is not F32");
+      char* rest = nullptr;
+      std::uint64_t b = std::strtoull(head.c_str() + d + 16, &rest, 10), e = std::strtoull(rest + 1, nullptr, 10);
+      if (e - b != sizeof(float) * t.size) throw std::runtime_error(where + " has another size");
+      f.seekg(static_cast<std::streamoff>(8 + head.size() + b));
+      if (!f.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(e - b)))
+        throw std::runtime_error(where + ": the file is short");
+    }
+  });
+}
 inline void load(Params& p, const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   unsigned char len[8] = {};
@@ -310,21 +364,7 @@ inline void load(Params& p, const std::string& path) {
   std::string head(n, '\0');
   if (n > (1u << 30) || !f.read(head.data(), static_cast<std::streamsize>(n)))
     throw std::runtime_error("load: " + path + " is not a safetensors file");
-  boost::hana::for_each(boost::hana::accessors<Params>(), [&](auto member) {
-    const std::string name = boost::hana::to<const char*>(boost::hana::first(member));
-    auto& t = boost::hana::second(member)(p);
-    const std::string where = "load: " + path + ": tensor '" + name + "'";
-    std::size_t at = head.find("\"" + name + "\":");
-    if (at == std::string::npos) throw std::runtime_error(where + " is missing");
-    std::size_t end = head.find('}', at), d = head.find("\"data_offsets\":[", at);
-    if (head.find("\"dtype\":\"F32\"", at) > end || d > end) throw std::runtime_error(where + " is not F32");
-    char* rest = nullptr;
-    std::uint64_t b = std::strtoull(head.c_str() + d + 16, &rest, 10), e = std::strtoull(rest + 1, nullptr, 10);
-    if (e - b != sizeof(float) * t.size) throw std::runtime_error(where + " has another size");
-    f.seekg(static_cast<std::streamoff>(8 + n + b));
-    if (!f.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(e - b)))
-      throw std::runtime_error(where + ": the file is short");
-  });
+  load_into(p, "", f, head, path);
 }
 )";
 
@@ -340,7 +380,10 @@ inline void load(Params& p, const std::string& path) {
     return it->second;
   }
   [[noreturn]] void fail(const ::onnx::NodeProto& n, const std::string& why) const {
-    throw Error("node '" + n.name() + "' (" + n.op_type() + "): " + why);
+    int index = -1;
+    for (int i = 0; i < m_.graph().node_size(); ++i)
+      if (&m_.graph().node(i) == &n) index = i;
+    throw Error("node " + std::to_string(index) + " '" + n.name() + "' (" + n.op_type() + "): " + why);
   }
   const ::onnx::AttributeProto* attr(const ::onnx::NodeProto& n, const std::string& name) const {
     for (const auto& a : n.attribute())
@@ -393,7 +436,7 @@ inline void load(Params& p, const std::string& path) {
   std::string param(const std::string& onnx, const Shape& shape, std::vector<float> values) {
     Param p{identifier(onnx, "param", names_), shape, std::move(values)};
     params_.push_back(std::move(p));
-    return "p." + params_.back().name;
+    return "p.\x01" + std::to_string(params_.size() - 1) + "\x02";  // resolve() names it
   }
   // The operand text of v: its expression, or a constant as a parameter (or a literal when scalar).
   std::string operand(const std::string& name, Val& v, bool scalar_ok = false) {
@@ -930,20 +973,20 @@ inline void load(Params& p, const std::string& path) {
     set(n, expr("(" + code + ")", s, nodes));
   }
 
-  void write_safetensors(const std::string& path) const {
+  void write_safetensors(const std::string& file) const {
     std::string head = "{";
     std::uint64_t off = 0;
-    for (const auto& p : params_) {
-      std::uint64_t bytes = p.v.size() * sizeof(float);
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      std::uint64_t bytes = params_[k].v.size() * sizeof(float);
       head += (head.size() > 1 ? "," : "") +
-              ("\"" + p.name + "\":{\"dtype\":\"F32\",\"shape\":[" + list(p.shape, ",") +
+              ("\"" + path(k) + "\":{\"dtype\":\"F32\",\"shape\":[" + list(params_[k].shape, ",") +
                "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + bytes) + "]}");
       off += bytes;
     }
     head += "}";
     while (head.size() % 8) head += ' ';
-    std::ofstream o(path, std::ios::binary);
-    if (!o) throw Error("cannot write " + path);
+    std::ofstream o(file, std::ios::binary);
+    if (!o) throw Error("cannot write " + file);
     std::uint64_t n = head.size();
     unsigned char len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -957,7 +1000,7 @@ inline void load(Params& p, const std::string& path) {
         for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>(u >> (8 * i));
         o.write(reinterpret_cast<const char*>(b), 4);
       }
-    if (!o) throw Error("cannot write " + path);
+    if (!o) throw Error("cannot write " + file);
   }
 
   const ::onnx::ModelProto& m_;
