@@ -690,18 +690,31 @@ inline void load(Params& p, const std::string& path) {
   }
 
   void conv(int index, const ::onnx::NodeProto& n) {
-    Val& x = in(n, 0);
-    const Const& w = constant(n, 1, "the weight");
+    Val x = in(n, 0);
+    Const w = constant(n, 1, "the weight");
+    // a 1-D convolution is a 2-D one over images of height 1
+    const bool one_d = x.shape.size() == 3 && w.shape.size() == 3;
+    // an attribute of a 1-D convolution with h for the height axis (-1: the width's value, as a stride)
+    auto widen = [&](const char* name, Shape def, i64 h) {
+      auto a = attr_ints(n, name);
+      if (!a || !one_d) return a.value_or(def);
+      if (a->size() == 2) return Shape{h, (*a)[0], h, (*a)[1]};  // pads: (begin, end)
+      return Shape{h < 0 ? a->at(0) : h, a->at(0)};
+    };
+    if (one_d) {
+      x.shape.insert(x.shape.begin() + 2, 1);
+      w.shape.insert(w.shape.begin() + 2, 1);
+    }
+    auto as_2d = [&](const std::string& code) { return one_d ? reshape(code, x.shape) : code; };
     if (x.shape.size() != 4 || w.shape.size() != 4)
-      fail(n, "the static path convolves (N, C, H, W) images only, not " + shape_text(x.shape));
+      fail(n, "the static path convolves (N, C, L) and (N, C, H, W) only, not " + shape_text(in(n, 0).shape));
     const i64 cout = w.shape[0], cin_g = w.shape[1], kh = w.shape[2], kw = w.shape[3], c = x.shape[1];
     const i64 group = attr_i(n, "group", 1);
     if (cin_g * group != c || cout % group)
       fail(n, "the weight " + shape_text(w.shape) + " does not fit " + shape_text(x.shape) + " in " +
                   std::to_string(group) + " groups");
-    Shape st = attr_ints(n, "strides").value_or(Shape{1, 1}),
-          dil = attr_ints(n, "dilations").value_or(Shape{1, 1});
-    Shape pads = attr_ints(n, "pads").value_or(Shape{0, 0, 0, 0});
+    Shape st = widen("strides", {1, 1}, -1), dil = widen("dilations", {1, 1}, 1),
+          pads = widen("pads", {0, 0, 0, 0}, 0);
     if (dil != Shape{1, 1}) fail(n, "dilations " + shape_text(dil) + " (the static conv2d has none)");
     if (st.size() != 2 || st[0] != st[1])
       fail(n, "strides " + shape_text(st) + " (the static conv2d has one stride for both axes)");
@@ -741,7 +754,7 @@ inline void load(Params& p, const std::string& path) {
     if (oh <= 0 || ow <= 0)
       fail(n, "the kernel " + shape_text(w.shape) + " does not fit " + shape_text(x.shape));
     Shape shape = {x.shape[0], cout, oh, ow};
-    std::string xc = operand(n.input(0), x), wp = param(n.input(1), w.shape, wv);
+    std::string xc = as_2d(operand(n.input(0), vals_[n.input(0)])), wp = param(n.input(1), w.shape, wv);
     std::string bp = bias ? param(has_in(n, 2) ? n.input(2) : n.input(1) + "_bias", {cout}, bv) : "";
     bool square = pads[0] == pads[2] && pads[1] == pads[3] && pads[0] == pads[1];
     std::string code;
@@ -756,7 +769,7 @@ inline void load(Params& p, const std::string& path) {
       // times one weight per channel (a TensorMap over the weight's tap column)
       Val& xs = vals_[n.input(0)];
       stage(xs);
-      xc = xs.code;
+      xc = as_2d(xs.code);
       std::string padded = "(" + xc + ").pad<0, 0, 0, 0, " +
                            list({pads[0], pads[2] + s - 1, pads[1], pads[3] + s - 1}) + ">()";
       // the weight stored tap-major: (KH * KW, C), so that each tap's C weights are contiguous
@@ -787,7 +800,7 @@ inline void load(Params& p, const std::string& path) {
       // grouped: one conv2d per group on its channels, each padded to the output's channels, summed
       Val& xs = vals_[n.input(0)];
       stage(xs);
-      xc = xs.code;
+      xc = as_2d(xs.code);
       const i64 cg = c / group, og = cout / group, per = cin_g * kh * kw;
       i64 p = square ? pads[0] : 0;
       if (!square) xc = "(" + xc + ").pad<0, 0, 0, 0, " + list({pads[0], pads[2], pads[1], pads[3]}) + ">()";
@@ -805,6 +818,10 @@ inline void load(Params& p, const std::string& path) {
       }
       if (bias) code = "(" + code + " + " + bp + ".reshape<" + std::to_string(cout) + ", 1, 1>())";
       nodes = kStageNodes;
+    }
+    if (one_d) {
+      shape.erase(shape.begin() + 2);
+      code = reshape(code, shape);
     }
     Val v = expr(code, shape, nodes);
     vals_[out->output(0)] = v;
