@@ -689,6 +689,17 @@ inline void load(Params& p, const std::string& path) {
     return std::nullopt;
   }
 
+  // Tap (i, j) of windows strides (sh, sw) apart over `padded` (N, C, H, W), as (N, C, oh, ow): a
+  // shifted view, subsampled by a reshape (`padded` must reach i + sh * oh and j + sw * ow).
+  static std::string tap(const std::string& padded, i64 nb, i64 c, i64 oh, i64 ow, i64 sh, i64 sw, i64 i,
+                         i64 j) {
+    std::string t = padded + ".shrink<" + list({0, nb, 0, c, i, i + sh * oh, j, j + sw * ow}) + ">()";
+    if (sh > 1 || sw > 1)
+      t += ".reshape<" + list({nb, c, oh, sh, ow, sw}) + ">().shrink<" +
+           list({0, nb, 0, c, 0, oh, 0, 1, 0, ow, 0, 1}) + ">().reshape<" + list({nb, c, oh, ow}) + ">()";
+    return t;
+  }
+
   void conv(int index, const ::onnx::NodeProto& n) {
     Val x = in(n, 0);
     Const w = constant(n, 1, "the weight");
@@ -781,15 +792,9 @@ inline void load(Params& p, const std::string& path) {
       const i64 nb = x.shape[0];
       for (i64 i = 0; i < kh; ++i)
         for (i64 j = 0; j < kw; ++j) {
-          std::string tap = padded + ".shrink<0, " + std::to_string(nb) + ", 0, " + std::to_string(c) + ", " +
-                            list({i, i + s * oh, j, j + s * ow}) + ">()";
-          if (s > 1)
-            tap = tap + ".reshape<" + list({nb, c, oh, s, ow, s}) + ">().shrink<0, " + std::to_string(nb) +
-                  ", 0, " + std::to_string(c) + ", 0, " + std::to_string(oh) + ", 0, 1, 0, " +
-                  std::to_string(ow) + ", 0, 1>().reshape<" + list(shape) + ">()";
           std::string wt = "fx::TensorMap<const float, " + std::to_string(c) + ", 1, 1>(" + wp +
                            ".data() + " + std::to_string((i * kw + j) * c) + ")";
-          code += (code.empty() ? "" : " + ") + tap + " * " + wt;
+          code += (code.empty() ? "" : " + ") + tap(padded, nb, c, oh, ow, s, s, i, j) + " * " + wt;
         }
       if (bias)
         code = "(" + code + " + " + bp + ".reshape<" + std::to_string(c) + ", 1, 1>())";
@@ -896,6 +901,25 @@ inline void load(Params& p, const std::string& path) {
       fail(n, "padding without count_include_pad (the static avg_pool2d counts the padding)");
     Shape s = {x.shape[0], x.shape[1], (x.shape[2] + pads[0] + pads[2] - k[0]) / st[0] + 1,
                (x.shape[3] + pads[1] + pads[3] - k[1]) / st[1] + 1};
+    if (k[0] > st[0] || k[1] > st[1]) {  // overlapping windows: KH x KW shifted views, no KH*KW-fold copy
+      Val& xs = vals_[n.input(0)];
+      stage(xs);
+      std::string pad =
+          ".pad<0, 0, 0, 0, " + list({pads[0], pads[2] + st[0] - 1, pads[1], pads[3] + st[1] - 1}) + ">()";
+      std::string src = "(" + xs.code + ")" + pad;
+      if (max && padded && !x.nonneg)  // -inf where the padding is: a mask of ones padded with zeros
+        src = "fx::where((" + xs.code + " * 0.0f + 1.0f)" + pad + " > 0.5f, " + src +
+              ", -std::numeric_limits<float>::infinity())";
+      std::string code;
+      for (i64 i = 0; i < k[0]; ++i)
+        for (i64 j = 0; j < k[1]; ++j) {
+          std::string t = tap(src, s[0], s[1], s[2], s[3], st[0], st[1], i, j);
+          code = code.empty() ? t : max ? "fx::maximum(" + code + ", " + t + ")" : code + " + " + t;
+        }
+      if (!max) code = "(" + code + ") * " + literal(1.0 / static_cast<double>(k[0] * k[1]));
+      set(n, expr(code, s, kStageNodes, x.nonneg));
+      return;
+    }
     std::string xc = operand(n.input(0), x);
     std::string pad = ".pad<0, 0, 0, 0, " + list({pads[0], pads[2], pads[1], pads[3]}) + ">()";
     if (padded && (!max || x.nonneg)) {
