@@ -21,6 +21,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -447,6 +448,7 @@ inline void load(Params& p, const std::string& path) {
   }
   // v as a tensor (a stage) when it is an expression.
   void stage(Val& v) {
+    if (v.code.empty()) throw Error("a constant where a computed value is needed (fold it before emitting)");
     if (v.nodes == 0) return;
     std::string name = "s" + std::to_string(stages_.size());
     stages_.emplace_back(name, v.shape);
@@ -454,14 +456,15 @@ inline void load(Params& p, const std::string& path) {
     v.code = "s." + name;
     v.nodes = 0;
   }
-  void set(const ::onnx::NodeProto& n, Val v, int added = 1) {
+  void set(const ::onnx::NodeProto& n, Val v, int added = 1) { set_output(n.output(0), std::move(v), added); }
+  void set_output(const std::string& name, Val v, int added) {
     if (v.k && v.code.empty()) {
-      vals_[n.output(0)] = std::move(v);
+      vals_[name] = std::move(v);
       return;
     }
     v.nodes += added;
-    if (v.nodes >= kStageNodes || uses_[n.output(0)] > 1) stage(v);
-    vals_[n.output(0)] = std::move(v);
+    if (v.nodes >= kStageNodes || uses_[name] > 1) stage(v);
+    vals_[name] = std::move(v);
   }
   Val expr(std::string code, Shape shape, int nodes, bool nonneg = false) {
     Val v;
@@ -633,7 +636,22 @@ inline void load(Params& p, const std::string& path) {
         for (std::size_t i = x.shape.size(); i-- > 0;) perm.push_back(static_cast<i64>(i));
       Shape s;
       for (i64 a : perm) s.push_back(x.shape.at(axis(n, a, x.shape.size())));
-      if (x.k) fail(n, "a transposed constant (fold it before emitting)");
+      if (x.k && x.code.empty()) {  // folded: the constant's values permuted
+        Val v = x;
+        v.shape = v.k->shape = s;
+        Shape from(x.shape.size()), to(s.size());  // row-major strides
+        for (i64 i = static_cast<i64>(s.size()), f = 1, t = 1; i-- > 0;) {
+          from[i] = f, f *= x.shape[i];
+          to[i] = t, t *= s[i];
+        }
+        for (i64 flat = 0; flat < numel(s); ++flat) {
+          i64 src = 0;
+          for (std::size_t d = 0; d < s.size(); ++d) src += (flat / to[d] % s[d]) * from[perm[d]];
+          v.k->v[flat] = x.k->v[src];
+        }
+        vals_[n.output(0)] = v;
+        return;
+      }
       set(n, expr("(" + operand(n.input(0), x) + ").permute<" + list(perm) + ">()", s, x.nodes));
     } else if (op == "Softmax" || op == "LogSoftmax") {
       softmax(n);
@@ -641,6 +659,48 @@ inline void load(Params& p, const std::string& path) {
       reduce(n);
     } else if (op == "Concat") {
       concat(n);
+    } else if (op == "Selu") {
+      Val& x = in(n, 0);
+      set(n, expr("(" + operand(n.input(0), x) + ").elu(" +
+                      literal(attr_f(n, "alpha", 1.67326319217681884765625)) + ") * " +
+                      literal(attr_f(n, "gamma", 1.05070102214813232421875)),
+                  x.shape, x.nodes + 1));
+    } else if (op == "Sign") {
+      Val& x = in(n, 0);
+      set(n, expr("(" + operand(n.input(0), x) + ").sign()", x.shape, x.nodes + 3));
+    } else if (op == "PRelu") {  // x where x >= 0, else slope * x
+      Val& xs = in(n, 0);
+      stage(xs);
+      Val a = in(n, 1);
+      if (a.k && a.code.empty() && a.shape.size() == 1 && xs.shape.size() > 2 && a.shape[0] == xs.shape[1] &&
+          a.shape[0] != xs.shape.back()) {  // per channel, as old exporters wrote it
+        a.shape = Shape(xs.shape.size() - 1, 1);
+        a.shape[0] = xs.shape[1];
+        a.k->shape = a.shape;
+      }
+      Shape sh = broadcast(n, xs.shape, a.shape);
+      if (sh != xs.shape)
+        fail(n, "a slope " + shape_text(a.shape) + " that changes the shape " + shape_text(xs.shape));
+      std::string x = xs.code;
+      set(n, expr("fx::where(" + x + " < 0.0f, " + x + " * " + operand(n.input(1), a, true) + ", " + x + ")",
+                  sh, a.nodes + 3));
+    } else if (op == "Sum") {
+      std::string code;
+      Shape sh = in(n, 0).shape;
+      int nodes = 0;
+      for (int i = 0; i < n.input_size(); ++i) {
+        Val& v = in(n, i);
+        sh = broadcast(n, sh, v.shape);
+        code += (i ? " + " : "") + operand(n.input(i), v, n.input_size() > 1);
+        nodes += v.nodes + 1;
+      }
+      set(n, expr("(" + code + ")", sh, nodes));
+    } else if (op == "Pad") {
+      pad(n);
+    } else if (op == "Slice") {
+      slice(n);
+    } else if (op == "Split") {
+      split(n);
     } else {
       fail(n, "the static path (metagrad-onnx --emit=cpp) has no such operator");
     }
@@ -828,11 +888,7 @@ inline void load(Params& p, const std::string& path) {
       shape.erase(shape.begin() + 2);
       code = reshape(code, shape);
     }
-    Val v = expr(code, shape, nodes);
-    vals_[out->output(0)] = v;
-    // as set(), for the node whose output this is
-    Val& r = vals_[out->output(0)];
-    if (r.nodes >= kStageNodes || uses_[out->output(0)] > 1) stage(r);
+    set_output(out->output(0), expr(code, shape, nodes), 0);
   }
 
   void gemm(const ::onnx::NodeProto& n) {
@@ -880,14 +936,22 @@ inline void load(Params& p, const std::string& path) {
   }
 
   void pool(const ::onnx::NodeProto& n) {
-    Val& x = in(n, 0);
-    if (x.shape.size() != 4) fail(n, "the static path pools (N, C, H, W) only, not " + shape_text(x.shape));
-    Shape k = attr_ints(n, "kernel_shape").value_or(Shape{});
-    if (k.size() != 2) fail(n, "kernel_shape must have two sizes");
-    Shape st = attr_ints(n, "strides").value_or(Shape{1, 1}),
-          pads = attr_ints(n, "pads").value_or(Shape{0, 0, 0, 0});
-    if (attr_ints(n, "dilations").value_or(Shape{1, 1}) != Shape{1, 1})
-      fail(n, "dilations (the static pools have none)");
+    Val x = in(n, 0);
+    // a 1-D pool is a 2-D one over images of height 1
+    const bool one_d = x.shape.size() == 3;
+    auto widen = [&](const char* name, Shape def, i64 h) {
+      auto a = attr_ints(n, name);
+      if (!a || !one_d) return a.value_or(def);
+      if (a->size() == 2) return Shape{h, (*a)[0], h, (*a)[1]};  // pads: (begin, end)
+      return Shape{h, a->at(0)};
+    };
+    if (one_d) x.shape.insert(x.shape.begin() + 2, 1);
+    if (x.shape.size() != 4)
+      fail(n, "the static path pools (N, C, L) and (N, C, H, W) only, not " + shape_text(in(n, 0).shape));
+    Shape k = widen("kernel_shape", {}, 1), st = widen("strides", {1, 1}, 1),
+          pads = widen("pads", {0, 0, 0, 0}, 0);
+    if (k.size() != 2) fail(n, "kernel_shape must have one size per spatial axis");
+    if (widen("dilations", {1, 1}, 1) != Shape{1, 1}) fail(n, "dilations (the static pools have none)");
     if (attr_s(n, "auto_pad", "NOTSET") != "NOTSET" && attr_s(n, "auto_pad", "NOTSET") != "VALID")
       fail(n, "auto_pad " + attr_s(n, "auto_pad", ""));
     if (n.output_size() > 1 && !n.output(1).empty()) fail(n, "the Indices output");
@@ -901,14 +965,17 @@ inline void load(Params& p, const std::string& path) {
       fail(n, "padding without count_include_pad (the static avg_pool2d counts the padding)");
     Shape s = {x.shape[0], x.shape[1], (x.shape[2] + pads[0] + pads[2] - k[0]) / st[0] + 1,
                (x.shape[3] + pads[1] + pads[3] - k[1]) / st[1] + 1};
-    if (k[0] > st[0] || k[1] > st[1]) {  // overlapping windows: KH x KW shifted views, no KH*KW-fold copy
+    Shape out = s;
+    if (one_d) out.erase(out.begin() + 2);
+    if (one_d || k[0] > st[0] || k[1] > st[1]) {  // overlapping windows: KH x KW shifted views, no copy
       Val& xs = vals_[n.input(0)];
       stage(xs);
+      std::string xc = one_d ? reshape(xs.code, x.shape) : xs.code;
       std::string pad =
           ".pad<0, 0, 0, 0, " + list({pads[0], pads[2] + st[0] - 1, pads[1], pads[3] + st[1] - 1}) + ">()";
-      std::string src = "(" + xs.code + ")" + pad;
+      std::string src = "(" + xc + ")" + pad;
       if (max && padded && !x.nonneg)  // -inf where the padding is: a mask of ones padded with zeros
-        src = "fx::where((" + xs.code + " * 0.0f + 1.0f)" + pad + " > 0.5f, " + src +
+        src = "fx::where((" + xc + " * 0.0f + 1.0f)" + pad + " > 0.5f, " + src +
               ", -std::numeric_limits<float>::infinity())";
       std::string code;
       for (i64 i = 0; i < k[0]; ++i)
@@ -916,15 +983,14 @@ inline void load(Params& p, const std::string& path) {
           std::string t = tap(src, s[0], s[1], s[2], s[3], st[0], st[1], i, j);
           code = code.empty() ? t : max ? "fx::maximum(" + code + ", " + t + ")" : code + " + " + t;
         }
-      if (!max) code = "(" + code + ") * " + literal(1.0 / static_cast<double>(k[0] * k[1]));
-      set(n, expr(code, s, kStageNodes, x.nonneg));
+      code = max ? code : "(" + code + ") * " + literal(1.0 / static_cast<double>(k[0] * k[1]));
+      set(n, expr(one_d ? reshape(code, out) : code, out, kStageNodes, x.nonneg));
       return;
     }
-    std::string xc = operand(n.input(0), x);
+    std::string xc = operand(n.input(0), vals_[n.input(0)]);
     std::string pad = ".pad<0, 0, 0, 0, " + list({pads[0], pads[2], pads[1], pads[3]}) + ">()";
-    if (padded && (!max || x.nonneg)) {
-      xc = "(" + xc + ")" + pad;  // zeros: the padding of an average, and of a max over values >= 0
-    } else if (padded) {          // -inf where the padding is: a mask of ones padded with zeros
+    if (padded) xc = "(" + xc + ")" + pad;  // zeros: an average's padding, and a max's over values >= 0
+    if (padded && max && !x.nonneg) {       // -inf where the padding is: a mask of ones padded with zeros
       Val& xs = vals_[n.input(0)];
       stage(xs);
       xc = "fx::where((" + xs.code + " * 0.0f + 1.0f)" + pad + " > 0.5f, (" + xs.code + ")" + pad +
@@ -933,6 +999,104 @@ inline void load(Params& p, const std::string& path) {
     std::string code = std::string(max ? "fx::max_pool2d<" : "fx::avg_pool2d<") +
                        list({k[0], k[1], st[0], st[1]}) + ">(" + xc + ")";
     set(n, expr(code, s, x.nodes + 2, x.nonneg));
+  }
+
+  // x (staged) with `p` (before0, after0, before1, ...) zeros, or `value`, around it: pad<...>.
+  std::string padded(Val& x, const Shape& p, double value) {
+    stage(x);
+    std::string pad = ".pad<" + list(p) + ">()";
+    if (value == 0) return "(" + x.code + ")" + pad;
+    return "fx::where((" + x.code + " * 0.0f + 1.0f)" + pad + " > 0.5f, (" + x.code + ")" + pad + ", " +
+           literal(value) + ")";
+  }
+
+  // Pad, constant mode: negative pads crop (a shrink), then the rest pads.
+  void pad(const ::onnx::NodeProto& n) {
+    Val& x = in(n, 0);
+    const std::size_t r = x.shape.size();
+    if (attr_s(n, "mode", "constant") != "constant")
+      fail(n, "mode " + attr_s(n, "mode", "") + " (only constant)");
+    Shape pads = opset_ >= 11 ? ints(n, 1, "pads").value_or(Shape{})
+                              : attr_ints(n, opset_ < 2 ? "paddings" : "pads").value_or(Shape{});
+    double value = opset_ >= 11 ? (has_in(n, 2) ? constant(n, 2, "constant_value").v.at(0) : 0.0)
+                                : attr_f(n, "value", 0);
+    Shape axes;
+    if (opset_ >= 18 && has_in(n, 3))
+      for (double a : constant(n, 3, "axes").v) axes.push_back(axis(n, static_cast<i64>(a), r));
+    else
+      for (std::size_t i = 0; i < r; ++i) axes.push_back(static_cast<i64>(i));
+    if (pads.size() != 2 * axes.size())
+      fail(n, "pads " + shape_text(pads) + " for rank " + std::to_string(r));
+    Shape crop, grow(2 * r, 0), s = x.shape;
+    for (std::size_t i = 0; i < r; ++i) crop.insert(crop.end(), {0, x.shape[i]});
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      i64 a = axes[i], b = pads[i], e = pads[i + axes.size()];
+      crop[2 * a] = std::max<i64>(0, -b), crop[2 * a + 1] = x.shape[a] - std::max<i64>(0, -e);
+      grow[2 * a] = std::max<i64>(0, b), grow[2 * a + 1] = std::max<i64>(0, e);
+      s[a] = x.shape[a] + b + e;
+      if (s[a] < 0) fail(n, "pads " + shape_text(pads) + " crop " + shape_text(x.shape) + " below nothing");
+    }
+    Val v = x;
+    Shape whole;
+    for (std::size_t i = 0; i < r; ++i) whole.insert(whole.end(), {0, x.shape[i]});
+    if (crop != whole) {
+      stage(x);
+      v = expr("(" + x.code + ").shrink<" + list(crop) + ">()", x.shape, 1);
+      for (std::size_t i = 0; i < r; ++i) v.shape[i] = crop[2 * i + 1] - crop[2 * i];
+    }
+    std::string code = grow == Shape(2 * r, 0) ? operand(n.input(0), v) : padded(v, grow, value);
+    set(n, expr(code, s, kStageNodes));
+  }
+
+  // Slice with steps of 1 (constant starts, ends, axes): a shrink.
+  void slice(const ::onnx::NodeProto& n) {
+    Val& x = in(n, 0);
+    const std::size_t r = x.shape.size();
+    const bool inputs = opset_ >= 10;
+    auto need = [&](std::optional<Shape> v, const char* what) {
+      if (!v) fail(n, std::string("no ") + what);
+      return *v;
+    };
+    Shape starts = need(inputs ? ints(n, 1, "starts") : attr_ints(n, "starts"), "starts");
+    Shape ends = need(inputs ? ints(n, 2, "ends") : attr_ints(n, "ends"), "ends");
+    std::optional<Shape> axes = inputs ? ints(n, 3, "axes") : attr_ints(n, "axes");
+    std::optional<Shape> steps = inputs ? ints(n, 4, "steps") : std::nullopt;
+    Shape sh = x.shape, range;
+    for (std::size_t i = 0; i < r; ++i) range.insert(range.end(), {0, x.shape[i]});
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+      i64 a = axis(n, axes ? axes->at(i) : static_cast<i64>(i), r), d = x.shape[a];
+      if (steps && steps->at(i) != 1)
+        fail(n, "steps " + shape_text(*steps) + " (the static path slices by 1)");
+      auto clamp = [&](i64 v) { return std::clamp<i64>(v < 0 ? v + d : v, 0, d); };
+      i64 b = clamp(starts[i]), e = std::max(b, clamp(ends.at(i)));
+      range[2 * a] = b, range[2 * a + 1] = e, sh[a] = e - b;
+    }
+    set(n, expr("(" + operand(n.input(0), x) + ").shrink<" + list(range) + ">()", sh, x.nodes));
+  }
+
+  // Split along an axis: one shrink per output, of the staged input.
+  void split(const ::onnx::NodeProto& n) {
+    Val& x = in(n, 0);
+    const std::size_t r = x.shape.size();
+    i64 a = axis(n, attr_i(n, "axis", 0), r);
+    Shape parts = (opset_ >= 13 ? ints(n, 1, "split") : attr_ints(n, "split")).value_or(Shape{});
+    if (parts.empty()) {
+      i64 k = n.output_size(), d = x.shape[a];
+      for (i64 i = 0; i < k; ++i) parts.push_back(d / k + (i < d % k ? 1 : 0));
+    }
+    if (static_cast<int>(parts.size()) != n.output_size() ||
+        std::accumulate(parts.begin(), parts.end(), i64{0}) != x.shape[a])
+      fail(n, "split " + shape_text(parts) + " does not cut axis " + std::to_string(a) + " of " +
+                  shape_text(x.shape));
+    stage(x);
+    for (std::size_t o = 0, at = 0; o < parts.size(); at += parts[o], ++o) {
+      Shape range, sh = x.shape;
+      for (std::size_t i = 0; i < r; ++i) range.insert(range.end(), {0, x.shape[i]});
+      range[2 * a] = static_cast<i64>(at), range[2 * a + 1] = static_cast<i64>(at) + parts[o];
+      sh[a] = parts[o];
+      set_output(n.output(static_cast<int>(o)), expr("(" + x.code + ").shrink<" + list(range) + ">()", sh, 0),
+                 1);
+    }
   }
 
   void softmax(const ::onnx::NodeProto& n) {

@@ -232,6 +232,39 @@ TEST_CASE("emit cpp: a CNN (conv, batch norm, depthwise and grouped conv, clip, 
   compare(run_emitted(d, d.path / "cnn.onnx", "cnn", x), reference(b.parse(), x, {2, 3, 9, 9}));
 }
 
+TEST_CASE("emit cpp: movement and elementwise ops (Transpose, Pad, Slice, Split, Concat, Sum, PRelu, ...)",
+          "[onnx_emit_cpp]") {
+  Dir d("ops");
+  Builder b(13);
+  b.input("x", {2, 3, 4}).output("y");
+  b.init_i64("perm_pads", {0, 0, 1, 0, 1, 2}).init_f32("pv", {}, {-0.5});
+  auto* t = b.node("Transpose", {"x"}, {"xt"});  // (2, 4, 3)
+  auto* pa = t->add_attribute();
+  pa->set_name("perm");
+  pa->set_type(::onnx::AttributeProto::INTS);
+  for (i64 v : {0, 2, 1}) pa->add_ints(v);
+  b.node("Pad", {"xt", "perm_pads", "pv"}, {"xp"});  // (2, 5, 6), -0.5 around
+  b.init_i64("st", {1, -5}).init_i64("en", {5, 100}).init_i64("ax", {1, 2});
+  b.node("Slice", {"xp", "st", "en", "ax"}, {"xs"});  // (2, 4, 5)
+  b.init_i64("parts", {2, 3});
+  attr_i(b.node("Split", {"xs", "parts"}, {"a", "c"}), "axis", 2);  // (2, 4, 2) and (2, 4, 3)
+  b.init_f32("slope", {4, 1}, randd(4, 7));
+  b.node("PRelu", {"c", "slope"}, {"cp"});
+  b.node("Selu", {"a"}, {"as"});
+  attr_i(b.node("Concat", {"as", "cp", "a"}, {"cat"}), "axis", -1);  // (2, 4, 7)
+  b.init_f32("bias", {7}, randd(7, 8));
+  b.node("Sum", {"cat", "bias", "cat"}, {"sum"});
+  auto* r = b.node("ReduceMean", {"sum"}, {"m"});  // (2, 1, 7)
+  auto* ra = r->add_attribute();
+  ra->set_name("axes");
+  ra->set_type(::onnx::AttributeProto::INTS);
+  ra->add_ints(1);
+  attr_i(b.node("LogSoftmax", {"m"}, {"y"}), "axis", -1);
+  save(b, d.path / "ops.onnx");
+  auto x = randn(2 * 3 * 4, 9);
+  compare(run_emitted(d, d.path / "ops.onnx", "ops", x), reference(b.parse(), x, {2, 3, 4}));
+}
+
 TEST_CASE("emit cpp: a backend test model (pytorch-operator conv) matches its expected output",
           "[onnx_emit_cpp]") {
   const fs::path dir = "/usr/share/libonnx-testdata/data/pytorch-operator/test_operator_conv";
