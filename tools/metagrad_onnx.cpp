@@ -841,8 +841,13 @@ inline void load(Params& p, const std::string& path) {
       Val& xs = vals_[n.input(0)];
       stage(xs);
       xc = as_2d(xs.code);
-      std::string padded = "(" + xc + ").pad<0, 0, 0, 0, " +
-                           list({pads[0], pads[2] + s - 1, pads[1], pads[3] + s - 1}) + ">()";
+      // the padded image as a tensor: its taps are then views of it, read in place
+      Val pv = expr(
+          "(" + xc + ").pad<0, 0, 0, 0, " + list({pads[0], pads[2] + s - 1, pads[1], pads[3] + s - 1}) +
+              ">()",
+          {x.shape[0], c, x.shape[2] + pads[0] + pads[2] + s - 1, x.shape[3] + pads[1] + pads[3] + s - 1}, 1);
+      stage(pv);
+      const std::string& padded = pv.code;
       // the weight stored tap-major: (KH * KW, C), so that each tap's C weights are contiguous
       std::vector<float> tw(wv.size());
       for (i64 o = 0; o < c; ++o)
@@ -973,10 +978,15 @@ inline void load(Params& p, const std::string& path) {
       std::string xc = one_d ? reshape(xs.code, x.shape) : xs.code;
       std::string pad =
           ".pad<0, 0, 0, 0, " + list({pads[0], pads[2] + st[0] - 1, pads[1], pads[3] + st[1] - 1}) + ">()";
-      std::string src = "(" + xc + ")" + pad;
+      Val sv = expr("(" + xc + ")" + pad,
+                    {s[0], s[1], x.shape[2] + pads[0] + pads[2] + st[0] - 1,
+                     x.shape[3] + pads[1] + pads[3] + st[1] - 1},
+                    1);
       if (max && padded && !x.nonneg)  // -inf where the padding is: a mask of ones padded with zeros
-        src = "fx::where((" + xc + " * 0.0f + 1.0f)" + pad + " > 0.5f, " + src +
-              ", -std::numeric_limits<float>::infinity())";
+        sv.code = "fx::where((" + xc + " * 0.0f + 1.0f)" + pad + " > 0.5f, " + sv.code +
+                  ", -std::numeric_limits<float>::infinity())";
+      stage(sv);  // the padded image as a tensor: the taps are views of it, read in place
+      const std::string& src = sv.code;
       std::string code;
       for (i64 i = 0; i < k[0]; ++i)
         for (i64 j = 0; j < k[1]; ++j) {
