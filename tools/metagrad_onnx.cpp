@@ -51,7 +51,8 @@ std::string identifier(const std::string& onnx, const std::string& role, std::se
       "namespace", "new", "noexcept", "not", "nullptr", "operator", "or", "private", "protected", "public",
       "register", "requires", "return", "short", "signed", "sizeof", "static", "struct", "switch", "template",
       "this", "throw", "true", "try", "typedef", "typename", "union", "unsigned", "using", "virtual", "void",
-      "volatile", "while", "xor", "p", "s", "fx",
+      "volatile", "while", "xor", "p", "s", "fx", "metagrad", "boost", "std", "Params", "Stages", "load",
+      "load_into", "forward",
       // the keys of a safetensors entry, which load() searches for by name
       "dtype", "shape", "data_offsets"};
   std::string s;
