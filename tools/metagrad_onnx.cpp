@@ -23,6 +23,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -308,7 +309,39 @@ class Emitter {
     o << "\ninline void forward(const Params& p, Stages& s";
     for (std::size_t k = 0; k < inputs_.size(); ++k) o << ", const Input" << k << "& " << inputs_[k].cpp;
     for (std::size_t k = 0; k < outputs_.size(); ++k) o << ", Output" << k << "& " << outputs_[k].cpp;
-    o << ") {\n  (void)p;\n  (void)s;\n" << resolve(body_.str()) << "}\n\n}  // namespace " << ns << "\n";
+    o << ") {\n  (void)p;\n  (void)s;\n" << resolve(body_.str()) << "}\n";
+    if (outputs_.size() == 1) o << "\n" << cut_forward();
+    o << "\n}  // namespace " << ns << "\n";
+  }
+
+  // forward() as one expression, its stages fx::cut: what fx::grad differentiates into Params' tensors.
+  // A template, so that a program that does not call it compiles none of its backward walks.
+  std::string cut_forward() const {
+    std::ostringstream o;
+    o << "// forward()'s output as an expression whose stages are fx::cut (needs a live fx::Tape): what\n"
+      << "// fx::grad differentiates, back into the tensors of Params.\n"
+      << "template <class P = Params>\nauto forward_expr(const P& p";
+    for (std::size_t k = 0; k < inputs_.size(); ++k) o << ", const Input" << k << "& " << inputs_[k].cpp;
+    o << ") {\n  (void)p;\n";
+    static const std::regex stage_ref(R"(\bs\.(s[0-9]+)\b)"), member_template(R"(\.([a-z_0-9]+)<)");
+    // p's type is a template parameter, so the expressions are dependent: member templates need `template`
+    auto cut_code = [&](const std::string& code) {
+      return std::regex_replace(std::regex_replace(code, stage_ref, "$1"), member_template, ".template $1<");
+    };
+    std::istringstream lines(resolve(body_.str()));
+    for (std::string line; std::getline(lines, line);) {
+      const std::string head = "  " + outputs_[0].cpp + " = ";
+      if (line.rfind(head, 0) == 0) {
+        o << "  return " << cut_code(line.substr(head.size())) << "\n";
+        continue;
+      }
+      std::size_t eq = line.find(" = ");
+      std::string name = line.substr(4, eq - 4), rhs = line.substr(eq + 3);  // "  s.sN = EXPR;"
+      rhs.pop_back();
+      o << "  auto " << name << " = fx::cut(" << cut_code(rhs) << ");\n";
+    }
+    o << "}\n";
+    return o.str();
   }
 
  private:

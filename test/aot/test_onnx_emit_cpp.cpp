@@ -182,6 +182,15 @@ TEST_CASE("emit cpp: an MLP (MatMul, Add, Relu, Gemm with transB and alpha, Soft
   SECTION("emitted, compiled and run as the imported model") {
     auto x = randn(4 * 6, 5);
     compare(run_emitted(d, d.path / "mlp.onnx", "mlp", x, "--input x=4x6"), reference(b.parse(), x, {4, 6}));
+    // the header's loader on a missing and on a truncated weights file
+    std::string prog = "'" + (d.path / "mlp").string() + "' ",
+                rest = " '" + (d.path / "x.bin").string() + "' /dev/null";
+    CHECK(shell(prog + "'" + (d.path / "none.safetensors").string() + "'" + rest)
+              .out.find("load: cannot read") != std::string::npos);
+    fs::copy_file(d.path / "mlp.safetensors", d.path / "short.safetensors");
+    fs::resize_file(d.path / "short.safetensors", fs::file_size(d.path / "mlp.safetensors") - 8);
+    CHECK(shell(prog + "'" + (d.path / "short.safetensors").string() + "'" + rest)
+              .out.find("the file is short") != std::string::npos);
   }
 }
 
