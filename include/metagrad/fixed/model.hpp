@@ -36,9 +36,7 @@ namespace metagrad::fixed {
 // A static model (see above): a fixed::Tensor, or a reflected struct, std::array or C array whose
 // members are models or plain values.
 template <class M>
-concept StaticModel = detail::model::kind_of<std::remove_cvref_t<M>>()
-!= detail::model::Kind::plain&& detail::model::kind_of<std::remove_cvref_t<M>>() !=
-    detail::model::Kind::other;
+concept StaticModel = detail::model::is_model<std::remove_cvref_t<M>>;
 // A static model that is not a single tensor: what fx::grad, fx::save and the optimizers take whole.
 template <class M>
 concept ReflectedModel = StaticModel<M> && !detail::model::is_tensor<std::remove_cvref_t<M>>::value;

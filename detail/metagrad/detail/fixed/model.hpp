@@ -62,8 +62,10 @@ constexpr Kind kind_of() {
     return Kind::other;
 }
 
-template <class S>
-using member_t = std::remove_cvref_t<decltype(std::declval<S&>())>;
+// A model: parameters, or what holds them (a struct, an array).
+template <class X>
+inline constexpr bool is_model = kind_of<X>() == Kind::param || kind_of<X>() == Kind::array
+                                 || kind_of<X>() == Kind::reflected;
 
 // The parameter types of X in the walk's order, an mp_list.
 template <class X, Kind K = kind_of<X>()>
