@@ -43,10 +43,10 @@
 #include <vector>
 
 #include "gemm_shapes.hpp"
-#include "metagrad/fixed.hpp"
-#include "metagrad/metagrad.hpp"
 #include "metagrad/device/gemm.hpp"
 #include "metagrad/device/threadpool.hpp"
+#include "metagrad/fixed.hpp"
+#include "metagrad/metagrad.hpp"
 #ifdef METAGRAD_BENCH_AVX2
 #include "gemm_aot_avx2.h"
 #else
@@ -181,12 +181,12 @@ std::function<void()> static_op(const std::vector<float>& a, const std::vector<f
 struct Row {
   Shape shape;
   std::function<std::function<void()>(const std::vector<float>&, const std::vector<float>&)> make_static;
-  void (*aot)(const float*, const float*, float*);  // gemm_<i> of the AOT library
+  int (*aot)(const float*, const float*, float*);  // gemm_<i> of the AOT library (0: done)
 };
 // The AOT library's functions, gemm_<i> for shape i.
-constexpr void (*kAot[])(const float*, const float*, float*) = {gemm_0,  gemm_1,  gemm_2, gemm_3, gemm_4,
-                                                                gemm_5,  gemm_6,  gemm_7, gemm_8, gemm_9,
-                                                                gemm_10, gemm_11, gemm_12};
+constexpr int (*kAot[])(const float*, const float*, float*) = {gemm_0,  gemm_1,  gemm_2, gemm_3, gemm_4,
+                                                               gemm_5,  gemm_6,  gemm_7, gemm_8, gemm_9,
+                                                               gemm_10, gemm_11, gemm_12};
 static_assert(std::size(kAot) == std::size(metagrad::bench::kGemmShapes), "one AOT function per shape");
 std::vector<Row> rows() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
