@@ -301,7 +301,7 @@ TEST_CASE("AOT: updates in place, several outputs, integer inputs and constants"
   g.function("step", {{"w", w}, {"idx", idx}},
              {{"rowsum", rs}, {"shifted", w + c}, {"onehot", picked.cast(dtypes::float32)}, {"again", rs}},
              {{"w", w * 2 + 1}});
-  REQUIRE_THAT(g.header(), Contains("void step(float* w, const int32_t* idx, float* rowsum, float* shifted, "
+  REQUIRE_THAT(g.header(), Contains("int step(float* w, const int32_t* idx, float* rowsum, float* shifted, "
                                     "float* onehot, float* again)"));
   CLibrary lib(g, "upd");
   auto* step = lib.fn<void(float*, const std::int32_t*, float*, float*, float*, float*)>("step");
