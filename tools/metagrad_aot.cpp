@@ -106,17 +106,17 @@ Tensor placeholder(const std::string& name, const Dims& shape, DType dtype) {
 
 int main(int argc, char** argv) try {
   std::string constants = "bin";
-  auto args = tools::parse_model_args(argc, argv, kUsage, [&](const std::string& a) {
+  auto cli = tools::parse_model_args(argc, argv, kUsage, [&](const std::string& a) {
     if (a.rfind("--constants=", 0) != 0) return false;
     constants = a.substr(12);
     if (constants != "bin" && constants != "c")
       throw std::invalid_argument(a + ": the constants go to a binary file (bin) or into the C (c)");
     return true;
   });
-  if (!args) return 0;
-  const std::string& model_path = args->model;
-  std::string dir = args->out.empty() ? "." : args->out, name = args->name;
-  const auto& given = args->inputs;
+  if (!cli) return 0;
+  const std::string& model_path = cli->model;
+  std::string dir = cli->out.empty() ? "." : cli->out, name = cli->name;
+  const auto& given = cli->inputs;
   if (std::set<std::string> none; !name.empty() && c_name(name, "model", none) != name)
     throw std::invalid_argument("-n " + name + ": not a C identifier");
   if (name.empty()) {

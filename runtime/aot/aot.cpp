@@ -371,7 +371,7 @@ void Capture::emit_kernels() {
 void Capture::emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<RawBuffer>>& bufs) {
   const bool array = bufs.size() > kMaxHostArgs;  // such a kernel takes its buffers as one array
   // As the CLANG device's run_host: a kernel of 2^18 ops or more is split over the threads that
-  // NAME_set_threads asked for (PREFIX_split), its range in slices, through PREFIX_tK.
+  // NAME_set_threads asked for (PREFIX_run_range), its range in slices, through PREFIX_tK.
   const bool split = r.op_estimate >= (1 << 18) && r.global_size[0] > 1;
   std::string args;
   for (std::size_t i = 0; i < bufs.size(); ++i)
@@ -384,8 +384,8 @@ void Capture::emit_call(const ASTRunner& r, const std::vector<std::shared_ptr<Ra
     g.splits.emplace(std::stoi(id), detail::cat("static void ", g.prefix, "_t", id,
                                                 "(void* const* a, int64_t s, int64_t e) { ", name, "(",
                                                 array ? "a, " : each, "s, e); }\n"));
-    lines.push_back(detail::cat("{ void* const args[] = {", args, "}; ", g.prefix, "_split(", g.prefix, "_t",
-                                id, ", args, ", n, "); }"));
+    lines.push_back(detail::cat("{ void* const args[] = {", args, "}; ", g.prefix, "_run_range(", g.prefix,
+                                "_t", id, ", args, ", n, "); }"));
   } else if (array) {
     lines.push_back(detail::cat("{ void* const args[] = {", args, "}; ", name, "(args, 0, ", n, "); }"));
   } else {

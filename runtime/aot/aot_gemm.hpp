@@ -22,7 +22,7 @@ std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::
 
 // C source defining the library's threads (runtime/aot/aot_threads.c): `static void
 // PREFIX_use_threads(int)` (1 until called), PREFIX_run_parts (the GEMM's seam) and
-// `PREFIX_split(fn, args, n)`, a kernel's range [0, n) in slices over them.
+// `PREFIX_run_range(fn, args, n)`, a kernel's range [0, n) in slices over them.
 std::string threads_c_source(const std::string& prefix);
 
 }  // namespace metagrad::aot

@@ -4,7 +4,7 @@
    uses (a wake-up costs a few microseconds; starting and joining threads for each product cost 30 us on
    Zen 3), joined when the library is unloaded. Calls into a library are one at a time, so one team
    serves it. P_run_parts(parts, fn, ctx) calls fn(ctx, p, parts) once for each p in [0, parts), part 0
-   on the caller, and returns when all have returned (gemm_driver.h's seam); P_split(fn, args, n) runs a
+   on the caller, and returns when all have returned (gemm_driver.h's seam); P_run_range(fn, args, n) runs a
    kernel's range [0, n) in equal slices, as the CLANG device's thread pool does. */
 #include <pthread.h>
 #include <stdint.h>
@@ -89,8 +89,8 @@ __attribute__((unused)) static void P_range_part(void* r_, int p, int parts) {
   const P_range* r = (const P_range*)r_;
   r->fn(r->args, r->n * p / parts, r->n * (p + 1) / parts);
 }
-__attribute__((unused)) static void P_split(void (*fn)(void* const*, int64_t, int64_t), void* const* args,
-                                            int64_t n) {
+__attribute__((unused)) static void P_run_range(void (*fn)(void* const*, int64_t, int64_t), void* const* args,
+                                                int64_t n) {
   P_range r;
   const int parts = n < P_threads ? (int)n : P_threads;
   if (parts <= 1) {
