@@ -227,12 +227,13 @@ TEST_CASE("AOT: convolutions (their windows gathered, then the C GEMM) equal the
   }
 }
 
-// NAME_set_threads splits a product over threads started for the call: by C's row strips (m a good
-// part of n, or A transposed and packed) or its column strips (A's rows read in place by every part,
-// even 4 KiB apart). Each element is the same sum whatever the split, so 2 and 3 threads must give
-// one thread's result bit for bit, and one thread the CPU device's. Every form has at least 2^22
+// NAME_set_threads splits a product over the library's threads (started on first use, then kept): by C's row
+// strips (m a good part of n, or A transposed and packed) or its column strips (A's rows read in place by
+// every part, even 4 KiB apart). Each element is the same sum whatever the split, so 2 and 3 threads must
+// give one thread's result bit for bit, and one thread the CPU device's. Every form has at least 2^22
 // multiply-adds a part at 3 threads, the library's threshold; the library is compiled with a
-// pthread_create that counts the threads started, so a split not taken fails too.
+// pthread_create that counts the threads started, so a split not taken fails too, and so does a
+// team not kept between calls.
 TEST_CASE("AOT: a product split over threads is bitwise the one-thread product", "[aot]") {
   std::mt19937 rng(5);
   const auto counter =
@@ -278,11 +279,66 @@ TEST_CASE("AOT: a product split over threads is bitwise the one-thread product",
       for (int threads : {2, 3}) {
         INFO(threads << " threads");
         set_threads(threads);
-        const int before = started();
         std::vector<float> got(one.size(), NAN);
         f(av.data(), bv.data(), got.data());
-        REQUIRE(started() - before == threads - 1);
+        REQUIRE(started() == threads - 1);  // the team grows to the threads asked for
         REQUIRE(std::memcmp(got.data(), one.data(), one.size() * sizeof(float)) == 0);
+        std::fill(got.begin(), got.end(), NAN);
+        f(av.data(), bv.data(), got.data());
+        REQUIRE(started() == threads - 1);  // and is kept
+        REQUIRE(std::memcmp(got.data(), one.data(), one.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  std::filesystem::remove(counter);
+}
+
+// Kernels of 2^18 ops or more are split over the library's threads as the CLANG device splits
+// them (their range in slices): an elementwise kernel and a reduction's rows, random sizes, give one
+// thread's bits at 2 and 3 threads, and start the threads asked for, once. A library without
+// products has the team too.
+TEST_CASE("AOT: large kernels split over the library's threads", "[aot]") {
+  std::mt19937 rng(11);
+  const auto counter =
+      std::filesystem::temp_directory_path() / ("metagrad_aot_split_" + std::to_string(::getpid()) + ".h");
+  std::ofstream(counter)
+      << "#include <pthread.h>\n"
+         "static int started;\n"
+         "static int counted_create(pthread_t* t, const pthread_attr_t* at, void* (*f)(void*), "
+         "void* x) {\n  ++started;\n  return pthread_create(t, at, f, x);\n}\n"
+         "int threads_started(void) { return started; }\n"
+         "#define pthread_create counted_create\n";
+  for (int trial = 0; trial < 2; ++trial) {
+    const std::int64_t rows = 300 + std::uniform_int_distribution<int>(0, 300)(rng),
+                       cols = 700 + std::uniform_int_distribution<int>(0, 700)(rng);
+    INFO("rows " << rows << ", cols " << cols);
+    const std::string name = "spl" + std::to_string(trial);
+    aot::Generator g(name);
+    Tensor a = Tensor::empty({rows, cols}, {.device = "CLANG"}),
+           b = Tensor::empty({rows, cols}, {.device = "CLANG"});
+    Tensor e = (a * 2.f + b).exp() - a * b;
+    g.function("f", {{"a", a}, {"b", b}}, {{"e", e}, {"s", e.sum(1)}});
+    std::vector<float> av = randn(rng, rows * cols), bv = randn(rng, rows * cols);
+    Tensor ac(av, {rows, cols}, {.device = "CPU"}), bc(bv, {rows, cols}, {.device = "CPU"});
+    Tensor ec = (ac * 2.f + bc).exp() - ac * bc;
+    CLibrary lib(g, name, "-include " + counter.string());
+    auto* f = lib.fn<int(const float*, const float*, float*, float*)>("f");
+    auto* set_threads = lib.fn<void(int)>((name + "_set_threads").c_str());
+    auto* started = lib.fn<int()>("threads_started");
+    std::vector<float> e1(static_cast<std::size_t>(rows * cols)), s1(static_cast<std::size_t>(rows));
+    f(av.data(), bv.data(), e1.data(), s1.data());
+    REQUIRE(started() == 0);
+    check_close(e1, ec.to_vector<float>(), 1e-5);
+    check_close(s1, ec.sum(1).to_vector<float>(), 1e-4);
+    for (int threads : {2, 3}) {
+      INFO(threads << " threads");
+      set_threads(threads);
+      for (int call = 0; call < 2; ++call) {
+        std::vector<float> e2(e1.size(), NAN), s2(s1.size(), NAN);
+        f(av.data(), bv.data(), e2.data(), s2.data());
+        REQUIRE(started() == threads - 1);
+        REQUIRE(std::memcmp(e2.data(), e1.data(), e1.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(s2.data(), s1.data(), s1.size() * sizeof(float)) == 0);
       }
     }
   }

@@ -24,6 +24,7 @@
 #include "metagrad/device/raw_buffer.hpp"
 #include "metagrad/lazy.hpp"
 #include "metagrad/onnx.hpp"
+#include "model_args.hpp"
 
 using namespace metagrad;
 
@@ -32,8 +33,7 @@ namespace {
 const char* const kUsage =
     "usage: metagrad-aot model.onnx -o DIR [-n NAME] [--input NAME=1x3x224x224 ...] [--constants=bin|c]\n";
 
-// An ONNX name as a C identifier: other characters become '_', a name that starts with a digit gets
-// `role`_ before it, a keyword '_' after it, a name already taken a number.
+// An ONNX name as a C identifier (tools/model_args.hpp).
 std::string c_name(const std::string& onnx, const std::string& role, std::set<std::string>& taken) {
   static const std::set<std::string> keywords{
       "auto",     "break",   "case",    "char",     "const",    "continue", "default",  "do",
@@ -42,35 +42,7 @@ std::string c_name(const std::string& onnx, const std::string& role, std::set<st
       "sizeof",   "static",  "struct",  "switch",   "typedef",  "union",    "unsigned", "void",
       "volatile", "while",   "bool",    "true",     "false",    "NULL",     "int8_t",   "int16_t",
       "int32_t",  "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t"};
-  std::string s;
-  for (char c : onnx) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = role + "_" + s;
-  if (keywords.count(s)) s += "_";
-  std::string name = s;
-  for (int k = 2; !taken.insert(name).second; ++k) name = s + "_" + std::to_string(k);
-  return name;
-}
-
-// "1x3x224x224" -> {1, 3, 224, 224}; "" is a scalar.
-Dims parse_dims(const std::string& text, const std::string& flag) {
-  Dims d;
-  for (std::size_t at = 0; at < text.size();) {
-    std::size_t x = text.find('x', at), end = x == std::string::npos ? text.size() : x;
-    std::string part = text.substr(at, end - at);
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {}
-    if (part.empty() || used != part.size() || v <= 0)
-      throw std::invalid_argument(flag + ": '" + part +
-                                  "' is not a positive size (sizes are written 1x3x224x224)");
-    d.push_back(v);
-    at = x == std::string::npos ? text.size() : x + 1;
-    if (x != std::string::npos && at == text.size())
-      throw std::invalid_argument(flag + ": a size is missing at the end");
-  }
-  return d;
+  return tools::identifier(onnx, role, taken, keywords);
 }
 
 std::string dims_text(const std::vector<onnx::Dim>& dims) {
@@ -86,12 +58,13 @@ std::string dims_text(const std::vector<onnx::Dim>& dims) {
 }
 
 // The shape input k is compiled for: its declared dimensions, with --input's sizes where given.
-Dims fix_shape(const onnx::Model& m, std::size_t k, const std::map<std::string, Dims>& given) {
+Dims fix_shape(const onnx::Model& m, std::size_t k,
+               const std::map<std::string, std::vector<std::int64_t>>& given) {
   const std::string& name = m.input_names()[k];
   const auto& decl = m.input_shapes()[k];
   auto it = given.find(name);
   if (it != given.end()) {
-    const Dims& d = it->second;
+    const Dims d(it->second);
     bool ok = decl.empty() || decl.size() == d.size();
     for (std::size_t i = 0; ok && i < decl.size(); ++i)
       if (auto* v = std::get_if<std::int64_t>(&decl[i]); v && *v != d[i]) ok = false;
@@ -132,40 +105,18 @@ Tensor placeholder(const std::string& name, const Dims& shape, DType dtype) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string model_path, dir = ".", name, constants = "bin";
-  std::map<std::string, Dims> given;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value\n" + kUsage);
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "-o") {
-      dir = value();
-    } else if (a == "-n") {
-      name = value();
-    } else if (a == "--input" || a.rfind("--input=", 0) == 0) {
-      std::string v = a == "--input" ? value() : a.substr(8), flag = "--input " + v;
-      auto eq = v.find('=');
-      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(flag + ": write NAME=1x3x224x224");
-      if (!given.emplace(v.substr(0, eq), parse_dims(v.substr(eq + 1), flag)).second)
-        throw std::invalid_argument(flag + ": the input is given twice");
-    } else if (a.rfind("--constants=", 0) == 0) {
-      constants = a.substr(12);
-      if (constants != "bin" && constants != "c")
-        throw std::invalid_argument(a + ": the constants go to a binary file (bin) or into the C (c)");
-    } else if (!a.empty() && a[0] == '-') {
-      throw std::invalid_argument("unknown option " + a + "\n" + kUsage);
-    } else if (model_path.empty()) {
-      model_path = a;
-    } else {
-      throw std::invalid_argument("one model at a time: " + model_path + " and " + a + "\n" + kUsage);
-    }
-  }
-  if (model_path.empty()) throw std::invalid_argument(std::string("no model file\n") + kUsage);
+  std::string constants = "bin";
+  auto cli = tools::parse_model_args(argc, argv, kUsage, [&](const std::string& a) {
+    if (a.rfind("--constants=", 0) != 0) return false;
+    constants = a.substr(12);
+    if (constants != "bin" && constants != "c")
+      throw std::invalid_argument(a + ": the constants go to a binary file (bin) or into the C (c)");
+    return true;
+  });
+  if (!cli) return 0;
+  const std::string& model_path = cli->model;
+  std::string dir = cli->out.empty() ? "." : cli->out, name = cli->name;
+  const auto& given = cli->inputs;
   if (std::set<std::string> none; !name.empty() && c_name(name, "model", none) != name)
     throw std::invalid_argument("-n " + name + ": not a C identifier");
   if (name.empty()) {

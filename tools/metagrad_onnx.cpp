@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "model_args.hpp"
+
 namespace {
 
 using i64 = std::int64_t;
@@ -42,8 +44,7 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// An ONNX name as a C++ identifier: other characters become '_', a leading digit gets `role`_
-// before it, a keyword (or a safetensors header key) '_' after it, a name already taken a number.
+// An ONNX name as a C++ identifier (tools/model_args.hpp); a safetensors header key is reserved too.
 std::string identifier(const std::string& onnx, const std::string& role, std::set<std::string>& taken) {
   static const std::set<std::string> reserved{
       "alignas", "alignof", "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class", "const",
@@ -56,14 +57,7 @@ std::string identifier(const std::string& onnx, const std::string& role, std::se
       "load_into", "forward",
       // the keys of a safetensors entry, which load() searches for by name
       "dtype", "shape", "data_offsets"};
-  std::string s;
-  for (char c : onnx) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '_') s = role + "_" + s;
-  while (s.find("__") != std::string::npos) s.replace(s.find("__"), 2, "_");  // reserved in C++
-  if (reserved.count(s)) s += "_";
-  std::string name = s;
-  for (int k = 2; !taken.insert(name).second; ++k) name = s + "_" + std::to_string(k);
-  return name;
+  return metagrad::tools::identifier(onnx, role, taken, reserved);
 }
 
 std::string list(const Shape& d, const char* sep = ", ") {
@@ -86,23 +80,6 @@ std::string literal(double v) {
   std::string s = b;
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s + "f";
-}
-
-// "1x3x224x224" -> {1, 3, 224, 224}.
-Shape parse_dims(const std::string& text, const std::string& flag) {
-  Shape d;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, 'x');) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {}
-    if (used != part.size() || v <= 0)
-      throw Error(flag + ": '" + part + "' is not a positive size (sizes are written 1x3x224x224)");
-    d.push_back(v);
-  }
-  return d;
 }
 
 // A constant: an initializer or a Constant node's value, as floats (and as integers when it is one).
@@ -1268,40 +1245,18 @@ inline void load(Params& p, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string model_path, out, name, emit;
-  std::map<std::string, Shape> given;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error(a + " needs a value\n" + kUsage);
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "-o") {
-      out = value();
-    } else if (a == "-n") {
-      name = value();
-    } else if (a.rfind("--emit=", 0) == 0) {
-      emit = a.substr(7);
-    } else if (a == "--input" || a.rfind("--input=", 0) == 0) {
-      std::string v = a == "--input" ? value() : a.substr(8), flag = "--input " + v;
-      auto eq = v.find('=');
-      if (eq == std::string::npos || eq == 0) throw Error(flag + ": write NAME=1x3x224x224");
-      if (!given.emplace(v.substr(0, eq), parse_dims(v.substr(eq + 1), flag)).second)
-        throw Error(flag + ": the input is given twice");
-    } else if (!a.empty() && a[0] == '-') {
-      throw Error("unknown option " + a + "\n" + kUsage);
-    } else if (model_path.empty()) {
-      model_path = a;
-    } else {
-      throw Error("one model at a time: " + model_path + " and " + a + "\n" + kUsage);
-    }
-  }
+  std::string emit;
+  auto args = metagrad::tools::parse_model_args(argc, argv, kUsage, [&](const std::string& a) {
+    if (a.rfind("--emit=", 0) != 0) return false;
+    emit = a.substr(7);
+    return true;
+  });
+  if (!args) return 0;
+  const std::string &model_path = args->model, &out = args->out;
+  std::string name = args->name;
+  const std::map<std::string, Shape>& given = args->inputs;
   if (emit != "cpp")
     throw Error("--emit=cpp is the one output there is (a static-path C++ header)\n" + std::string(kUsage));
-  if (model_path.empty()) throw Error(std::string("no model file\n") + kUsage);
   if (out.empty()) throw Error(std::string("no output header (-o model.hpp)\n") + kUsage);
   std::set<std::string> none;
   if (!name.empty() && identifier(name, "model", none) != name)

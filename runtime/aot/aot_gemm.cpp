@@ -2,9 +2,9 @@
 // size, the blocking, k's steps, B in place, the split over threads), gemm_kernel.h (the tiles, the
 // packing and the loops around them) and gemm_driver.h (the blocked product, its parts over
 // threads), the C++ kernel's own text, around this folder's aot_gemm_prelude.h (the vector type and
-// the seam for them) and aot_gemm_sgemm.c (threads started for each call, only where the caller
-// asks for them: NAME_set_threads). All five are real files, compiled as C by test/aot
-// (aot_gemm_c_*).
+// the seam for them) and aot_gemm_sgemm.c (its parts over the library's threads: aot_threads.c,
+// started only where the caller asks for them, NAME_set_threads). All six are real files, compiled as
+// C by test/aot (aot_gemm_c_*).
 #include "aot_gemm.hpp"
 
 #include <algorithm>
@@ -40,6 +40,15 @@ constexpr const char* kDriver =
 constexpr const char* kSgemm =
 #include "gemm_sgemm_text.inc"
     ;
+constexpr const char* kThreads =
+#include "gemm_threads_text.inc"
+    ;
+
+std::string threads_c_source(const std::string& prefix) {
+  std::string s = kThreads;
+  replace_all(s, "P_", prefix + "_");
+  return s;
+}
 
 std::string gemm_c_source(const std::string& prefix, GemmExtent max, const cpu::CacheSizes& caches) {
   auto prefixed = [&](std::string s) {

@@ -1,11 +1,10 @@
 /* The prelude of an AOT library's C GEMM (runtime/aot/aot_gemm.cpp pastes this text after
    gemm_plan.h and before gemm_kernel.h and gemm_driver.h; CMake reads it at build time): the names
    those ask their includer for (MG_T, MG_V, MG_LOAD and the rest, as GNU C vectors; the driver's
-   seam for threads, MG_PARTS and MG_RUN_PARTS, defined in aot_gemm_sgemm.c), the cache blocking for
+   seam for threads, MG_PARTS and MG_RUN_PARTS, defined in aot_gemm_sgemm.c and aot_threads.c), the cache blocking for
    floats from the generating machine's caches, and the packing buffers. The includer defines P_L1,
    P_L2, P_L3 (cache bytes) and P_MMAX, P_NMAX, P_KMAX (the largest product); names beginning with
    the P prefix take the library's. Compiled as C by test/aot (aot_gemm_c_*). */
-#include <pthread.h>
 #include <stdlib.h>
 #if defined(__SSE__)
 #include <immintrin.h>
@@ -84,7 +83,7 @@ static inline P_v P_broadcast(const float* p) { /* a loop of lanes made a mess o
   X(METAGRAD_GEMM_NV, 1, 2) X(METAGRAD_GEMM_NV, 1, 0) X(1, 1, 0) X(METAGRAD_GEMM_NV, 0, 0) X(1, 0, 0)
 #define P_TILE_DECLARE(Nv, InPlaceA, Ahead) static void P_TILE_KIND(Nv, InPlaceA, Ahead)(int R, P_TILE_ARGS);
 P_TILE_KINDS(P_TILE_DECLARE)
-/* gemm_driver.h's seam: threads started for each call (aot_gemm_sgemm.c), meeting once a product */
+/* gemm_driver.h's seam: the library's team (aot_threads.c; the parts in aot_gemm_sgemm.c), meeting once a product */
 static int64_t P_parts(int64_t macs, int64_t strips);
 static void P_run_parts(int parts, void (*fn)(void*, int, int), void* ctx);
 #define MG_PARTS(macs, strips) P_parts(macs, strips)

@@ -1,6 +1,6 @@
 /* The entry of an AOT library's C GEMM, after gemm_kernel.h and gemm_driver.h (runtime/aot/aot_gemm.cpp
    pastes this text last; CMake reads it at build time): the tiles' out-of-line functions, the
-   driver's seam for threads (a team started for each call) and P_sgemm, P_use_threads. Names
+   driver's seam for threads (the team of aot_threads.c) and P_sgemm. Names
    beginning with the P prefix take the library's. Compiled as C by test/aot (aot_gemm_c_*). */
 #define P_TILE_CASE(s, Nv, InPlaceA, Ahead)                                                                \
   case METAGRAD_GEMM_TILE_ROWS(P_MR, s):                                                                   \
@@ -20,40 +20,13 @@
   }
 P_TILE_KINDS(P_TILE_DEFINE)
 
-/* gemm_driver.h's seam: threads started for each product (P_sgemm), the caller one of them, each
-   running a part of C as a product of its own (MG_PARTS_ONCE), so that the library needs only libc;
-   a part is at least METAGRAD_GEMM_CALL_THREAD_MACS multiply-adds (gemm_plan.h: a start and join
-   cost more than the pool's wake-up). */
-#define P_TMAX 64
-static int P_threads = 1;
+/* gemm_driver.h's seam: the library's team (aot_threads.c, pasted before this text), the caller one of
+   them, each running a part of C as a product of its own (MG_PARTS_ONCE: the parts meet once a
+   product); a part is at least METAGRAD_GEMM_CALL_THREAD_MACS multiply-adds (gemm_plan.h: a wake-up
+   through a condition variable costs more than the C++ pool's). */
 static int64_t P_parts(int64_t macs, int64_t strips) {
   const int64_t parts = P_MIN(P_threads, macs / METAGRAD_GEMM_CALL_THREAD_MACS);
   return P_CLAMP(parts, 1, strips);
-}
-typedef struct {
-  void (*fn)(void*, int, int);
-  void* ctx;
-  int p, parts;
-} P_part;
-static void* P_part_run(void* t) {
-  const P_part* part = (const P_part*)t;
-  part->fn(part->ctx, part->p, part->parts);
-  return 0;
-}
-static void P_run_parts(int parts, void (*fn)(void*, int, int), void* ctx) {
-  P_part part[P_TMAX];
-  pthread_t thread[P_TMAX];
-  int started[P_TMAX], p;
-  for (p = 1; p < parts; ++p) {
-    part[p].fn = fn, part[p].ctx = ctx, part[p].p = p, part[p].parts = parts;
-    started[p] = pthread_create(&thread[p], 0, P_part_run, &part[p]) == 0;
-  }
-  fn(ctx, 0, parts);
-  for (p = 1; p < parts; ++p)
-    if (started[p])
-      pthread_join(thread[p], 0);
-    else
-      fn(ctx, p, parts); /* no thread: the caller runs it */
 }
 
 /* the other parts' buffers (P_ABLOCK floats each), allocated on first use and kept; they go with
@@ -61,7 +34,6 @@ static void P_run_parts(int parts, void (*fn)(void*, int, int), void* ctx) {
 static char* P_more;
 static int64_t P_more_parts;
 __attribute__((destructor)) static void P_free_buffers(void) { free(P_more), P_more = 0, P_more_parts = 0; }
-static void P_use_threads(int threads) { P_threads = threads < 1 ? 1 : threads > P_TMAX ? P_TMAX : threads; }
 
 static void P_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t ars, int64_t acs, const float* b,
                     int64_t brs, int64_t bcs, float* c, int64_t ldc) {

@@ -1,4 +1,4 @@
-/* The AOT library's C GEMM compiled as C, as runtime/aot/aot_gemm.cpp assembles it (gemm_plan.h,
+/* The AOT library's C GEMM compiled as C, as runtime/aot/aot_gemm.cpp assembles it (aot_threads.c, gemm_plan.h,
    aot_gemm_prelude.h, gemm_kernel.h, gemm_driver.h, aot_gemm_sgemm.c; the P prefix kept), under -Wall
    -Werror, and its products checked against a double reference: random shapes and strides (A or B transposed,
    B's rows a multiple of 16 apart and off a cache line), caches small enough that every loop of the driver
@@ -16,6 +16,7 @@
 #define P_KMAX 640L
 /* in the library's order (clang-format off: not sorted) */
 /* clang-format off */
+#include "aot_threads.c"
 #include "metagrad/detail/cpu/gemm_plan.h"
 #include "aot_gemm_prelude.h"
 #include "metagrad/detail/cpu/gemm_kernel.h"

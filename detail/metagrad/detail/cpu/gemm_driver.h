@@ -8,11 +8,12 @@
    No include guard. Beside gemm_kernel.h's names, the includer defines the seam for its threads:
    MG_PARTS(macs, strips), the parts a product of `macs` multiply-adds over `strips` tiles of C is
    cut into (1: not split; the threshold is the seam's, by its threads' cost: gemm_plan.h's
-   METAGRAD_GEMM_POOL_MACS for the C++ pool, METAGRAD_GEMM_CALL_THREAD_MACS for threads started per
-   call), and MG_RUN_PARTS(parts, fn, ctx), which calls fn(ctx, p, parts) once for each p in
+   METAGRAD_GEMM_POOL_MACS for the C++ pool, METAGRAD_GEMM_CALL_THREAD_MACS for an AOT library's
+   team), and MG_RUN_PARTS(parts, fn, ctx), which calls fn(ctx, p, parts) once for each p in
    [0, parts) on its threads and returns when all have returned; MG_PARTS_ONCE, 1 where the parts
-   meet once a product rather than twice a KC step (threads started per call, for which each meeting
-   costs a wake-up; on a machine with more threads than cores, a scheduling slice). MG_PACK_B(dst, kc, count,
+   meet once a product rather than twice a KC step (an AOT library's team, for which each meeting
+   costs a wake-up through a condition variable; on a machine with more threads than cores, a
+   scheduling slice). MG_PACK_B(dst, kc, count,
    src, step, across), B's packing into strips of NR, may be defined (the C++ kernel's out-of-line copy). */
 #ifndef MG_PACK_B
 #define MG_PACK_B(dst, kc, count, src, step, across) \

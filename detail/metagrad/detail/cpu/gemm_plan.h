@@ -30,9 +30,9 @@
 
 /* The split over threads, by the threads' cost: the C++ pool's threads persist, and a product of
    METAGRAD_GEMM_POOL_MACS multiply-adds or more is split over them (parallel.hpp's kParallelMacs,
-   every op's threshold); an AOT library starts threads for each call, a start and join costing
-   30 us on Zen 3, so a part there is at least METAGRAD_GEMM_CALL_THREAD_MACS (at 2^20 a part,
-   127 x 127 at 2 threads ran at half its speed on one). */
+   every op's threshold); an AOT library's team sleeps on a condition variable between uses (and
+   once started a thread for each call, 30 us a start and join on Zen 3), so a part there is at least
+   METAGRAD_GEMM_CALL_THREAD_MACS (at 2^20 a part, 127 x 127 at 2 threads ran at half its speed on one). */
 #define METAGRAD_GEMM_POOL_MACS ((int64_t)1 << 20)
 #define METAGRAD_GEMM_CALL_THREAD_MACS ((int64_t)1 << 22)
 
