@@ -674,12 +674,17 @@ TEST_CASE("onnx: string initializers, Equal on strings, and a string output thro
   b.input("x", {2, 2}, kString).output("eq", ::onnx::TensorProto::BOOL).output("same", kString);
   b.init_strings("words", {2}, {"cat", "dog"});
   b.node("Equal", {"x", "words"}, {"eq"}, "eq");
-  b.node("Identity", {"x"}, {"same"}, "id");
+  b.init_i64("flat", {4}).init_i64("back", {2, 2});  // strings move through Reshape and Flatten
+  b.node("Reshape", {"x", "flat"}, {"r"}, "r");
+  b.node("Flatten", {"r"}, {"f"}, "f");
+  b.node("Reshape", {"f", "back"}, {"b"}, "b");
+  b.node("Identity", {"b"}, {"same"}, "id");
   mo::Model m = b.parse();
   auto x = strings({"cat", "cow", "dog", "dog"}, {2, 2});
   auto out = m.run({x});
   REQUIRE(std::get<Tensor>(out[0]).to_vector<bool>() == std::vector<bool>{true, false, false, true});
   REQUIRE(str_of(out[1]).data == x.data);
+  REQUIRE(str_of(out[1]).shape == Dims{2, 2});
   REQUIRE_THAT(message([&] {
                  m.run({strings({"cat"}, {2, 2})});
                }),
