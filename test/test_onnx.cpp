@@ -666,6 +666,15 @@ TEST_CASE("onnx: Cast to STRING and back is exact; the text is ONNX's", "[onnx]"
                  b.parse().run({strings({"1", "2", "Hello", "4", "5", "6"}, {6})});
                }),
                Contains("node 0 'parse' (Cast): Cast: the string 'Hello' is not a number"));
+  Builder ib(13);
+  ib.input("x", {3}, kString).output("y", ::onnx::TensorProto::INT64);
+  attr_i(ib.node("Cast", {"x"}, {"y"}, "to_int"), "to", ::onnx::TensorProto::INT64);
+  auto iy = ib.parse().run({strings({"-7", "100.5", "9007199254740993"}, {3})});
+  REQUIRE(std::get<Tensor>(iy[0]).to_vector<i64>() == std::vector<i64>{-7, 100, 9007199254740993});
+  REQUIRE_THAT(message([&] {
+                 ib.parse().run({strings({"1", "1e30", "3"}, {3})});
+               }),
+               Contains("the string '1e30' is out of the range of int64"));
 }
 
 TEST_CASE("onnx: string initializers, Equal on strings, and a string output through the Tensor call",

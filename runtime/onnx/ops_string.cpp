@@ -72,6 +72,8 @@ std::int64_t parse_int(const std::string& s, DType to) {
                                 : std::from_chars(s.data(), end, v);
   if (r.ec == std::errc() && r.ptr == end) return to == dtypes::bool_ ? v != 0 : v;
   double d = parse_float(s, false);
+  if (!(std::abs(d) < 9.2e18))  // NaN too
+    throw Error("Cast: the string '" + s + "' is out of the range of " + to.name);
   Host h;
   h.dtype = to;
   h.push(d);
