@@ -41,6 +41,8 @@ Tensor random_input(const onnx::Model& m) {
   for (const onnx::Dim& d : m.input_shapes().at(0))
     shape.push_back(std::holds_alternative<std::int64_t>(d) ? std::get<std::int64_t>(d) : 1);
   DType dt = m.input_dtypes().at(0);
+  if (dt == onnx::string_dtype)
+    throw std::runtime_error(m.path() + ": its input is a tensor of strings (onnx::Model::run takes those)");
   if (dtypes::is_float(dt)) return Tensor::randn(shape).cast(dt).realize();
   return (Tensor::rand(shape) * 10).floor().cast(dt).realize();
 }

@@ -72,6 +72,15 @@ struct Builder {
     for (auto x : v) t->add_float_data(static_cast<float>(x));
     return *this;
   }
+  Builder& init_strings(const std::string& name, const std::vector<i64>& dims,
+                        const std::vector<std::string>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::STRING);
+    for (auto d : dims) t->add_dims(d);
+    for (const auto& x : v) t->add_string_data(x);
+    return *this;
+  }
   std::string bytes() const { return m.SerializeAsString(); }
   metagrad::onnx::Model parse() const { return metagrad::onnx::parse(bytes(), "built.onnx"); }
 };
@@ -87,6 +96,12 @@ inline void attr_s(::onnx::NodeProto* n, const std::string& name, const std::str
   a->set_name(name);
   a->set_type(::onnx::AttributeProto::STRING);
   a->set_s(v);
+}
+inline void attr_strings(::onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::STRINGS);
+  for (const auto& x : v) a->add_strings(x);
 }
 inline void attr_f(::onnx::NodeProto* n, const std::string& name, float v) {
   auto* a = n->add_attribute();

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include <unistd.h>
@@ -31,6 +32,7 @@ namespace fs = std::filesystem;
 using metagrad::test::attr_f;
 using metagrad::test::attr_i;
 using metagrad::test::attr_s;
+using metagrad::test::attr_strings;
 using metagrad::test::Builder;
 using metagrad::test::i64;
 namespace mo = metagrad::onnx;
@@ -518,6 +520,207 @@ TEST_CASE("onnx: Slice agrees on the host path and the Tensor path for random bo
   }
 }
 
+// ---- tensors of strings ----
+namespace {
+
+constexpr int kString = ::onnx::TensorProto::STRING;
+
+mo::StringTensor strings(std::vector<std::string> v, const Dims& shape) { return {shape, std::move(v)}; }
+
+const mo::StringTensor& str_of(const mo::AnyTensor& v) {
+  REQUIRE(std::holds_alternative<mo::StringTensor>(v));
+  return std::get<mo::StringTensor>(v);
+}
+
+std::string ascii_case(std::string s, bool up) {
+  for (auto& c : s)
+    c = static_cast<char>(up ? std::toupper(static_cast<unsigned char>(c))
+                             : std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: StringNormalizer over random words agrees with a plain reference", "[onnx]") {
+  std::mt19937 gen(61);
+  const std::string letters = "aAbBcCdDeEzZ09 _-";
+  auto word = [&] {
+    std::string w;
+    for (std::size_t n = gen() % 4; n-- > 0;) w += letters[gen() % letters.size()];
+    return w;
+  };
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::string action =
+        std::vector<std::string>{"NONE", "LOWER", "UPPER"}[static_cast<std::size_t>(trial % 3)];
+    const bool sensitive = (trial / 3) % 2, two_d = (trial / 6) % 2;
+    std::vector<std::string> stop;
+    for (std::size_t n = gen() % 4; n-- > 0;) stop.push_back(word());
+    std::vector<std::string> x;
+    for (std::size_t n = 1 + gen() % 8; n-- > 0;)
+      x.push_back(gen() % 3      ? word()
+                  : stop.empty() ? word()
+                                 : ascii_case(stop[gen() % stop.size()], gen() % 2));
+    const auto c = static_cast<i64>(x.size());
+    Builder b(10);
+    b.input("x",
+            two_d ? std::vector<std::variant<i64, std::string>>{1, c}
+                  : std::vector<std::variant<i64, std::string>>{c},
+            kString)
+        .output("y", kString);
+    auto* n = b.node("StringNormalizer", {"x"}, {"y"}, "norm");
+    if (action != "NONE" || gen() % 2) attr_s(n, "case_change_action", action);
+    attr_i(n, "is_case_sensitive", sensitive);
+    if (!stop.empty()) attr_strings(n, "stopwords", stop);
+    std::vector<std::string> want;
+    for (const auto& w : x) {
+      bool drop = false;
+      for (const auto& s : stop)
+        drop = drop || (sensitive ? w == s : ascii_case(w, false) == ascii_case(s, false));
+      if (!drop) want.push_back(action == "NONE" ? w : ascii_case(w, action == "UPPER"));
+    }
+    if (want.empty()) want.emplace_back();
+    const auto wc = static_cast<i64>(want.size());
+    INFO("trial " << trial << ": " << action << (sensitive ? ", case-sensitive" : ""));
+    mo::Model m = b.parse();
+    REQUIRE(m.input_dtypes()[0] == mo::string_dtype);
+    REQUIRE(m.output_dtypes()[0] == mo::string_dtype);
+    auto out = m.run({strings(x, two_d ? Dims{1, c} : Dims{c})});
+    REQUIRE(out.size() == 1);
+    const auto& y = str_of(out[0]);
+    REQUIRE(y.data == want);
+    REQUIRE(y.shape == (two_d ? Dims{1, wc} : Dims{wc}));
+  }
+}
+
+TEST_CASE("onnx: StringNormalizer maps UTF-8 case, rejects bad shapes and unknown locales", "[onnx]") {
+  auto model = [](const std::string& action, const std::string& locale) {
+    Builder b(10);
+    b.input("x", {}, kString).output("y", kString);  // any shape: the operator checks it
+    auto* n = b.node("StringNormalizer", {"x"}, {"y"}, "norm");
+    attr_s(n, "case_change_action", action);
+    if (!locale.empty()) attr_s(n, "locale", locale);
+    attr_strings(n, "stopwords", {"ÉTÉ"});
+    return b;
+  };
+  auto up = model("UPPER", "en_US").parse().run({strings({"façade", "été", "Ωmega"}, {3})});
+  REQUIRE(str_of(up[0]).data ==
+          std::vector<std::string>{"FAÇADE", "ΩMEGA"});  // "été" is a stopword in any case
+  auto low = model("LOWER", "").parse().run({strings({"ÀB", "Σ"}, {2})});
+  REQUIRE(str_of(low[0]).data == std::vector<std::string>{"àb", "σ"});
+  REQUIRE_THAT(message([&] { model("UPPER", "xx_NOWHERE").parse(); }),
+               Contains("node 0 'norm' (StringNormalizer): locale 'xx_NOWHERE' is not supported"));
+  REQUIRE_THAT(message([&] { model("TITLE", "").parse(); }),
+               Contains("case_change_action 'TITLE' is not supported"));
+  REQUIRE_THAT(message([&] {
+                 model("UPPER", "").parse().run({strings({"a", "b", "c", "d"}, {2, 2})});
+               }),
+               Contains("StringNormalizer takes a tensor of shape (C,) or (1, C), the input is (2, 2)"));
+  REQUIRE_THAT(message([&] {
+                 model("UPPER", "").parse().run({f32({1, 2}, {2})});
+               }),
+               Contains("input 'x' must be string, it is float32"));
+}
+
+TEST_CASE("onnx: Cast to STRING and back is exact; the text is ONNX's", "[onnx]") {
+  auto cast = [](int from, int to) {
+    Builder b(13);
+    b.input("x", {std::string("n")}, from).output("y", to);
+    attr_i(b.node("Cast", {"x"}, {"s"}, "to_text"), "to", kString);
+    attr_i(b.node("Cast", {"s"}, {"y"}, "from_text"), "to", to);
+    b.output("s", kString);
+    return b.parse();
+  };
+  std::mt19937 gen(5);
+  std::vector<double> xs = {1.0, -0.0, 1e-5, 0.039187793, 1e16, 123.5, 3e38, -2.5e-7};
+  for (int k = 0; k < 200; ++k)
+    xs.push_back(
+        std::ldexp(std::uniform_real_distribution<double>(-1, 1)(gen), static_cast<int>(gen() % 120) - 60));
+  const auto n = static_cast<i64>(xs.size());
+  for (int to : {::onnx::TensorProto::FLOAT, ::onnx::TensorProto::DOUBLE}) {
+    Tensor x = to == ::onnx::TensorProto::FLOAT ? f32(xs, {n}) : Tensor(xs, {n});
+    auto out = cast(to, to).run({x});
+    const auto& text = str_of(out[1]);
+    REQUIRE(std::get<Tensor>(out[0]).to_vector<double>() == x.to_vector<double>());  // bit-exact both ways
+    if (to == ::onnx::TensorProto::FLOAT)
+      REQUIRE(std::vector<std::string>(text.data.begin(), text.data.begin() + 8) ==
+              std::vector<std::string>{"1.0", "-0.0", "1e-05", "0.039187793", "1e+16", "123.5", "3e+38",
+                                       "-2.5e-07"});
+  }
+  std::vector<i64> ints = {0, -1, 42, std::numeric_limits<i64>::max(), std::numeric_limits<i64>::min()};
+  auto iout = cast(::onnx::TensorProto::INT64, ::onnx::TensorProto::INT64).run({Tensor(ints, {5})});
+  REQUIRE(std::get<Tensor>(iout[0]).to_vector<i64>() == ints);
+  REQUIRE(str_of(iout[1]).data[3] == "9223372036854775807");
+
+  Builder b(13);
+  b.input("x", {6}, kString).output("y");
+  attr_i(b.node("Cast", {"x"}, {"y"}, "parse"), "to", ::onnx::TensorProto::FLOAT);
+  auto y = std::get<Tensor>(b.parse().run({strings({"NaN", "INF", "+inf", "-INF", "1E8", "0.5"}, {6})})[0])
+               .to_vector<float>();
+  REQUIRE(std::isnan(y[0]));
+  REQUIRE(y[1] == INFINITY);
+  REQUIRE(y[2] == INFINITY);
+  REQUIRE(y[3] == -INFINITY);
+  REQUIRE(y[4] == 1e8f);
+  REQUIRE(y[5] == 0.5f);
+  REQUIRE_THAT(message([&] {
+                 b.parse().run({strings({"1", "2", "Hello", "4", "5", "6"}, {6})});
+               }),
+               Contains("node 0 'parse' (Cast): Cast: the string 'Hello' is not a number"));
+  Builder ib(13);
+  ib.input("x", {3}, kString).output("y", ::onnx::TensorProto::INT64);
+  attr_i(ib.node("Cast", {"x"}, {"y"}, "to_int"), "to", ::onnx::TensorProto::INT64);
+  auto iy = ib.parse().run({strings({"-7", "100.5", "9007199254740993"}, {3})});
+  REQUIRE(std::get<Tensor>(iy[0]).to_vector<i64>() == std::vector<i64>{-7, 100, 9007199254740993});
+  REQUIRE_THAT(message([&] {
+                 ib.parse().run({strings({"1", "1e30", "3"}, {3})});
+               }),
+               Contains("the string '1e30' is out of the range of int64"));
+}
+
+TEST_CASE("onnx: string initializers, Equal on strings, and a string output through the Tensor call",
+          "[onnx]") {
+  Builder b;
+  b.input("x", {2, 2}, kString).output("eq", ::onnx::TensorProto::BOOL).output("same", kString);
+  b.init_strings("words", {2}, {"cat", "dog"});
+  b.node("Equal", {"x", "words"}, {"eq"}, "eq");
+  b.init_i64("flat", {4}).init_i64("back", {2, 2});  // strings move through Reshape and Flatten
+  b.node("Reshape", {"x", "flat"}, {"r"}, "r");
+  b.node("Flatten", {"r"}, {"f"}, "f");
+  b.node("Reshape", {"f", "back"}, {"b"}, "b");
+  b.node("Identity", {"b"}, {"same"}, "id");
+  mo::Model m = b.parse();
+  auto x = strings({"cat", "cow", "dog", "dog"}, {2, 2});
+  auto out = m.run({x});
+  REQUIRE(std::get<Tensor>(out[0]).to_vector<bool>() == std::vector<bool>{true, false, false, true});
+  REQUIRE(str_of(out[1]).data == x.data);
+  REQUIRE(str_of(out[1]).shape == Dims{2, 2});
+  REQUIRE_THAT(message([&] {
+                 m.run({strings({"cat"}, {2, 2})});
+               }),
+               Contains("input 'x' has shape (2, 2) but 1 strings"));
+
+  Builder c;
+  c.input("x", {2}).output("y").output("text", kString);
+  c.node("Relu", {"x"}, {"y"});
+  attr_i(c.node("Cast", {"x"}, {"text"}, "fmt"), "to", kString);
+  REQUIRE_THAT(
+      message([&] {
+        c.parse()({f32({1, 2}, {2})});
+      }),
+      Contains(
+          "built.onnx: the output 'text' is a tensor of strings, which a Tensor cannot hold: call run()"));
+  ::onnx::TensorProto words;  // a .pb of strings: read_any reads it, read_tensor says why it cannot
+  words.set_data_type(kString);
+  words.add_dims(2);
+  words.add_string_data("a");
+  words.add_string_data("");
+  fs::path pb = temp_dir("strings") / "words.pb";
+  std::ofstream(pb, std::ios::binary) << words.SerializeAsString();
+  REQUIRE(str_of(mo::read_any(pb.string())).data == std::vector<std::string>{"a", ""});
+  REQUIRE_THAT(message([&] { mo::read_tensor(pb.string()); }), Contains("holds strings"));
+  fs::remove_all(pb.parent_path());
+}
+
 // ---- the backend tests ----
 namespace {
 
@@ -527,8 +730,23 @@ namespace {
 
 // Why a test's output differs, or "" when it matches (rtol 1e-3, atol 1e-5, as ONNX's runner); the
 // largest absolute difference seen goes to max_err.
-std::string compare(const Tensor& got, const Tensor& want, std::size_t k, double& max_err) {
+std::string compare(const mo::AnyTensor& got_any, const mo::AnyTensor& want_any, std::size_t k,
+                    double& max_err) {
   std::string o = "output " + std::to_string(k) + ": ";
+  if (got_any.index() != want_any.index())
+    return o + (got_any.index() ? "strings" : "a Tensor") + ", expected " +
+           (want_any.index() ? "strings" : "a Tensor");
+  if (const auto* ws = std::get_if<mo::StringTensor>(&want_any)) {
+    const auto& gs = std::get<mo::StringTensor>(got_any);
+    if (gs.shape != ws->shape)
+      return o + "shape " + to_string(gs.shape) + ", expected " + to_string(ws->shape);
+    for (std::size_t i = 0; i < ws->data.size(); ++i)
+      if (gs.data[i] != ws->data[i])
+        return o + "element " + std::to_string(i) + " is '" + gs.data[i] + "', expected '" + ws->data[i] +
+               "'";
+    return "";
+  }
+  const Tensor &got = std::get<Tensor>(got_any), &want = std::get<Tensor>(want_any);
   if (got.dtype() != want.dtype()) return o + "dtype " + got.dtype().name + ", expected " + want.dtype().name;
   if (got.shape() != want.shape())
     return o + "shape " + to_string(got.shape()) + ", expected " + to_string(want.shape());
@@ -544,12 +762,12 @@ std::string compare(const Tensor& got, const Tensor& want, std::size_t k, double
   return "";
 }
 
-std::vector<Tensor> read_all(const fs::path& dir, const std::string& prefix) {
-  std::vector<Tensor> out;
+std::vector<mo::AnyTensor> read_all(const fs::path& dir, const std::string& prefix) {
+  std::vector<mo::AnyTensor> out;
   for (std::size_t k = 0;; ++k) {
     fs::path p = dir / (prefix + "_" + std::to_string(k) + ".pb");
     if (!fs::exists(p)) return out;
-    out.push_back(mo::read_tensor(p.string()));
+    out.push_back(mo::read_any(p.string()));
   }
 }
 
@@ -565,7 +783,7 @@ std::string run_backend_test(const fs::path& dir, double& max_err) {
     if (sets.empty()) return "no test_data_set_* folder";
     for (const auto& s : sets) {
       auto in = read_all(s, "input"), want = read_all(s, "output");
-      auto got = m(in);
+      auto got = m.run(in);
       if (got.size() != want.size())
         return std::to_string(got.size()) + " outputs, expected " + std::to_string(want.size());
       for (std::size_t k = 0; k < got.size(); ++k)
@@ -680,7 +898,7 @@ TEST_CASE("onnx: damaged backend-test models load or fail with onnx::Error", "[.
       try {
         mo::Model m = mo::parse(bad, "damaged.onnx", dir.string());
         ++loaded;
-        m(inputs);
+        m.run(inputs);
         ++ran;
       } catch (const mo::Error& e) {
         ++rejected;

@@ -135,9 +135,13 @@ int main(int argc, char** argv) try {
     }
   std::set<std::string> taken;  // the parameters' names
   std::vector<aot::Arg> ins, outs;
-  for (std::size_t k = 0; k < m.input_names().size(); ++k)
+  for (std::size_t k = 0; k < m.input_names().size(); ++k) {
+    if (m.input_dtypes()[k] == onnx::string_dtype)
+      throw std::invalid_argument("input '" + m.input_names()[k] +
+                                  "' is a tensor of strings, which C code cannot take");
     ins.push_back({c_name(m.input_names()[k], "input", taken),
                    placeholder(m.input_names()[k], fix_shape(m, k, given), m.input_dtypes()[k])});
+  }
   std::vector<Tensor> xs;
   for (const auto& a : ins) xs.push_back(a.tensor);
   std::vector<Tensor> ys = m(xs);

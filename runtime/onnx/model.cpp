@@ -50,13 +50,7 @@ void build_graph(Graph& gr, const ::onnx::GraphProto& g, const Context& ctx,
                  std::unordered_set<std::string> known, bool top) {
   gr.path = ctx.path;
   try {
-    for (const auto& init : g.initializer()) {
-      Value v(tensor_from_proto(init, ctx.folder));
-      v.constant = true;
-      if (init.data_type() != ::onnx::TensorProto::FLOAT || v.t->numel() <= kHostLimit)
-        v.h = std::make_shared<const Host>(host_from_proto(init, ctx.folder));
-      gr.consts[init.name()] = std::move(v);
-    }
+    for (const auto& init : g.initializer()) gr.consts[init.name()] = constant_from_proto(init, ctx.folder);
   } catch (const Error& e) { throw Error(std::string("initializer: ") + e.what()); }
   for (const auto& [name, v] : gr.consts) known.insert(name);
   for (const auto& in : g.input())
@@ -80,11 +74,7 @@ void build_graph(Graph& gr, const ::onnx::GraphProto& g, const Context& ctx,
       if (it == table.end()) throw Error("the operator " + n.op_type() + " is not supported");
       if (n.op_type() == "Constant" && n.output_size() == 1 && n.attribute_size() == 1 &&
           n.attribute(0).name() == "value") {  // an initializer by another name: no node to run
-        const auto& t = n.attribute(0).t();
-        Value v(tensor_from_proto(t, ctx.folder));
-        v.constant = true;
-        if (v.t->numel() <= kHostLimit) v.h = std::make_shared<const Host>(host_from_proto(t, ctx.folder));
-        gr.consts[n.output(0)] = std::move(v);
+        gr.consts[n.output(0)] = constant_from_proto(n.attribute(0).t(), ctx.folder);
         known.insert(n.output(0));
         continue;
       }
@@ -228,7 +218,8 @@ void declared(const ::onnx::ValueInfoProto& v, const std::string& what, std::vec
     throw Error(what + " '" + v.name() +
                 "' is not a tensor (sequences, maps and optionals are not supported)");
   const auto& tt = type.tensor_type();
-  auto d = detail::dtype_of_onnx(tt.elem_type());
+  auto d =
+      tt.elem_type() == ::onnx::TensorProto::STRING ? string_dtype : detail::dtype_of_onnx(tt.elem_type());
   if (!d && tt.elem_type() != 0)
     throw Error(what + " '" + v.name() + "' has element type " + detail::onnx_type_name(tt.elem_type()) +
                 ", which metagrad lacks");
@@ -295,7 +286,7 @@ Model load(const std::string& path) {
   return parse(ss.str(), path, slash == std::string::npos ? "." : path.substr(0, slash));
 }
 
-std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
+std::vector<AnyTensor> Model::run(const std::vector<AnyTensor>& inputs) const {
   const Impl& m = *impl_;
   const auto& names = m.graph.in_names;
   if (inputs.size() != names.size())
@@ -303,25 +294,52 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
                 std::to_string(inputs.size()) + " were given");
   detail::Env env{*m.consts_on(Device::DEFAULT), nullptr};
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    const Tensor& x = inputs[k];
+    const auto* x = std::get_if<Tensor>(&inputs[k]);
+    const auto* xs = std::get_if<StringTensor>(&inputs[k]);
+    DType dt = x ? x->dtype() : string_dtype;
+    Dims shape = x ? x->shape() : xs->shape;
     const auto& want = m.in_shapes[k];
     std::string what = m.path + ": input '" + names[k] + "' ";
-    if (x.dtype() != m.in_dtypes[k])
-      throw Error(what + "must be " + m.in_dtypes[k].name + ", it is " + x.dtype().name);
-    bool ok = want.empty() || static_cast<std::int64_t>(want.size()) == x.ndim();
+    if (dt != m.in_dtypes[k]) throw Error(what + "must be " + m.in_dtypes[k].name + ", it is " + dt.name);
+    bool ok = want.empty() || want.size() == shape.size();
     for (std::size_t d = 0; ok && d < want.size(); ++d)
-      if (auto* v = std::get_if<std::int64_t>(&want[d]); v && *v != x.shape()[d]) ok = false;
-    if (!ok && !(want.empty() && x.ndim() == 0))
-      throw Error(what + "must have shape " + dims_str(want) + ", it has " + detail::shape_str(x.shape()));
-    env.vals[names[k]] = Value(m.graph.grad_of.count(names[k]) ? x.detach().requires_grad_() : x);
+      if (auto* v = std::get_if<std::int64_t>(&want[d]); v && *v != shape[d]) ok = false;
+    if (!ok && !(want.empty() && shape.empty()))
+      throw Error(what + "must have shape " + dims_str(want) + ", it has " + detail::shape_str(shape));
+    if (xs) {
+      std::int64_t n = 1;
+      for (auto d : shape) n *= d;
+      if (static_cast<std::int64_t>(xs->data.size()) != n)
+        throw Error(what + "has shape " + detail::shape_str(shape) + " but " +
+                    std::to_string(xs->data.size()) + " strings");
+      env.vals[names[k]] = Value(*xs);
+    } else {
+      env.vals[names[k]] = Value(m.graph.grad_of.count(names[k]) ? x->detach().requires_grad_() : *x);
+    }
   }
   detail::run_steps(m.graph, env);
-  std::vector<Tensor> out;
+  std::vector<AnyTensor> out;
   for (const auto& name : m.graph.out_names) {
     Value* v = env.find(name);
     if (!v || v->empty()) throw Error(m.path + ": the output '" + name + "' was not computed");
     if (v->seq) throw Error(m.path + ": the output '" + name + "' is a sequence, not a tensor");
-    out.push_back(v->t ? *v->t : v->h->tensor());
+    if (v->s)
+      out.emplace_back(*v->s);
+    else
+      out.emplace_back(v->t ? *v->t : v->h->tensor());
+  }
+  return out;
+}
+
+std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs) const {
+  std::vector<Tensor> out;
+  const auto& names = impl_->graph.out_names;
+  auto got = run(std::vector<AnyTensor>(inputs.begin(), inputs.end()));
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (!std::holds_alternative<Tensor>(got[k]))
+      throw Error(impl_->path + ": the output '" + names[k] +
+                  "' is a tensor of strings, which a Tensor cannot hold: call run() for it");
+    out.push_back(std::move(std::get<Tensor>(got[k])));
   }
   return out;
 }
@@ -385,6 +403,10 @@ std::vector<std::int64_t> NodeInfo::ints(const std::string& name, std::vector<st
   const auto* a = typed(*this, name, ::onnx::AttributeProto::INTS);
   return a ? std::vector<std::int64_t>(a->ints().begin(), a->ints().end()) : def;
 }
+std::vector<std::string> NodeInfo::strings(const std::string& name) const {
+  const auto* a = typed(*this, name, ::onnx::AttributeProto::STRINGS);
+  return a ? std::vector<std::string>(a->strings().begin(), a->strings().end()) : std::vector<std::string>{};
+}
 std::vector<double> NodeInfo::floats(const std::string& name, std::vector<double> def) const {
   const auto* a = typed(*this, name, ::onnx::AttributeProto::FLOATS);
   return a ? std::vector<double>(a->floats().begin(), a->floats().end()) : def;
@@ -405,15 +427,22 @@ const std::vector<Value>& Args::seq(std::size_t k) const {
   if (!v.seq) throw Error("input " + std::to_string(k) + " must be a sequence");
   return *v.seq;
 }
+const StringTensor& Args::str(std::size_t k) const {
+  Value& v = need(k);
+  if (!v.s) throw Error("input " + std::to_string(k) + " must be a tensor of strings");
+  return *v.s;
+}
 const Tensor& Args::t(std::size_t k) {
   Value& v = need(k);
   if (v.seq) throw Error("input " + std::to_string(k) + " is a sequence, not a tensor");
+  if (v.s) throw Error("input " + std::to_string(k) + " is a tensor of strings; this operator takes numbers");
   if (!v.t) v.t = v.h->tensor();
   return *v.t;
 }
 const Host& Args::h(std::size_t k) {
   Value& v = need(k);
   if (v.seq) throw Error("input " + std::to_string(k) + " is a sequence, not a tensor");
+  if (v.s) throw Error("input " + std::to_string(k) + " is a tensor of strings; this operator takes numbers");
   if (!v.h) {
     Host h;
     h.dtype = v.t->dtype();
@@ -437,6 +466,22 @@ std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what) {
     throw Error(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
                 std::to_string(rank));
   return axis < 0 ? axis + rank : axis;
+}
+
+std::int64_t broadcast_offset(const Dims& out, const Dims& in, std::int64_t flat) {
+  std::size_t n = out.size();
+  std::int64_t off = 0, stride = 1;
+  for (std::size_t k = n; k-- > 0;) {
+    std::int64_t c = flat % out[k];
+    flat /= out[k];
+    std::size_t ik = k + in.size();
+    if (ik >= n) {
+      std::int64_t d = in[ik - n];
+      off += (d == 1 ? 0 : c) * stride;
+      stride *= d;
+    }
+  }
+  return off;
 }
 
 Dims broadcast_shapes(const Dims& a, const Dims& b) {
@@ -467,6 +512,7 @@ const OpTable& op_table() {
     add_rnn_ops(t);
     add_signal_ops(t);
     add_control_ops(t);
+    add_string_ops(t);
     return t;
   }();
   return t;

@@ -1,7 +1,7 @@
 #pragma once
 // The operator table: op type -> a `Prepare` that reads and checks the node's attributes once, at load,
 // and returns the `Run` that computes the node on each call. Each op family registers its entries
-// (ops_elementwise.cpp, ops_shape.cpp, ops_reduce.cpp, ops_nn.cpp, ops_resize.cpp).
+// (ops_elementwise.cpp, ops_shape.cpp, ops_reduce.cpp, ops_nn.cpp, ops_resize.cpp, ops_string.cpp ...).
 #include <onnx/onnx_pb.h>
 
 #include <cstddef>
@@ -46,6 +46,7 @@ class NodeInfo {
   std::string s(const std::string& name, const std::string& def) const;
   std::vector<std::int64_t> ints(const std::string& name, std::vector<std::int64_t> def = {}) const;
   std::vector<double> floats(const std::string& name, std::vector<double> def = {}) const;
+  std::vector<std::string> strings(const std::string& name) const;  // empty when absent
   Host tensor(const std::string& name) const;
   const ::onnx::AttributeProto* find(const std::string& name) const;
   // Throws Error("<what>"): an attribute value or input form this importer does not support.
@@ -68,8 +69,10 @@ class Args {
   bool has(std::size_t k) const { return k < in.size() && in[k] && !in[k]->empty(); }
   bool is_host(std::size_t k) const { return has(k) && in[k]->h != nullptr; }
   bool is_const(std::size_t k) const { return has(k) && in[k]->constant; }  // an initializer or Constant
-  const Tensor& t(std::size_t k);  // the Tensor (a host constant is uploaded once)
-  const Host& h(std::size_t k);    // the host copy (a Tensor is read back: a realize)
+  bool is_string(std::size_t k) const { return has(k) && in[k]->s != nullptr; }
+  const StringTensor& str(std::size_t k) const;  // a STRING input
+  const Tensor& t(std::size_t k);                // the Tensor (a host constant is uploaded once)
+  const Host& h(std::size_t k);                  // the host copy (a Tensor is read back: a realize)
   Dims shape(std::size_t k) const { return need(k).shape(); }
   DType dtype(std::size_t k) const { return need(k).dtype(); }
   std::vector<std::int64_t> ints(std::size_t k) { return h(k).ints(); }
@@ -102,12 +105,21 @@ void add_misc_ops(OpTable& t);
 void add_rnn_ops(OpTable& t);
 void add_signal_ops(OpTable& t);
 void add_control_ops(OpTable& t);
+void add_string_ops(OpTable& t);  // after the others: it extends Equal to strings
 
 // Helpers the families share.
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* what);
 Host host_from_proto(const ::onnx::TensorProto& p, const std::string& folder);
 Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& folder);  // on CPU, no copy
+StringTensor strings_from_proto(const ::onnx::TensorProto& p);                      // a STRING TensorProto
+// An initializer or Constant value: the Tensor (on CPU, no copy) with a host copy when small, or strings.
+Value constant_from_proto(const ::onnx::TensorProto& p, const std::string& folder);
 Dims broadcast_shapes(const Dims& a, const Dims& b);
+// The row-major offset in an input of shape `in` of element `flat` of the broadcast shape `out`.
+std::int64_t broadcast_offset(const Dims& out, const Dims& in, std::int64_t flat);
+// Casts to and from STRING (ops_string.cpp): numbers as their shortest round-trip text, text parsed back.
+StringTensor to_strings(const Host& h);
+Host from_strings(const StringTensor& s, DType to);
 std::string shape_str(const Dims& d);
 
 }  // namespace metagrad::onnx::detail

@@ -19,32 +19,25 @@ Host host_binary(const Host& a, const Host& b, DType out, F f) {
   Host r;
   r.dtype = out;
   r.shape = broadcast_shapes(a.shape, b.shape);
-  std::size_t n = r.shape.size();
   std::int64_t total = 1;
   for (auto d : r.shape) total *= d;
-  auto index = [&](const Host& h, std::int64_t flat) {
-    std::int64_t off = 0, stride = 1;
-    for (std::size_t k = n; k-- > 0;) {
-      std::int64_t c = flat % r.shape[k];
-      flat /= r.shape[k];
-      std::size_t hk = k + h.shape.size();
-      if (hk >= n) {
-        std::int64_t d = h.shape[hk - n];
-        off += (d == 1 ? 0 : c) * stride;
-        stride *= d;
-      }
-    }
-    return off;
-  };
   bool flt = a.is_float() || b.is_float();
   for (std::int64_t k = 0; k < total; ++k) {
-    std::int64_t ia = index(a, k), ib = index(b, k);
+    std::int64_t ia = broadcast_offset(r.shape, a.shape, k), ib = broadcast_offset(r.shape, b.shape, k);
     if (flt)
       r.push(static_cast<double>(f(a.at(ia), b.at(ib))));
     else
       r.push(static_cast<double>(f(a.int_at(ia), b.int_at(ib))));
   }
   return r;
+}
+
+// Input 0 as `to` (string_dtype for STRING): on the host when it is there, strings always.
+Value cast_value(Args& a, DType to) {
+  if (to == string_dtype) return a.is_string(0) ? *a.in[0] : Value(to_strings(a.h(0)));
+  if (a.is_string(0)) return from_strings(a.str(0), to);
+  if (a.is_host(0)) return a.h(0).cast(to);
+  return a.t(0).cast(to);
 }
 
 // Before opset 7, `broadcast=1` with `axis` aligns the second input's dims at that axis of the first.
@@ -285,18 +278,12 @@ void add_elementwise_ops(OpTable& t) {
   };
   t["Cast"] = [](const NodeInfo& n) -> Run {
     int to = static_cast<int>(n.i("to", 0));
-    auto d = dtype_of_onnx(to);
+    auto d = to == ::onnx::TensorProto::STRING ? string_dtype : dtype_of_onnx(to);
     if (!d) n.unsupported(std::string("cast to ") + onnx_type_name(to));
-    return [d = *d](Args& a) -> std::vector<Value> {
-      if (a.is_host(0)) return {a.h(0).cast(d)};
-      return {a.t(0).cast(d)};
-    };
+    return [d = *d](Args& a) -> std::vector<Value> { return {cast_value(a, d)}; };
   };
   t["CastLike"] = [](const NodeInfo&) -> Run {
-    return [](Args& a) -> std::vector<Value> {
-      if (a.is_host(0)) return {a.h(0).cast(a.dtype(1))};
-      return {a.t(0).cast(a.dtype(1))};
-    };
+    return [](Args& a) -> std::vector<Value> { return {cast_value(a, a.dtype(1))}; };
   };
 }
 

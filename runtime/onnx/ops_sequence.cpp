@@ -63,7 +63,11 @@ void add_sequence_ops(OpTable& t) {
     bool new_axis = n.i("new_axis", 0);
     return [axis, new_axis](Args& a) -> std::vector<Value> {
       std::vector<Tensor> items;
-      for (const auto& v : a.seq(0)) items.push_back(v.t ? *v.t : v.h->tensor());
+      for (const auto& v : a.seq(0)) {
+        if (!v.t && !v.h)
+          throw Error("ConcatFromSequence: the sequence holds strings or sequences, not numbers");
+        items.push_back(v.t ? *v.t : v.h->tensor());
+      }
       if (items.empty()) throw Error("ConcatFromSequence: the sequence is empty");
       std::int64_t ax = norm_axis(axis, items[0].ndim() + (new_axis ? 1 : 0), "axis");
       if (new_axis) return {Tensor::stack(items, ax)};

@@ -28,6 +28,11 @@ Host reshaped(Host h, const Dims& shape) {
 
 // The same data viewed with a new shape: host constants stay on the host.
 Value reshape_value(Args& a, std::size_t k, const Dims& shape) {
+  if (a.is_string(k)) {
+    StringTensor s = a.str(k);
+    s.shape = shape;
+    return s;
+  }
   if (a.is_host(k)) return reshaped(a.h(k), shape);
   return a.t(k).reshape(vec(shape));
 }
@@ -137,6 +142,19 @@ Value concat(Args& a, std::int64_t axis_attr) {
 void add_shape_ops(OpTable& t) {
   t["Constant"] = [](const NodeInfo& n) -> Run {
     Host h;
+    const auto* value = n.find("value");
+    if (value && value->t().data_type() == ::onnx::TensorProto::STRING) {
+      Value v(strings_from_proto(value->t()));
+      return [v](Args&) -> std::vector<Value> { return {v}; };
+    }
+    if (n.has("value_string") || n.has("value_strings")) {
+      StringTensor st;
+      st.data = n.has("value_string") ? std::vector<std::string>{n.s("value_string", "")}
+                                      : n.strings("value_strings");
+      if (n.has("value_strings")) st.shape = {static_cast<std::int64_t>(st.data.size())};
+      Value v(std::move(st));
+      return [v](Args&) -> std::vector<Value> { return {v}; };
+    }
     if (n.has("value"))
       h = n.tensor("value");
     else if (n.has("value_float"))
@@ -149,8 +167,7 @@ void add_shape_ops(OpTable& t) {
     } else if (n.has("value_ints"))
       h = Host::ints_of(n.ints("value_ints"));
     else
-      n.unsupported(n.has("sparse_value") ? "a sparse_value"
-                                          : "a Constant without a numeric value (strings)");
+      n.unsupported(n.has("sparse_value") ? "a sparse_value" : "a Constant without a value");
     Value v = h.numel() > kHostLimit ? Value(h.tensor()) : Value(h);
     return [v](Args&) -> std::vector<Value> { return {v}; };
   };

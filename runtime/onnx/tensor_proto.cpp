@@ -1,5 +1,5 @@
 // Tensor conversion: ONNX's TensorProto (initializers, Constant values, the backend tests' .pb files)
-// to host copies and Tensors, and host copies to Tensors.
+// to host copies, Tensors and StringTensors, and host copies to Tensors.
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -299,6 +299,35 @@ Host host_from_proto(const TP& p, const std::string& folder) {
   return h;
 }
 
+StringTensor strings_from_proto(const TP& p) {
+  StringTensor s;
+  for (auto d : p.dims()) {
+    if (d < 0) throw Error("tensor '" + p.name() + "' has a negative dimension " + std::to_string(d));
+    s.shape.push_back(d);
+  }
+  if (p.data_location() == TP::EXTERNAL)
+    throw Error("tensor '" + p.name() + "': strings in an external data file are not supported");
+  std::int64_t n = numel_of(s.shape);
+  if (p.string_data_size() != n)
+    throw Error("tensor '" + p.name() + "' of shape " + shape_str(s.shape) + " and type STRING needs " +
+                std::to_string(n) + " strings, it has " + std::to_string(p.string_data_size()));
+  s.data.assign(p.string_data().begin(), p.string_data().end());
+  return s;
+}
+
+Value constant_from_proto(const TP& p, const std::string& folder) {
+  Value v;
+  if (p.data_type() == TP::STRING) {
+    v = Value(strings_from_proto(p));
+  } else {
+    v = Value(tensor_from_proto(p, folder));
+    if (p.data_type() != TP::FLOAT || v.t->numel() <= kHostLimit)
+      v.h = std::make_shared<const Host>(host_from_proto(p, folder));
+  }
+  v.constant = true;
+  return v;
+}
+
 Tensor tensor_from_proto(const TP& p, const std::string& folder) {
   auto [dt, shape] = header(p);
   Bytes b = bytes_of(p, dt, numel_of(shape), folder);
@@ -311,7 +340,7 @@ Tensor tensor_from_proto(const TP& p, const std::string& folder) {
 
 namespace metagrad::onnx {
 
-Tensor read_tensor(const std::string& path) {
+AnyTensor read_any(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the file");
   std::stringstream ss;
@@ -320,9 +349,16 @@ Tensor read_tensor(const std::string& path) {
   if (!p.ParseFromString(ss.str())) throw Error(path + ": not a serialized onnx.TensorProto");
   auto slash = path.find_last_of('/');
   try {
+    if (p.data_type() == ::onnx::TensorProto::STRING) return detail::strings_from_proto(p);
     return detail::tensor_from_proto(p, slash == std::string::npos ? "." : path.substr(0, slash))
         .to(Device::DEFAULT);
   } catch (const Error& e) { throw Error(path + ": " + e.what()); }
+}
+
+Tensor read_tensor(const std::string& path) {
+  auto v = read_any(path);
+  if (auto* t = std::get_if<Tensor>(&v)) return std::move(*t);
+  throw Error(path + ": the tensor holds strings, which a Tensor cannot: read it with read_any");
 }
 
 }  // namespace metagrad::onnx

@@ -2,7 +2,8 @@
 // What flows along the graph's edges while a model runs: a Tensor, a host copy of a small constant
 // (initializers, Constant nodes, shapes and the arithmetic on them), or both. Operators that only
 // shuffle shapes compute on the host copies, so shape arithmetic never becomes kernels and its results
-// are at hand where an operator needs plain numbers (Reshape's shape, Slice's starts).
+// are at hand where an operator needs plain numbers (Reshape's shape, Slice's starts). A tensor of
+// strings lives on the host alone: Tensors are numeric.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "metagrad/onnx.hpp"
 #include "metagrad/tensor.hpp"
 
 namespace metagrad::onnx::detail {
@@ -43,19 +45,22 @@ struct Value {
   std::optional<Tensor> t;
   std::shared_ptr<const Host> h;
   std::shared_ptr<const std::vector<Value>> seq;  // a sequence (SequenceConstruct ...), inside the graph only
+  std::shared_ptr<const StringTensor> s;          // a STRING tensor: never a Tensor, never a Host
   bool constant = false;  // an initializer or a Constant: the same Tensor on every call (on one device)
   Value() = default;
-  Value(Tensor x) : t(std::move(x)) {}                              // NOLINT
-  Value(Host x) : h(std::make_shared<const Host>(std::move(x))) {}  // NOLINT
+  Value(Tensor x) : t(std::move(x)) {}                                              // NOLINT
+  Value(Host x) : h(std::make_shared<const Host>(std::move(x))) {}                  // NOLINT
+  Value(StringTensor x) : s(std::make_shared<const StringTensor>(std::move(x))) {}  // NOLINT
   static Value sequence(std::vector<Value> items) {
     Value v;
     v.seq = std::make_shared<const std::vector<Value>>(std::move(items));
     return v;
   }
-  bool empty() const { return !t && !h && !seq; }
-  Dims shape() const { return h ? h->shape : tensor().shape(); }
-  DType dtype() const { return h ? h->dtype : tensor().dtype(); }
+  bool empty() const { return !t && !h && !seq && !s; }
+  Dims shape() const { return s ? s->shape : h ? h->shape : tensor().shape(); }
+  DType dtype() const { return s ? string_dtype : h ? h->dtype : tensor().dtype(); }
   const Tensor& tensor() const {
+    if (s) throw std::invalid_argument("a tensor of strings where a numeric tensor is expected");
     if (!t) throw std::invalid_argument("a sequence where a tensor is expected");
     return *t;
   }
