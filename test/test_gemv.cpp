@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "metagrad/cpu/gemv_int8.hpp"
+#include "metagrad/cpu/parallel.hpp"
 #include "metagrad/device/gemm.hpp"
 
 using namespace metagrad;
@@ -59,6 +60,7 @@ TEST_CASE("gemv: few rows against W^T on every ISA as dot products, short and ra
 namespace {
 std::vector<LowpPath> int8_paths() {
   std::vector<LowpPath> p{LowpPath::generic};
+  if (gemm::best_isa() >= gemm::Isa::avx2) p.push_back(LowpPath::avx2);  // vpmaddubsw
   try {  // native where the CPU has VNNI and VBMI
     float a[32] = {}, c = 0;
     std::vector<unsigned char> w(cpu::quant_row_bytes(QuantType::q8_0, 32));
@@ -75,67 +77,74 @@ TEST_CASE("gemv_q_int8: A quantised per block as documented, on every path, agai
   struct Shape {
     i64 m, n, k;
   };
-  // one block, odd block counts (a pair's second block absent), several rows, a zero block of A
-  const std::vector<Shape> shapes{{1, 1, 32},  {1, 70, 96},  {2, 33, 160},
-                                  {3, 17, 64}, {4, 40, 768}, {5, 9, 32}};
-  for (QuantType t : {QuantType::q8_0, QuantType::q4_0})
-    for (LowpPath path : int8_paths())
-      for (const Shape& s : shapes) {
-        const bool acc = (s.n + s.m) % 2;
-        const i64 lda = s.k + 5, ldc = s.n + 3;
-        std::vector<float> a(static_cast<std::size_t>(s.m * lda)), wf(static_cast<std::size_t>(s.n * s.k)),
-            c(static_cast<std::size_t>(s.m * ldc));
-        for (float& x : a) x = u(g) * (g() % 3 ? 1.f : 50.f);  // blocks of different scales
-        if (s.k > 32) std::fill_n(a.begin() + 32, 32, 0.f);    // row 0's second block all zero
-        for (float& x : wf) x = u(g);
-        for (float& x : c) x = u(g);
-        std::vector<unsigned char> w(static_cast<std::size_t>(s.n) * cpu::quant_row_bytes(t, s.k));
-        cpu::quantize(t, s.n, s.k, wf.data(), s.k, w.data());
-        std::vector<float> wd(wf.size());
-        cpu::dequantize(t, s.n, s.k, w.data(), wd.data(), s.k);
-        const std::vector<float> c0 = c;
-        cpu::gemv_q_int8(s.m, s.n, s.k, a.data(), lda, t, w.data(), c.data(), ldc, acc, path);
-        // A as the header defines it: d = amax / 127, q = x / d rounded to nearest even
-        std::vector<double> aq(static_cast<std::size_t>(s.m * s.k)), half_step(aq.size());
-        for (i64 i = 0; i < s.m; ++i)
-          for (i64 b = 0; b < s.k / 32; ++b) {
-            const float* x = a.data() + i * lda + b * 32;
-            float amax = 0;
-            for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[e]));
-            const float d = amax / 127, id = d != 0 ? 1 / d : 0;
-            for (int e = 0; e < 32; ++e) {
-              const auto at = static_cast<std::size_t>(i * s.k + b * 32 + e);
-              aq[at] = static_cast<double>(d) * std::nearbyint(x[e] * id);
-              half_step[at] = d / 2.0;
+  // one block, odd block counts (a pair's second block absent), several rows, a zero block of A,
+  // block counts past the AVX2 kernel's four a trip with a remainder, rows enough for two threads
+  const std::vector<Shape> shapes{{1, 1, 32}, {1, 70, 96},   {2, 33, 160},  {3, 17, 64},  {4, 40, 768},
+                                  {5, 9, 32}, {1, 300, 224}, {2, 190, 416}, {1, 700, 512}};
+  const int threads = cpu::threads();
+  for (int th : {1, 2})
+    for (QuantType t : {QuantType::q8_0, QuantType::q4_0})
+      for (LowpPath path : int8_paths())
+        for (const Shape& s : shapes) {
+          cpu::set_threads(th);
+          const bool acc = (s.n + s.m) % 2;
+          const i64 lda = s.k + 5, ldc = s.n + 3;
+          std::vector<float> a(static_cast<std::size_t>(s.m * lda)), wf(static_cast<std::size_t>(s.n * s.k)),
+              c(static_cast<std::size_t>(s.m * ldc));
+          for (float& x : a) x = u(g) * (g() % 3 ? 1.f : 50.f);  // blocks of different scales
+          if (s.k > 32) std::fill_n(a.begin() + 32, 32, 0.f);    // row 0's second block all zero
+          for (float& x : wf) x = u(g);
+          for (float& x : c) x = u(g);
+          std::vector<unsigned char> w(static_cast<std::size_t>(s.n) * cpu::quant_row_bytes(t, s.k));
+          cpu::quantize(t, s.n, s.k, wf.data(), s.k, w.data());
+          if (t == QuantType::q8_0)  // -128, which the quantiser never writes but a file may hold
+            for (i64 j = 0; j < s.n; j += 3) w[static_cast<std::size_t>(j * (s.k / 32) * 34 + 2)] = 0x80;
+          std::vector<float> wd(wf.size());
+          cpu::dequantize(t, s.n, s.k, w.data(), wd.data(), s.k);
+          const std::vector<float> c0 = c;
+          cpu::gemv_q_int8(s.m, s.n, s.k, a.data(), lda, t, w.data(), c.data(), ldc, acc, path);
+          // A as the header defines it: d = amax / 127, q = x / d rounded to nearest even
+          std::vector<double> aq(static_cast<std::size_t>(s.m * s.k)), half_step(aq.size());
+          for (i64 i = 0; i < s.m; ++i)
+            for (i64 b = 0; b < s.k / 32; ++b) {
+              const float* x = a.data() + i * lda + b * 32;
+              float amax = 0;
+              for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[e]));
+              const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+              for (int e = 0; e < 32; ++e) {
+                const auto at = static_cast<std::size_t>(i * s.k + b * 32 + e);
+                aq[at] = static_cast<double>(d) * std::nearbyint(x[e] * id);
+                half_step[at] = d / 2.0;
+              }
             }
-          }
-        INFO("type " << static_cast<int>(t) << " path " << static_cast<int>(path) << " " << s.m << "x" << s.n
-                     << "x" << s.k << " acc " << acc);
-        int bad = 0, loose = 0;
-        for (i64 i = 0; i < s.m; ++i)
-          for (i64 j = 0; j < ldc; ++j) {
-            const auto at = static_cast<std::size_t>(i * ldc + j);
-            if (j >= s.n) {
-              bad += c[at] != c0[at];
-              continue;
+          INFO("type " << static_cast<int>(t) << " path " << static_cast<int>(path) << " " << s.m << "x"
+                       << s.n << "x" << s.k << " acc " << acc << " threads " << th);
+          int bad = 0, loose = 0;
+          for (i64 i = 0; i < s.m; ++i)
+            for (i64 j = 0; j < ldc; ++j) {
+              const auto at = static_cast<std::size_t>(i * ldc + j);
+              if (j >= s.n) {
+                bad += c[at] != c0[at];
+                continue;
+              }
+              double ref = acc ? c0[at] : 0, exact = ref, mag = std::fabs(ref), bound = 0;
+              for (i64 p = 0; p < s.k; ++p) {
+                const double wv = wd[static_cast<std::size_t>(j * s.k + p)];
+                const auto ap = static_cast<std::size_t>(i * s.k + p);
+                ref += aq[ap] * wv, mag += std::fabs(aq[ap] * wv);
+                exact += double(a[static_cast<std::size_t>(i * lda + p)]) * wv,
+                    bound += half_step[ap] * std::fabs(wv);
+              }
+              // against A quantised: the block sums are exact integers, each scaled once and summed in f32
+              const double f32 = static_cast<double>(s.k / 32 + 4) * std::ldexp(1.0, -22) * mag;
+              bad += std::fabs(c[at] - ref) > f32;
+              // against the exact product: no more than each value's half step allows
+              loose += std::fabs(c[at] - exact) > bound * 1.0001 + f32;
             }
-            double ref = acc ? c0[at] : 0, exact = ref, mag = std::fabs(ref), bound = 0;
-            for (i64 p = 0; p < s.k; ++p) {
-              const double wv = wd[static_cast<std::size_t>(j * s.k + p)];
-              const auto ap = static_cast<std::size_t>(i * s.k + p);
-              ref += aq[ap] * wv, mag += std::fabs(aq[ap] * wv);
-              exact += double(a[static_cast<std::size_t>(i * lda + p)]) * wv,
-                  bound += half_step[ap] * std::fabs(wv);
-            }
-            // against A quantised: the block sums are exact integers, each scaled once and summed in f32
-            const double f32 = static_cast<double>(s.k / 32 + 4) * std::ldexp(1.0, -22) * mag;
-            bad += std::fabs(c[at] - ref) > f32;
-            // against the exact product: no more than each value's half step allows
-            loose += std::fabs(c[at] - exact) > bound * 1.0001 + f32;
-          }
-        CHECK(bad == 0);
-        CHECK(loose == 0);
-      }
+          CHECK(bad == 0);
+          CHECK(loose == 0);
+        }
+  cpu::set_threads(threads);
 }
 
 TEST_CASE("gemv_q_int8: bad shapes and paths name the op", "[gemv]") {

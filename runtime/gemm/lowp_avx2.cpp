@@ -1,6 +1,10 @@
-// The AVX2 int8 kernel (flags set in CMakeLists.txt): k in pairs widened to int16, vpmaddwd, exact
-// (vpmaddubsw's int16 sums would saturate at 255 x 127 x 2). Called only where CPUID reports AVX2.
+// The AVX2 low-precision kernels (flags set in CMakeLists.txt: AVX2, FMA, F16C): the int8 GEMM by
+// k in pairs widened to int16, vpmaddwd, exact (vpmaddubsw's int16 sums would saturate at
+// 255 x 127 x 2, and psignb cannot negate -128); the quantised GEMVs of decoding, f32 and int8
+// activations. Called only where CPUID reports AVX2, FMA and F16C (lowp.cpp).
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "lowp_blocked.hpp"
 #include "lowp_isa.hpp"
@@ -62,9 +66,118 @@ struct S8PairKernel {
   }
 };
 
+// A block's fp16 scale in 8 lanes (one broadcast and one conversion).
+inline __m256 scale8(const void* block) {
+  std::uint16_t d;
+  std::memcpy(&d, block, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(d)));
+}
+inline float sum8(__m256 v) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+// gemv_q: a block's 32 values widened to f32 in four vectors of 8 (Q4_0's nibbles less 8 as bytes
+// first), dotted with A's 32 and scaled once.
+inline __m256 block_dot(const float* a, const BlockQ8_0& w, __m256 s) {
+  __m256 t = _mm256_setzero_ps();
+  for (int h = 0; h < 4; ++h) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.qs + 8 * h));
+    t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_loadu_ps(a + 8 * h), t);
+  }
+  return _mm256_fmadd_ps(scale8(&w.d), t, s);
+}
+inline __m256 block_dot(const float* a, const BlockQ4_0& w, __m256 s) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)), m15 = _mm_set1_epi8(15),
+                eight = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m15), eight),           // values 0-15
+      hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m15), eight);  // values 16-31
+  const __m128i q[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
+  __m256 t = _mm256_setzero_ps();
+  for (int h = 0; h < 4; ++h)
+    t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[h])), _mm256_loadu_ps(a + 8 * h), t);
+  return _mm256_fmadd_ps(scale8(&w.d), t, s);
+}
+template <class Block>
+float dot(const float* a, const Block* w, i64 blocks) {
+  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  i64 b = 0;
+  for (; b + 4 <= blocks; b += 4)
+    for (int u = 0; u < 4; ++u) s[u] = block_dot(a + (b + u) * kQuantBlock, w[b + u], s[u]);
+  for (; b < blocks; ++b) s[0] = block_dot(a + b * kQuantBlock, w[b], s[0]);
+  return sum8(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
+}
+template <class Block>
+void gemv(const GemvArgs& g) {
+  const i64 blocks = g.k / kQuantBlock;
+  const Block* w = static_cast<const Block*>(g.w);
+  for (i64 j = g.n0; j < g.n1; ++j)
+    for (i64 i = 0; i < g.m; ++i) {
+      const float s = dot(g.a + i * g.lda, w + j * blocks, blocks);
+      float& c = g.c[i * g.ldc + j];
+      c = g.accumulate ? c + s : s;
+    }
+}
+
+// gemv_q_int8 (ggml's AVX2 scheme): a block of W against A's int8 block by vpmaddubsw (unsigned
+// times signed bytes, pairs summed to int16) and vpmaddwd by ones (to int32), converted and scaled
+// by W's and A's scales. Q8_0's signed values take A's signs (|w| times sign(w) a: no pair sum
+// reaches 2 x 127 x 127, and A has no -128); Q4_0's nibbles are unsigned as they are, `init`
+// takes the 8 back. A's block b is qa's bytes 32 b, init's and da's lanes 8 b (lowp_isa.hpp).
+template <QuantType T>
+inline __m256 block_int8(const char* w, const std::int8_t* qa, const std::int32_t* init, const float* da,
+                         __m256 acc) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa)), ones = _mm256_set1_epi16(1);
+  __m256i s;
+  if constexpr (T == QuantType::q8_0) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q)), ones);
+  } else {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(15));
+    s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, a), ones),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init)));
+  }
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scale8(w), _mm256_loadu_ps(da)), acc);
+}
+template <QuantType T>
+float dot_int8(const char* w, i64 blocks, const std::int8_t* qa, const std::int32_t* init, const float* da) {
+  constexpr i64 B = T == QuantType::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  i64 b = 0;
+  for (; b + 4 <= blocks; b += 4)
+    for (int u = 0; u < 4; ++u)
+      acc[u] =
+          block_int8<T>(w + (b + u) * B, qa + 32 * (b + u), init + 8 * (b + u), da + 8 * (b + u), acc[u]);
+  for (; b < blocks; ++b) acc[0] = block_int8<T>(w + b * B, qa + 32 * b, init + 8 * b, da + 8 * b, acc[0]);
+  return sum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
 }  // namespace
 
 void gemm_s8(const S8Args& p) {
   blocked<S8PairKernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
+}
+void gemv_q(QuantType t, const GemvArgs& g) {
+  if (t == QuantType::q8_0)
+    gemv<BlockQ8_0>(g);
+  else
+    gemv<BlockQ4_0>(g);
+}
+void gemv_q_int8(QuantType t, const GemvInt8Args& g) {
+  const i64 blocks = g.k / kQuantBlock;
+  const std::size_t row = static_cast<std::size_t>(blocks) * (t == QuantType::q8_0 ? 34 : 18);
+  for (i64 j = g.n0; j < g.n1; ++j)
+    for (i64 i = 0; i < g.m; ++i) {
+      const char* w = static_cast<const char*>(g.w) + static_cast<std::size_t>(j) * row;
+      const i64 r = i * g.pairs;
+      const float s =
+          t == QuantType::q8_0
+              ? dot_int8<QuantType::q8_0>(w, blocks, g.qa + 64 * r, g.init + 16 * r, g.da + 16 * r)
+              : dot_int8<QuantType::q4_0>(w, blocks, g.qa + 64 * r, g.init + 16 * r, g.da + 16 * r);
+      float& c = g.c[i * g.ldc + j];
+      c = g.accumulate ? c + s : s;
+    }
 }
 }  // namespace metagrad::cpu::lowp::avx
