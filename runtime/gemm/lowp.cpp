@@ -335,9 +335,10 @@ void gemm_bf16(i64 m, i64 n, i64 k, const std::uint16_t* a, i64 lda, const std::
   check_gemm("cpu::gemm_bf16", m, n, k, a, lda, b, ldb, c, ldc, n);
   path = resolve(path, cpu_bf16(), "cpu::gemm_bf16", "AVX-512 BF16");
   if (m == 0 || n == 0) return;
-  if (path == LowpPath::native) {
+  if (path != LowpPath::generic) {  // native: vdpbf16ps; avx2: widened as packed, f32 FMAs
     split_columns(m, n, k, 32, [&](i64 j0, i64 j1) {
-      lowp::avx512::gemm_bf16({m, j1 - j0, k, a, lda, b + j0, ldb, c + j0, ldc, accumulate});
+      const lowp::Bf16Args p{m, j1 - j0, k, a, lda, b + j0, ldb, c + j0, ldc, accumulate};
+      path == LowpPath::native ? lowp::avx512::gemm_bf16(p) : lowp::avx::gemm_bf16(p);
     });
     return;
   }

@@ -66,6 +66,71 @@ struct S8PairKernel {
   }
 };
 
+// bf16 emulated: A and B widened to f32 as they are packed (a shift each), a 6 x 16 f32 tile of FMAs
+// (12 accumulators of 16 registers), so no f32 copy of B exists beyond the packed panel.
+struct Bf16Kernel {
+  using TA = std::uint16_t;
+  using TB = std::uint16_t;
+  using TC = float;
+  using PA = float;
+  using PB = float;
+  static constexpr int MR = 6, NR = 16, KG = 1;
+
+  static float widen(std::uint16_t v) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(v << 16))); }
+  static __m256 widen8(const std::uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+  static void pack_a(const TA* a, i64 lda, i64 rows, i64 kc, PA* out) {
+    for (i64 i = 0; i < MR; ++i) {
+      const TA* r = a + i * lda;
+      for (i64 p = 0; p < kc; ++p) out[p * MR + i] = i < rows ? widen(r[p]) : 0.0f;
+    }
+  }
+  static void pack_b(const TB* b, i64 ldb, i64 pc, i64 jc, i64 kc, i64 nc, PB* out) {
+    b += pc * ldb + jc;
+    for (i64 j0 = 0; j0 < nc; j0 += NR) {
+      PB* o = out + (j0 / NR) * kc * NR;
+      if (j0 + NR <= nc) {
+        for (i64 p = 0; p < kc; ++p, o += NR) {
+          _mm256_store_ps(o, widen8(b + p * ldb + j0));
+          _mm256_store_ps(o + 8, widen8(b + p * ldb + j0 + 8));
+        }
+        continue;
+      }
+      for (i64 p = 0; p < kc; ++p, o += NR)
+        for (i64 j = 0; j < NR; ++j) o[j] = j0 + j < nc ? widen(b[p * ldb + j0 + j]) : 0.0f;
+    }
+  }
+  static void tile(i64 kc, const PA* ap, const PB* bp, TC* c, i64 ldc, int rows, int cols, bool load,
+                   const TC* bias) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (i64 p = 0; p < kc; ++p, ap += MR, bp += NR) {
+      const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+#pragma GCC unroll 6
+      for (int i = 0; i < MR; ++i) {
+        const __m256 x = _mm256_broadcast_ss(ap + i);
+        acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+      }
+    }
+    if (rows == MR && cols == NR && !bias) {
+      for (int i = 0; i < MR; ++i)
+        for (int h = 0; h < 2; ++h) {
+          float* cp = c + i * ldc + 8 * h;
+          _mm256_storeu_ps(cp, load ? _mm256_add_ps(acc[i][h], _mm256_loadu_ps(cp)) : acc[i][h]);
+        }
+      return;
+    }
+    alignas(32) float t[MR * NR];
+    for (int i = 0; i < MR; ++i)
+      _mm256_store_ps(t + i * NR, acc[i][0]), _mm256_store_ps(t + i * NR + 8, acc[i][1]);
+    store_tile<float, NR>(t, c, ldc, rows, cols, load, bias);
+  }
+};
+
 // A block's fp16 scale in 8 lanes (one broadcast and one conversion).
 inline __m256 scale8(const void* block) {
   std::uint16_t d;
@@ -158,6 +223,9 @@ float dot_int8(const char* w, i64 blocks, const std::int8_t* qa, const std::int3
 
 void gemm_s8(const S8Args& p) {
   blocked<S8PairKernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
+}
+void gemm_bf16(const Bf16Args& p) {
+  blocked<Bf16Kernel>(p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc, p.accumulate, nullptr);
 }
 void gemv_q(QuantType t, const GemvArgs& g) {
   if (t == QuantType::q8_0)
