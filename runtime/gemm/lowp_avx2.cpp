@@ -5,6 +5,8 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "lowp_blocked.hpp"
 #include "lowp_isa.hpp"
@@ -153,33 +155,58 @@ inline __m256 block_dot(const float* a, const BlockQ8_0& w, __m256 s) {
   }
   return _mm256_fmadd_ps(scale8(&w.d), t, s);
 }
-inline __m256 block_dot(const float* a, const BlockQ4_0& w, __m256 s) {
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)), m15 = _mm_set1_epi8(15),
-                eight = _mm_set1_epi8(8);
-  const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m15), eight),           // values 0-15
-      hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m15), eight);  // values 16-31
-  const __m128i q[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
-  __m256 t = _mm256_setzero_ps();
-  for (int h = 0; h < 4; ++h)
-    t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[h])), _mm256_loadu_ps(a + 8 * h), t);
+// Q4_0 without crossing the vector's halves (the byte widenings did, six shuffles a block on the
+// two pipes that shuffle): the 16 bytes in both halves, byte i of a half moved to a 32-bit lane by
+// one vpshufb, its low nibble (value i) by an and, its high one (value i + 16) by a shift. The
+// values are q, not q - 8: `off` starts the sum at -8 times the block's sum of A, lane by lane
+// (offsets(), once a row of A).
+inline __m256 block_dot(const float* a, const BlockQ4_0& w, const float* off, __m256 s) {
+  constexpr char z = -128;  // vpshufb: a zero byte
+  const __m256i idx0 = _mm256_setr_epi8(0, z, z, z, 1, z, z, z, 2, z, z, z, 3, z, z, z,  //
+                                        4, z, z, z, 5, z, z, z, 6, z, z, z, 7, z, z, z);
+  const __m256i idx1 = _mm256_add_epi8(idx0, _mm256_set1_epi32(8));
+  const __m256i m15 = _mm256_set1_epi32(15);
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)));
+  const __m256i b0 = _mm256_shuffle_epi8(v, idx0), b1 = _mm256_shuffle_epi8(v, idx1);
+  const __m256i q[4] = {_mm256_and_si256(b0, m15), _mm256_and_si256(b1, m15),  // values 0-7, 8-15
+                        _mm256_srli_epi32(b0, 4), _mm256_srli_epi32(b1, 4)};   // 16-23, 24-31
+  __m256 t = _mm256_loadu_ps(off);
+  for (int h = 0; h < 4; ++h) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[h]), _mm256_loadu_ps(a + 8 * h), t);
   return _mm256_fmadd_ps(scale8(&w.d), t, s);
 }
+inline __m256 block_dot(const float* a, const BlockQ8_0& w, const float*, __m256 s) {
+  return block_dot(a, w, s);
+}
+// Q4_0's `off` for a row of A: block b's 8 lanes at 8 b.
+void offsets(const float* a, i64 blocks, float* off) {
+  for (i64 b = 0; b < blocks; ++b, a += kQuantBlock) {
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(a + 8)),
+                                   _mm256_add_ps(_mm256_loadu_ps(a + 16), _mm256_loadu_ps(a + 24)));
+    _mm256_storeu_ps(off + 8 * b, _mm256_mul_ps(s, _mm256_set1_ps(-8)));
+  }
+}
 template <class Block>
-float dot(const float* a, const Block* w, i64 blocks) {
+float dot(const float* a, const Block* w, const float* off, i64 blocks) {
+  auto at = [&](i64 b) { return std::is_same_v<Block, BlockQ4_0> ? off + 8 * b : nullptr; };
   __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   i64 b = 0;
   for (; b + 4 <= blocks; b += 4)
-    for (int u = 0; u < 4; ++u) s[u] = block_dot(a + (b + u) * kQuantBlock, w[b + u], s[u]);
-  for (; b < blocks; ++b) s[0] = block_dot(a + b * kQuantBlock, w[b], s[0]);
+    for (int u = 0; u < 4; ++u) s[u] = block_dot(a + (b + u) * kQuantBlock, w[b + u], at(b + u), s[u]);
+  for (; b < blocks; ++b) s[0] = block_dot(a + b * kQuantBlock, w[b], at(b), s[0]);
   return sum8(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
 }
 template <class Block>
 void gemv(const GemvArgs& g) {
   const i64 blocks = g.k / kQuantBlock;
   const Block* w = static_cast<const Block*>(g.w);
+  constexpr bool q4 = std::is_same_v<Block, BlockQ4_0>;
+  std::vector<float> off(q4 ? static_cast<std::size_t>(g.m * blocks * 8) : 0);
+  if (q4)
+    for (i64 i = 0; i < g.m; ++i) offsets(g.a + i * g.lda, blocks, off.data() + i * blocks * 8);
   for (i64 j = g.n0; j < g.n1; ++j)
     for (i64 i = 0; i < g.m; ++i) {
-      const float s = dot(g.a + i * g.lda, w + j * blocks, blocks);
+      const float s =
+          dot(g.a + i * g.lda, w + j * blocks, q4 ? off.data() + i * blocks * 8 : nullptr, blocks);
       float& c = g.c[i * g.ldc + j];
       c = g.accumulate ? c + s : s;
     }
