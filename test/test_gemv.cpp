@@ -1,7 +1,9 @@
 // The few-row products of decoding (runtime/gemm/gemv.cpp, cpu::gemv_q_int8): f32 dot products
-// through gemm::sgemm on every ISA, short rows (attention's k = 64) and ragged tails included, and
+// through gemm::sgemm on every ISA, short rows (attention's k = 64) and ragged tails included, the
+// same against bf16 weights (gemm::gemv_bf16), and
 // the quantised GEMV with int8 activations on every path, against float64 references: the
 // documented quantisation of A reproduced, and the bound it allows against the exact product.
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -13,6 +15,8 @@
 #include "metagrad/cpu/gemv_int8.hpp"
 #include "metagrad/cpu/parallel.hpp"
 #include "metagrad/device/gemm.hpp"
+// (the runtime's own: bf16 Linear layers at batch 1 run it, widening W as it is read)
+#include "../runtime/gemm/gemv.hpp"
 
 using namespace metagrad;
 using cpu::LowpPath;
@@ -55,6 +59,43 @@ TEST_CASE("gemv: few rows against W^T on every ISA as dot products, short and ra
       INFO(gemm::to_string(isa) << " " << s.m << "x" << s.n << "x" << s.k);
       CHECK(bad == 0);
     }
+}
+
+TEST_CASE("gemv_bf16: few rows against bf16 W^T on every ISA, tails and two threads", "[gemv]") {
+  std::mt19937 g(16);
+  std::uniform_real_distribution<float> u(-1, 1);
+  struct Shape {
+    i64 m, n, k;
+  };
+  const int threads = cpu::threads();
+  // k under a vector, 32 + 8 + a tail, several trips, attention's 64, and rows enough for two parts
+  for (Shape s : std::vector<Shape>{{1, 50, 7}, {2, 33, 45}, {3, 20, 200}, {4, 17, 64}, {1, 3000, 45}})
+    for (gemm::Isa isa : {gemm::Isa::generic, gemm::Isa::avx2, gemm::Isa::avx512})
+      for (int th : {1, 2}) {
+        if (isa > gemm::best_isa()) continue;
+        cpu::set_threads(th);
+        std::vector<float> x(static_cast<std::size_t>(s.m * s.k)), y(static_cast<std::size_t>(s.m * s.n));
+        std::vector<std::uint16_t> w(static_cast<std::size_t>(s.n * s.k));
+        for (float& v : x) v = u(g);
+        for (std::uint16_t& v : w) v = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(u(g)) >> 16);
+        gemm::gemv_bf16(s.m, s.n, s.k, x.data(), w.data(), y.data(), isa);
+        int bad = 0;
+        for (i64 i = 0; i < s.m; ++i)
+          for (i64 j = 0; j < s.n; ++j) {
+            double want = 0, mag = 0;
+            for (i64 q = 0; q < s.k; ++q) {
+              const double wv =
+                  std::bit_cast<float>(std::uint32_t{w[static_cast<std::size_t>(j * s.k + q)]} << 16);
+              want += x[static_cast<std::size_t>(i * s.k + q)] * wv,
+                  mag += std::fabs(x[static_cast<std::size_t>(i * s.k + q)] * wv);
+            }
+            bad += std::fabs(y[static_cast<std::size_t>(i * s.n + j)] - want) >
+                   static_cast<double>(s.k + 2) * std::ldexp(1.0, -24) * mag;
+          }
+        INFO(gemm::to_string(isa) << " " << s.m << "x" << s.n << "x" << s.k << " threads " << th);
+        CHECK(bad == 0);
+      }
+  cpu::set_threads(threads);
 }
 
 namespace {
