@@ -1,7 +1,8 @@
 // The low-precision products (cpu/gemm_lowp.hpp, cpu/quant.hpp) at n = 1024 against the f32 GEMM,
 // and the quantised GEMV (m = 1, k = n = 4096, decoding's shape) against the machine's read
-// bandwidth measured in the same run (a sum over 256 MB). Targets: bf16 >= 1.8x the f32 GFLOP/s,
-// int8 >= 3x; the GEMV's bytes of weights read per second near the read bandwidth.
+// bandwidth measured in the same run (a sum over 256 MB), with A f32 (gemv_q) and int8 (gemv_q_int8).
+// Targets: bf16 >= 1.8x the f32 GFLOP/s, int8 >= 3x; the GEMV's bytes of weights read per second near the
+// read bandwidth.
 //
 // Run: THREADS=1 nice build/bench/bench_gemm_lowp (one thread: the figures docs/gemm.md gives). A
 // summary follows Google Benchmark's table: each row's best and median iteration in CPU time
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <metagrad/cpu/gemm_lowp.hpp>
+#include <metagrad/cpu/gemv_int8.hpp>
 #include <metagrad/cpu/quant.hpp>
 #include <metagrad/device/gemm.hpp>
 
@@ -73,8 +75,8 @@ void BM_bf16(benchmark::State& state) {
   cpu::f32_to_bf16(af.data(), a.data(), kN * kN);
   cpu::f32_to_bf16(bf.data(), b.data(), kN * kN);
   std::vector<float> c(af.size());
-  const std::string row =
-      path == LowpPath::native ? "bf16 GEMM GFLOP/s (vdpbf16ps)" : "bf16 GEMM GFLOP/s (via f32, avx2)";
+  const std::string row = path == LowpPath::native ? "bf16 GEMM GFLOP/s (vdpbf16ps)"
+                                                   : "bf16 GEMM GFLOP/s (avx2, widened as packed)";
   timed(state, row, 2.0 * kN * kN * kN,
         [&] { cpu::gemm_bf16(kN, kN, kN, a.data(), kN, b.data(), kN, c.data(), kN, false, path); });
 }
@@ -92,16 +94,21 @@ void BM_s8(benchmark::State& state) {
         [&] { cpu::gemm_s8(kN, kN, kN, a.data(), kN, b.data(), kN, c.data(), kN, false, path); });
 }
 
+// Arg 0: the type; Arg 1: 1 for gemv_q_int8 (A quantised to int8 too).
 void BM_gemv(benchmark::State& state) {
   const auto t = static_cast<QuantType>(state.range(0));
+  const bool int8 = state.range(1);
   const auto wf = random_floats(kGemv * kGemv, 4), a = random_floats(kGemv, 5);
   const std::size_t bytes = static_cast<std::size_t>(kGemv) * cpu::quant_row_bytes(t, kGemv);
   std::vector<unsigned char> w(bytes);
   cpu::quantize(t, kGemv, kGemv, wf.data(), kGemv, w.data());
   std::vector<float> c(kGemv);
-  const std::string row = std::string(t == QuantType::q8_0 ? "Q8_0" : "Q4_0") + " GEMV GB/s of weights";
-  timed(state, row, static_cast<double>(bytes),
-        [&] { cpu::gemv_q(1, kGemv, kGemv, a.data(), kGemv, t, w.data(), c.data(), kGemv); });
+  const std::string row = std::string(t == QuantType::q8_0 ? "Q8_0" : "Q4_0") + " GEMV GB/s of weights" +
+                          (int8 ? " (int8 A)" : "");
+  timed(state, row, static_cast<double>(bytes), [&] {
+    (int8 ? cpu::gemv_q_int8 : cpu::gemv_q)(1, kGemv, kGemv, a.data(), kGemv, t, w.data(), c.data(), kGemv,
+                                            false, LowpPath::best);
+  });
 }
 
 // C = A W^T at n = 1024 with W in Q8_0 (dequantised as it is packed): against the f32 GEMM.
@@ -133,8 +140,10 @@ BENCHMARK(BM_s8)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_gemm_q8)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_read)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_gemv)
-    ->Arg(static_cast<int>(QuantType::q8_0))
-    ->Arg(static_cast<int>(QuantType::q4_0))
+    ->Args({static_cast<int>(QuantType::q8_0), 0})
+    ->Args({static_cast<int>(QuantType::q4_0), 0})
+    ->Args({static_cast<int>(QuantType::q8_0), 1})
+    ->Args({static_cast<int>(QuantType::q4_0), 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5);
 
@@ -158,7 +167,8 @@ int main(int argc, char** argv) {
   };
   const bool native_bf16 = cpu::best_bf16_path() == LowpPath::native,
              native_s8 = cpu::best_s8_path() == LowpPath::native;
-  ratio("bf16 / f32", native_bf16 ? "bf16 GEMM GFLOP/s (vdpbf16ps)" : "bf16 GEMM GFLOP/s (via f32, avx2)",
+  ratio("bf16 / f32",
+        native_bf16 ? "bf16 GEMM GFLOP/s (vdpbf16ps)" : "bf16 GEMM GFLOP/s (avx2, widened as packed)",
         "f32 GEMM GFLOP/s", 1.8);
   ratio("int8 / f32", native_s8 ? "int8 GEMM GOP/s (vpdpbusd)" : "int8 GEMM GOP/s (avx2 vpmaddwd)",
         "f32 GEMM GFLOP/s", 3.0);
@@ -166,4 +176,8 @@ int main(int argc, char** argv) {
         "aim");
   ratio("Q4_0 GEMV / read bandwidth", "Q4_0 GEMV GB/s of weights", "read bandwidth GB/s (sum of 256 MB)", 0.8,
         "aim");
+  ratio("Q8_0 int8-A GEMV / read bandwidth", "Q8_0 GEMV GB/s of weights (int8 A)",
+        "read bandwidth GB/s (sum of 256 MB)", 0.8, "aim");
+  ratio("Q4_0 int8-A GEMV / read bandwidth", "Q4_0 GEMV GB/s of weights (int8 A)",
+        "read bandwidth GB/s (sum of 256 MB)", 0.8, "aim");
 }

@@ -20,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "metagrad/cpu/gemm_lowp.hpp"
+#include "metagrad/cpu/parallel.hpp"
 #include "metagrad/cpu/quant.hpp"
 #include "metagrad/nn/gguf.hpp"
 
@@ -349,47 +350,52 @@ TEST_CASE("lowp: gemm_q and gemv_q on every path against float64 over the dequan
   };
   std::vector<Shape> shapes{{1, 1, 32},   {1, 257, 320}, {2, 31, 64},    {3, 33, 96},   {4, 5, 32},
                             {5, 47, 160}, {23, 70, 128}, {9, 300, 1056}, {300, 40, 64}, {1, 40, 0}};
-  for (QuantType t : {QuantType::q8_0, QuantType::q4_0})
-    for (LowpPath path : paths(cpu::best_quant_path()))
-      for (const Shape& s : shapes)
-        for (int gemv = 0; gemv < 2; ++gemv) {
-          const bool acc = (s.m + s.n + gemv) % 2;
-          const std::int64_t lda = s.k + 7, ldc = s.n + 3;
-          std::vector<float> a(static_cast<std::size_t>(s.m * lda)), wf(static_cast<std::size_t>(s.n * s.k));
-          std::vector<float> c(static_cast<std::size_t>(s.m * ldc));
-          for (float& x : a) x = u(rng);
-          for (float& x : wf) x = u(rng);
-          for (float& x : c) x = u(rng);
-          std::vector<unsigned char> w(static_cast<std::size_t>(s.n) * cpu::quant_row_bytes(t, s.k) + 1);
-          cpu::quantize(t, s.n, s.k, wf.data(), s.k, w.data());
-          std::vector<float> wd(wf.size());
-          cpu::dequantize(t, s.n, s.k, w.data(), wd.data(), s.k);
-          const std::vector<float> c0 = c;
-          if (gemv)
-            cpu::gemv_q(s.m, s.n, s.k, a.data(), lda, t, w.data(), c.data(), ldc, acc, path);
-          else
-            cpu::gemm_q(s.m, s.n, s.k, a.data(), lda, t, w.data(), c.data(), ldc, acc, path);
-          INFO("type " << static_cast<int>(t) << " path " << static_cast<int>(path) << " " << s.m << "x"
-                       << s.n << "x" << s.k << " gemv " << gemv << " acc " << acc);
-          int bad = 0;
-          for (std::int64_t i = 0; i < s.m; ++i)
-            for (std::int64_t j = 0; j < ldc; ++j) {
-              const auto at = static_cast<std::size_t>(i * ldc + j);
-              if (j >= s.n) {
-                bad += c[at] != c0[at];
-                continue;
+  const int threads = cpu::threads();
+  for (int th : {1, 2})  // (the GEMV splits W's rows by bytes: a few hundred rows are two parts)
+    for (QuantType t : {QuantType::q8_0, QuantType::q4_0})
+      for (LowpPath path : paths(cpu::best_quant_path()))
+        for (const Shape& s : shapes)
+          for (int gemv = 0; gemv < 2; ++gemv) {
+            cpu::set_threads(th);
+            const bool acc = (s.m + s.n + gemv) % 2;
+            const std::int64_t lda = s.k + 7, ldc = s.n + 3;
+            std::vector<float> a(static_cast<std::size_t>(s.m * lda)),
+                wf(static_cast<std::size_t>(s.n * s.k));
+            std::vector<float> c(static_cast<std::size_t>(s.m * ldc));
+            for (float& x : a) x = u(rng);
+            for (float& x : wf) x = u(rng);
+            for (float& x : c) x = u(rng);
+            std::vector<unsigned char> w(static_cast<std::size_t>(s.n) * cpu::quant_row_bytes(t, s.k) + 1);
+            cpu::quantize(t, s.n, s.k, wf.data(), s.k, w.data());
+            std::vector<float> wd(wf.size());
+            cpu::dequantize(t, s.n, s.k, w.data(), wd.data(), s.k);
+            const std::vector<float> c0 = c;
+            if (gemv)
+              cpu::gemv_q(s.m, s.n, s.k, a.data(), lda, t, w.data(), c.data(), ldc, acc, path);
+            else
+              cpu::gemm_q(s.m, s.n, s.k, a.data(), lda, t, w.data(), c.data(), ldc, acc, path);
+            INFO("type " << static_cast<int>(t) << " path " << static_cast<int>(path) << " " << s.m << "x"
+                         << s.n << "x" << s.k << " gemv " << gemv << " acc " << acc << " threads " << th);
+            int bad = 0;
+            for (std::int64_t i = 0; i < s.m; ++i)
+              for (std::int64_t j = 0; j < ldc; ++j) {
+                const auto at = static_cast<std::size_t>(i * ldc + j);
+                if (j >= s.n) {
+                  bad += c[at] != c0[at];
+                  continue;
+                }
+                double ref = acc ? c0[at] : 0, mag = std::fabs(ref);
+                for (std::int64_t p = 0; p < s.k; ++p) {
+                  const double x = static_cast<double>(a[static_cast<std::size_t>(i * lda + p)]) *
+                                   wd[static_cast<std::size_t>(j * s.k + p)];
+                  ref += x, mag += std::fabs(x);
+                }
+                // the GEMV scales each block's sum by d: one more rounding a term than the sums
+                bad += std::fabs(c[at] - ref) > static_cast<double>(s.k + 4) * std::ldexp(1.0, -24) * mag;
               }
-              double ref = acc ? c0[at] : 0, mag = std::fabs(ref);
-              for (std::int64_t p = 0; p < s.k; ++p) {
-                const double x = static_cast<double>(a[static_cast<std::size_t>(i * lda + p)]) *
-                                 wd[static_cast<std::size_t>(j * s.k + p)];
-                ref += x, mag += std::fabs(x);
-              }
-              // the GEMV scales each block's sum by d: one more rounding a term than the sums
-              bad += std::fabs(c[at] - ref) > static_cast<double>(s.k + 4) * std::ldexp(1.0, -24) * mag;
-            }
-          CHECK(bad == 0);
-        }
+            CHECK(bad == 0);
+          }
+  cpu::set_threads(threads);
 }
 
 TEST_CASE("lowp: bad shapes and paths give clear errors", "[gemm_lowp]") {

@@ -45,9 +45,9 @@ template <class W>
     }
   }
 }
-// One copy per ISA, chosen by isa() as the GEMM's are (not target_clones: its IFUNC resolvers run
-// while the library is relocated, before a sanitizer's runtime has started, and crash under TSan),
-// in the ISA namespaces test/isa_isolation.cmake looks for.
+// One copy per ISA (the AVX2 one in gemv_avx2.cpp), chosen by isa() as the GEMM's are (not target_clones: its
+// IFUNC resolvers run while the library is relocated, before a sanitizer's runtime has started, and crash
+// under TSan), in the ISA namespaces test/isa_isolation.cmake looks for.
 namespace avx512 {
 // 16 weights as floats: f32 loaded, bf16 widened by a shift; `mask` the lanes inside the row.
 [[gnu::target("avx512f,avx512bw,avx512vl")]] inline __m512 load16(const float* p, __mmask16 mask) {
@@ -85,21 +85,15 @@ template <class W>
     for (std::int64_t i = 0; i < m; ++i) c[i * ldc + j] = dot(k, a + i * k, w + j * ldw);
 }
 }  // namespace avx512
-namespace avx {
-template <class W>
-[[gnu::target("avx2")]] void columns(std::int64_t m, std::int64_t k, const float* a, const W* w,
-                                     std::int64_t ldw, float* c, std::int64_t ldc, std::int64_t j0,
-                                     std::int64_t j1) {
-  columns_body(m, k, a, w, ldw, c, ldc, j0, j1);
-}
-}  // namespace avx
 
 template <class W>
 void product(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, const W* w, std::int64_t ldw,
              float* c, std::int64_t ldc, Isa isa) {
-  auto columns = isa == Isa::avx512 ? &avx512::columns<W>
-                 : isa == Isa::avx2 ? &avx::columns<W>
-                                    : &columns_body<W>;
+  using Columns = void (*)(std::int64_t, std::int64_t, const float*, const W*, std::int64_t, float*,
+                           std::int64_t, std::int64_t, std::int64_t);
+  const Columns columns = isa == Isa::avx512 ? &avx512::columns<W>
+                          : isa == Isa::avx2 ? static_cast<Columns>(&avx::gemv_columns)
+                                             : &columns_body<W>;
   cpu::parallel_for(n, 16, std::max<std::int64_t>(16, (std::int64_t{1} << 16) / k),
                     [&](std::int64_t j0, std::int64_t j1) { columns(m, k, a, w, ldw, c, ldc, j0, j1); });
 }

@@ -16,4 +16,13 @@ void gemv(const Problem& p, Isa isa = gemm::isa());
 void gemv_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, const std::uint16_t* w,
                float* y, Isa isa = gemm::isa());
 
+// Columns [j0, j1) of C (m x n, row stride ldc) = A (m x k, contiguous) W^T, W's rows ldw apart:
+// the AVX2 and FMA copy (gemv_avx2.cpp, compiled with those flags; called where CPUID has them).
+namespace avx {
+void gemv_columns(std::int64_t m, std::int64_t k, const float* a, const float* w, std::int64_t ldw, float* c,
+                  std::int64_t ldc, std::int64_t j0, std::int64_t j1);
+void gemv_columns(std::int64_t m, std::int64_t k, const float* a, const std::uint16_t* w, std::int64_t ldw,
+                  float* c, std::int64_t ldc, std::int64_t j0, std::int64_t j1);
+}  // namespace avx
+
 }  // namespace metagrad::gemm

@@ -40,6 +40,16 @@ bool cpu_vnni() {
 #endif
 }
 
+// The AVX2 quantised GEMVs convert W's fp16 scales by vcvtph2ps (every AVX2 CPU has F16C).
+bool cpu_f16c() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
 const char* path_name(LowpPath p) {
   switch (p) {
     case LowpPath::native:
@@ -282,10 +292,15 @@ bool int8_activations() {
   return on;
 }
 
-// f(n0, n1) over W's rows (C's columns), split over the threads: a row of W is at most a few KiB.
+// f(n0, n1) over W's rows (C's columns), split over the threads. The GEMV reads each weight byte
+// once at the memory's pace: a part is worth a thread from 32 KiB of W (GPT-2's 768 x 768 Q4_0 is
+// 324 KiB, a few tens of microseconds, long past a wake-up; by multiply-adds alone it was one part).
 template <class F>
-void split_rows(i64 m, i64 n, i64 k, F&& f) {
-  parallel_for(n, 16, std::max<i64>(16, kParallelMacs / std::max<i64>(1, m * k)), f);
+void split_rows(i64 m, i64 n, i64 k, QuantType t, F&& f) {
+  const i64 row = static_cast<i64>(quant_row_bytes(t, k));
+  const i64 grain =
+      std::min(kParallelMacs / std::max<i64>(1, m * k), (i64{32} << 10) / std::max<i64>(1, row));
+  parallel_for(n, 16, std::max<i64>(16, grain), f);
 }
 
 void check_quant(const char* op, QuantType t, i64 k) {
@@ -320,9 +335,10 @@ void gemm_bf16(i64 m, i64 n, i64 k, const std::uint16_t* a, i64 lda, const std::
   check_gemm("cpu::gemm_bf16", m, n, k, a, lda, b, ldb, c, ldc, n);
   path = resolve(path, cpu_bf16(), "cpu::gemm_bf16", "AVX-512 BF16");
   if (m == 0 || n == 0) return;
-  if (path == LowpPath::native) {
+  if (path != LowpPath::generic) {  // native: vdpbf16ps; avx2: widened as packed, f32 FMAs
     split_columns(m, n, k, 32, [&](i64 j0, i64 j1) {
-      lowp::avx512::gemm_bf16({m, j1 - j0, k, a, lda, b + j0, ldb, c + j0, ldc, accumulate});
+      const lowp::Bf16Args p{m, j1 - j0, k, a, lda, b + j0, ldb, c + j0, ldc, accumulate};
+      path == LowpPath::native ? lowp::avx512::gemm_bf16(p) : lowp::avx::gemm_bf16(p);
     });
     return;
   }
@@ -424,10 +440,13 @@ void gemv_q(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, const voi
   check_gemm("cpu::gemv_q", m, n, k, a, lda, w, k, c, ldc, k);
   path = resolve(path, gemm::best_isa() == gemm::Isa::avx512, "cpu::gemv_q", "AVX-512");
   if (m == 0 || n == 0) return;
-  split_rows(m, n, k, [&](i64 n0, i64 n1) {
+  const bool avx2 = path == LowpPath::avx2 && cpu_f16c();
+  split_rows(m, n, k, t, [&](i64 n0, i64 n1) {
     const GemvArgs g{m, n0, n1, k, a, lda, w, c, ldc, accumulate};
     if (path == LowpPath::native)
       lowp::avx512::gemv_q(t, g);
+    else if (avx2)
+      lowp::avx::gemv_q(t, g);
     else if (t == QuantType::q8_0)
       gemv_generic<BlockQ8_0>(g);
     else
@@ -442,10 +461,12 @@ void gemv_q_int8(i64 m, i64 n, i64 k, const float* a, i64 lda, QuantType t, cons
   path = resolve(path, cpu_int8_gemv(), "cpu::gemv_q_int8", "AVX-512 VNNI and VBMI");
   if (m == 0 || n == 0) return;
   const Int8Rows x(t, m, k, a, lda);
-  split_rows(m, n, k, [&](i64 n0, i64 n1) {
+  const bool avx2 = path == LowpPath::avx2 && cpu_f16c();
+  split_rows(m, n, k, t, [&](i64 n0, i64 n1) {
     const lowp::GemvInt8Args g{m,           n0, n1, k,   x.pairs,   x.qa.data(), x.init.data(),
                                x.da.data(), w,  c,  ldc, accumulate};
     if (path == LowpPath::native) return lowp::avx512::gemv_q_int8(t, g);
+    if (avx2) return lowp::avx::gemv_q_int8(t, g);
     (t == QuantType::q8_0 ? gemv_int8_generic<BlockQ8_0> : gemv_int8_generic<BlockQ4_0>)(g);
   });
 }

@@ -42,13 +42,14 @@ struct Scratch {
 
 // Blocking from the host's caches: a KC x NR strip of B takes twice the L1 (it streams from the
 // L2, as the f32 GEMM's does; on Zen 4, bf16 at n = 1024 gained 4% over one L1, and one L1 8%
-// over half), an MC x KC block of A half the L2, a KC x NC panel of B an eighth of the L3.
+// over half), an MC x KC block of A half the L2 as packed (int8 widened to int16 pairs, bf16 to
+// f32, take twice and twice again its bytes), a KC x NC panel of B an eighth of the L3.
 template <class K>
 void blocking(i64& kc, i64& mc, i64& nc) {
   const CacheSizes& cs = host_caches();
+  constexpr i64 a_bytes = std::max<i64>(1, static_cast<i64>(sizeof(typename K::PA)) / K::KG);  // a value of A
   kc = std::clamp<i64>(2 * cs.l1 / (K::NR * static_cast<i64>(sizeof(typename K::PB))), 64, 1024) / 32 * 32;
-  mc = std::clamp<i64>(cs.l2 / 2 / (kc * static_cast<i64>(sizeof(typename K::TA))), K::MR, 1024) / K::MR *
-       K::MR;
+  mc = std::clamp<i64>(cs.l2 / 2 / (kc * a_bytes), K::MR, 1024) / K::MR * K::MR;
   nc = std::clamp<i64>(cs.l3 / 8 / (kc * static_cast<i64>(sizeof(typename K::PB))), K::NR, 4096) / K::NR *
        K::NR;
 }

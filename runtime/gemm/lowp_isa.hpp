@@ -62,6 +62,10 @@ void gemm_q(QuantType t, const QArgs& p);
 }  // namespace avx512
 namespace avx {
 void gemm_s8(const S8Args& p);
+void gemm_bf16(const Bf16Args& p);
+// Need F16C besides AVX2 and FMA: lowp.cpp checks.
+void gemv_q(QuantType t, const GemvArgs& g);
+void gemv_q_int8(QuantType t, const GemvInt8Args& g);
 }  // namespace avx
 #else  // (never called: CPUID finds neither; lowp.cpp resolves every path to generic)
 namespace avx512 {
@@ -73,6 +77,9 @@ inline void gemm_q(QuantType, const QArgs&) {}
 }  // namespace avx512
 namespace avx {
 inline void gemm_s8(const S8Args&) {}
+inline void gemm_bf16(const Bf16Args&) {}
+inline void gemv_q(QuantType, const GemvArgs&) {}
+inline void gemv_q_int8(QuantType, const GemvInt8Args&) {}
 }  // namespace avx
 #endif
 

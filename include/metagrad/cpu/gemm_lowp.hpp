@@ -12,8 +12,9 @@
 namespace metagrad::cpu {
 
 // C (m x n, f32) = A (m x k, bf16 bits) B (k x n, bf16 bits). native: vdpbf16ps on k in pairs;
-// avx2, generic: bf16 widened to f32 panel by panel and the f32 GEMM of that ISA. Every product
-// of two bf16 values is exact in f32, so only the f32 sums round.
+// avx2: A and B widened to f32 as they are packed, an f32 FMA tile; generic: bf16 widened to f32
+// panel by panel and the portable f32 GEMM. Every product of two bf16 values is exact in f32, so
+// only the f32 sums round.
 void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a, std::int64_t lda,
                const std::uint16_t* b, std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate = false,
                LowpPath path = LowpPath::best);

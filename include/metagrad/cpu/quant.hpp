@@ -46,7 +46,8 @@ void gemm_q(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std:
             const void* w, float* c, std::int64_t ldc, bool accumulate = false,
             LowpPath path = LowpPath::best);
 // The same for any m as dot products of A's rows with W's, W read once from memory (a row of W is
-// reused from the L1 by every row of A). native: AVX-512; avx2 and generic: plain C++.
+// reused from the L1 by every row of A). native: AVX-512; avx2: AVX2, FMA and F16C (plain C++
+// where the CPU lacks F16C); generic: plain C++.
 void gemv_q(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, QuantType t,
             const void* w, float* c, std::int64_t ldc, bool accumulate = false,
             LowpPath path = LowpPath::best);
