@@ -5,12 +5,14 @@
 // against the bandwidth limit, the bytes of weights and cache each token reads over the read
 // bandwidth measured here (machine_limits.hpp), and against PyTorch 1.13 on the same model
 // (bench_decode_torch.py as a child process, fp32 for f32 and bf16, quantize_dynamic int8 for Q8_0
-// and Q4_0) where /usr/bin/python3 has torch. Ends with one line per weight type and thread count:
+// and Q4_0) where /usr/bin/python3 has torch. Decoding runs eagerly, then replayed by nn::DecodeJit
+// (rows marked "jit", on a compiled device). Ends with one line per weight type, thread count and mode:
 //   decode q4_0 1t: 41.2 tok/s, 0.83 of the bandwidth limit, 2.4x PyTorch
+//   decode q4_0 1t jit: 45.0 tok/s, 0.91 of the bandwidth limit, 2.6x PyTorch
 //
 // Run: nice build/bench/bench_decode [TOKENS] [--no-torch] [--kind=f32|bf16|q8_0|q4_0] [--threads=N]
-// (default 32 generated tokens, every kind, 1 and 2 threads; DEVICE= as everywhere; --no-torch
-// leaves PyTorch out).
+// [--jit=0|1] (default 32 generated tokens, every kind, 1 and 2 threads, eager and jitted; DEVICE= as
+// everywhere; --no-torch leaves PyTorch out).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
