@@ -162,13 +162,16 @@ TEST_CASE("a KV cache names the shapes when new positions do not fit", "[decode]
   REQUIRE_THROWS_WITH(nn::cached_attention(x, x, x, c),
                       Contains("cached_attention") && Contains("(1, 2, 3, 8)") && Contains("3 of 4 written"));
   REQUIRE_THROWS_WITH(nn::cached_attention(f32({1, 3, 1, 8}, 2), x, x, c), Contains("must be (N, H, L, hd)"));
-  // The position as data: checked where it is read, when the write runs.
-  Tensor at2(std::vector<std::int64_t>{2}, {1}, {.dtype = dtypes::int64});
-  REQUIRE_THROWS_WITH(nn::cached_attention(x, x, x, c, at2, 4),
+  // The position as data (on a host device): checked where it is read, when the write runs.
+  nn::KVCache ch(1, 2, 4, 8, {.device = "CPU"});
+  Tensor xh = x.to("CPU"), at2(std::vector<std::int64_t>{2}, {1}, {.device = "CPU", .dtype = dtypes::int64});
+  REQUIRE_THROWS_WITH(nn::cached_attention(xh, xh, xh, ch, at2, 4),
                       Contains("cached_attention: positions [2, 5)") && Contains("cache of 4"));
-  REQUIRE_THROWS_WITH(nn::cached_attention(x, x, x, c, at2, 2), Contains("span 2 must be at least L = 3"));
-  REQUIRE_THROWS_WITH(nn::cached_attention(x, x, x, c, Tensor(std::vector<float>{2}, {1}), 4),
-                      Contains("start_pos") && Contains("one int64"));
+  REQUIRE_THROWS_WITH(nn::cached_attention(xh, xh, xh, ch, at2, 2),
+                      Contains("span 2 must be at least L = 3"));
+  REQUIRE_THROWS_WITH(
+      nn::cached_attention(xh, xh, xh, ch, Tensor(std::vector<float>{2}, {1}, {.device = "CPU"}), 4),
+      Contains("start_pos") && Contains("one int64"));
   REQUIRE_THROWS_WITH(nn::KVCache(1, 0, 4, 8), Contains("KVCache") && Contains("num_heads 0"));
   nn::MultiheadAttention a(16, 4);
   nn::KVCache ca = a.make_cache(1, 4);
