@@ -5,12 +5,14 @@
 // against the bandwidth limit, the bytes of weights and cache each token reads over the read
 // bandwidth measured here (machine_limits.hpp), and against PyTorch 1.13 on the same model
 // (bench_decode_torch.py as a child process, fp32 for f32 and bf16, quantize_dynamic int8 for Q8_0
-// and Q4_0) where /usr/bin/python3 has torch. Ends with one line per weight type and thread count:
+// and Q4_0) where /usr/bin/python3 has torch. Decoding runs eagerly, then replayed by nn::DecodeJit
+// (rows marked "jit", on a compiled device). Ends with one line per weight type, thread count and mode:
 //   decode q4_0 1t: 41.2 tok/s, 0.83 of the bandwidth limit, 2.4x PyTorch
+//   decode q4_0 1t jit: 45.0 tok/s, 0.91 of the bandwidth limit, 2.6x PyTorch
 //
 // Run: nice build/bench/bench_decode [TOKENS] [--no-torch] [--kind=f32|bf16|q8_0|q4_0] [--threads=N]
-// (default 32 generated tokens, every kind, 1 and 2 threads; DEVICE= as everywhere; --no-torch
-// leaves PyTorch out).
+// [--jit=0|1] (default 32 generated tokens, every kind, 1 and 2 threads, eager and jitted; DEVICE= as
+// everywhere; --no-torch leaves PyTorch out).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -93,24 +95,40 @@ struct Decoder {
   }
   // The bytes of cache one step at position `pos` reads: keys and values over the scores' span.
   double cache_bytes(i64 pos) const {
-    i64 span = std::min(kContext, (pos + 1 + 63) / 64 * 64);
+    i64 span = nn::KVCache::span(pos + 1, kContext);
     return 2.0 * kLayers * static_cast<double>(span * kWidth) * (kind == "bf16" ? 2 : 4);
   }
-  // idx (1, T) at positions [start, start + T): the last position's greedy next token.
-  i64 step(const std::vector<std::int64_t>& idx, i64 start) {
+  // idx (1, T) at positions [start, start + T): the last position's greedy next token. Eager, or
+  // replayed by nn::DecodeJit (the position as data).
+  i64 step(const std::vector<std::int64_t>& idx, i64 start, bool jit = false) {
     Tensor::NoGradGuard no_grad;
     auto t = static_cast<i64>(idx.size());
+    if (jit) return decode(Tensor(idx, {1, t}), start).item<std::int64_t>();
     Tensor pos = Tensor::arange(static_cast<double>(start), static_cast<double>(start + t), 1,
                                 {.dtype = dtypes::int64});
-    Tensor x = wte(Tensor(idx, {1, t})) + wpe(pos);
+    return next(wte(Tensor(idx, {1, t})) + wpe(pos),
+                [&](Block& b, const Tensor& x, std::size_t i) { return b.attn(x, caches[i]); })
+        .item<std::int64_t>();
+  }
+  // The blocks, the last position's head and its greedy token; attend(block, x, i) is block i's attention.
+  template <class A>
+  Tensor next(Tensor x, A attend) {
+    i64 t = x.shape()[1];
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
-      x = x + b.attn(b.ln1(x), caches[i]);
+      x = x + attend(b, b.ln1(x), i);
       x = x + b.proj(b.fc(b.ln2(x)).gelu());
     }
     x = x.shrink({{0, 1}, {t - 1, t}, {0, kWidth}});
-    return head(ln_f(x)).argmax(-1).item<std::int64_t>();
+    return head(ln_f(x)).argmax(-1);
   }
+  nn::DecodeJit decode{[this](const Tensor& tok, const Tensor& pos, i64 span) {
+                         Tensor at = pos + Tensor::arange(0, tok.shape()[1], 1, {.dtype = dtypes::int64});
+                         return next(wte(tok) + wpe(at), [&](Block& b, const Tensor& x, std::size_t i) {
+                           return b.attn(x, caches[i], pos, span);
+                         });
+                       },
+                       kContext};
 };
 
 // The best of a few timings of f.
@@ -189,11 +207,14 @@ int main(int argc, char** argv) {
   bool with_torch = true;
   std::vector<int> threads{1, 2};
   std::vector<std::string> kinds{"f32", "bf16", "q8_0", "q4_0"};
+  std::vector<bool> modes{false, true};  // eager, then replayed by nn::DecodeJit (on a compiled device)
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--no-torch") with_torch = false;
     if (a.rfind("--kind=", 0) == 0) kinds = {a.substr(7)};
     if (a.rfind("--threads=", 0) == 0) threads = {std::atoi(a.c_str() + 10)};
+    if (a == "--jit=0") modes = {false};
+    if (a == "--jit=1") modes = {true};
   }
   std::printf(
       "bench_decode: GPT-2-small shape (%lld layers, width %lld, %lld heads, vocabulary %lld), batch 1, "
@@ -224,58 +245,72 @@ int main(int argc, char** argv) {
     const char* kind = kind_name.c_str();
     Tensor::manual_seed(1);
     Decoder m(kind);
-    for (int t : threads) {
-      cpu::set_threads(t);
-      double best = 1e30, best_cpu = 1e30, prompt_s = 1e30, bytes = 0;
-      for (int rep = 0; rep < 2; ++rep) {  // the first run compiles the kernels: the second is timed
-        for (nn::KVCache& c : m.caches) c.clear();
-        double t0 = now();
-        i64 next = m.step(prompt, 0);
-        prompt_s = std::min(prompt_s, now() - t0);
-        t0 = now();
-        double c0 = cpu_now();
-        bytes = 0;
-        for (i64 i = 0; i < tokens; ++i) {
-          bytes += m.weight_bytes() + m.cache_bytes(kPrompt + i);
-          next = m.step({next}, kPrompt + i);
+    std::map<int, std::vector<i64>> eager_generated;  // by threads
+    if (!metagrad::Device::get(metagrad::Device::DEFAULT).compiled()) modes = {false};
+    for (int t : threads)
+      for (bool jit : modes) {
+        cpu::set_threads(t);
+        double best = 1e30, best_cpu = 1e30, prompt_s = 1e30, bytes = 0;
+        std::vector<i64> generated;
+        for (int rep = 0; rep < 2; ++rep) {  // the first run compiles the kernels: the second is timed
+          for (nn::KVCache& c : m.caches) c.clear();
+          double t0 = now();
+          i64 next = m.step(prompt, 0, jit);
+          prompt_s = std::min(prompt_s, now() - t0);
+          t0 = now();
+          double c0 = cpu_now();
+          bytes = 0;
+          generated.clear();
+          for (i64 i = 0; i < tokens; ++i) {
+            bytes += m.weight_bytes() + m.cache_bytes(kPrompt + i);
+            next = m.step({next}, kPrompt + i, jit);
+            generated.push_back(next);
+          }
+          best = std::min(best, now() - t0);
+          best_cpu = std::min(best_cpu, (cpu_now() - c0) / t);
         }
-        best = std::min(best, now() - t0);
-        best_cpu = std::min(best_cpu, (cpu_now() - c0) / t);
+        // The jitted tokens are the eager ones (greedy, so any difference in the logits would show).
+        auto& eager_tokens = eager_generated[t];
+        if (!jit)
+          eager_tokens = generated;
+        else if (!eager_tokens.empty() && eager_tokens != generated)
+          std::printf("%s %dt: the jitted tokens differ from the eager ones\n", kind, t);
+        const char* mode = jit ? " jit" : "";
+        double rate = static_cast<double>(tokens) / best,
+               limit = bw[t] / (bytes / static_cast<double>(tokens));
+        double flops = 2.0 * kPrompt * (kLayers * 12.0 * kWidth * kWidth) + 2.0 * kWidth * kVocab +
+                       4.0 * kLayers * kPrompt * kPrompt * kWidth;
+        double pk = peak * t * (std::string(kind) == "bf16" ? 2 : 1);  // vdpbf16ps: 2 products an f32 FMA
+        std::printf(
+            "%s %dt%s: prompt %.3f s (%.1f GFLOP/s, %.2f of the %s FMA peak), decode %.2f tok/s "
+            "(%.2f ms/token; limit %.1f tok/s at %.0f MB a token)\n",
+            kind, t, mode, prompt_s, flops / prompt_s / 1e9, flops / prompt_s / pk,
+            std::string(kind) == "bf16" ? "bf16" : "f32", rate, 1e3 / rate, limit,
+            bytes / static_cast<double>(tokens) / 1e6);
+        // The same over CPU time (a thread's share), against the read kernel's bandwidth over its CPU time:
+        // on a loaded machine the wall clock counts the time other processes held the cores
+        const double per_token = bytes / static_cast<double>(tokens);
+        std::printf("%s %dt%s on CPU: %.2f ms/token a thread, %.2f of the limit at %.1f GB/s\n", kind, t,
+                    mode, 1e3 * best_cpu / static_cast<double>(tokens),
+                    per_token / bw_cpu[t] / (best_cpu / static_cast<double>(tokens)), bw_cpu[t] / 1e9);
+        std::fflush(stdout);
+        // PyTorch at its best with up to t threads (its 2-thread run can be slower than its 1-thread one
+        // on a shared machine: the anchor is what PyTorch does best on these cores)
+        const std::string dt = kind == std::string("f32") || kind == std::string("bf16") ? "fp32" : "int8";
+        double anchor = 0;
+        for (int u = 1; u <= t; ++u)
+          if (auto it = torch.find(dt + " " + std::to_string(u) + "t"); it != torch.end())
+            anchor = std::max(anchor, it->second);
+        char line[160];
+        if (anchor > 0)
+          std::snprintf(line, sizeof line,
+                        "decode %s %dt%s: %.1f tok/s, %.2f of the bandwidth limit, %.1fx PyTorch", kind, t,
+                        mode, rate, rate / limit, rate / anchor);
+        else
+          std::snprintf(line, sizeof line, "decode %s %dt%s: %.1f tok/s, %.2f of the bandwidth limit", kind,
+                        t, mode, rate, rate / limit);
+        summary.push_back(line);
       }
-      double rate = static_cast<double>(tokens) / best, limit = bw[t] / (bytes / static_cast<double>(tokens));
-      double flops = 2.0 * kPrompt * (kLayers * 12.0 * kWidth * kWidth) + 2.0 * kWidth * kVocab +
-                     4.0 * kLayers * kPrompt * kPrompt * kWidth;
-      double pk = peak * t * (std::string(kind) == "bf16" ? 2 : 1);  // vdpbf16ps: 2 products an f32 FMA
-      std::printf(
-          "%s %dt: prompt %.3f s (%.1f GFLOP/s, %.2f of the %s FMA peak), decode %.2f tok/s "
-          "(%.2f ms/token; limit %.1f tok/s at %.0f MB a token)\n",
-          kind, t, prompt_s, flops / prompt_s / 1e9, flops / prompt_s / pk,
-          std::string(kind) == "bf16" ? "bf16" : "f32", rate, 1e3 / rate, limit,
-          bytes / static_cast<double>(tokens) / 1e6);
-      // The same over CPU time (a thread's share), against the read kernel's bandwidth over its CPU time:
-      // on a loaded machine the wall clock counts the time other processes held the cores
-      const double per_token = bytes / static_cast<double>(tokens);
-      std::printf("%s %dt on CPU: %.2f ms/token a thread, %.2f of the limit at %.1f GB/s\n", kind, t,
-                  1e3 * best_cpu / static_cast<double>(tokens),
-                  per_token / bw_cpu[t] / (best_cpu / static_cast<double>(tokens)), bw_cpu[t] / 1e9);
-      std::fflush(stdout);
-      // PyTorch at its best with up to t threads (its 2-thread run can be slower than its 1-thread one
-      // on a shared machine: the anchor is what PyTorch does best on these cores)
-      const std::string dt = kind == std::string("f32") || kind == std::string("bf16") ? "fp32" : "int8";
-      double anchor = 0;
-      for (int u = 1; u <= t; ++u)
-        if (auto it = torch.find(dt + " " + std::to_string(u) + "t"); it != torch.end())
-          anchor = std::max(anchor, it->second);
-      char line[160];
-      if (anchor > 0)
-        std::snprintf(line, sizeof line,
-                      "decode %s %dt: %.1f tok/s, %.2f of the bandwidth limit, %.1fx PyTorch", kind, t, rate,
-                      rate / limit, rate / anchor);
-      else
-        std::snprintf(line, sizeof line, "decode %s %dt: %.1f tok/s, %.2f of the bandwidth limit", kind, t,
-                      rate, rate / limit);
-      summary.push_back(line);
-    }
   }
   for (const std::string& s : summary) std::printf("%s\n", s.c_str());
 }

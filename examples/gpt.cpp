@@ -7,6 +7,7 @@
 //       [--save=FILE.safetensors] [--max-val-loss=X]               train, then print a sample
 //       [--precision=f32|bf16|both] [--eval-quantized=1]
 //   gpt --load=FILE.safetensors [--sample=N] [--temperature=X] [--top-k=N]   only generate
+//       [--decode-jit=0|1]    (1: each sampled token replays its step under nn::DecodeJit; 0: eager)
 //
 // --max-val-loss makes the run a test: exit status 1 when the last validation loss is above it.
 // --precision=bf16 trains with the products with weights in bf16 (f32 master weights and optimizer
@@ -39,7 +40,7 @@ namespace {
 
 struct Options {
   long steps = 600, batch = 32, context = 64, width = 128, heads = 4, blocks = 2, eval_every = 100,
-       seed = 1337, sample = 300, top_k = 0, threads = 0, eval_quantized = 0;
+       seed = 1337, sample = 300, top_k = 0, threads = 0, eval_quantized = 0, decode_jit = 1;
   double lr = 3e-3, temperature = 0.8, max_val_loss = 0;
   std::string device = getenv("DEVICE", Device::DEFAULT), data = "/usr/share/games/fortunes", save, load,
               precision = "f32";
@@ -55,6 +56,7 @@ Options parse(int argc, char** argv) {
   flags.add("save", o.save, "FILE").add("max-val-loss", o.max_val_loss, "X").add("load", o.load, "FILE");
   flags.add("sample", o.sample, "N").add("temperature", o.temperature, "X").add("top-k", o.top_k, "N");
   flags.add("precision", o.precision, "f32|bf16|both").add("eval-quantized", o.eval_quantized, "0|1");
+  flags.add("decode-jit", o.decode_jit, "0|1");
   flags.parse(argc, argv);
   o.device = Device::canonicalize(o.device);
   flags.require(o.steps >= 0 && o.batch >= 1 && o.context >= 1 && o.width >= 1 && o.heads >= 1 &&
@@ -76,10 +78,15 @@ std::pair<Tensor, Tensor> batch_of(const std::vector<std::int64_t>& text, long b
 
 // Decoding over the blocks' key/value caches: the prompt (here a newline) runs as one pass, then each
 // token costs one step over the cache. When the context is full, its last half is the new prompt.
-std::string generate(const GPT& m, long n, double temperature, long top_k, const std::string& device) {
+// With jit, each step is replayed by nn::DecodeJit (the position as data) where the device compiles.
+std::string generate(const GPT& m, long n, double temperature, long top_k, const std::string& device,
+                     bool jit) {
   Tensor::NoGradGuard no_grad;
   std::vector<std::int64_t> ctx{0};  // start after a newline
   std::vector<nn::KVCache> caches = m.make_caches(1);
+  nn::DecodeJit decode(
+      [&](const Tensor& tok, const Tensor& pos, std::int64_t span) { return m.step(tok, pos, span, caches); },
+      m.context);
   std::string out;
   std::size_t fed = 0;  // tokens of ctx in the cache
   for (long i = 0; i < n; ++i) {
@@ -90,7 +97,11 @@ std::string generate(const GPT& m, long n, double temperature, long top_k, const
     }
     std::vector<std::int64_t> fresh(ctx.begin() + static_cast<std::ptrdiff_t>(fed), ctx.end());
     auto t = static_cast<std::int64_t>(fresh.size());
-    Tensor last = m.step(Tensor(fresh, {1, t}, {.device = device}), static_cast<std::int64_t>(fed), caches);
+    Tensor idx(fresh, {1, t}, {.device = device});
+    auto at = static_cast<std::int64_t>(fed);
+    Tensor last = jit ? decode(idx, at) : m.step(idx, at, caches);
+    if (jit)
+      for (nn::KVCache& c : caches) c.len = at + t;  // (a replay runs no host code)
     fed = ctx.size();
     std::int64_t next = nn::sample(last, temperature, top_k).item<std::int64_t>();
     ctx.push_back(next);
@@ -188,7 +199,7 @@ int main(int argc, char** argv) try {
     auto size = [&](const char* k) { return std::stol(meta.at(k)); };
     GPT model(size("context"), size("width"), size("heads"), size("blocks"));
     nn::load_state_dict(model, nn::safe_load(o.load));
-    std::printf("%s", generate(model, o.sample, o.temperature, o.top_k, o.device).c_str());
+    std::printf("%s", generate(model, o.sample, o.temperature, o.top_k, o.device, o.decode_jit != 0).c_str());
     std::printf("\n");
     return 0;
   }
@@ -237,7 +248,7 @@ int main(int argc, char** argv) try {
   }
   if (o.sample > 0)
     std::printf("---- sample ----\n%s\n",
-                generate(model, o.sample, o.temperature, o.top_k, o.device).c_str());
+                generate(model, o.sample, o.temperature, o.top_k, o.device, o.decode_jit != 0).c_str());
   if (o.max_val_loss > 0 && !(val_loss <= o.max_val_loss)) {
     std::fprintf(stderr, "gpt: validation loss %.4f is above %.4f\n", val_loss, o.max_val_loss);
     return 1;

@@ -49,9 +49,11 @@ struct Block {
     Tensor o = qkv[0].scaled_dot_product_attention(qkv[1], qkv[2], {}, 0.0, true);
     return linear_bf16(o.transpose(1, 2).reshape({n, l, e}), attn.out_proj);
   }
-  // The same for new positions after those in the block's key/value cache (decoding).
-  Tensor operator()(const Tensor& x, nn::KVCache& cache) const {
-    Tensor y = x + attn(ln1(x), cache);
+  // The same for new positions after those in the block's key/value cache (decoding); attend(h) is
+  // the attention's cached call on ln1(x).
+  template <class A>
+  Tensor cached(const Tensor& x, A attend) const {
+    Tensor y = x + attend(ln1(x));
     return y + proj(fc(ln2(y)).gelu());
   }
   nn::StateDict state_dict() const {
@@ -98,8 +100,25 @@ struct GPT {
     std::int64_t t = idx.shape()[1];
     Tensor pos = Tensor::arange(static_cast<double>(start), static_cast<double>(start + t), 1,
                                 {.device = idx.device(), .dtype = metagrad::dtypes::int64});
+    return step(idx, pos, [&](std::size_t i, const Tensor& h) { return blocks[i].attn(h, caches[i]); });
+  }
+  // The same with the position as data, start_pos (1) int64, the scores spanning `span` positions:
+  // nn::DecodeJit's step, which it replays token after token.
+  Tensor step(const Tensor& idx, const Tensor& start_pos, std::int64_t span,
+              std::vector<nn::KVCache>& caches) const {
+    Tensor pos = start_pos + Tensor::arange(static_cast<double>(idx.shape()[1]),
+                                            {.device = idx.device(), .dtype = metagrad::dtypes::int64});
+    return step(idx, pos, [&](std::size_t i, const Tensor& h) {
+      return blocks[i].attn(h, caches[i], start_pos, span);
+    });
+  }
+  // idx at positions pos, attend(i, h) block i's cached attention: the last position's logits.
+  template <class A>
+  Tensor step(const Tensor& idx, const Tensor& pos, A attend) const {
+    std::int64_t t = idx.shape()[1];
     Tensor x = wte(idx) + wpe(pos);
-    for (std::size_t i = 0; i < blocks.size(); ++i) x = blocks[i](x, caches[i]);
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      x = blocks[i].cached(x, [&](const Tensor& h) { return attend(i, h); });
     x = x.shrink({{0, x.shape()[0]}, {t - 1, t}, {0, x.shape()[2]}});
     return head(ln_f(x)).reshape({x.shape()[0], vocab});
   }

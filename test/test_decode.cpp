@@ -48,6 +48,18 @@ struct Decoder {
     }
     return head(x);
   }
+  // The same step with the position as data (nn::DecodeJit's form): start_pos (1) int64.
+  Tensor operator()(const Tensor& idx, const Tensor& start_pos, i64 span,
+                    std::vector<nn::KVCache>& caches) const {
+    i64 t = idx.shape()[1];
+    Tensor x =
+        wte(idx) + wpe(start_pos + Tensor::arange(0, t, 1, {.device = idx.device(), .dtype = dtypes::int64}));
+    for (std::size_t i = 0; i < attn.size(); ++i) {
+      x = x + attn[i](ln[i](x), caches[i], start_pos, span);
+      x = x + fc(x).gelu();
+    }
+    return head(x);
+  }
 };
 
 // The host devices built here: quantised and bf16 products run on each.
@@ -96,6 +108,40 @@ TEST_CASE("decoding with a KV cache gives the full forward's logits, token by to
   }
 }
 
+TEST_CASE("decoding replayed by nn::DecodeJit gives the eager logits exactly, across a span's end",
+          "[decode][nn]") {
+  Tensor::NoGradGuard no_grad;
+  const std::string saved = Device::DEFAULT;
+  for (const std::string& dev : host_devices()) {
+    INFO(dev);
+    Device::DEFAULT = dev;
+    Decoder m;
+    // A prompt of 58, then 10 tokens at positions 58..67: spans 64 and 80 (the cache's end), each
+    // captured at its second call and replayed after.
+    i64 n = 2, p = 58, g = 10, max_len = 80;
+    Tensor idx = tokens(n, p + g, 21).to(dev).realize();
+    auto part = [&](i64 a, i64 b) { return idx.shrink({{0, n}, {a, b}}).contiguous().realize(); };
+    std::vector<nn::KVCache> eager_caches, jit_caches;
+    for (const auto& a : m.attn)
+      eager_caches.push_back(a.make_cache(n, max_len)), jit_caches.push_back(a.make_cache(n, max_len));
+    nn::DecodeJit decode(
+        [&](const Tensor& tok, const Tensor& pos, i64 span) { return m(tok, pos, span, jit_caches); },
+        max_len);
+    std::vector<float> want = m(part(0, p), 0, &eager_caches).to_vector<float>();
+    REQUIRE(decode(part(0, p), 0).to_vector<float>() == want);
+    for (i64 i = p; i < p + g; ++i) {
+      INFO("position " << i);
+      want = m(part(i, i + 1), i, &eager_caches).to_vector<float>();
+      REQUIRE(decode(part(i, i + 1), i).to_vector<float>() == want);  // bitwise
+    }
+    REQUIRE(decode.replays() == (Device::get(dev).compiled() ? (64 - p - 2) + (p + g - 64 - 2) : 0));
+    // The caches hold the same keys and values.
+    for (std::size_t b = 0; b < m.attn.size(); ++b)
+      REQUIRE(jit_caches[b].k.to_vector<float>() == eager_caches[b].k.to_vector<float>());
+  }
+  Device::DEFAULT = saved;
+}
+
 TEST_CASE("cached_attention with gradients writes the cache functionally and agrees", "[decode][nn]") {
   i64 n = 1, h = 2, l = 5, hd = 8;
   Tensor q = f32({n, h, l, hd}, 1).requires_grad_(), k = f32({n, h, l, hd}, 2), v = f32({n, h, l, hd}, 3);
@@ -116,6 +162,16 @@ TEST_CASE("a KV cache names the shapes when new positions do not fit", "[decode]
   REQUIRE_THROWS_WITH(nn::cached_attention(x, x, x, c),
                       Contains("cached_attention") && Contains("(1, 2, 3, 8)") && Contains("3 of 4 written"));
   REQUIRE_THROWS_WITH(nn::cached_attention(f32({1, 3, 1, 8}, 2), x, x, c), Contains("must be (N, H, L, hd)"));
+  // The position as data (on a host device): checked where it is read, when the write runs.
+  nn::KVCache ch(1, 2, 4, 8, {.device = "CPU"});
+  Tensor xh = x.to("CPU"), at2(std::vector<std::int64_t>{2}, {1}, {.device = "CPU", .dtype = dtypes::int64});
+  REQUIRE_THROWS_WITH(nn::cached_attention(xh, xh, xh, ch, at2, 4),
+                      Contains("cached_attention: positions [2, 5)") && Contains("cache of 4"));
+  REQUIRE_THROWS_WITH(nn::cached_attention(xh, xh, xh, ch, at2, 2),
+                      Contains("span 2 must be at least L = 3"));
+  REQUIRE_THROWS_WITH(
+      nn::cached_attention(xh, xh, xh, ch, Tensor(std::vector<float>{2}, {1}, {.device = "CPU"}), 4),
+      Contains("start_pos") && Contains("one int64"));
   REQUIRE_THROWS_WITH(nn::KVCache(1, 0, 4, 8), Contains("KVCache") && Contains("num_heads 0"));
   nn::MultiheadAttention a(16, 4);
   nn::KVCache ca = a.make_cache(1, 4);

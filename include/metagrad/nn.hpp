@@ -21,10 +21,12 @@
 //
 //   A StateDict holds Tensor handles: its entries are the model's tensors, not copies.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <vector>
 
+#include "metagrad/nn/decode_jit.hpp"
 #include "metagrad/nn/optim.hpp"
 #include "metagrad/nn/quantized.hpp"
 #include "metagrad/nn/state.hpp"
@@ -133,6 +135,9 @@ struct KVCache {
           TensorOptions opts = {});
   std::int64_t max_len() const { return k.shape()[2]; }
   void clear() { len = 0; }
+  // The positions the scores of a step ending at position `end` span: end rounded up to 64, at most
+  // max_len (few spans, so few kernels to compile and few TinyJit captures: nn::DecodeJit).
+  static std::int64_t span(std::int64_t end, std::int64_t max_len);
 
   Tensor k, v;
   std::int64_t len = 0;
@@ -144,6 +149,14 @@ struct KVCache {
 // Scores span the written positions rounded up to 64 (few shapes, so few kernels to compile). On a host
 // device, without gradients, the cache is written in place and the result realized; else functionally.
 Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, KVCache& cache);
+// The same with the position as data, so that a TinyJit replay (nn::DecodeJit) writes and attends at
+// the position of its call: start_pos is an int64 tensor of one element on q's device, the position
+// of the first new row, read when the step runs (a position past the cache throws then); the scores
+// span the first `span` positions (KVCache::span of the step's end, at least L). cache.len is left to
+// the caller. Host devices (CPU, CLANG, LLVM), without gradients: the cache is written in place and
+// the result realized.
+Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, KVCache& cache,
+                        const Tensor& start_pos, std::int64_t span);
 
 class MultiheadAttention {
  public:
@@ -154,6 +167,8 @@ class MultiheadAttention {
   Tensor operator()(const Tensor& x, bool is_causal = false) const { return (*this)(x, x, x, {}, is_causal); }
   // Causal self-attention of x's new positions after those in `cache` (cached_attention), x as above.
   Tensor operator()(const Tensor& x, KVCache& cache) const;
+  // The same through the position-as-data cached_attention: the form a TinyJit step replays.
+  Tensor operator()(const Tensor& x, KVCache& cache, const Tensor& start_pos, std::int64_t span) const;
   // A cache for this layer: batch sequences of up to max_len positions.
   KVCache make_cache(std::int64_t batch, std::int64_t max_len) const;
   // Self-attention's products with in_proj_weight and out_proj's weight in Q8_0 or Q4_0 blocks from
@@ -171,6 +186,9 @@ class MultiheadAttention {
 
  private:
   Tensor in_proj(const Tensor& x) const;  // x W_in^T + b_in, quantised or not
+  // The cached calls: x projected, attend(q, k, v) on (N, H, L, hd), projected back.
+  Tensor cached(const Tensor& x,
+                const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& attend) const;
 };
 
 // The next token from logits (..., vocab): argmax at temperature 0, else a draw from
