@@ -5,6 +5,7 @@
 #include "attention.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -39,13 +40,75 @@ const float* in(const std::vector<RawBuffer*>& b, std::size_t i) {
 }
 float* out(RawBuffer& b) { return static_cast<float*>(dynamic_cast<RawMallocBuffer&>(b).data()); }
 
-// C (m x n, row stride ldc) += A B through `tile` (the GEMM writes C, it does not add to it).
-void add_product(i64 m, i64 n, i64 k, const float* a, i64 ars, i64 acs, const float* b, i64 brs, i64 bcs,
-                 float* c, i64 ldc, std::vector<float>& tile, const gemm::GemmBlocking& bk) {
+// C (m x n, row stride ldc) = A B, or (acc) += A B through `tile` (the GEMM writes C, it does not add).
+void product(i64 m, i64 n, i64 k, const float* a, i64 ars, i64 acs, const float* b, i64 brs, i64 bcs,
+             float* c, i64 ldc, bool acc, std::vector<float>& tile, const gemm::GemmBlocking& bk) {
+  if (!acc) return gemm::sgemm({m, n, k, a, ars, acs, b, brs, bcs, c, ldc}, bk);
   tile.resize(static_cast<std::size_t>(m * n));
   gemm::sgemm({m, n, k, a, ars, acs, b, brs, bcs, tile.data(), n}, bk);
   for (i64 i = 0; i < m; ++i)
     for (i64 j = 0; j < n; ++j) c[i * ldc + j] += tile[static_cast<std::size_t>(i * n + j)];
+}
+
+// e^x, to float32's precision (a degree-6 polynomial of x - n ln 2 scaled by 2^n), 0 below -87 (-inf):
+// plain arithmetic the compiler vectorises, where a libm call per score cost more than the products. The
+// range tests compare the bits as integers (floats' comparisons may trap, so the compiler keeps their
+// branches, and the loop scalar): a negative float's bits are a negative integer, larger as it is smaller.
+inline float exp_poly(float x) {
+  using I = std::int32_t;
+  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  constexpr I kLow = std::bit_cast<I>(-87.0f), kHigh = std::bit_cast<I>(88.0f);
+  const I ix = std::bit_cast<I>(x);
+  // all ones where: x < -87 (or -inf), x > 88, x is NaN
+  const I low = -static_cast<I>((ix < 0) & (ix > kLow)), high = -static_cast<I>(ix > kHigh),
+          nan = -static_cast<I>((ix & 0x7fffffff) > 0x7f800000);
+  const float xc = std::bit_cast<float>((ix & ~(low | high)) | (kLow & low) | (kHigh & high));
+  const float t = xc * kLog2e + kShift, n = t - kShift;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120, p = p * r + 1.0f / 24, p = p * r + 1.0f / 6, p = p * r + 0.5f, p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const I e = std::bit_cast<I>(p) + (std::bit_cast<I>(t) - std::bit_cast<I>(kShift)) * (1 << 23);
+  return std::bit_cast<float>((e & ~(low | nan)) | (ix & nan));  // (0 where low, x where NaN)
+}
+
+// Sums and maxima of a row in 8 lanes, which the compiler vectorises (one accumulator would be a chain
+// it may not reorder).
+constexpr i64 kLanes = 8;
+float row_sum(const float* x, i64 n) {
+  float acc[kLanes] = {};
+  i64 c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (i64 u = 0; u < kLanes; ++u) acc[u] += x[c + u];
+  for (; c < n; ++c) acc[0] += x[c];
+  float s = 0;
+  for (float a : acc) s += a;
+  return s;
+}
+float row_max(const float* x, i64 n, float init) {
+  float acc[kLanes];
+  std::fill(acc, acc + kLanes, init);
+  i64 c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (i64 u = 0; u < kLanes; ++u) acc[u] = std::max(acc[u], x[c + u]);
+  for (; c < n; ++c) acc[0] = std::max(acc[0], x[c]);
+  return *std::max_element(acc, acc + kLanes);
+}
+float row_dot(const float* x, const float* y, i64 n) {
+  float acc[kLanes] = {};
+  i64 c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (i64 u = 0; u < kLanes; ++u) acc[u] += x[c + u] * y[c + u];
+  for (; c < n; ++c) acc[0] += x[c] * y[c];
+  float s = 0;
+  for (float a : acc) s += a;
+  return s;
+}
+// x[c] = e^(x[c] - base) over [0, end), 0 over [end, n).
+void exp_row(float* x, i64 end, i64 n, float base) {
+  for (i64 c = 0; c < end; ++c) x[c] = exp_poly(x[c] - base);
+  std::fill(x + end, x + n, 0.0f);
 }
 
 // The keys row i of a tile (keys j0 .. j0 + nc) may attend: [0, end).
@@ -54,7 +117,7 @@ i64 attended(const Shape& sh, i64 i, i64 j0, i64 nc) {
 }
 
 // The scores of queries i0 .. i0 + nb against keys j0 .. j0 + nc of head `h` into t (row stride kBc),
-// scaled and masked: -inf where a query may not attend.
+// scaled and masked (past a causal row's end: not written, its callers' exp_row writes 0 there).
 void scores(const Shape& sh, i64 h, const float* q, const float* k, const float* mask, i64 i0, i64 nb, i64 j0,
             i64 nc, float* t, const gemm::GemmBlocking& bk) {
   gemm::sgemm({nb, nc, sh.e, q + i0 * sh.e, sh.e, 1, k + j0 * sh.e, 1, sh.e, t, kBc}, bk);
@@ -62,9 +125,10 @@ void scores(const Shape& sh, i64 h, const float* q, const float* k, const float*
   for (i64 r = 0; r < nb; ++r) {
     float* row = t + r * kBc;
     const i64 end = attended(sh, i0 + r, j0, nc);
-    const float* mr = m ? m + (i0 + r) * sh.s + j0 : nullptr;
-    for (i64 c = 0; c < end; ++c) row[c] = row[c] * sh.scale + (mr ? mr[c] : 0.0f);
-    std::fill(row + end, row + nc, -kInf);
+    if (m)
+      for (i64 c = 0, at = (i0 + r) * sh.s + j0; c < end; ++c) row[c] = row[c] * sh.scale + m[at + c];
+    else
+      for (i64 c = 0; c < end; ++c) row[c] *= sh.scale;
   }
 }
 
@@ -81,27 +145,28 @@ void forward_heads(const Shape& sh, const std::vector<RawBuffer*>& bufs, float* 
     for (i64 i0 = 0; i0 < sh.l; i0 += kBr) {
       const i64 nb = std::min(kBr, sh.l - i0);
       const i64 keys = sh.causal ? std::min(sh.s, i0 + nb) : sh.s;  // (later keys: masked for every row)
-      std::fill(m.begin(), m.end(), -kInf), std::fill(l.begin(), l.end(), 0.0f);
-      std::fill(o + i0 * sh.ev, o + (i0 + nb) * sh.ev, 0.0f);
       for (i64 j0 = 0; j0 < keys; j0 += kBc) {
         const i64 nc = std::min(kBc, keys - j0);
         scores(sh, h, q, k, mask, i0, nb, j0, nc, t.data(), bk);
         // The online softmax: each row's running max and sum, O's row rescaled when the max grows.
         for (i64 r = 0; r < nb; ++r) {
           float* row = t.data() + r * kBc;
-          float mx = m[r];
-          for (i64 c = 0; c < nc; ++c) mx = std::max(mx, row[c]);
-          const float base = mx == -kInf ? 0.0f : mx, corr = std::exp(m[r] - base);
-          const i64 end = attended(sh, i0 + r, j0, nc);  // (past it: exp(-inf), 0)
-          float sum = 0;
-          for (i64 c = 0; c < end; ++c) sum += row[c] = std::exp(row[c] - base);
-          std::fill(row + end, row + nc, 0.0f);
+          const i64 end = attended(sh, i0 + r, j0, nc);
+          const float old = j0 == 0 ? -kInf : m[r], mx = row_max(row, end, old);
+          const float base = mx == -kInf ? 0.0f : mx;  // (a row masked so far: its terms 0)
+          exp_row(row, end, nc, base);
+          const float sum = row_sum(row, end);
+          if (j0 == 0) {
+            l[r] = sum, m[r] = mx;
+            continue;
+          }
+          const float corr = std::exp(old - base);
           l[r] = l[r] * corr + sum, m[r] = mx;
           if (corr != 1.0f)
             for (float *p = o + (i0 + r) * sh.ev, *e = p + sh.ev; p < e; ++p) *p *= corr;
         }
-        add_product(nb, sh.ev, nc, t.data(), kBc, 1, v + j0 * sh.ev, sh.ev, 1, o + i0 * sh.ev, sh.ev, tile,
-                    bk);
+        product(nb, sh.ev, nc, t.data(), kBc, 1, v + j0 * sh.ev, sh.ev, 1, o + i0 * sh.ev, sh.ev, j0 > 0,
+                tile, bk);
       }
       for (i64 r = 0; r < nb; ++r) {
         const float inv = 1.0f / l[r];
@@ -114,7 +179,8 @@ void forward_heads(const Shape& sh, const std::vector<RawBuffer*>& bufs, float* 
 
 // The backward of heads [h0, h1) into dQ (bh, L, E), dK (bh, S, E), dV (bh, S, Ev), one after another:
 // P from the scores and the forward's log-sum-exp, dV += P^T dO, dS = P (dO V^T - rowsum(dO O)),
-// dQ += dS K, dK += dS^T Q (dS scaled as the scores were).
+// dQ += dS K, dK += dS^T Q (dS scaled as the scores were). Each block of dQ, dK and dV is written by
+// its first product and added to by the others (one block each where L and S fit one: no pass to add).
 void backward_heads(const Shape& sh, const std::vector<RawBuffer*>& bufs, float* d_all, i64 h0, i64 h1) {
   const float *q_all = in(bufs, 0), *k_all = in(bufs, 1), *v_all = in(bufs, 2), *fwd = in(bufs, 3),
               *g_all = in(bufs, 4);
@@ -123,43 +189,45 @@ void backward_heads(const Shape& sh, const std::vector<RawBuffer*>& bufs, float*
   const gemm::GemmBlocking bk = gemm::default_blocking();
   std::vector<float> p(static_cast<std::size_t>(kBr * kBc)), ds(p.size()), tile,
       rowdot(static_cast<std::size_t>(sh.l));
+  std::vector<char> kv_written(static_cast<std::size_t>((sh.s + kBc - 1) / kBc));
   for (i64 h = h0; h < h1; ++h) {
     const float *q = q_all + h * sh.l * sh.e, *k = k_all + h * sh.s * sh.e, *v = v_all + h * sh.s * sh.ev;
     const float *o = fwd + h * sh.l * sh.ev, *lse = fwd + sh.o_size() + h * sh.l,
                 *g = g_all + h * sh.l * sh.ev;
     float *dq = dq_all + h * sh.l * sh.e, *dk = dk_all + h * sh.s * sh.e, *dv = dv_all + h * sh.s * sh.ev;
-    std::fill(dq, dq + sh.l * sh.e, 0.0f), std::fill(dk, dk + sh.s * sh.e, 0.0f);
-    std::fill(dv, dv + sh.s * sh.ev, 0.0f);
-    for (i64 i = 0; i < sh.l; ++i) {
-      float d = 0;
-      for (i64 c = 0; c < sh.ev; ++c) d += g[i * sh.ev + c] * o[i * sh.ev + c];
-      rowdot[static_cast<std::size_t>(i)] = d;
-    }
+    std::fill(kv_written.begin(), kv_written.end(), 0);
+    for (i64 i = 0; i < sh.l; ++i)
+      rowdot[static_cast<std::size_t>(i)] = row_dot(g + i * sh.ev, o + i * sh.ev, sh.ev);
     for (i64 i0 = 0; i0 < sh.l; i0 += kBr) {
       const i64 nb = std::min(kBr, sh.l - i0);
       const i64 keys = sh.causal ? std::min(sh.s, i0 + nb) : sh.s;
       for (i64 j0 = 0; j0 < keys; j0 += kBc) {
         const i64 nc = std::min(kBc, keys - j0);
+        char& kv = kv_written[static_cast<std::size_t>(j0 / kBc)];
         scores(sh, h, q, k, mask, i0, nb, j0, nc, p.data(), bk);
-        for (i64 r = 0; r < nb; ++r) {
-          float* row = p.data() + r * kBc;
-          const i64 end = attended(sh, i0 + r, j0, nc);
-          for (i64 c = 0; c < end; ++c) row[c] = std::exp(row[c] - lse[i0 + r]);
-          std::fill(row + end, row + nc, 0.0f);
-        }
-        add_product(nc, sh.ev, nb, p.data(), 1, kBc, g + i0 * sh.ev, sh.ev, 1, dv + j0 * sh.ev, sh.ev, tile,
-                    bk);
-        gemm::sgemm({nb, nc, sh.ev, g + i0 * sh.ev, sh.ev, 1, v + j0 * sh.ev, 1, sh.ev, ds.data(), kBc}, bk);
         for (i64 r = 0; r < nb; ++r)
-          for (i64 c = 0; c < nc; ++c) {
-            float& x = ds[static_cast<std::size_t>(r * kBc + c)];
-            x = p[static_cast<std::size_t>(r * kBc + c)] * (x - rowdot[static_cast<std::size_t>(i0 + r)]) *
-                sh.scale;
-          }
-        add_product(nb, sh.e, nc, ds.data(), kBc, 1, k + j0 * sh.e, sh.e, 1, dq + i0 * sh.e, sh.e, tile, bk);
-        add_product(nc, sh.e, nb, ds.data(), 1, kBc, q + i0 * sh.e, sh.e, 1, dk + j0 * sh.e, sh.e, tile, bk);
+          exp_row(p.data() + r * kBc, attended(sh, i0 + r, j0, nc), nc, lse[i0 + r]);
+        product(nc, sh.ev, nb, p.data(), 1, kBc, g + i0 * sh.ev, sh.ev, 1, dv + j0 * sh.ev, sh.ev, kv, tile,
+                bk);
+        gemm::sgemm({nb, nc, sh.ev, g + i0 * sh.ev, sh.ev, 1, v + j0 * sh.ev, 1, sh.ev, ds.data(), kBc}, bk);
+        for (i64 r = 0; r < nb; ++r) {
+          const float d = rowdot[static_cast<std::size_t>(i0 + r)];
+          float* x = ds.data() + r * kBc;
+          const float* pr = p.data() + r * kBc;
+          for (i64 c = 0; c < nc; ++c) x[c] = pr[c] * (x[c] - d) * sh.scale;
+        }
+        product(nb, sh.e, nc, ds.data(), kBc, 1, k + j0 * sh.e, sh.e, 1, dq + i0 * sh.e, sh.e, j0 > 0, tile,
+                bk);
+        product(nc, sh.e, nb, ds.data(), 1, kBc, q + i0 * sh.e, sh.e, 1, dk + j0 * sh.e, sh.e, kv, tile, bk);
+        kv = 1;
       }
     }
+    for (std::size_t b = 0; b < kv_written.size(); ++b)  // keys no query attends (causal, S > L)
+      if (!kv_written[b]) {
+        const i64 j0 = static_cast<i64>(b) * kBc, nc = std::min(kBc, sh.s - j0);
+        std::fill(dk + j0 * sh.e, dk + (j0 + nc) * sh.e, 0.0f);
+        std::fill(dv + j0 * sh.ev, dv + (j0 + nc) * sh.ev, 0.0f);
+      }
   }
 }
 
