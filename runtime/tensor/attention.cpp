@@ -20,6 +20,12 @@
 
 namespace metagrad {
 
+#if defined(__x86_64__)
+namespace attention::avx {
+void exp_row(float* x, std::int64_t end, std::int64_t n, float base);  // attention_avx2.cpp
+}
+#endif
+
 namespace {
 
 using i64 = std::int64_t;
@@ -50,27 +56,15 @@ void product(i64 m, i64 n, i64 k, const float* a, i64 ars, i64 acs, const float*
     for (i64 j = 0; j < n; ++j) c[i * ldc + j] += tile[static_cast<std::size_t>(i * n + j)];
 }
 
-// e^x, to float32's precision (a degree-6 polynomial of x - n ln 2 scaled by 2^n), 0 below -87 (-inf):
-// plain arithmetic the compiler vectorises, where a libm call per score cost more than the products. The
-// range tests compare the bits as integers (floats' comparisons may trap, so the compiler keeps their
-// branches, and the loop scalar): a negative float's bits are a negative integer, larger as it is smaller.
-inline float exp_poly(float x) {
-  using I = std::int32_t;
-  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  constexpr I kLow = std::bit_cast<I>(-87.0f), kHigh = std::bit_cast<I>(88.0f);
-  const I ix = std::bit_cast<I>(x);
-  // all ones where: x < -87 (or -inf), x > 88, x is NaN
-  const I low = -static_cast<I>((ix < 0) & (ix > kLow)), high = -static_cast<I>(ix > kHigh),
-          nan = -static_cast<I>((ix & 0x7fffffff) > 0x7f800000);
-  const float xc = std::bit_cast<float>((ix & ~(low | high)) | (kLow & low) | (kHigh & high));
-  const float t = xc * kLog2e + kShift, n = t - kShift;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120, p = p * r + 1.0f / 24, p = p * r + 1.0f / 6, p = p * r + 0.5f, p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const I e = std::bit_cast<I>(p) + (std::bit_cast<I>(t) - std::bit_cast<I>(kShift)) * (1 << 23);
-  return std::bit_cast<float>((e & ~(low | nan)) | (ix & nan));  // (0 where low, x where NaN)
+#include "attention_exp.inc"  // exp_poly, exp_row: this copy for CPUs without AVX2
+
+// exp_row on the widest copy the CPU runs (METAGRAD_ISA chooses as it does for the GEMM).
+void softmax_exp(float* x, i64 end, i64 n, float base) {
+#if defined(__x86_64__)
+  static const bool avx2 = gemm::isa() >= gemm::Isa::avx2;
+  if (avx2) return attention::avx::exp_row(x, end, n, base);
+#endif
+  exp_row(x, end, n, base);
 }
 
 // Sums and maxima of a row in 8 lanes, which the compiler vectorises (one accumulator would be a chain
@@ -105,12 +99,6 @@ float row_dot(const float* x, const float* y, i64 n) {
   for (float a : acc) s += a;
   return s;
 }
-// x[c] = e^(x[c] - base) over [0, end), 0 over [end, n).
-void exp_row(float* x, i64 end, i64 n, float base) {
-  for (i64 c = 0; c < end; ++c) x[c] = exp_poly(x[c] - base);
-  std::fill(x + end, x + n, 0.0f);
-}
-
 // The keys row i of a tile (keys j0 .. j0 + nc) may attend: [0, end).
 i64 attended(const Shape& sh, i64 i, i64 j0, i64 nc) {
   return sh.causal ? std::clamp(i - j0 + 1, i64{0}, nc) : nc;
@@ -154,7 +142,7 @@ void forward_heads(const Shape& sh, const std::vector<RawBuffer*>& bufs, float* 
           const i64 end = attended(sh, i0 + r, j0, nc);
           const float old = j0 == 0 ? -kInf : m[r], mx = row_max(row, end, old);
           const float base = mx == -kInf ? 0.0f : mx;  // (a row masked so far: its terms 0)
-          exp_row(row, end, nc, base);
+          softmax_exp(row, end, nc, base);
           const float sum = row_sum(row, end);
           if (j0 == 0) {
             l[r] = sum, m[r] = mx;
@@ -206,7 +194,7 @@ void backward_heads(const Shape& sh, const std::vector<RawBuffer*>& bufs, float*
         char& kv = kv_written[static_cast<std::size_t>(j0 / kBc)];
         scores(sh, h, q, k, mask, i0, nb, j0, nc, p.data(), bk);
         for (i64 r = 0; r < nb; ++r)
-          exp_row(p.data() + r * kBc, attended(sh, i0 + r, j0, nc), nc, lse[i0 + r]);
+          softmax_exp(p.data() + r * kBc, attended(sh, i0 + r, j0, nc), nc, lse[i0 + r]);
         product(nc, sh.ev, nb, p.data(), 1, kBc, g + i0 * sh.ev, sh.ev, 1, dv + j0 * sh.ev, sh.ev, kv, tile,
                 bk);
         gemm::sgemm({nb, nc, sh.ev, g + i0 * sh.ev, sh.ev, 1, v + j0 * sh.ev, 1, sh.ev, ds.data(), kBc}, bk);
