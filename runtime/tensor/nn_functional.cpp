@@ -8,6 +8,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "attention.hpp"
 #include "matmul_bf16.hpp"
 #include "metagrad/detail/cat.hpp"
 #include "metagrad/tensor.hpp"
@@ -736,8 +737,10 @@ Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& val
       fits = m == 1 || m == q[q.size() - 1 - i];
     }
     if (!fits) fail(detail::cat("the mask does not broadcast to the scores ", to_string(q)));
-    qk = mask->dtype() == dtypes::bool_ ? mask->where(qk, -INFINITY) : qk + *mask;
   }
+  // (qk above is a graph not yet computed: dropped where the fused kernel applies)
+  if (auto fused = fused_attention(*this, key, value, attn_mask, is_causal, dropout_p)) return *fused;
+  if (mask) qk = mask->dtype() == dtypes::bool_ ? mask->where(qk, -INFINITY) : qk + *mask;
   return qk.softmax(-1).dropout(dropout_p).matmul(value);
 }
 
