@@ -345,6 +345,24 @@ TEST_CASE("AOT: large kernels split over the library's threads", "[aot]") {
   std::filesystem::remove(counter);
 }
 
+// A host op on what the inputs compute (the fused attention) cannot become C: the generator says so,
+// rather than freezing the one run's result into a constant; composed, the same graph compiles.
+TEST_CASE("AOT: a host op reading the inputs is an error, not a constant", "[aot]") {
+  {
+    aot::Generator g("hostop");
+    Tensor q = Tensor::empty({1, 2, 8, 4}, {.device = "CLANG"});
+    Tensor o = q.scaled_dot_product_attention(q * 2.f, q, {}, 0.0, true);
+    REQUIRE_THROWS_WITH(g.function("f", {{"q", q}}, {{"o", o}}),
+                        Contains("reads what the inputs compute") && Contains("METAGRAD_FUSED_ATTENTION=0"));
+  }
+  ::setenv("METAGRAD_FUSED_ATTENTION", "0", 1);
+  aot::Generator g("hostop2");
+  Tensor q = Tensor::empty({1, 2, 8, 4}, {.device = "CLANG"});
+  Tensor o = q.scaled_dot_product_attention(q * 2.f, q, {}, 0.0, true);
+  REQUIRE_NOTHROW(g.function("f", {{"q", q}}, {{"o", o}}));
+  ::unsetenv("METAGRAD_FUSED_ATTENTION");
+}
+
 TEST_CASE("AOT: updates in place, several outputs, integer inputs and constants", "[aot]") {
   aot::Generator g("upd");
   Tensor w = Tensor::empty({3, 4}, {.device = "CLANG"}),

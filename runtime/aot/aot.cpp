@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "../lazy/replayable_fill.hpp"
@@ -305,9 +306,25 @@ void Capture::record() {
       }
       results.push_back(c->base()->realized);
     }
-  for (auto& e : *GlobalCounters::cache)
-    if (!dynamic_cast<const CustomProgram*>(e.prg.clprg.get()) || indexed_load_of(e))
-      rec.push_back(std::move(e));
+  // A host op that is neither a kernel nor an indexed load (a fused attention, a bf16 product) cannot
+  // become C: left out, it is a constant, which is right only where it reads no input.
+  std::unordered_set<const RawBuffer*> varying;
+  for (const auto& [raw, name] : home) varying.insert(raw);
+  for (auto& e : *GlobalCounters::cache) {
+    const bool custom = dynamic_cast<const CustomProgram*>(e.prg.clprg.get()) && !indexed_load_of(e);
+    if (custom) {
+      for (std::size_t j = 1; j < e.bufs.size(); ++j)
+        if (varying.count(e.bufs[j].get()))
+          fail(detail::cat("the host op ", e.prg.name,
+                           " reads what the inputs compute, and only kernels and indexed loads become C "
+                           "(a fused attention: METAGRAD_FUSED_ATTENTION=0 while generating; a bf16 or "
+                           "quantised product: float32 weights)"));
+      continue;
+    }
+    for (std::size_t j = 0; j < e.bufs.size(); ++j)
+      if (j >= 64 || (e.prg.writes >> j & 1)) varying.insert(e.bufs[j].get());
+    rec.push_back(std::move(e));
+  }
 }
 
 // Homes: the first output a kernel computes writes straight into the caller's array; every other
