@@ -5,7 +5,7 @@
 // come from tools/export_onnx_models.py:
 //
 //   /usr/bin/python3 tools/export_onnx_models.py /tmp/onnx_models
-//   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt]
+//   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt] [--no-aot]
 //
 // ONNX Runtime runs in a child process, `node bench/ort_bench.js` with onnxruntime-node found through
 // env ORT_NODE or the CMake cache variable METAGRAD_ORT_NODE (its folder); without node or the module
@@ -167,6 +167,7 @@ struct Args {
   int reps = 10, rounds = 2;
   std::vector<int> threads = {1, 2};
   std::string only;
+  bool aot = true;  // --no-aot: metagrad's and ONNX Runtime's columns only (no C compiler runs)
 };
 
 // A model compiled by metagrad-aot for one row's shape: NAME_run and NAME_set_threads from the shared
@@ -269,6 +270,8 @@ Args parse(int argc, char** argv) {
       for (std::string n; std::getline(f, n, ',');) a.threads.push_back(std::max(1, std::stoi(n)));
     } else if (auto v4 = value("--only="); !v4.empty()) {
       a.only = v4;
+    } else if (s == "--no-aot") {
+      a.aot = false;
     } else if (s.rfind("--", 0) != 0 && a.models.empty()) {
       a.models = s;
     } else {
@@ -278,7 +281,7 @@ Args parse(int argc, char** argv) {
   }
   if (a.models.empty()) {
     fprintf(stderr,
-            "usage: bench_onnx MODELS [--reps=N] [--rounds=N] [--threads=1,2] [--only=NAME]\n"
+            "usage: bench_onnx MODELS [--reps=N] [--rounds=N] [--threads=1,2] [--only=NAME] [--no-aot]\n"
             "  MODELS: the folder tools/export_onnx_models.py wrote (/usr/bin/python3 "
             "tools/export_onnx_models.py MODELS)\n");
     exit(2);
@@ -321,7 +324,8 @@ int main(int argc, char** argv) {
       double mg_best = 0, ort_best = 0, aot_best = 0;
       unsigned long allocs = 0;
       auto& compiled = aots[row.name];
-      if (!compiled) compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
+      if (!compiled && args.aot) compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
+      if (!compiled) compiled = std::make_unique<AotModel>(), compiled->error = "skipped (--no-aot)";
       for (int r = 0; r < args.rounds; ++r) {
         if (missing.empty()) {
           Timing o = ort_time(model, row, threads, args.reps);
@@ -334,7 +338,7 @@ int main(int argc, char** argv) {
         if (!m.runs.empty() && (mg_best == 0 || median(m.runs) < mg_best)) mg_best = median(m.runs);
         if (r == 0) mg.first = m.first;
         Timing a = aot_time(*compiled, threads, args.reps, allocs);
-        if (!a.error.empty()) aot.error = a.error;
+        if (!a.error.empty() && args.aot) aot.error = a.error;
         if (!a.runs.empty() && (aot_best == 0 || median(a.runs) < aot_best)) aot_best = median(a.runs);
       }
       printf("%-20s %3d | ", row.name.c_str(), threads);
