@@ -86,7 +86,7 @@ double median(std::vector<double> v) {
 struct Timing {
   double first = 0;
   std::vector<double> runs;
-  std::vector<double> cpu;  // metagrad's: each timed run's process CPU time, ms (ONNX Runtime runs in a child)
+  std::vector<double> cpu;  // each timed run's process CPU time, ms (ONNX Runtime's: its child process's)
   std::string error;  // why there is none
 };
 
@@ -134,6 +134,7 @@ Timing ort_time(const std::string& model, const Row& row, int threads, int reps)
     if (key == "session_ms") f >> session;
     if (key == "first_ms") f >> first;
     for (double v; key == "run_ms" && f >> v;) t.runs.push_back(v);
+    for (double v; key == "cpu_ms" && f >> v;) t.cpu.push_back(v);
   }
   t.first = session + first;
   if (t.runs.empty()) t.error = "no timings in: " + out.substr(0, out.find('\n'));
@@ -332,7 +333,7 @@ int main(int argc, char** argv) {
         continue;
       }
       Timing mg, ort, aot;
-      double mg_best = 0, ort_best = 0, aot_best = 0, mg_cpu = 0;
+      double mg_best = 0, ort_best = 0, aot_best = 0, mg_cpu = 0, ort_cpu = 0;
       unsigned long allocs = 0;
       auto& compiled = aots[row.name];
       if (!compiled && args.aot) compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
@@ -342,6 +343,7 @@ int main(int argc, char** argv) {
           Timing o = ort_time(model, row, threads, args.reps);
           if (!o.error.empty()) ort.error = o.error;
           if (!o.runs.empty() && (ort_best == 0 || median(o.runs) < ort_best)) ort_best = median(o.runs);
+          if (!o.cpu.empty() && (ort_cpu == 0 || median(o.cpu) < ort_cpu)) ort_cpu = median(o.cpu);
           if (r == 0) ort.first = o.first;
         }
         Timing m = metagrad_time(model, row, args.reps);
@@ -377,7 +379,11 @@ int main(int argc, char** argv) {
       printf("| %9s %9s %9s\n", first(mg.first, mg_best > 0).c_str(),
              first(compiled->first, aot_best > 0 && threads == args.threads[0]).c_str(),
              first(ort.first, ort_best > 0).c_str());
-      if (mg_cpu > 0) printf("  metagrad's process CPU time a run: %.3f ms (best round's median)\n", mg_cpu);
+      if (mg_cpu > 0 && ort_cpu > 0)
+        printf("  process CPU time a run (best round's median): metagrad %.3f ms, ONNX Runtime %.3f ms: %.2fx\n",
+               mg_cpu, ort_cpu, ort_cpu / mg_cpu);
+      else if (mg_cpu > 0)
+        printf("  metagrad's process CPU time a run: %.3f ms (best round's median)\n", mg_cpu);
       if (allocs) printf("  the AOT library allocated %lu times in its runs\n", allocs);
       if (!mg.error.empty()) printf("  metagrad failed: %s\n", mg.error.c_str());
       if (!aot.error.empty()) printf("  metagrad AOT failed: %s\n", aot.error.c_str());
