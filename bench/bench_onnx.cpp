@@ -5,7 +5,8 @@
 // come from tools/export_onnx_models.py:
 //
 //   /usr/bin/python3 tools/export_onnx_models.py /tmp/onnx_models
-//   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt] [--no-aot]
+//   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt]
+//                               [--no-aot]
 //
 // ONNX Runtime runs in a child process, `node bench/ort_bench.js` with onnxruntime-node found through
 // env ORT_NODE or the CMake cache variable METAGRAD_ORT_NODE (its folder); without node or the module
@@ -87,7 +88,7 @@ struct Timing {
   double first = 0;
   std::vector<double> runs;
   std::vector<double> cpu;  // each timed run's process CPU time, ms (ONNX Runtime's: its child process's)
-  std::string error;  // why there is none
+  std::string error;        // why there is none
 };
 
 std::string shape_text(const Dims& d) {
@@ -336,7 +337,8 @@ int main(int argc, char** argv) {
       double mg_best = 0, ort_best = 0, aot_best = 0, mg_cpu = 0, ort_cpu = 0;
       unsigned long allocs = 0;
       auto& compiled = aots[row.name];
-      if (!compiled && args.aot) compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
+      if (!compiled && args.aot)
+        compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
       if (!compiled) compiled = std::make_unique<AotModel>(), compiled->error = "skipped (--no-aot)";
       for (int r = 0; r < args.rounds; ++r) {
         if (missing.empty()) {
@@ -380,8 +382,9 @@ int main(int argc, char** argv) {
              first(compiled->first, aot_best > 0 && threads == args.threads[0]).c_str(),
              first(ort.first, ort_best > 0).c_str());
       if (mg_cpu > 0 && ort_cpu > 0)
-        printf("  process CPU time a run (best round's median): metagrad %.3f ms, ONNX Runtime %.3f ms: %.2fx\n",
-               mg_cpu, ort_cpu, ort_cpu / mg_cpu);
+        printf(
+            "  process CPU time a run (best round's median): metagrad %.3f ms, ONNX Runtime %.3f ms: %.2fx\n",
+            mg_cpu, ort_cpu, ort_cpu / mg_cpu);
       else if (mg_cpu > 0)
         printf("  metagrad's process CPU time a run: %.3f ms (best round's median)\n", mg_cpu);
       if (allocs) printf("  the AOT library allocated %lu times in its runs\n", allocs);

@@ -552,7 +552,8 @@ TEST_CASE("gemm: a conv's bias, ReLU and residual add are its GEMM's epilogue, o
   using test::require_close;
   std::mt19937 g(47);
   auto rnd = [&](const Dims& s) {
-    return Tensor(test::random_values(prod(s), g()), s, {.device = "CPU", .dtype = dtypes::float64}).realize();
+    return Tensor(test::random_values(prod(s), g()), s, {.device = "CPU", .dtype = dtypes::float64})
+        .realize();
   };
   const int saved = fixed::threads();
   std::uniform_int_distribution<i64> d(1, 8);

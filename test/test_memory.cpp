@@ -214,8 +214,7 @@ std::pair<std::int64_t, std::size_t> scratch_bytes(const CapturedStep& c) {
 }
 }  // namespace
 
-TEST_CASE("a host GEMM's scratch (a gathered operand) is pooled memory after the call",
-          "[memory]") {
+TEST_CASE("a host GEMM's scratch (a gathered operand) is pooled memory after the call", "[memory]") {
   for (const char* dev : {"CLANG", "LLVM"}) {
     test::DeviceScope on(dev);
     if (!on.ok) continue;

@@ -114,9 +114,9 @@ LazySrc AstBuilder::build(const GraphSrc& src, const std::vector<View>& above) {
   const bool reshaped = reshaped_products && above.size() == 1 && above[0].contiguous &&
                         prod(above[0].shape) == prod(b->shape());
   if (room && !has_reduce && base->device == consumer.device &&
-      (above.empty() ? base == b ? is_reduce(*b) && b->live_children() <= 1
-                                 : reshaped_products && reshaped_product(*b)
-                     : reshaped && base == b && is_product(*b)))
+      (above.empty()
+           ? base == b ? is_reduce(*b) && b->live_children() <= 1 : reshaped_products && reshaped_product(*b)
+           : reshaped && base == b && is_product(*b)))
     return build(base->op, {});
   if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
   return read_through(b, above);
