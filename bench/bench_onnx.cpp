@@ -6,6 +6,7 @@
 //
 //   /usr/bin/python3 tools/export_onnx_models.py /tmp/onnx_models
 //   nice build/bench/bench_onnx /tmp/onnx_models [--reps=N] [--rounds=N] [--threads=1,2] [--only=gpt]
+//                               [--no-aot]
 //
 // ONNX Runtime runs in a child process, `node bench/ort_bench.js` with onnxruntime-node found through
 // env ORT_NODE or the CMake cache variable METAGRAD_ORT_NODE (its folder); without node or the module
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -68,6 +70,13 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// This process's CPU time (all its threads), ms: what a run cost on a machine that others load too.
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -78,7 +87,8 @@ double median(std::vector<double> v) {
 struct Timing {
   double first = 0;
   std::vector<double> runs;
-  std::string error;  // why there is none
+  std::vector<double> cpu;  // each timed run's process CPU time, ms (ONNX Runtime's: its child process's)
+  std::string error;        // why there is none
 };
 
 std::string shape_text(const Dims& d) {
@@ -110,11 +120,11 @@ Timing ort_time(const std::string& model, const Row& row, int threads, int reps)
                     shape_text(row.shape) + (row.tokens ? " int64 " : " float32 ") + std::to_string(threads) +
                     " " + std::to_string(reps) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {0, {}, "popen failed"};
+  if (!p) return {0, {}, {}, "popen failed"};
   std::string out;
   char buf[4096];
   while (fgets(buf, sizeof buf, p)) out += buf;
-  if (pclose(p) != 0) return {0, {}, out.substr(0, out.find('\n'))};
+  if (pclose(p) != 0) return {0, {}, {}, out.substr(0, out.find('\n'))};
   std::istringstream lines(out);
   std::string line;
   double session = 0, first = 0;
@@ -125,6 +135,7 @@ Timing ort_time(const std::string& model, const Row& row, int threads, int reps)
     if (key == "session_ms") f >> session;
     if (key == "first_ms") f >> first;
     for (double v; key == "run_ms" && f >> v;) t.runs.push_back(v);
+    for (double v; key == "cpu_ms" && f >> v;) t.cpu.push_back(v);
   }
   t.first = session + first;
   if (t.runs.empty()) t.error = "no timings in: " + out.substr(0, out.find('\n'));
@@ -155,7 +166,9 @@ Timing metagrad_time(const std::string& model, const Row& row, int reps) {
     for (int i = 0; i < 2; ++i) jit(x);  // capture, one replay
     for (int i = 0; i < reps; ++i) {
       const auto r0 = Clock::now();
+      const double c0 = cpu_ms();
       jit(x);
+      t.cpu.push_back(cpu_ms() - c0);
       t.runs.push_back(ms_since(r0));
     }
   } catch (const std::exception& e) { t.error = e.what(); }
@@ -167,6 +180,7 @@ struct Args {
   int reps = 10, rounds = 2;
   std::vector<int> threads = {1, 2};
   std::string only;
+  bool aot = true;  // --no-aot: metagrad's and ONNX Runtime's columns only (no C compiler runs)
 };
 
 // A model compiled by metagrad-aot for one row's shape: NAME_run and NAME_set_threads from the shared
@@ -269,6 +283,8 @@ Args parse(int argc, char** argv) {
       for (std::string n; std::getline(f, n, ',');) a.threads.push_back(std::max(1, std::stoi(n)));
     } else if (auto v4 = value("--only="); !v4.empty()) {
       a.only = v4;
+    } else if (s == "--no-aot") {
+      a.aot = false;
     } else if (s.rfind("--", 0) != 0 && a.models.empty()) {
       a.models = s;
     } else {
@@ -278,7 +294,7 @@ Args parse(int argc, char** argv) {
   }
   if (a.models.empty()) {
     fprintf(stderr,
-            "usage: bench_onnx MODELS [--reps=N] [--rounds=N] [--threads=1,2] [--only=NAME]\n"
+            "usage: bench_onnx MODELS [--reps=N] [--rounds=N] [--threads=1,2] [--only=NAME] [--no-aot]\n"
             "  MODELS: the folder tools/export_onnx_models.py wrote (/usr/bin/python3 "
             "tools/export_onnx_models.py MODELS)\n");
     exit(2);
@@ -318,23 +334,27 @@ int main(int argc, char** argv) {
         continue;
       }
       Timing mg, ort, aot;
-      double mg_best = 0, ort_best = 0, aot_best = 0;
+      double mg_best = 0, ort_best = 0, aot_best = 0, mg_cpu = 0, ort_cpu = 0;
       unsigned long allocs = 0;
       auto& compiled = aots[row.name];
-      if (!compiled) compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
+      if (!compiled && args.aot)
+        compiled = aot_build(model, row, aot_dir / row.folder / shape_text(row.shape));
+      if (!compiled) compiled = std::make_unique<AotModel>(), compiled->error = "skipped (--no-aot)";
       for (int r = 0; r < args.rounds; ++r) {
         if (missing.empty()) {
           Timing o = ort_time(model, row, threads, args.reps);
           if (!o.error.empty()) ort.error = o.error;
           if (!o.runs.empty() && (ort_best == 0 || median(o.runs) < ort_best)) ort_best = median(o.runs);
+          if (!o.cpu.empty() && (ort_cpu == 0 || median(o.cpu) < ort_cpu)) ort_cpu = median(o.cpu);
           if (r == 0) ort.first = o.first;
         }
         Timing m = metagrad_time(model, row, args.reps);
         if (!m.error.empty()) mg.error = m.error;
         if (!m.runs.empty() && (mg_best == 0 || median(m.runs) < mg_best)) mg_best = median(m.runs);
+        if (!m.cpu.empty() && (mg_cpu == 0 || median(m.cpu) < mg_cpu)) mg_cpu = median(m.cpu);
         if (r == 0) mg.first = m.first;
         Timing a = aot_time(*compiled, threads, args.reps, allocs);
-        if (!a.error.empty()) aot.error = a.error;
+        if (!a.error.empty() && args.aot) aot.error = a.error;
         if (!a.runs.empty() && (aot_best == 0 || median(a.runs) < aot_best)) aot_best = median(a.runs);
       }
       printf("%-20s %3d | ", row.name.c_str(), threads);
@@ -361,6 +381,12 @@ int main(int argc, char** argv) {
       printf("| %9s %9s %9s\n", first(mg.first, mg_best > 0).c_str(),
              first(compiled->first, aot_best > 0 && threads == args.threads[0]).c_str(),
              first(ort.first, ort_best > 0).c_str());
+      if (mg_cpu > 0 && ort_cpu > 0)
+        printf(
+            "  process CPU time a run (best round's median): metagrad %.3f ms, ONNX Runtime %.3f ms: %.2fx\n",
+            mg_cpu, ort_cpu, ort_cpu / mg_cpu);
+      else if (mg_cpu > 0)
+        printf("  metagrad's process CPU time a run: %.3f ms (best round's median)\n", mg_cpu);
       if (allocs) printf("  the AOT library allocated %lu times in its runs\n", allocs);
       if (!mg.error.empty()) printf("  metagrad failed: %s\n", mg.error.c_str());
       if (!aot.error.empty()) printf("  metagrad AOT failed: %s\n", aot.error.c_str());

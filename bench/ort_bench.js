@@ -5,6 +5,7 @@
 //   session_ms S         the session's creation (load and graph optimisation)
 //   first_ms F           the first run
 //   run_ms R1 R2 ...     each timed run, after two warm-up runs
+//   cpu_ms C1 C2 ...     each timed run's process CPU time (user + system, all threads)
 const ort = require(process.env.ORT_NODE || 'onnxruntime-node');
 
 async function main() {
@@ -25,13 +26,17 @@ async function main() {
   await session.run(feed);
   console.log(`first_ms ${ms().toFixed(3)}`);
   await session.run(feed);
-  const times = [];
+  const times = [], cpu = [];
   for (let i = 0; i < Number(reps); ++i) {
+    const c0 = process.cpuUsage();
     t0 = process.hrtime.bigint();
     await session.run(feed);
     times.push(ms().toFixed(3));
+    const c = process.cpuUsage(c0);
+    cpu.push(((c.user + c.system) / 1e3).toFixed(3));
   }
   console.log(`run_ms ${times.join(' ')}`);
+  console.log(`cpu_ms ${cpu.join(' ')}`);
 }
 
 main().catch((e) => { console.error(`ort_bench: ${e.message}`); process.exit(1); });

@@ -542,6 +542,64 @@ TEST_CASE("gemm: products followed by an epilogue agree with the product and its
   fixed::set_threads(saved);
 }
 
+TEST_CASE("gemm: a conv's bias, ReLU and residual add are its GEMM's epilogue, one kernel a conv", "[gemm]") {
+  // A ResNet block and the conv after it: y = relu(conv1(x) + b1), out = relu(conv2(y) + b2 + x),
+  // z = conv3(out) + b3 + out. On a host device each conv is one kernel, a GEMM whose epilogue is
+  // its bias, ReLU and residual add, and `out`, which the next conv and the residual add both
+  // read, is computed once: three kernels, three GEMMs. The CPU device's interpreter runs the ops
+  // after a conv's reshape apart. Against float64 on CPU with each conv realized before its ops
+  // (apart), on 1 and 2 threads, ragged shapes (any channels and sizes).
+  using test::require_close;
+  std::mt19937 g(47);
+  auto rnd = [&](const Dims& s) {
+    return Tensor(test::random_values(prod(s), g()), s, {.device = "CPU", .dtype = dtypes::float64})
+        .realize();
+  };
+  const int saved = fixed::threads();
+  std::uniform_int_distribution<i64> d(1, 8);
+  for (int t = 0; t < 3; ++t) {
+    // (t == 2: above the threads' threshold)
+    const i64 bs = 1 + t % 2, c = (t == 2 ? 16 : 2) + d(g), hw = (t == 2 ? 14 : 5) + d(g);
+    Tensor x = rnd({bs, c, hw, hw}), w1 = rnd({c, c, 3, 3}), b1 = rnd({c}), w2 = rnd({c, c, 3, 3}),
+           b2 = rnd({c}), w3 = rnd({c, c, 1, 1}), b3 = rnd({c});
+    auto block = [&](const Tensor& in, const Tensor& W1, const Tensor& W2, const Tensor& W3, const Tensor& B1,
+                     const Tensor& B2, const Tensor& B3, bool apart) {
+      auto conv = [&](const Tensor& a, const Tensor& w, const Tensor& b, i64 pad) {
+        if (!apart) return a.conv2d(w, b, 1, {1}, {1}, {pad});
+        return a.conv2d(w, std::nullopt, 1, {1}, {1}, {pad}).realize() + b.reshape({1, c, 1, 1});
+      };
+      Tensor y = conv(in, W1, B1, 1).relu();
+      Tensor out = (conv(y, W2, B2, 1) + in).relu();
+      return conv(out, W3, B3, 0) + out;
+    };
+    Tensor want = block(x, w1, w2, w3, b1, b2, b3, true).realize();
+    const std::vector<double> wanted = want.to_vector<double>();
+    double scale = 0;
+    for (double v : wanted) scale = std::max(scale, std::fabs(v));
+    for (const char* dev : {"CPU", "CLANG", "LLVM"}) {
+      test::DeviceScope scope(dev);
+      if (!scope.ok) continue;
+      for (int threads : {1, 2}) {
+        fixed::set_threads(threads);
+        INFO(dev << " batch=" << bs << " channels=" << c << " size=" << hw << " threads=" << threads);
+        auto on = [&](const Tensor& a) { return a.cast(dtypes::float32).to(dev).realize(); };
+        Tensor got = block(on(x), on(w1), on(w2), on(w3), on(b1), on(b2), on(b3), false);
+        const i64 before = GlobalCounters::kernel_count;
+        auto src = test::kernel_sources(got);
+        if (std::string(dev) != "CPU") {  // (the interpreter runs a conv's ops after its reshape apart)
+          CHECK(GlobalCounters::kernel_count - before == 3);
+          int epilogues = 0;
+          for (const auto& s : src)
+            epilogues += s.rfind("// gemm_", 0) == 0 && s.find("then the epilogue") != std::string::npos;
+          CHECK(epilogues == 3);
+        }
+        require_close(got.to_vector<double>(), wanted, 1e-5 * scale, 1e-4, dev);
+      }
+    }
+  }
+  fixed::set_threads(saved);
+}
+
 TEST_CASE("gemm: a model's products are each one GEMM of the right extent", "[gemm]") {
   // A batch of sequences times a weight: one product of batch * time rows, not a batch of products;
   // a head merge times a weight gathers the merged operand first (no rendered loops); its weight

@@ -41,6 +41,56 @@ bool is_reduce(const LazyBuffer& b) {
   return !b.realized && b.op && (b.op->op.type == OpType::Reduce || b.op->op == FusedOps::MULACC);
 }
 
+// Whether b's elementwise ops (through views that add no elements) read an unrealized reduce as it
+// is laid out (whole, or through a reshape of it: a product's result). Whoever computes b computes
+// that product too, with b's ops as its GEMM's epilogue; a consumer that recomputed b would need
+// the product as a buffer of its own, a second GEMM of the same product (ResNet's block output,
+// read by the next conv and by the next residual add).
+bool reads_product(const LazyBuffer& b) {
+  int budget = 16;
+  std::vector<const GraphOp*> stack{b.op.get()};
+  while (!stack.empty() && --budget >= 0) {
+    const GraphOp* o = stack.back();
+    stack.pop_back();
+    for (const GraphSrc& x : o->src) {
+      if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
+        stack.push_back(op->get());
+        continue;
+      }
+      const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
+      const LazyBufferPtr base = src->base();
+      if (base->realized || !base->op || prod(src->shape()) > prod(base->shape())) continue;
+      if (is_reduce(*base)) return true;
+      if (is_elementwise(*base)) stack.push_back(base->op.get());
+    }
+  }
+  return false;
+}
+
+// A product's result (a sum of a multiply: matmul, conv) read only through a reshape of it (the
+// output's layout: a batched matmul's or a conv's axes, the reduced ones dropped): the reading
+// kernel computes it, reading it as it is laid out, so that ops after a product are its GEMM's
+// epilogue rather than a second pass over memory (the kernel's leaves of the reshaped shape are
+// read in the reduce's, as Kernel reshapes them).
+bool is_product(const LazyBuffer& base) {
+  if (!is_reduce(base) || base.op->op != ReduceOps::SUM || base.live_children() > 1) return false;
+  const GraphSrc& x = base.op->src.at(0);
+  auto* mul = std::get_if<std::shared_ptr<GraphOp>>(&x);
+  const LazyBufferPtr* in = std::get_if<LazyBufferPtr>(&x);
+  if (!(mul && (*mul)->op == BinaryOps::MUL) &&
+      !(in && (*in)->base() == *in && (*in)->op && (*in)->op->op == BinaryOps::MUL && !(*in)->realized))
+    return false;
+  return true;
+}
+bool reshaped_product(LazyBuffer& b) {
+  if (!b.is_view() || b.live_children() > 1) return false;
+  const LazyBufferPtr base = b.base();
+  if (!is_product(*base)) return false;
+  for (const LazyBuffer* v = &b; v != base.get(); v = std::get<LazyBufferPtr>(v->op->src[0]).get())
+    if (v->live_children() > 1 || v->op->op != MovementOps::RESHAPE) return false;
+  return b.st.views().size() == 1 && b.st.contiguous() && base->st.contiguous();
+}
+
 }  // namespace
 
 LazySrc AstBuilder::build(const GraphSrc& src, const std::vector<View>& above) {
@@ -53,14 +103,21 @@ LazySrc AstBuilder::build(const GraphSrc& src, const std::vector<View>& above) {
   LazyBufferPtr base = b->base();
   bool room = depth < kMaxFusedDepth && !(targets && targets->count(base.get()));
   if (room && base == b && is_elementwise(*b) && b->device == consumer.device &&
-      (b->live_children() <= 1 || (cheap_to_recompute(*b) && !recomputes_rows_elsewhere(*b))))
+      (b->live_children() <= 1 ||
+       (cheap_to_recompute(*b) && !recomputes_rows_elsewhere(*b) && !reads_product(*b))))
     return build(b->op, above);
   if (room && rows && above.empty())  // (before pushable_views: a one-row reduce is one element)
     if (auto r = broadcast_reduce(*b)) return *r;
   if (auto through = room ? pushable_views(*b, above) : std::nullopt) return build(base->op, *through);
-  if (room && base == b && above.empty() && !has_reduce && is_reduce(*b) && b->device == consumer.device &&
-      b->live_children() <= 1)
-    return build(b->op, above);
+  // (a product read through a reshape of views pushed down from above it, a conv's bias added
+  // before its output's reshape: the same)
+  const bool reshaped = reshaped_products && above.size() == 1 && above[0].contiguous &&
+                        prod(above[0].shape) == prod(b->shape());
+  if (room && !has_reduce && base->device == consumer.device &&
+      (above.empty()
+           ? base == b ? is_reduce(*b) && b->live_children() <= 1 : reshaped_products && reshaped_product(*b)
+           : reshaped && base == b && is_product(*b)))
+    return build(base->op, {});
   if (!base->realized && std::find(deps.begin(), deps.end(), base) == deps.end()) deps.push_back(base);
   return read_through(b, above);
 }

@@ -28,6 +28,10 @@ struct AstBuilder {
   // may then make the reading kernel compute and store them).
   const std::unordered_set<const LazyBuffer*>* targets = nullptr;
   bool rows = false;  // reduces read back over the axes they reduced may be inlined (a row kernel)
+  // A product read through its output's reshape may be inlined (its reads in the reduce's shape, the
+  // ops after it in the output's): compiled devices, whose Kernel reshapes the leaves (the CPU
+  // device's interpreter evaluates each op in its own shape).
+  bool reshaped_products = false;
   bool has_reduce = false;
   std::size_t row_reduces = 0;
   // Ops on the path from the kernel's root to the node being built. A kernel fuses at most

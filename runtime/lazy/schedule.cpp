@@ -95,7 +95,7 @@ void plan_kernel(Plan& p, const std::shared_ptr<GraphOp>& op,
   if (fresh) it->second = dynamic_cast<Compiled*>(&Device::get(p.buf->device)) != nullptr;
   for (bool rows : {it->second, false}) {
     std::vector<LazyBufferPtr> deps = p.deps;
-    AstBuilder builder{*p.buf, deps, targets, rows, false, 0, 0, {}, {}};
+    AstBuilder builder{*p.buf, deps, targets, rows, it->second, false, 0, 0, {}, {}};
     auto ast = std::get<std::shared_ptr<LazyOp>>(builder.build(op, {}));
     // A row kernel reads its inputs in every pass over a row: past a few, the work its reduces
     // share with what follows them is cheaper written once (LayerNorm's backward behind a residual
