@@ -39,7 +39,7 @@ int main() {
     fx::Tensor<float> l = loss;  // the loss read into a tensor
     auto [gw1, gb1, gw2, gb2] = fx::grad(loss, w1, b1, w2, b2);
     fx::Tensor<float, Out> tb2 = gb2;  // a gradient read into a tensor
-    w1 -= 0.1f * gw1;  // each update fused with its gradient; b1 last, as gw2 reads it
+    w1 -= 0.1f * gw1;                  // each update fused with its gradient; b1 last, as gw2 reads it
     w2 -= 0.1f * gw2;
     b1 -= 0.1f * gb1;
     b2 -= 0.1f * tb2;
