@@ -4,7 +4,11 @@
 #   examples/fashion_mnist_static.cpp    the static MLP's forward + fixed::grad + SGD, and the loader
 #   bench/compile_cost_static_step.cpp   the same step alone
 #   bench/compile_cost_eigen_step.cpp    the same step written by hand with Eigen
-# then the static step's cost over the Eigen step's per compiler (the goal: at most 1). The static units
+#   bench/compile_cost_user_step.cpp     the step as a new user writes it (issue 63): fx::grad's
+#                                        expressions, the loss and a gradient read into tensors, four
+#                                        `w -= 0.1f * g` updates, one fx::eval; header-only
+#   bench/compile_cost_eigen_user_step.cpp  that program written by hand with Eigen
+# then the static steps' cost over their Eigen counterparts' per compiler (the goal: at most 1). The static units
 # are compiled as a program linked against metagrad::metagrad compiles them, with the define that target
 # exports (METAGRAD_PREBUILT: the GEMM and the thread pool are the library's); "header-only" compiles
 # the step without it, as a program using metagrad::headers alone does, its own GEMM included.
@@ -17,7 +21,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 declare -A cpu_of rss_of wall_of runs_of
 units=("examples/fashion_mnist_static.cpp" "bench/compile_cost_static_step.cpp"
-  "bench/compile_cost_static_step.cpp header-only" "bench/compile_cost_eigen_step.cpp")
+  "bench/compile_cost_static_step.cpp header-only" "bench/compile_cost_eigen_step.cpp"
+  "bench/compile_cost_user_step.cpp header-only" "bench/compile_cost_eigen_user_step.cpp")
 # Repetitions alternate the units (one of each, then again), so that a spell of load on the machine
 # falls on all of them alike rather than on whichever unit ran then.
 for ((r = 0; r < reps; r++)); do
@@ -53,11 +58,13 @@ done
 echo "(cpu = user + system time of the compiler, the least of $reps runs, and their median; wall (of the least)"
 echo " also counts waiting on a loaded machine)"
 echo
-printf "%-46s %-10s %8s %8s %11s\n" "static step / Eigen step" compiler "cpu" median "peak"
-e=bench/compile_cost_eigen_step.cpp
-for s in bench/compile_cost_static_step.cpp "bench/compile_cost_static_step.cpp header-only"; do
+printf "%-46s %-10s %8s %8s %11s\n" "static step / its Eigen counterpart" compiler "cpu" median "peak"
+for pair in "bench/compile_cost_static_step.cpp|bench/compile_cost_eigen_step.cpp" \
+  "bench/compile_cost_static_step.cpp header-only|bench/compile_cost_eigen_step.cpp" \
+  "bench/compile_cost_user_step.cpp header-only|bench/compile_cost_eigen_user_step.cpp"; do
+  s=${pair%|*} e=${pair#*|}
   for cc in g++ clang++-14; do
-    awk -v u="${s#bench/compile_cost_static_step.cpp}" -v cc="$cc" -v sc="${cpu_of[$s $cc]}" -v ec="${cpu_of[$e $cc]}" \
+    awk -v u="${s#bench/compile_cost_}" -v cc="$cc" -v sc="${cpu_of[$s $cc]}" -v ec="${cpu_of[$e $cc]}" \
       -v sm="${med_of[$s $cc]}" -v em="${med_of[$e $cc]}" -v sr="${rss_of[$s $cc]}" -v er="${rss_of[$e $cc]}" \
       'BEGIN {printf "%-46s %-10s %7.2fx %7.2fx %10.2fx\n", u, cc, sc / ec, sm / em, sr / er}'
   done

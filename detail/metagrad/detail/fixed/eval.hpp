@@ -132,9 +132,9 @@ void assign_big(typename E::value_type* out, const E& e) {
     auto bound = bind<mp::mp_list<op::Move<MovementOps::RESHAPE, I>>>(e, ctx);
     constexpr bool row_fits = I.size() == 1 || I[I.size() - 1] <= kChunk;
     with_shared(bound, [&](const auto& b) {
-      if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(b, out, ctx.reads_out);
+      if (!ctx.alias && (!ctx.reads_out || row_fits)) return run_assign<I>(by_leaves(b), out, ctx.reads_out);
       T* tmp = Arena::local().alloc<T>(S::size);  // out is read through another view (or in long rows)
-      run_assign<I>(b, tmp, false);
+      run_assign<I>(by_leaves(b), tmp, false);
       std::copy(tmp, tmp + S::size, out);
     });
   }

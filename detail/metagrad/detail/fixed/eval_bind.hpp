@@ -100,6 +100,45 @@ METAGRAD_INLINE T get(const BGate<T, C>& b, const index_t* pos, index_t j) {
   return b.on ? get<R>(b.c, pos, j) : T(0);
 }
 
+// The bound tree as an out-of-line kernel takes it: a small materialised node's values (BOwn) read
+// through a pointer to them, as any leaf. A kernel then depends on its leaves' views alone, not on
+// which of them were materialised nodes: fixed::grad's forward, whose leaves are values it computed,
+// shares its kernels with the same forward evaluated by the user. b must outlive the result.
+template <class B>
+METAGRAD_INLINE B by_leaves(const B& b) {
+  return b;
+}
+template <class T, View V, index_t N>
+METAGRAD_INLINE BLeaf<T, V> by_leaves(const BOwn<T, V, N>& b) {
+  return {b.v};
+}
+template <Fn F, class A>
+METAGRAD_INLINE auto by_leaves(const BMap<F, A>& b) {
+  return BMap<F, decltype(by_leaves(b.c.k0))>{{by_leaves(b.c.k0)}};
+}
+template <Fn F, class A, class B>
+METAGRAD_INLINE auto by_leaves(const BMap<F, A, B>& b) {
+  return BMap<F, decltype(by_leaves(b.c.k0)), decltype(by_leaves(b.c.k1))>{
+      {by_leaves(b.c.k0), by_leaves(b.c.k1)}};
+}
+template <Fn F, class A, class B, class C>
+METAGRAD_INLINE auto by_leaves(const BMap<F, A, B, C>& b) {
+  return BMap<F, decltype(by_leaves(b.c.k0)), decltype(by_leaves(b.c.k1)), decltype(by_leaves(b.c.k2))>{
+      {by_leaves(b.c.k0), by_leaves(b.c.k1), by_leaves(b.c.k2)}};
+}
+template <class U, class C>
+METAGRAD_INLINE auto by_leaves(const BCast<U, C>& b) {
+  return BCast<U, decltype(by_leaves(b.c))>{by_leaves(b.c)};
+}
+template <View M, class T, class C>
+METAGRAD_INLINE auto by_leaves(const BGuard<M, T, C>& b) {
+  return BGuard<M, T, decltype(by_leaves(b.c))>{by_leaves(b.c)};
+}
+template <class T, class C>
+METAGRAD_INLINE auto by_leaves(const BGate<T, C>& b) {
+  return BGate<T, decltype(by_leaves(b.c))>{b.on, by_leaves(b.c)};
+}
+
 struct Ctx {
   const void* out = nullptr;  // the destination, to detect a leaf that reads it
   bool reads_out = false;     // some leaf is the destination, read in place (safe)

@@ -358,18 +358,19 @@ struct Materialise<op::MatMul> {
     static constexpr View va = operand_view<A>(), vb = operand_view<B>();
     const T* pa = operand_data(fixed::child<0>(e));
     const T* pb = operand_data(fixed::child<1>(e));
-    if constexpr (foldable<da, va, vb, rb>())  // one product of batch * m rows
-      return Gemm<T>::run(batch * m, n, k, pa + va.offset, va.strides[ra - 2], va.strides[ra - 1],
-                          pb + vb.offset, vb.strides[rb - 2], vb.strides[rb - 1], out, n,
-                          Gemm<T>::host_blocking(), acc);
-    auto products = [&](index_t b0, index_t b1) {
-      for (index_t bi = b0; bi < b1; ++bi) {
-        const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
-        Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
-                     vb.strides[rb - 1], out + bi * m * n, n, Gemm<T>::host_blocking(), acc);
-      }
-    };
-    parallel_products(batch, m * n * k, products);
+    if constexpr (foldable<da, va, vb, rb>()) {  // one product of batch * m rows
+      Gemm<T>::run(batch * m, n, k, pa + va.offset, va.strides[ra - 2], va.strides[ra - 1], pb + vb.offset,
+                   vb.strides[rb - 2], vb.strides[rb - 1], out, n, Gemm<T>::host_blocking(), acc);
+    } else {  // (else: a folded product instantiates no batch loop)
+      auto products = [&](index_t b0, index_t b1) {
+        for (index_t bi = b0; bi < b1; ++bi) {
+          const auto [oa, ob] = batch_offsets<da, va, vb, rb>(bi);
+          Gemm<T>::run(m, n, k, pa + oa, va.strides[ra - 2], va.strides[ra - 1], pb + ob, vb.strides[rb - 2],
+                       vb.strides[rb - 1], out + bi * m * n, n, Gemm<T>::host_blocking(), acc);
+        }
+      };
+      parallel_products(batch, m * n * k, products);
+    }
   }
 };
 

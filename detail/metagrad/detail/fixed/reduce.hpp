@@ -344,122 +344,143 @@ struct ReduceLoop {
 template <ReduceOps R, Dims Axes>
 struct small_op<op::Reduce<R, Axes>> : std::true_type {};
 
+// A reduction's loops over its bound input b (eval_bind.hpp), by the kernel's shape alone: the op, the
+// iteration shape I, the output's view ov over it, the input positions per output (each), whether
+// sums go in halves, the output's size and whether the threads share it. Expressions of different
+// types that bind alike (a loss's forward, and fixed::grad's forward over the values it computed)
+// then share one kernel.
+template <ReduceOps R, Dims I, View ov, index_t each, bool halves, index_t out_size, bool par, class B,
+          class T>
+METAGRAD_INLINE void reduce_loops(T* out, const B& b) {
+  constexpr std::size_t rank = I.size();
+  constexpr index_t n = I[rank - 1];
+  constexpr bool along_rows = ov.strides[rank - 1] == 0 && n > 1;  // the innermost axis reduced
+  constexpr index_t scratch_size = halves && !along_rows ? halving_levels(each) * n : 0;
+  constexpr bool scratch_in_arena = scratch_size > 1024;
+  constexpr index_t outer = outer_count<I>, outputs = outer / (each ? each : 1);
+  // Each output one row's reduction (only the innermost axis reduced, one thread per row): written
+  // once, with no identity to fill in and combine with first (most of a small sum's work).
+  constexpr bool one_row_each = along_rows && !halves && each == 1 && !(par && outer == 1);
+  if constexpr (!one_row_each) std::fill(out, out + out_size, reduce_identity<R, T>());
+  // The output that outer position o (of I) adds into.
+  auto output_at = [&](index_t o) {
+    index_t at = 0;
+    for_outer<I>(o, o + 1, [&](index_t, const index_t* pos) { at = offset_of<ov, rank>(pos, 0); });
+    return at;
+  };
+  if constexpr (along_rows) {  // along the innermost axis: lanes, then one sum
+    auto rows = [&](index_t lo, index_t hi) {
+      for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
+        T& o = out[offset_of<ov, rank>(pos, 0)];
+        if constexpr (one_row_each)
+          o = reduce_row<R, rank, n>(b, pos);
+        else
+          o = combine<R>(o, reduce_row<R, rank, n>(b, pos));
+      });
+    };
+    if constexpr (halves) {  // many row sums meet in each output
+      auto add = [&](index_t lo, index_t hi, T* dst, index_t) {
+        for_outer<I>(lo, hi, [&](index_t, const index_t* pos) { *dst += reduce_row<R, rank, n>(b, pos); });
+      };
+      auto sums = [&](index_t lo, index_t hi) {
+        T scratch[halving_levels(each)];
+        for (index_t k = lo; k < hi; ++k)
+          sum_halves(out + output_at(k * each), 1, 1, k * each, (k + 1) * each, scratch, add);
+      };
+      if constexpr (par && outputs > 1)
+        parallel_for(outputs, 1, std::max<index_t>(1, kParallelElements / 2 / (each * n)), sums);
+      else
+        sums(0, outputs);
+    } else if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
+      T part[kMaxThreads];
+      int parts = std::min(kMaxThreads, parts_for(n, kParallelElements / 2));
+      parallel_parts(parts, [&](int p, int np) {
+        auto cut = [&](int q) { return q == np ? n : n * q / np / kLanes<T> * kLanes<T>; };
+        const index_t origin[rank] = {};
+        part[p] = reduce_lanes<R, rank>(b, origin, cut(p), cut(p + 1));
+      });
+      T acc = part[0];
+      for (int p = 1; p < parts; ++p) acc = combine<R>(acc, part[p]);
+      out[0] = combine<R>(out[0], acc);
+    } else if constexpr (par && each == 1 && outer > 1) {  // output rows
+      parallel_for(outer, 1, std::max<index_t>(1, kParallelElements / 2 / n), rows);
+    } else {
+      rows(0, outer);
+    }
+  } else {  // the innermost axis is kept: a vector of outputs accumulates each input row
+    auto cols = [&](index_t lo, index_t hi) {
+      for_outer<I>([&](index_t, const index_t* pos) {
+        T* row = out + offset_of<ov, rank>(pos, 0);
+        for (index_t j = lo; j < hi; ++j)
+          row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
+      });
+    };
+    if constexpr (halves) {  // each output row adds many input rows: in halves, a run of columns at a time
+      constexpr index_t s = ov.strides[rank - 1], levels = halving_levels(each);
+      // Scratch rows for every column, taken here: a thread of the pool may first get columns
+      // after the warm-up, and its own arena would then allocate.
+      Arena::Scope scope;
+      T on_stack[scratch_in_arena ? 1 : scratch_size];
+      T* scratch =
+          scratch_in_arena ? Arena::local().alloc<T>(static_cast<std::size_t>(scratch_size)) : on_stack;
+      for (index_t k = 0; k < outputs; ++k) {
+        T* dst = out + output_at(k * each);
+        auto col_range = [&](index_t lo, index_t hi) {
+          auto add = [&](index_t from, index_t to, T* row, index_t stride) {
+            for_outer<I>(from, to, [&](index_t, const index_t* pos) {
+              if (stride == 1)  // the scratch rows, and a contiguous output: a loop the compiler vectorises
+                for (index_t j = lo; j < hi; ++j) row[j - lo] += get<rank>(b, pos, j);
+              else
+                for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
+            });
+          };
+          sum_halves(dst + lo * s, s, hi - lo, k * each, (k + 1) * each, scratch + lo * levels, add);
+        };
+        if constexpr (par)
+          parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / each), col_range);
+        else
+          col_range(0, n);
+      }
+    } else if constexpr (par) {  // column ranges
+      parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), cols);
+    } else {
+      cols(0, n);
+    }
+  }
+}
+// The same, one call: the bound tree copied into it, so that no store through out can alias it.
+template <ReduceOps R, Dims I, View ov, index_t each, bool halves, index_t out_size, bool par, class B,
+          class T>
+METAGRAD_NOINLINE void reduce_kernel(T* out, const B b) {
+  reduce_loops<R, I, ov, each, halves, out_size, par>(out, b);
+}
+
 template <ReduceOps R, Dims Axes>
 struct Materialise<op::Reduce<R, Axes>> {
-  // Inline where small (eval.hpp's small_tree), one call elsewhere.
+  // Inline where small (eval.hpp's small_tree); elsewhere the input bound here and the loops one
+  // call of the kernel's shape (reduce_kernel).
   template <class T, class C>
   METAGRAD_INLINE static void run(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
     if constexpr (small_tree<Expr<op::Reduce<R, Axes>, C>>())
-      loops(out, e);
+      loops<false>(out, e);
     else
-      call(out, e);
+      loops<true>(out, e);
   }
   template <class T, class C>
   static void call(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
-    loops(out, e);
+    loops<true>(out, e);
   }
-  template <class T, class C>
+  template <bool Call, class T, class C>
   METAGRAD_INLINE static void loops(T* out, const Expr<op::Reduce<R, Axes>, C>& e) {
     using S = typename Expr<op::Reduce<R, Axes>, C>::shape;
     using L = ReduceLoop<R, S, C>;
-    constexpr Dims I = L::I;
-    constexpr View ov = L::ov;
-    constexpr std::size_t rank = L::rank;
-    constexpr index_t n = L::n, each = L::each;
-    constexpr bool halves = L::halves;
+    constexpr bool par = C::shape::size >= kParallelElements;
     Ctx ctx;
     auto b = bind<typename L::Moves>(e.kids.k0, ctx);
-    constexpr index_t outer = outer_count<I>, outputs = outer / (each ? each : 1);
-    constexpr bool par = C::shape::size >= kParallelElements;
-    // Each output one row's reduction (only the innermost axis reduced, one thread per row): written
-    // once, with no identity to fill in and combine with first (most of a small sum's work).
-    constexpr bool one_row_each = L::along_rows && !halves && each == 1 && !(par && outer == 1);
-    if constexpr (!one_row_each) std::fill(out, out + S::size, reduce_identity<R, T>());
-    // The output that outer position o (of I) adds into.
-    auto output_at = [&](index_t o) {
-      index_t at = 0;
-      for_outer<I>(o, o + 1, [&](index_t, const index_t* pos) { at = offset_of<ov, rank>(pos, 0); });
-      return at;
-    };
-    if constexpr (L::along_rows) {  // along the innermost axis: lanes, then one sum
-      auto rows = [&](index_t lo, index_t hi) {
-        for_outer<I>(lo, hi, [&](index_t, const index_t* pos) {
-          T& o = out[offset_of<ov, rank>(pos, 0)];
-          if constexpr (one_row_each)
-            o = reduce_row<R, rank, n>(b, pos);
-          else
-            o = combine<R>(o, reduce_row<R, rank, n>(b, pos));
-        });
-      };
-      if constexpr (halves) {  // many row sums meet in each output
-        auto add = [&](index_t lo, index_t hi, T* dst, index_t) {
-          for_outer<I>(lo, hi, [&](index_t, const index_t* pos) { *dst += reduce_row<R, rank, n>(b, pos); });
-        };
-        auto sums = [&](index_t lo, index_t hi) {
-          T scratch[halving_levels(each)];
-          for (index_t k = lo; k < hi; ++k)
-            sum_halves(out + output_at(k * each), 1, 1, k * each, (k + 1) * each, scratch, add);
-        };
-        if constexpr (par && outputs > 1)
-          parallel_for(outputs, 1, std::max<index_t>(1, kParallelElements / 2 / (each * n)), sums);
-        else
-          sums(0, outputs);
-      } else if constexpr (par && outer == 1) {  // one output: a partial per thread, combined in order
-        T part[kMaxThreads];
-        int parts = std::min(kMaxThreads, parts_for(n, kParallelElements / 2));
-        parallel_parts(parts, [&](int p, int np) {
-          auto cut = [&](int q) { return q == np ? n : n * q / np / kLanes<T> * kLanes<T>; };
-          const index_t origin[rank] = {};
-          part[p] = reduce_lanes<R, rank>(b, origin, cut(p), cut(p + 1));
-        });
-        T acc = part[0];
-        for (int p = 1; p < parts; ++p) acc = combine<R>(acc, part[p]);
-        out[0] = combine<R>(out[0], acc);
-      } else if constexpr (par && each == 1 && outer > 1) {  // output rows
-        parallel_for(outer, 1, std::max<index_t>(1, kParallelElements / 2 / n), rows);
-      } else {
-        rows(0, outer);
-      }
-    } else {  // the innermost axis is kept: a vector of outputs accumulates each input row
-      auto cols = [&](index_t lo, index_t hi) {
-        for_outer<I>([&](index_t, const index_t* pos) {
-          T* row = out + offset_of<ov, rank>(pos, 0);
-          for (index_t j = lo; j < hi; ++j)
-            row[j * ov.strides[rank - 1]] = combine<R>(row[j * ov.strides[rank - 1]], get<rank>(b, pos, j));
-        });
-      };
-      if constexpr (halves) {  // each output row adds many input rows: in halves, a run of columns at a time
-        constexpr index_t s = ov.strides[rank - 1], levels = halving_levels(each);
-        // Scratch rows for every column, taken here: a thread of the pool may first get columns
-        // after the warm-up, and its own arena would then allocate.
-        Arena::Scope scope;
-        T on_stack[L::scratch_in_arena ? 1 : L::scratch];
-        T* scratch =
-            L::scratch_in_arena ? Arena::local().alloc<T>(static_cast<std::size_t>(L::scratch)) : on_stack;
-        for (index_t k = 0; k < outputs; ++k) {
-          T* dst = out + output_at(k * each);
-          auto col_range = [&](index_t lo, index_t hi) {
-            auto add = [&](index_t from, index_t to, T* row, index_t stride) {
-              for_outer<I>(from, to, [&](index_t, const index_t* pos) {
-                if (stride == 1)  // the scratch rows, and a contiguous output: a loop the compiler vectorises
-                  for (index_t j = lo; j < hi; ++j) row[j - lo] += get<rank>(b, pos, j);
-                else
-                  for (index_t j = lo; j < hi; ++j) row[(j - lo) * stride] += get<rank>(b, pos, j);
-              });
-            };
-            sum_halves(dst + lo * s, s, hi - lo, k * each, (k + 1) * each, scratch + lo * levels, add);
-          };
-          if constexpr (par)
-            parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / each), col_range);
-          else
-            col_range(0, n);
-        }
-      } else if constexpr (par) {  // column ranges
-        parallel_for(n, kLanes<T>, std::max<index_t>(kLanes<T>, kParallelElements / 2 / outer), cols);
-      } else {
-        cols(0, n);
-      }
-    }
+    if constexpr (Call)
+      reduce_kernel<R, L::I, L::ov, L::each, L::halves, S::size, par>(out, by_leaves(b));
+    else
+      reduce_loops<R, L::I, L::ov, L::each, L::halves, S::size, par>(out, b);
   }
 };
 
