@@ -596,7 +596,7 @@ TEST_CASE("cold build child process", "[.][cold_build]") {
 // A cold realize builds its programs together over the cores (here 2 threads), a GEMM's epilogues
 // and packs with its kernels; a source made twice compiles once: every compile is a distinct object
 // in the fresh cache. A second process computes the same from that cache, compiling nothing.
-TEST_CASE("LLVM and CLANG: a cold realize compiles each source once, and a second process none", "[llvm]") {
+TEST_CASE("LLVM and CLANG: a cold realize compiles each source once and a second process none", "[llvm]") {
   namespace fs = std::filesystem;
   double salt =
       1 + static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % 999979) * 1e-9;
@@ -621,7 +621,7 @@ TEST_CASE("LLVM and CLANG: a cold realize compiles each source once, and a secon
     int objects = 0;
     for (const auto& e : fs::recursive_directory_iterator(tmp.path / "cache"))
       objects += e.path().extension() == ".sum";
-    CHECK(first >= 9);  // 4 products' epilogue (one source), their packs, the other kernels
+    CHECK(first >= 8);  // (11 kernels in one realize; one's source repeats another's)
     CHECK(first == objects);
     CHECK(child("second") == 0);
   }
