@@ -364,8 +364,8 @@ int cold_start(const std::string& self, const std::string& shape, const std::str
             "METAGRAD_CACHE='" + dir.string() + "' '" + self + "'" + shape + " '--cold-of=" + device + "'";
         std::array<double, 8> r{};
         std::FILE* p = popen(cmd.c_str(), "r");
-        bool ok = p && std::fscanf(p, "%lf %lf %lf %lf %lf %lf %lf %lf", &r[0], &r[1], &r[2], &r[3], &r[4], &r[5],
-                                   &r[6], &r[7]) == 8;
+        bool ok = p && std::fscanf(p, "%lf %lf %lf %lf %lf %lf %lf %lf", &r[0], &r[1], &r[2], &r[3], &r[4],
+                                   &r[5], &r[6], &r[7]) == 8;
         if (p) ok &= pclose(p) == 0;
         if (!ok) {
           std::fprintf(stderr, "bench_gpt --cold: %s failed\n", cmd.c_str());
