@@ -27,9 +27,11 @@
 // unset) and in libtorch from the same weights on the same windows, at 2 threads: the validation
 // loss of each every 100 steps (the same 4 validation batches) and the wall time of each.
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -39,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <metagrad/device/compile_times.hpp>
 #include <metagrad/fixed/parallel.hpp>
 #include <metagrad/jit.hpp>
 #include <random>
@@ -295,6 +298,92 @@ int memory_of(const std::string& config, const nn::StateDict& init, const Batche
   return 0;
 }
 
+// One cold (or, with the cache filled, warm-disk) first eager step on `device` in this process:
+// prints `wall schedule codegen compile run kernels` (ms; kernels compiled) on one line.
+int cold_of(const std::string& device, const nn::StateDict& init, const Batches& data) {
+  auto files = [] {  // the kernels the disk cache holds (a sidecar each)
+    std::size_t n = 0;
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::recursive_directory_iterator(metagrad::getenv("METAGRAD_CACHE"), ec))
+      n += e.path().extension() == ".sum";
+    return n;
+  };
+  (void)Device::get(device);  // its library loaded and initialised (LLVM's target, CLANG's compiler probe)
+  MetaTrainer m(device, init, false);
+  std::size_t before = files();
+  auto cpu_ms = [] {  // this process's threads and its finished children (CLANG's compilers)
+    rusage self{}, kids{};
+    getrusage(RUSAGE_SELF, &self), getrusage(RUSAGE_CHILDREN, &kids);
+    auto ms = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) * 1e-3;
+    };
+    return ms(self.ru_utime) + ms(self.ru_stime) + ms(kids.ru_utime) + ms(kids.ru_stime);
+  };
+  GlobalCounters::reset();
+  double gen0 = CompileTimes::codegen, cpu0 = cpu_ms();
+  auto t0 = std::chrono::steady_clock::now();
+  m.step(data.x[0], data.y[0]);
+  double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double cpu = cpu_ms() - cpu0;
+  double gen = (CompileTimes::codegen - gen0) * 1e3, compile = GlobalCounters::compile_time * 1e3 - gen,
+         run = GlobalCounters::time_sum * 1e3;
+  std::size_t compiled = files() - before;
+  // The steady state after it, for a check that a cheaper compile did not cost run time: the best
+  // of 5 steps after 2 more (an optimizer's first steps differ).
+  double warm = INFINITY;
+  for (std::size_t s = 1; s < 8; ++s) {
+    auto t1 = std::chrono::steady_clock::now();
+    m.step(data.x[s % data.x.size()], data.y[s % data.y.size()]);
+    if (s > 2)
+      warm = std::min(
+          warm, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
+  }
+  std::printf("%.1f %.1f %.1f %.1f %.1f %zu %.1f %.1f\n", wall, wall - gen - compile - run, gen, compile, run,
+              compiled, cpu, warm);
+  return 0;
+}
+
+// --cold: each device's first step in new processes, into an empty kernel cache and then from it.
+int cold_start(const std::string& self, const std::string& shape, const std::string& root, long n) {
+  std::printf(
+      "bench_gpt --cold: GPT %ld blocks, width %ld, context %ld, batch %ld; the first eager step of a new "
+      "process, ms wall (best of %ld by wall marked *)\n",
+      N, C, T, B, n);
+  std::printf("  %-28s %8s %9s %8s %8s %8s %8s %8s %8s\n", "", "wall", "schedule", "codegen", "compile",
+              "run", "CPU", "compiled", "warm");
+  int failed = 0;
+  for (std::string device : {"LLVM", "CLANG"})
+    for (bool filled : {false, true}) {
+      std::vector<std::array<double, 8>> rows;
+      for (long i = 0; i < (filled ? 1 : n); ++i) {
+        std::filesystem::path dir = std::filesystem::path(root) / (device + std::to_string(filled ? 0 : i));
+        if (!filled) std::filesystem::remove_all(dir);
+        std::filesystem::create_directories(dir);
+        std::string cmd =
+            "METAGRAD_CACHE='" + dir.string() + "' '" + self + "'" + shape + " '--cold-of=" + device + "'";
+        std::array<double, 8> r{};
+        std::FILE* p = popen(cmd.c_str(), "r");
+        bool ok = p && std::fscanf(p, "%lf %lf %lf %lf %lf %lf %lf %lf", &r[0], &r[1], &r[2], &r[3], &r[4],
+                                   &r[5], &r[6], &r[7]) == 8;
+        if (p) ok &= pclose(p) == 0;
+        if (!ok) {
+          std::fprintf(stderr, "bench_gpt --cold: %s failed\n", cmd.c_str());
+          failed = 1;
+          continue;
+        }
+        rows.push_back(r);
+      }
+      auto best = std::min_element(rows.begin(), rows.end(), [](auto& a, auto& b) { return a[0] < b[0]; });
+      for (auto it = rows.begin(); it != rows.end(); ++it)
+        std::printf("  %-28s %8.0f %9.0f %8.0f %8.0f %8.0f %8.0f %8.0f %8.1f%s\n",
+                    (device + (filled ? " from the disk cache" : " empty cache")).c_str(), (*it)[0], (*it)[1],
+                    (*it)[2], (*it)[3], (*it)[4], (*it)[6], (*it)[5], (*it)[7],
+                    it == best && rows.size() > 1 ? " *" : "");
+    }
+  return failed;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? NAN : v[v.size() / 2];
@@ -305,8 +394,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) try {
   long steps = 5, rounds = 4;
   bool check = false, memory = false;
-  long text_steps = 0;
-  std::string memory_config, shape_flag;
+  long text_steps = 0, cold = 0;
+  std::string memory_config, shape_flag, cold_device;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--steps=", 0) == 0)
@@ -321,6 +410,10 @@ int main(int argc, char** argv) try {
       text_steps = a.size() > 7 ? std::atol(a.c_str() + 7) : 600;
     else if (a.rfind("--memory-of=", 0) == 0)
       memory_config = a.substr(12);
+    else if (a == "--cold" || a.rfind("--cold=", 0) == 0)
+      cold = a.size() > 7 ? std::atol(a.c_str() + 7) : 3;
+    else if (a.rfind("--cold-of=", 0) == 0)
+      cold_device = a.substr(10);
     else if (a == "--shape=gpt2")
       B = 2, T = 256, C = 768, H = 12, N = 2, shape_flag = " " + a;
     else if (a == "--shape=gpt2small")
@@ -328,7 +421,7 @@ int main(int argc, char** argv) try {
     else if (a != "--shape=char") {
       std::fprintf(stderr,
                    "usage: %s [--steps=N] [--rounds=N] [--shape=char|gpt2|gpt2small] [--check] [--memory] "
-                   "[--text[=N]]\n",
+                   "[--text[=N]] [--cold[=N]]\n",
                    argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -339,7 +432,8 @@ int main(int argc, char** argv) try {
   std::unique_ptr<char, void (*)(char*)> cache(mkdtemp(cache_template.data()), [](char* d) {
     if (d) std::filesystem::remove_all(d);
   });
-  if (cache && memory_config.empty()) setenv("METAGRAD_CACHE", cache.get(), 1);
+  if (cache && memory_config.empty() && cold_device.empty()) setenv("METAGRAD_CACHE", cache.get(), 1);
+  if (cold > 0 && cache) return cold_start(argv[0], shape_flag, cache.get(), cold);
   Tensor::manual_seed(1337);
   nn::StateDict init;
   {
@@ -350,6 +444,7 @@ int main(int argc, char** argv) try {
   if (text_steps > 0) return text_run(init, text_steps);
   Batches data(static_cast<int>(std::max(10L, steps)));
   if (!memory_config.empty()) return memory_of(memory_config, init, data, steps);
+  if (!cold_device.empty()) return cold_of(cold_device, init, data);
   if (memory) {  // each configuration in a process of its own: resident sets do not mix
     std::printf(
         "bench_gpt --memory: GPT %ld blocks, width %ld, context %ld, batch %ld; %ld steps, 1 thread\n", N, C,

@@ -19,10 +19,11 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.hpp"
 #include "gradcheck.hpp"
-#include "metagrad/codegen/linearizer.hpp"
 #include "metagrad/backends/ops_clang.hpp"
 #include "metagrad/backends/ops_llvm.hpp"
+#include "metagrad/codegen/linearizer.hpp"
 #include "metagrad/device/threadpool.hpp"
 
 #include "reference.hpp"
@@ -564,6 +565,65 @@ TEST_CASE("LLVM and CLANG: a cold realize builds its kernels together and they a
     CHECK(compiles() - before >= 8);
     CHECK(GlobalCounters::compile_time > waited);
     require_close(got.to_vector<double>(), want, 1e-4, 1e-4, dev + " cold realize");
+  }
+}
+
+namespace {
+// A cold step's kind of graph, in one realize: products whose epilogues are one source (a bias
+// added alike), packs, elementwise and reduce kernels; `salt` keeps them out of every cache.
+Tensor cold_step_graph(const Tensor& a, const Tensor& w, const Tensor& bias, double salt) {
+  Tensor out = Tensor::zeros({48}, {.device = a.device()});
+  for (int i = 0; i < 4; ++i)
+    out = out + ((a * (salt + i * 1e-3)).matmul(w) + bias).relu().sum(1) + (a + salt * i).exp().max(1);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cold build child process", "[.][cold_build]") {
+  const char* out = std::getenv("METAGRAD_TEST_CHILD_OUT");
+  if (!out) return;  // only as a child of the test below
+  std::string dev = metagrad::getenv("METAGRAD_TEST_COLD_DEVICE");
+  double salt = std::stod(metagrad::getenv("METAGRAD_TEST_COLD_SALT"));
+  Tensor a = rnd({48, 40}, 81, dtypes::float32, -1, 1), w = rnd({40, 24}, 82), bias = rnd({24}, 83);
+  std::vector<double> want = cold_step_graph(a, w, bias, salt).to_vector<double>();
+  auto compiles = [&] { return dev == "LLVM" ? llvm_compiles() : ClangProgram::compiles.load(); };
+  int before = compiles();
+  Tensor got = cold_step_graph(a.to(dev), w.to(dev), bias.to(dev), salt);
+  require_close(got.to_vector<double>(), want, 1e-4, 1e-4, dev + " cold build");
+  std::ofstream(out) << compiles() - before << "\n";
+}
+
+// A cold realize builds its programs together over the cores (here 2 threads), a GEMM's epilogues
+// and packs with its kernels; a source made twice compiles once: every compile is a distinct object
+// in the fresh cache. A second process computes the same from that cache, compiling nothing.
+TEST_CASE("LLVM and CLANG: a cold realize compiles each source once and a second process none", "[llvm]") {
+  namespace fs = std::filesystem;
+  double salt =
+      1 + static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % 999979) * 1e-9;
+  for (std::string dev : {"LLVM", "CLANG"}) {
+    if (dev == "LLVM" && !have_llvm()) continue;
+    INFO(dev);
+    test::TempDir tmp("metagrad_cold_build");
+    REQUIRE(!tmp.path.empty());
+    auto child = [&](const char* out) {
+      pid_t pid = test::spawn_child(
+          "cold build child process",
+          {"METAGRAD_CACHE=" + (tmp.path / "cache").string(),
+           "METAGRAD_TEST_CHILD_OUT=" + (tmp.path / out).string(), "METAGRAD_TEST_COLD_DEVICE=" + dev,
+           "METAGRAD_TEST_COLD_SALT=" + std::to_string(salt), "THREADS=2"});
+      REQUIRE(pid > 0);
+      REQUIRE(test::wait_for(pid) == 0);
+      int n = -1;
+      std::ifstream(tmp.path / out) >> n;
+      return n;
+    };
+    int first = child("first");
+    int objects = 0;
+    for (const auto& e : fs::recursive_directory_iterator(tmp.path / "cache"))
+      objects += e.path().extension() == ".sum";
+    CHECK(first >= 8);  // (11 kernels in one realize; one's source repeats another's)
+    CHECK(first == objects);
+    CHECK(child("second") == 0);
   }
 }
 

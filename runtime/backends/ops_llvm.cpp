@@ -16,12 +16,16 @@
 #include <llvm/Target/TargetMachine.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "metagrad/codegen/llvmir.hpp"
@@ -142,21 +146,48 @@ fs::path object_path(const Jit& j, const std::string& src) {
 struct LLVMProgram::Linked {
   std::shared_ptr<Jit> jit;
   llvm::orc::JITDylib* dylib = nullptr;  // one per program: kernels of different ASTs share names
+  std::string src;                       // kept until it is compiled
+  std::once_flag loaded;
   ~Linked() {
     if (dylib) llvm::consumeError(jit->lljit->getExecutionSession().removeJITDylib(*dylib));
   }
+  static void compile_and_link(LLVMProgram& p);
+  // p's function, compiled (or loaded from the disk cache) and linked once; throws while it fails.
+  static void* load(LLVMProgram& p) {
+    std::call_once(p.linked_->loaded, [&] { compile_and_link(p); });
+    return p.fn_;
+  }
 };
+
+namespace {
+// A program made while build_together generates a realize's kernels: compiled after, together.
+struct Deferred {
+  std::weak_ptr<Program> program;  // set by llvm_runtime; a program made otherwise loads at first use
+  std::function<void()> load;
+  const std::string* src;
+};
+thread_local std::vector<Deferred>* deferring = nullptr;
+}  // namespace
 
 LLVMProgram::LLVMProgram(std::string name, const std::string& src)
     : name_(std::move(name)), linked_(std::make_unique<Linked>()) {
   linked_->jit = jit();
-  Jit& j = *linked_->jit;
+  linked_->src = src;
+  if (deferring)
+    deferring->push_back({{}, [this] { Linked::load(*this); }, &linked_->src});
+  else
+    Linked::load(*this);
+}
+
+void LLVMProgram::Linked::compile_and_link(LLVMProgram& p) {
+  Jit& j = *p.linked_->jit;
+  const std::string& src = p.linked_->src;
   fs::path path = object_path(j, src);
   auto& es = j.lljit->getExecutionSession();
   // Links obj into a JITDylib of its own and finds the kernel (ORC links at the first lookup); an
   // error leaves no dylib behind.
   auto link = [&](std::unique_ptr<llvm::MemoryBuffer> obj) -> llvm::Error {
-    auto& dylib = unwrap(es.createJITDylib(detail::cat("mg", std::to_string(j.dylibs++), "_", name_)),
+    auto& dylib = unwrap(es.createJITDylib(detail::cat("mg", std::to_string(j.dylibs++), "_", p.name_)),
                          "creating a JITDylib");
     // Kernels call libm (exp2f, sinf, powf) found in the process.
     dylib.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
@@ -164,9 +195,9 @@ LLVMProgram::LLVMProgram(std::string name, const std::string& src)
                               "searching the process's symbols"));
     llvm::Error e = j.lljit->addObjectFile(dylib, std::move(obj));
     if (!e) {
-      llvm::Expected<llvm::orc::ExecutorAddr> addr = j.lljit->lookup(dylib, name_);
+      llvm::Expected<llvm::orc::ExecutorAddr> addr = j.lljit->lookup(dylib, p.name_);
       if (addr)
-        fn_ = addr->toPtr<void*>();
+        p.fn_ = addr->toPtr<void*>();
       else
         e = addr.takeError();
     }
@@ -174,7 +205,7 @@ LLVMProgram::LLVMProgram(std::string name, const std::string& src)
       llvm::consumeError(es.removeJITDylib(dylib));
       return e;
     }
-    linked_->dylib = &dylib;
+    p.linked_->dylib = &dylib;
     return llvm::Error::success();
   };
   bool linked = false;
@@ -185,14 +216,14 @@ LLVMProgram::LLVMProgram(std::string name, const std::string& src)
     llvm::consumeError(std::move(e));  // a damaged cache entry is compiled again below
   }
   if (!linked) {
-    std::unique_ptr<llvm::MemoryBuffer> obj = compile(j, name_, src);
+    std::unique_ptr<llvm::MemoryBuffer> obj = compile(j, p.name_, src);
     // Written to a private name, then renamed, then its sidecar: concurrent processes never see a
     // partial object, and a damaged one is rebuilt.
     store_verified(path, std::string(obj->getBufferStart(), obj->getBufferSize()));
     ++compiles;
     if (llvm::Error e = link(std::move(obj)))
       throw std::runtime_error(
-          detail::cat("LLVM: linking kernel ", name_, " failed: ", message(std::move(e))));
+          detail::cat("LLVM: linking kernel ", p.name_, " failed: ", message(std::move(e))));
   }
 }
 
@@ -200,9 +231,54 @@ LLVMProgram::~LLVMProgram() = default;
 
 void LLVMProgram::operator()(const std::vector<std::int64_t>& global_size, const std::vector<std::int64_t>&,
                              const std::vector<RawBuffer*>& bufs) {
+  void* fn = Linked::load(*this);
   std::vector<void*> ptrs = host_pointers("LLVM", bufs);
-  run_host(fn_, ptrs.data(), ptrs.size(), global_size.empty() ? 1 : global_size[0], op_estimate);
+  run_host(fn, ptrs.data(), ptrs.size(), global_size.empty() ? 1 : global_size[0], op_estimate);
 }
+
+namespace {
+// Runs `generate` (a realize's code generation: its kernels, a GEMM's epilogue and packs), then
+// compiles every program it made over the cores, the largest first so the cores finish together;
+// a source made twice compiles once (its repeats, after, find the object in the disk cache). One
+// that fails to compile throws again at its first use, naming the kernel.
+void build_together(const std::function<void()>& generate) {
+  std::vector<Deferred> pending;
+  deferring = &pending;
+  try {
+    generate();
+  } catch (...) {
+    deferring = nullptr;
+    throw;
+  }
+  deferring = nullptr;
+  std::vector<std::pair<std::shared_ptr<Program>, const Deferred*>> order, repeats;
+  for (const Deferred& d : pending)
+    if (auto p = d.program.lock()) order.emplace_back(std::move(p), &d);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.second->src->size() > b.second->src->size();
+  });
+  std::unordered_set<std::string_view> seen;
+  std::erase_if(order, [&](const auto& p) {
+    bool repeat = !seen.insert(*p.second->src).second;
+    if (repeat) repeats.push_back(p);
+    return repeat;
+  });
+  for (const auto* programs : {&order, &repeats}) {
+    std::atomic<std::size_t> next = 0;
+    auto work = [&] {
+      for (std::size_t i; (i = next++) < programs->size();) try {
+          (*programs)[i].second->load();
+        } catch (...) {}
+    };
+    std::size_t n =
+        std::min<std::size_t>(programs->size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> threads;
+    for (std::size_t t = 1; t < n; ++t) threads.emplace_back(work);
+    work();
+    for (auto& t : threads) t.join();
+  }
+}
+}  // namespace
 
 ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
   static const codegen::Opts opts = [] {
@@ -216,7 +292,9 @@ ASTRunner llvm_codegen(const std::shared_ptr<LazyOp>& ast, DType out_dtype) {
 }
 
 std::shared_ptr<Program> llvm_runtime(const std::string& name, const std::string& src) {
-  return std::make_shared<LLVMProgram>(name, src);
+  auto p = std::make_shared<LLVMProgram>(name, src);
+  if (deferring) deferring->back().program = p;  // (the constructor noted it)
+  return p;
 }
 
 std::unique_ptr<Backend> make_llvm_backend() {
@@ -224,7 +302,7 @@ std::unique_ptr<Backend> make_llvm_backend() {
   return std::make_unique<Compiled>(
       [](std::size_t n, DType dt) { return std::make_shared<RawMallocBuffer>(n, dt); }, llvm_codegen,
       llvm_runtime, /*concurrent_compiles=*/true,
-      [](const std::string& src) { return fs::exists(object_path(*jit(), src)); });
+      [](const std::string& src) { return fs::exists(object_path(*jit(), src)); }, build_together);
 }
 
 }  // namespace metagrad

@@ -10,6 +10,7 @@
 #include "metagrad/detail/env.hpp"
 #include "metagrad/device.hpp"
 #include "metagrad/device/buffer_pool.hpp"
+#include "metagrad/device/compile_times.hpp"
 #include "metagrad/device/gemm.hpp"
 
 namespace metagrad {
@@ -78,13 +79,11 @@ std::size_t Compiled::kernels() const {
 }
 
 namespace {
-// Adds the wall time of its scope to GlobalCounters::compile_time.
-struct CompileClock {
+// Adds the wall time of its scope to a counter (GlobalCounters::compile_time, CompileTimes::codegen).
+struct Clock {
+  double& into;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~CompileClock() {
-    GlobalCounters::compile_time +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  ~Clock() { into += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 }  // namespace
 
@@ -99,7 +98,7 @@ void Compiled::prebuild(const std::vector<std::pair<const LazyOp*, DType>>& kern
 void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels, bool all,
                      const Notice& notice) {
   if (!all && !concurrent_compiles_) return;  // runner() builds them one after another as they run
-  CompileClock clock;
+  Clock clock{GlobalCounters::compile_time};
   struct Job {
     std::string key;
     const LazyOp* ast;
@@ -120,6 +119,7 @@ void Compiled::build(const std::vector<std::pair<const LazyOp*, DType>>& kernels
   auto generate = [&] {
     {
       std::lock_guard codegen_lock(runners_mu);
+      Clock codegen_clock{CompileTimes::codegen};
       for (Job& j : jobs) {
         try {
           j.r = codegen_(std::make_shared<LazyOp>(*j.ast), j.dtype);
@@ -187,8 +187,11 @@ const ASTRunner& Compiled::runner(const LazyOp& ast, const std::vector<std::shar
     }
     return it->second;
   }
-  CompileClock clock;
-  ASTRunner r = codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
+  Clock clock{GlobalCounters::compile_time};
+  ASTRunner r = [&] {
+    Clock codegen_clock{CompileTimes::codegen};
+    return codegen_(std::make_shared<LazyOp>(ast), bufs[0]->dtype);
+  }();
   r.same_index_reads = same_index_reads(ast);
   r.writes = write_mask(ast);
   r.mem_estimate = 0;  // the bytes of the buffers it runs on
