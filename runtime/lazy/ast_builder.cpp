@@ -41,30 +41,38 @@ bool is_reduce(const LazyBuffer& b) {
   return !b.realized && b.op && (b.op->op.type == OpType::Reduce || b.op->op == FusedOps::MULACC);
 }
 
+// Walks the buffers b's fused ops read (at most 16 ops deep): visit(src, push) for each, which
+// returns true to end the search with true, and calls push(op) to walk on into a buffer's op.
+template <class Visit>
+bool search_sources(const LazyBuffer& b, Visit visit) {
+  int budget = 16;
+  std::vector<const GraphOp*> stack{b.op.get()};
+  auto push = [&](const GraphOp* o) { stack.push_back(o); };
+  while (!stack.empty() && --budget >= 0) {
+    const GraphOp* o = stack.back();
+    stack.pop_back();
+    for (const GraphSrc& x : o->src)
+      if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x))
+        push(op->get());
+      else if (visit(std::get<LazyBufferPtr>(x), push))
+        return true;
+  }
+  return false;
+}
+
 // Whether b's elementwise ops (through views that add no elements) read an unrealized reduce as it
 // is laid out (whole, or through a reshape of it: a product's result). Whoever computes b computes
 // that product too, with b's ops as its GEMM's epilogue; a consumer that recomputed b would need
 // the product as a buffer of its own, a second GEMM of the same product (ResNet's block output,
 // read by the next conv and by the next residual add).
 bool reads_product(const LazyBuffer& b) {
-  int budget = 16;
-  std::vector<const GraphOp*> stack{b.op.get()};
-  while (!stack.empty() && --budget >= 0) {
-    const GraphOp* o = stack.back();
-    stack.pop_back();
-    for (const GraphSrc& x : o->src) {
-      if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
-        stack.push_back(op->get());
-        continue;
-      }
-      const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
-      const LazyBufferPtr base = src->base();
-      if (base->realized || !base->op || prod(src->shape()) > prod(base->shape())) continue;
-      if (is_reduce(*base)) return true;
-      if (is_elementwise(*base)) stack.push_back(base->op.get());
-    }
-  }
-  return false;
+  return search_sources(b, [](const LazyBufferPtr& src, const auto& push) {
+    const LazyBufferPtr base = src->base();
+    if (base->realized || !base->op || prod(src->shape()) > prod(base->shape())) return false;
+    if (is_reduce(*base)) return true;
+    if (is_elementwise(*base)) push(base->op.get());
+    return false;
+  });
 }
 
 // A product's result (a sum of a multiply: matmul, conv) read only through a reshape of it (the
@@ -266,26 +274,14 @@ bool AstBuilder::recomputes_rows_elsewhere(LazyBuffer& b) const {
 }
 
 bool AstBuilder::reads_row_reduce(LazyBuffer& b) {
-  int budget = 16;
-  std::vector<const GraphOp*> stack{b.op.get()};
-  while (!stack.empty() && --budget >= 0) {
-    const GraphOp* o = stack.back();
-    stack.pop_back();
-    for (const GraphSrc& x : o->src) {
-      if (auto* op = std::get_if<std::shared_ptr<GraphOp>>(&x)) {
-        stack.push_back(op->get());
-        continue;
-      }
-      const LazyBufferPtr& src = std::get<LazyBufferPtr>(x);
-      if (src->is_view()) {  // (a product's reshaped result is no row reduce: not broadcast)
-        LazyBufferPtr base = src->base();
-        if (!base->realized && prod(src->shape()) > prod(base->shape()) && reduce_result(*base)) return true;
-      } else if (is_elementwise(*src)) {
-        stack.push_back(src->op.get());
-      }
+  return search_sources(b, [](const LazyBufferPtr& src, const auto& push) {
+    if (src->is_view()) {  // (a product's reshaped result is no row reduce: not broadcast)
+      LazyBufferPtr base = src->base();
+      return !base->realized && prod(src->shape()) > prod(base->shape()) && reduce_result(*base);
     }
-  }
-  return false;
+    if (is_elementwise(*src)) push(src->op.get());
+    return false;
+  });
 }
 
 std::shared_ptr<LazyOp> AstBuilder::kernel_op(Op op, std::vector<LazySrc> src, OpArg arg) {
